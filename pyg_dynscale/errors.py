@@ -1,0 +1,45 @@
+"""Typed errors raised at pyg_dynscale's boundaries.
+
+Every error names the offending field and says how to fix it, so that bad input
+fails loudly at construction time instead of producing a corrupt result later.
+"""
+from __future__ import annotations
+
+
+class DynScaleError(Exception):
+    """Base class of all errors raised by pyg_dynscale."""
+
+
+class SignalValidationError(DynScaleError, ValueError):
+    r"""Raised when the data given to :class:`~pyg_dynscale.data.DynamicGraphSignal`
+    is inconsistent.
+
+    Args:
+        field (str): the offending field, e.g. ``"edge_indices[3]"``.
+        problem (str): what is wrong.
+        fix (str): how to fix it.
+    """
+
+    def __init__(self, field: str, problem: str, fix: str = "") -> None:
+        self.field = field
+        self.problem = problem
+        self.fix = fix
+        msg = f"field '{field}': {problem}"
+        if fix:
+            msg += f" Fix: {fix}"
+        super().__init__(msg)
+
+
+class SignalFormatError(DynScaleError, ValueError):
+    """Raised when a saved signal file or a dataset file cannot be read."""
+
+
+class MissingDependencyError(DynScaleError, ImportError):
+    """Raised when an optional dependency (e.g. the PyGT extra) is not installed."""
+
+    def __init__(self, package: str, feature: str, install: str) -> None:
+        self.package = package
+        super().__init__(
+            f"{feature} needs the optional package '{package}', which is not installed. "
+            f"Install it with: {install}"
+        )
