@@ -175,7 +175,7 @@ def concat_rows(
             raise SignalValidationError(
                 name,
                 f"has {x.shape[0]} rows but snapshot {t} has {int(expected_rows[t])} {what}.",
-                f"give exactly one row per {what[:-1] if what.endswith('s') else what}, in the snapshot's order.",
+                f"give exactly one row per {'vertex' if what == 'vertices' else 'edge'}, in the snapshot's order.",
             )
         if trailing is None:
             trailing = tuple(x.shape[1:])

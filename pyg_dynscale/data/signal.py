@@ -136,8 +136,9 @@ class DynamicGraphSignal:
             )
         if len(set(lengths.values())) > 1:
             detail = ", ".join(f"{k}={v}" for k, v in lengths.items())
+            majority = max(set(lengths.values()), key=list(lengths.values()).count)
             raise SignalValidationError(
-                max(lengths, key=lambda k: lengths[k] != next(iter(lengths.values()))),
+                next(k for k, v in lengths.items() if v != majority),
                 f"the inputs disagree on the number of snapshots ({detail}).",
                 "give every per-snapshot input exactly one entry per snapshot.",
             )
@@ -218,8 +219,9 @@ class DynamicGraphSignal:
             if any(p is None for p in parts):
                 continue
             rows = []
+            display = {"x": "features", "y": "targets"}.get(name, name)
             for t, p in enumerate(parts):
-                v = nz.as_tensor(p, f"{name}[{t}]")
+                v = nz.as_tensor(p, f"{display}[{t}]")
                 rows.append(v.shape[0] if v.dim() > 0 else 1)
             if name in ("x", "y") or num_vertices is None:
                 return torch.tensor(rows, dtype=torch.long)
@@ -313,8 +315,9 @@ class DynamicGraphSignal:
         self.edge_ptr = edge_ptr
         self.edge_weight = edge_weight
         self.fields = fields
-        inferred = int(node_id.max()) + 1 if node_id.numel() > 0 else 0
-        self.num_vertices = inferred if num_vertices is None else int(num_vertices)
+        if num_vertices is None:
+            num_vertices = int(node_id.max()) + 1 if node_id.numel() > 0 else 0
+        self.num_vertices = int(num_vertices)
         self._supergraph = None
 
     # ------------------------------------------------------------- fast path
