@@ -43,3 +43,59 @@ class MissingDependencyError(DynScaleError, ImportError):
             f"{feature} needs the optional package '{package}', which is not installed. "
             f"Install it with: {install}"
         )
+
+
+class PartitionError(DynScaleError, ValueError):
+    r"""Raised when a partition, a dependency pattern or a partitioner's options
+    are invalid (bad number of parts, unknown scheme or model, zero-width rows,
+    a partition made for another signal, ...).
+
+    Args:
+        field (str): the offending argument or attribute, e.g. ``"num_parts"``.
+        problem (str): what is wrong.
+        fix (str): how to fix it.
+    """
+
+    def __init__(self, field: str, problem: str, fix: str = "") -> None:
+        self.field = field
+        self.problem = problem
+        self.fix = fix
+        msg = f"field '{field}': {problem}"
+        if fix:
+            msg += f" Fix: {fix}"
+        super().__init__(msg)
+
+
+class PartitionFormatError(DynScaleError, ValueError):
+    """Raised when a saved partition file cannot be read (corrupt, truncated,
+    wrong version or not a partition file)."""
+
+
+class ModelInputError(DynScaleError, ValueError):
+    r"""Raised when a model or runtime gets inconsistent input (an initial state
+    of the wrong shape, tensors on different devices, a missing target field).
+
+    Args:
+        field (str): the offending argument, e.g. ``"h0"``.
+        problem (str): what is wrong.
+        fix (str): how to fix it.
+    """
+
+    def __init__(self, field: str, problem: str, fix: str = "") -> None:
+        self.field = field
+        self.problem = problem
+        self.fix = fix
+        msg = f"field '{field}': {problem}"
+        if fix:
+            msg += f" Fix: {fix}"
+        super().__init__(msg)
+
+
+class DecompositionMismatchError(DynScaleError, RuntimeError):
+    """Raised when a model's outputs do not match its declared decomposition
+    (structure encoder per snapshot, then time encoder per vertex sequence), so
+    running it on the fused/decomposed path would silently change its results."""
+
+
+class UnsupportedModelError(DynScaleError, NotImplementedError):
+    """Raised for a model class that has no adapter to the decomposed path."""

@@ -1,0 +1,308 @@
+r"""The communication plan: exactly which rows cross which ranks (DESIGN.md).
+
+One object answers both "how many bytes would this partition move per epoch"
+(for partitioners, metrics and benchmarks) and "which rows does rank ``s``
+send to rank ``d`` in this phase" (for an ``all_to_all_single`` runtime), so
+prediction and measured traffic are computed by the same code.
+
+For a supergraph with structure owner :math:`o`, time owner :math:`\tau`
+(:math:`\tau = o` unless PSS-TS) and a :class:`DependencyPattern`, every block
+:math:`b` has these exchanges (phases), in execution order:
+
+* ``"redistribution_back"`` (PSS-TS, :math:`b \ge 1`): every node with
+  :math:`o(v) \ne \tau(v)` moves its block input row (``input_width``) from
+  :math:`\tau(v)` to :math:`o(v)`.
+* ``"spatial:l"`` for each structure-encoder layer :math:`l`: the rows
+  :math:`\{(o(v), u) : (u \to v) \in E_\text{spatial},\ o(u) \ne o(v)\}`,
+  i.e. each in-neighbour row sent **once per destination rank**, from
+  :math:`o(u)` to :math:`o(v)`, ``spatial_widths[l]`` wide.
+* ``"redistribution"`` (PSS-TS): every node with :math:`o(v) \ne \tau(v)`
+  moves its structure output row (``output_width``) from :math:`o(v)` to
+  :math:`\tau(v)`.
+* ``"temporal"``: recurrent -- for every temporal edge :math:`(u \to v)` with
+  :math:`\tau(u) \ne \tau(v)`, row :math:`u` goes from :math:`\tau(u)` to
+  :math:`\tau(v)`; attention -- row :math:`u` goes to every rank
+  :math:`r \ne \tau(u)` that owns a *later* appearance of the same vertex
+  (deduplicated per destination rank). ``time_width`` wide.
+
+Each exchange stores its rows sorted by ``(src rank, dst rank, gid)``: rank
+``s``'s send buffer for ``all_to_all_single`` is its slice, with split sizes
+``counts()[s]``; rank ``d`` receives ``counts()[:, d]`` rows from each source,
+concatenated in source order, each block gid-sorted (:meth:`Exchange.recv_list`).
+The backward pass sends one gradient row back for each forward row, so
+backward bytes equal forward bytes per exchange.
+
+Everything is built with sorts and ``unique`` over edge arrays; Python loops
+run only over blocks, phases and ranks.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterator, Optional, Union
+
+import torch
+from torch import Tensor
+
+from ..errors import PartitionError
+from .partition import Partition
+from .pattern import DependencyPattern
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..data.signal import DynamicGraphSignal
+    from ..data.supergraph import Supergraph
+
+KINDS = ("spatial", "temporal", "redistribution")
+
+
+@dataclass(frozen=True, eq=False)
+class Exchange:
+    r"""The rows one phase of one block moves between ranks.
+
+    Attributes:
+        block (int): block index.
+        phase (str): ``"spatial:<l>"``, ``"temporal"``, ``"redistribution"`` or
+            ``"redistribution_back"``.
+        kind (str): ``"spatial"``, ``"temporal"`` or ``"redistribution"``.
+        width (int): elements per row.
+        bytes_per_element (int): element size.
+        num_parts (int): :math:`R`.
+        src (Tensor): ``[K]`` sending rank of each row.
+        dst (Tensor): ``[K]`` receiving rank.
+        gid (Tensor): ``[K]`` vertex-time node whose row is sent.
+        pair_ptr (Tensor): ``[R*R+1]`` offsets of each ``(src, dst)`` pair's rows
+            (rows are sorted by ``(src, dst, gid)``).
+    """
+
+    block: int
+    phase: str
+    kind: str
+    width: int
+    bytes_per_element: int
+    num_parts: int
+    src: Tensor
+    dst: Tensor
+    gid: Tensor
+    pair_ptr: Tensor
+
+    @classmethod
+    def from_rows(cls, block: int, phase: str, kind: str, width: int, bpe: int, R: int,
+                  src: Tensor, dst: Tensor, gid: Tensor, num_nodes: int, dedup: bool = True) -> "Exchange":
+        """Sort (and deduplicate) rows by ``(src, dst, gid)``."""
+        key = (src * R + dst) * max(num_nodes, 1) + gid
+        key = torch.unique(key) if dedup else torch.sort(key).values
+        n = max(num_nodes, 1)
+        gid = key % n
+        pair = key // n
+        src, dst = pair // R, pair % R
+        counts = torch.bincount(pair, minlength=R * R)
+        pair_ptr = torch.zeros(R * R + 1, dtype=torch.long, device=key.device)
+        torch.cumsum(counts, 0, out=pair_ptr[1:])
+        return cls(block, phase, kind, int(width), int(bpe), R, src, dst, gid, pair_ptr)
+
+    @property
+    def num_rows(self) -> int:
+        return self.gid.numel()
+
+    @property
+    def forward_bytes(self) -> int:
+        return self.num_rows * self.width * self.bytes_per_element
+
+    @property
+    def backward_bytes(self) -> int:
+        """One gradient row per forward row."""
+        return self.forward_bytes
+
+    def counts(self) -> Tensor:
+        """``[R, R]`` rows sent from rank ``s`` (row) to rank ``d`` (column)."""
+        return (self.pair_ptr[1:] - self.pair_ptr[:-1]).view(self.num_parts, self.num_parts)
+
+    def send_index(self, src: int, dst: int) -> Tensor:
+        """Sorted gids rank ``src`` sends to rank ``dst``."""
+        R = self.num_parts
+        p = src * R + dst
+        return self.gid[int(self.pair_ptr[p]):int(self.pair_ptr[p + 1])]
+
+    def send_list(self, rank: int) -> tuple[Tensor, list[int]]:
+        """Rank ``rank``'s send buffer rows (ordered by destination, then gid)
+        and the ``output_split_sizes``-style split per destination."""
+        R = self.num_parts
+        lo, hi = int(self.pair_ptr[rank * R]), int(self.pair_ptr[(rank + 1) * R])
+        return self.gid[lo:hi], self.counts()[rank].tolist()
+
+    def recv_list(self, rank: int) -> tuple[Tensor, list[int]]:
+        """The gids arriving at ``rank``, in ``all_to_all_single`` order
+        (by source rank, then gid), and the split per source."""
+        parts = [self.send_index(s, rank) for s in range(self.num_parts)]
+        return torch.cat(parts) if parts else self.gid[:0], [p.numel() for p in parts]
+
+    def to_dict(self) -> dict:
+        return {"block": self.block, "phase": self.phase, "kind": self.kind, "width": self.width,
+                "rows": self.num_rows, "forward_bytes": self.forward_bytes,
+                "backward_bytes": self.backward_bytes, "counts": self.counts().tolist()}
+
+
+def _attention_rows(seq_order: Tensor, seq_ptr: Tensor, towner: Tensor, R: int) -> tuple[Tensor, Tensor]:
+    """(dst rank, gid) for temporal attention: gid goes to every rank other
+    than its own that owns a later appearance of the same vertex."""
+    N = seq_order.numel()
+    dev = seq_order.device
+    if N == 0:
+        e = torch.zeros(0, dtype=torch.long, device=dev)
+        return e, e
+    S = seq_ptr.numel() - 1
+    seq_id = torch.repeat_interleave(torch.arange(S, device=dev), seq_ptr[1:] - seq_ptr[:-1], output_size=N)
+    pos = torch.arange(N, device=dev)  # position in sequence_order: time-ordered inside a sequence
+    o = towner[seq_order]
+    # last position of each (sequence, rank) pair
+    last = torch.full((S * R,), -1, dtype=torch.long, device=dev)
+    last.scatter_reduce_(0, seq_id * R + o, pos, reduce="amax")
+    last = last.view(S, R)
+    dsts, gids = [], []
+    for r in range(R):  # loop over ranks only
+        need = (last[seq_id, r] > pos) & (o != r)
+        g = seq_order[need]
+        gids.append(g)
+        dsts.append(torch.full_like(g, r))
+    return torch.cat(dsts), torch.cat(gids)
+
+
+@dataclass(eq=False)
+class CommunicationPlan:
+    r"""All exchanges of one epoch for a partition and a dependency pattern.
+
+    Build with :meth:`build`; iterate to get the :class:`Exchange` s in
+    execution order.
+    """
+
+    num_parts: int
+    num_nodes: int
+    scheme: str
+    pattern: DependencyPattern
+    exchanges: list[Exchange]
+
+    @classmethod
+    def build(
+        cls,
+        supergraph: Union["Supergraph", "DynamicGraphSignal"],
+        partition: Partition,
+        pattern: DependencyPattern,
+    ) -> "CommunicationPlan":
+        """Compute every exchange.
+
+        Args:
+            supergraph: a :class:`~pyg_dynscale.data.Supergraph` or a signal
+                (its cached supergraph is used).
+            partition: owner arrays over the supergraph's nodes.
+            pattern: the model's dependency pattern.
+        """
+        if not hasattr(supergraph, "spatial_edge_index"):
+            partition.check_signal(supergraph)
+            supergraph = supergraph.supergraph()
+        if not isinstance(pattern, DependencyPattern):
+            raise PartitionError("pattern", f"expected a DependencyPattern, got {type(pattern).__name__}.",
+                                 "Use DependencyPattern.preset(model, in_channels, hidden).")
+        N = supergraph.num_nodes
+        partition.validate(N)
+        R = partition.num_parts
+        dev = supergraph.vertex.device
+        own = partition.owner.to(dev)
+        town = partition.temporal_owner.to(dev)
+        bpe = pattern.bytes_per_element
+
+        # spatial rows: unique (dst rank, src gid) over cut spatial edges
+        s, d = supergraph.spatial_edge_index
+        cut = own[s] != own[d]
+        sp = (own[s[cut]], own[d[cut]], s[cut])
+        # temporal rows
+        kinds = {b.time_kind for b in pattern.blocks}
+        tmp = {}
+        if "recurrent" in kinds:
+            u, v = supergraph.temporal_edge_index
+            c = town[u] != town[v]
+            tmp["recurrent"] = (town[u[c]], town[v[c]], u[c])
+        if "attention" in kinds:
+            dst, g = _attention_rows(supergraph.sequence_order, supergraph.sequence_ptr, town, R)
+            tmp["attention"] = (town[g], dst, g)
+        # redistribution rows (PSS-TS)
+        moved = (own != town).nonzero().flatten()
+        has_redis = partition.time_owner is not None
+
+        cache: dict = {}
+
+        def make(block: int, phase: str, kind: str, width: int, rows: tuple, tag: str) -> Exchange:
+            # layers of all blocks share their row sets: sort once, reuse the tensors
+            if tag not in cache:
+                cache[tag] = Exchange.from_rows(0, "", kind, 1, bpe, R, *rows, N)
+            e = cache[tag]
+            return Exchange(block, phase, kind, width, bpe, R, e.src, e.dst, e.gid, e.pair_ptr)
+
+        exchanges: list[Exchange] = []
+        for b, blk in enumerate(pattern.blocks):
+            if has_redis and b > 0:
+                exchanges.append(make(b, "redistribution_back", "redistribution", blk.input_width,
+                                      (town[moved], own[moved], moved), "back"))
+            for l, w in enumerate(blk.spatial_widths):
+                exchanges.append(make(b, f"spatial:{l}", "spatial", w, sp, "spatial"))
+            if has_redis:
+                exchanges.append(make(b, "redistribution", "redistribution", blk.redistribution_width,
+                                      (own[moved], town[moved], moved), "redis"))
+            exchanges.append(make(b, "temporal", "temporal", blk.time_width, tmp[blk.time_kind], blk.time_kind))
+        return cls(R, N, partition.scheme, pattern, exchanges)
+
+    # ------------------------------------------------------------------ access
+    def __iter__(self) -> Iterator[Exchange]:
+        return iter(self.exchanges)
+
+    def __len__(self) -> int:
+        return len(self.exchanges)
+
+    def exchange(self, block: int, phase: str) -> Exchange:
+        for e in self.exchanges:
+            if e.block == block and e.phase == phase:
+                return e
+        phases = sorted({e.phase for e in self.exchanges if e.block == block})
+        raise PartitionError("phase", f"no exchange ({block}, {phase!r}) in this plan.", f"Block {block} has phases {phases}.")
+
+    def send_index(self, block: int, phase: str, src: int, dst: int) -> Tensor:
+        """Sorted gids rank ``src`` sends to rank ``dst`` in ``(block, phase)``."""
+        return self.exchange(block, phase).send_index(src, dst)
+
+    # ------------------------------------------------------------------ totals
+    def bytes_by_kind(self, forward_only: bool = False) -> dict[str, int]:
+        """Bytes per epoch by kind (forward + backward, or forward only) and
+        ``"total"``."""
+        out = {k: 0 for k in KINDS}
+        for e in self.exchanges:
+            out[e.kind] += e.forward_bytes if forward_only else e.forward_bytes + e.backward_bytes
+        out["total"] = sum(out[k] for k in KINDS)
+        return out
+
+    def rows_by_kind(self) -> dict[str, int]:
+        """Forward rows per epoch by kind."""
+        out = {k: 0 for k in KINDS}
+        for e in self.exchanges:
+            out[e.kind] += e.num_rows
+        return out
+
+    def traffic_matrix(self, forward_only: bool = False) -> Tensor:
+        """``[R, R]`` bytes per epoch sent from rank ``s`` to rank ``d``."""
+        m = torch.zeros(self.num_parts, self.num_parts, dtype=torch.long)
+        for e in self.exchanges:
+            m += e.counts().cpu() * e.width * e.bytes_per_element * (1 if forward_only else 2)
+        return m
+
+    def to_dict(self) -> dict:
+        """A JSON-serializable summary (no index tensors)."""
+        fwd = self.bytes_by_kind(forward_only=True)
+        return {
+            "scheme": self.scheme, "num_parts": self.num_parts, "num_nodes": self.num_nodes,
+            "pattern": self.pattern.to_dict(),
+            "bytes": self.bytes_by_kind(), "bytes_forward": fwd,
+            "exchanges": [{k: v for k, v in e.to_dict().items() if k != "counts"} for e in self.exchanges],
+        }
+
+    def __repr__(self) -> str:
+        b = self.bytes_by_kind()
+        return (f"CommunicationPlan(scheme={self.scheme!r}, parts={self.num_parts}, exchanges={len(self)}, "
+                f"bytes/epoch={b['total']} (spatial={b['spatial']}, temporal={b['temporal']}, "
+                f"redistribution={b['redistribution']}))")

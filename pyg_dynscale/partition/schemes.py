@@ -1,0 +1,280 @@
+r"""Snapshot, sequence and hybrid partition schemes (DGC §2.2, SC'21).
+
+* **PSS** (:func:`partition_pss`): each rank gets a contiguous range of
+  snapshots. Spatial edges are never cut; temporal edges between ranges are.
+* **PTS** (:func:`partition_pts`): each rank gets whole temporal sequences
+  (all appearances of a vertex). Temporal edges are never cut; spatial ones are.
+* **PSS-TS** (:func:`partition_pss_ts`, the SC'21 paper): structure encoder by
+  snapshot (PSS owner), time encoder by sequence (PTS owner); neither kind of
+  edge is cut, but each block redistributes the structure output between them.
+* **PGC** (chunks, DGC §4): :mod:`pyg_dynscale.partition.pgc`, reached through
+  :func:`partition`.
+
+Balancing uses a cost per vertex-time node :math:`c_v`; by default
+:math:`c_v = 1 + \deg_\text{in}(v)` so that a rank's load is its vertex-time
+nodes plus the spatial edges it aggregates (:func:`default_node_cost`).
+"""
+from __future__ import annotations
+
+import heapq
+import time
+from typing import TYPE_CHECKING, Any, Optional
+
+import torch
+from torch import Tensor
+
+from ..errors import PartitionError
+from .partition import Partition, check_num_parts
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..data.signal import DynamicGraphSignal
+    from .pattern import DependencyPattern
+
+SCHEMES = ("pss", "pts", "pss-ts", "pgc")
+
+#: sequences placed one by one by exact LPT before the vectorized fill
+LPT_EXACT_ITEMS = 20000
+
+
+def default_node_cost(signal: "DynamicGraphSignal") -> Tensor:
+    r"""``[N]`` float64 cost :math:`c_v = 1 + \deg_\text{in}(v)` of each
+    vertex-time node (its own row plus the spatial edges it aggregates)."""
+    sg = signal.supergraph()
+    return 1.0 + torch.bincount(sg.spatial_edge_index[1], minlength=sg.num_nodes).to(torch.float64)
+
+
+def resolve_node_cost(signal: "DynamicGraphSignal", workload: Any = None) -> Tensor:
+    """``workload`` as a ``[N]`` float64 tensor: ``None`` -> :func:`default_node_cost`;
+    a tensor -> checked; an object with ``node_cost(signal)`` -> called."""
+    N = signal.num_vertex_time_nodes
+    if workload is None:
+        return default_node_cost(signal)
+    if hasattr(workload, "node_cost") and not isinstance(workload, Tensor):
+        workload = workload.node_cost(signal)
+    w = torch.as_tensor(workload)
+    if w.dim() != 1 or w.numel() != N:
+        raise PartitionError("workload", f"must be a [{N}] cost per vertex-time node, got shape {list(w.shape)}.",
+                             "Pass one non-negative cost per vertex-time node (gid order).")
+    w = w.to(torch.float64).cpu()
+    if not bool(torch.isfinite(w).all()) or bool((w < 0).any()):
+        raise PartitionError("workload", "costs must be finite and >= 0.")
+    return w
+
+
+def _linear_partition(cost: Tensor, R: int) -> Tensor:
+    r"""Split ``cost [T]`` into ``R`` contiguous non-empty ranges minimizing the
+    largest range sum. Returns ``bounds [R+1]``.
+
+    Bisection on the bottleneck :math:`B`; for a given :math:`B` the greedy
+    "extend each range as far as it fits" (``searchsorted`` on prefix sums, a
+    loop over ranks) decides feasibility. Ranges left unused are made by
+    splitting multi-snapshot ranges, which never raises the maximum.
+    """
+    T = cost.numel()
+    pre = torch.cat([torch.zeros(1, dtype=torch.float64), torch.cumsum(cost.to(torch.float64), 0)])
+    total = float(pre[-1])
+
+    def greedy(B: float) -> Optional[list[int]]:
+        bounds, start = [0], 0
+        for _ in range(R):
+            if start >= T:
+                break
+            end = int(torch.searchsorted(pre, pre[start] + B * (1 + 1e-12), right=True)) - 1
+            end = max(end, start + 1)  # a single snapshot always forms a range
+            if float(pre[end] - pre[start]) > B * (1 + 1e-12):
+                return None
+            bounds.append(end)
+            start = end
+        return bounds if start >= T else None
+
+    lo, hi = float(cost.max()) if T else 0.0, total
+    best = greedy(hi) or [0, T]
+    for _ in range(60):
+        if hi - lo <= 1e-9 * max(total, 1.0):
+            break
+        mid = 0.5 * (lo + hi)
+        g = greedy(mid)
+        if g is None:
+            lo = mid
+        else:
+            hi, best = mid, g
+    bounds = best
+    while len(bounds) - 1 < R:  # split the heaviest range with >1 snapshot at its best point
+        sums = [(float(pre[bounds[i + 1]] - pre[bounds[i]]), i) for i in range(len(bounds) - 1)
+                if bounds[i + 1] - bounds[i] > 1]
+        _, i = max(sums)
+        a, b = bounds[i], bounds[i + 1]
+        mid_val = 0.5 * float(pre[a] + pre[b])
+        cut = int(torch.searchsorted(pre[a + 1:b], mid_val)) + a + 1
+        cut = min(max(cut, a + 1), b - 1)
+        bounds.insert(i + 1, cut)
+    return torch.tensor(bounds, dtype=torch.long)
+
+
+def _lpt(cost: Tensor, R: int) -> Tensor:
+    r"""Longest-processing-time-first assignment of items to ``R`` bins.
+
+    The largest ``LPT_EXACT_ITEMS`` items are placed one by one on the least
+    loaded bin (a heap); the remaining small items are laid end to end along
+    the bins' remaining room to the mean load (vectorized: an item goes to the
+    bin whose room interval holds its midpoint), so each bin misses the mean by
+    at most about one small item.
+    """
+    S = cost.numel()
+    order = torch.argsort(cost, descending=True, stable=True)
+    assign = torch.empty(S, dtype=torch.long)
+    k = min(S, LPT_EXACT_ITEMS)
+    heap = [(0.0, r) for r in range(R)]
+    loads = [0.0] * R
+    big = cost[order[:k]].tolist()
+    out = [0] * k
+    for j, c in enumerate(big):  # bounded loop: at most LPT_EXACT_ITEMS items
+        load, r = heapq.heappop(heap)
+        out[j] = r
+        loads[r] = load + c
+        heapq.heappush(heap, (loads[r], r))
+    assign[order[:k]] = torch.tensor(out, dtype=torch.long)
+    if k < S:
+        small = order[k:]
+        c = cost[small].to(torch.float64)
+        target = (sum(loads) + float(c.sum())) / R
+        room = torch.clamp(target - torch.tensor(loads, dtype=torch.float64), min=0)
+        if float(room.sum()) <= 0:
+            room = torch.ones(R, dtype=torch.float64)
+        room = room * (float(c.sum()) / float(room.sum()))
+        edges = torch.cumsum(room, 0)
+        mid = torch.cumsum(c, 0) - 0.5 * c
+        assign[small] = torch.searchsorted(edges, mid, right=True).clamp(max=R - 1)
+    return assign
+
+
+def _signal_info(signal: "DynamicGraphSignal") -> tuple[int, int]:
+    if not hasattr(signal, "node_ptr") or not hasattr(signal, "supergraph"):
+        raise PartitionError("signal", f"expected a DynamicGraphSignal, got {type(signal).__name__}.",
+                             "Convert with DynamicGraphSignal.from_pygt(...) or a pyg_dynscale loader.")
+    return signal.num_vertex_time_nodes, signal.num_snapshots
+
+
+def _pss_owner(signal: "DynamicGraphSignal", R: int, balanced: bool, workload: Any) -> tuple[Tensor, dict]:
+    N, T = _signal_info(signal)
+    check_num_parts(R, N)
+    nodes = (signal.node_ptr[1:] - signal.node_ptr[:-1]).cpu()
+    nonempty = (nodes > 0).nonzero().flatten()
+    if R > nonempty.numel():
+        raise PartitionError("num_parts", f"PSS splits by snapshot but only {nonempty.numel()} snapshots are non-empty "
+                             f"for {R} parts.", "Use fewer parts, or the 'pts'/'pgc' scheme.")
+    if balanced:
+        cost = resolve_node_cost(signal, workload)
+        snap = torch.repeat_interleave(torch.arange(T), nodes, output_size=N)
+        per_snap = torch.zeros(T, dtype=torch.float64).index_add_(0, snap, cost)[nonempty]
+        bounds = _linear_partition(per_snap, R)
+    else:  # DGC's baseline: equal numbers of (non-empty) snapshots
+        bounds = (torch.arange(R + 1) * nonempty.numel()) // R
+    # rank of each non-empty snapshot, then empty snapshots join their successor's... rank (they own nothing)
+    rank_of = torch.repeat_interleave(torch.arange(R), bounds[1:] - bounds[:-1])
+    snap_rank = torch.zeros(T, dtype=torch.long)
+    snap_rank[nonempty] = rank_of
+    owner = torch.repeat_interleave(snap_rank, nodes, output_size=N)
+    ranges = [[int(nonempty[bounds[r]]), int(nonempty[bounds[r + 1] - 1]) + 1] for r in range(R)]
+    return owner, {"balanced": bool(balanced), "snapshot_ranges": ranges}
+
+
+def _pts_owner(signal: "DynamicGraphSignal", R: int, balanced: bool, workload: Any) -> tuple[Tensor, dict]:
+    N, _ = _signal_info(signal)
+    check_num_parts(R, N)
+    sg = signal.supergraph()
+    S = sg.sequence_ptr.numel() - 1
+    if R > S:
+        raise PartitionError("num_parts", f"PTS splits by temporal sequence but there are only {S} sequences for {R} parts.",
+                             "Use fewer parts, or the 'pss'/'pgc' scheme.")
+    lengths = sg.sequence_lengths.cpu()
+    if balanced:
+        cost = resolve_node_cost(signal, workload)
+        seq_id = torch.repeat_interleave(torch.arange(S), lengths, output_size=N)
+        seq_cost = torch.zeros(S, dtype=torch.float64).index_add_(0, seq_id, cost[sg.sequence_order.cpu()])
+        seq_rank = _lpt(seq_cost, R)
+    else:  # equal numbers of sequences, in vertex-id order
+        seq_rank = (torch.arange(S) * R) // S
+    owner = torch.empty(N, dtype=torch.long)
+    owner[sg.sequence_order.cpu()] = torch.repeat_interleave(seq_rank, lengths, output_size=N)
+    return owner, {"balanced": bool(balanced)}
+
+
+def _finish(scheme: str, signal: "DynamicGraphSignal", R: int, owner: Tensor, t0: float, meta: dict,
+            time_owner: Optional[Tensor] = None) -> Partition:
+    seconds = time.perf_counter() - t0
+    return Partition(scheme, R, owner, time_owner=time_owner, fingerprint=signal.fingerprint(),
+                     seconds=seconds, meta=meta)
+
+
+def partition_pss(signal: "DynamicGraphSignal", num_parts: int, *, balanced: bool = False,
+                  workload: Any = None) -> Partition:
+    r"""Partition by snapshot: rank :math:`r` owns snapshots
+    :math:`[t_r, t_{r+1})`.
+
+    Args:
+        signal: the dynamic graph.
+        num_parts: :math:`R`, at most the number of non-empty snapshots.
+        balanced: ``False`` -- equal snapshot counts (DGC's PSS baseline);
+            ``True`` -- contiguous ranges minimizing the largest range workload.
+        workload: ``[N]`` cost per vertex-time node, or an object with
+            ``node_cost(signal)``; default :func:`default_node_cost`.
+    """
+    _signal_info(signal)
+    t0 = time.perf_counter()
+    owner, meta = _pss_owner(signal, num_parts, balanced, workload)
+    return _finish("pss", signal, num_parts, owner, t0, meta)
+
+
+def partition_pts(signal: "DynamicGraphSignal", num_parts: int, *, balanced: bool = False,
+                  workload: Any = None) -> Partition:
+    r"""Partition by temporal sequence: all appearances of a vertex on one rank.
+
+    Args:
+        balanced: ``False`` -- equal numbers of sequences per rank (vertex-id
+            order); ``True`` -- LPT on the sequence workload (sum of node costs,
+            i.e. appearances plus aggregated edges by default).
+        workload: as in :func:`partition_pss`.
+    """
+    _signal_info(signal)
+    signal.supergraph()  # build (and cache) outside the timed region
+    t0 = time.perf_counter()
+    owner, meta = _pts_owner(signal, num_parts, balanced, workload)
+    return _finish("pts", signal, num_parts, owner, t0, meta)
+
+
+def partition_pss_ts(signal: "DynamicGraphSignal", num_parts: int, *, balanced: bool = False,
+                     workload: Any = None) -> Partition:
+    r"""The SC'21 hybrid: ``owner`` from :func:`partition_pss` (structure
+    encoder), ``time_owner`` from :func:`partition_pts` (time encoder)."""
+    _signal_info(signal)
+    signal.supergraph()
+    t0 = time.perf_counter()
+    owner, m1 = _pss_owner(signal, num_parts, balanced, workload)
+    towner, _ = _pts_owner(signal, num_parts, balanced, workload)
+    return _finish("pss-ts", signal, num_parts, owner, t0, m1, time_owner=towner)
+
+
+def partition(signal: "DynamicGraphSignal", scheme: str, num_parts: int,
+              pattern: Optional["DependencyPattern"] = None, seed: int = 0, **opts: Any) -> Partition:
+    """Dispatch to a scheme by name (``"pss"``, ``"pts"``, ``"pss-ts"``, ``"pgc"``).
+
+    ``pattern`` and ``seed`` are used by PGC (edge weights, tie-breaking); the
+    other schemes are deterministic and ignore them. ``opts`` go to the scheme.
+    """
+    key = str(scheme).lower().replace("_", "-")
+    if key in ("pssts", "pss+ts"):
+        key = "pss-ts"
+    if key == "pss":
+        return partition_pss(signal, num_parts, **opts)
+    if key == "pts":
+        return partition_pts(signal, num_parts, **opts)
+    if key == "pss-ts":
+        return partition_pss_ts(signal, num_parts, **opts)
+    if key == "pgc":
+        try:
+            from .pgc import partition_pgc
+        except ImportError as exc:
+            raise NotImplementedError(f"the PGC scheme is not available: pyg_dynscale.partition.pgc could not be imported ({exc}).") from None
+        return partition_pgc(signal, num_parts, pattern, seed=seed, **opts)
+    raise PartitionError("scheme", f"unknown partition scheme {scheme!r}.", f"Use one of {list(SCHEMES)}.")

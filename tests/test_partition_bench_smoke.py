@@ -1,0 +1,29 @@
+"""Smoke test: benchmarks/bench_schemes.py --quick runs and its rows are consistent."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+
+ROOT = os.path.join(os.path.dirname(__file__), "..")
+
+
+def test_bench_schemes_quick(tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location("bench_schemes", os.path.join(ROOT, "benchmarks", "bench_schemes.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = tmp_path / "rows.json"
+    assert mod.main(["--quick", "--models", "dysat", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())
+    assert not [r for r in rows if "error" in r]
+    schemes = {r["scheme"] for r in rows}
+    assert {"pss", "pss-bal", "pts", "pts-bal", "pss-ts", "pgc"} <= schemes
+    for r in rows:
+        assert r["bytes_total"] == r["bytes_spatial"] + r["bytes_temporal"] + r["bytes_redistribution"]
+        if r["scheme"] == "pss":
+            assert r["bytes_spatial"] == 0 and r["cut_spatial_edges"] == 0
+        if r["scheme"].startswith("pts"):
+            assert r["bytes_temporal"] == 0
+        if r["scheme"] == "pgc":
+            assert r["flag"] == "" or r["flag"].startswith("!")
+    assert "flagged PGC rows" in capsys.readouterr().out
