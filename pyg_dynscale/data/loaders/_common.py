@@ -1,0 +1,62 @@
+"""Shared pieces of the dataset loaders: typed errors and file reading.
+
+Loaders never download: they read a local file (plain or gzip-compressed).
+"""
+from __future__ import annotations
+
+import gzip
+import os
+import zlib
+from typing import Union
+
+from ...errors import DynScaleError, SignalFormatError
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+class DatasetNotFoundError(DynScaleError, FileNotFoundError):
+    """Raised when a dataset file does not exist (loaders never download)."""
+
+
+class DatasetFormatError(SignalFormatError):
+    r"""Raised when a dataset file cannot be parsed.
+
+    Args:
+        source (str): the file (or dataset) being read.
+        field (str): the offending key, column or line, e.g. ``"key 'FX'"``.
+        problem (str): what is wrong.
+        fix (str): how to fix it.
+    """
+
+    def __init__(self, source: str, field: str, problem: str, fix: str = "") -> None:
+        self.source = source
+        self.field = field
+        self.problem = problem
+        self.fix = fix
+        msg = f"{source}: {field}: {problem}"
+        if fix:
+            msg += f" Fix: {fix}"
+        super().__init__(msg)
+
+
+def read_bytes(path: PathLike, what: str = "dataset file") -> bytes:
+    """Read a whole file, decompressing gzip transparently (detected by its
+    magic bytes, not its name)."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise DatasetNotFoundError(
+            f"{what} {path!r} does not exist. pyg_dynscale never downloads data: "
+            "download the file yourself and pass its local path."
+        )
+    if os.path.isdir(path):
+        raise DatasetNotFoundError(f"{what} {path!r} is a directory, not a file.")
+    with open(path, "rb") as fh:
+        raw = fh.read()
+    if raw[:2] == _GZIP_MAGIC:
+        try:
+            return gzip.decompress(raw)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise DatasetFormatError(path, "gzip stream", f"is corrupt or truncated ({exc}).", "re-download the file.") from None
+    return raw
