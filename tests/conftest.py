@@ -42,3 +42,18 @@ def static_signal() -> DynamicGraphSignal:
 
 def pytest_configure(config: pytest.Config) -> None:
     torch.manual_seed(0)
+
+
+def shared_datasets_dir():
+    """The project's shared real data: ``$PYG_DYNSCALE_DATASETS``, else
+    ``../shared/datasets`` next to the checkout (where CI puts it)."""
+    import os
+    from pathlib import Path
+
+    env = os.environ.get("PYG_DYNSCALE_DATASETS")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[2] / "shared" / "datasets"
+
+
+SHARED_DATASETS = shared_datasets_dir()

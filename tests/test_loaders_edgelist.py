@@ -17,8 +17,9 @@ import torch
 
 from pyg_dynscale.data.loaders import DatasetFormatError, DatasetNotFoundError, load, load_edge_list, parse_window
 from pyg_dynscale.errors import SignalValidationError
+from tests.conftest import SHARED_DATASETS
 
-SNAP = Path(os.environ.get("PYG_DYNSCALE_DATASETS", "/work/shared/datasets")) / "snap"
+SNAP = SHARED_DATASETS / "snap"
 
 # source target time (seconds); window 10 s -> bins 0, 0, 0, 1, 1, 3, 3 (bin 2 empty)
 TINY = """% KONECT-style header

@@ -23,6 +23,7 @@ from pyg_dynscale.data.loaders import (
     load_pygt_json,
 )
 from pyg_dynscale.errors import MissingDependencyError, SignalValidationError
+from tests.conftest import SHARED_DATASETS
 
 try:
     import_pygt("the PyGT comparison tests")
@@ -34,7 +35,7 @@ except MissingDependencyError:  # pragma: no cover - CI installs PyGT
 
 needs_pygt = pytest.mark.skipif(not HAVE_PYGT, reason="torch_geometric_temporal (PyGT) is not importable: pip install 'pyg-dynscale[pygt]'")
 
-SHARED = Path(os.environ.get("PYG_DYNSCALE_DATASETS", "/work/shared/datasets")) / "pygt"
+SHARED = SHARED_DATASETS / "pygt"
 ENGLAND_SHA256 = "497056cc4585b58951fd5cd17554fe0c535f68ea0c907a5b5727ae30e3913450"
 
 
