@@ -1,0 +1,300 @@
+r"""The decomposition interface of the fast (DGC) path.
+
+A *decomposed* dynamic-GNN layer computes, for every vertex-time node
+:math:`(i, t)`,
+
+.. math::
+    \mathbf{z}_{i,t} = \mathrm{SE}\big(G_t, X_t\big)_i, \qquad
+    \mathbf{h}_{i,t} = \mathrm{TE}\big(\mathbf{z}_{i,t},
+        \{\mathbf{h}_{i,t'} \text{ or } \mathbf{z}_{i,t'} : t' < t,\ i \in V_{t'}\}\big),
+
+a *structure encoder* SE that only looks at snapshot :math:`t` (so all
+snapshots can be encoded in one pass over the block-diagonal graph
+:math:`\mathrm{diag}(G_1, \ldots, G_T)`: DGC's spatial fusion) followed by a
+*time encoder* TE along each vertex's temporal sequence (so all sequences can
+be encoded at once, concatenated with state resets: DGC's temporal fusion,
+§5.1.2). The same two pieces run on one device here
+(:class:`~pyg_dynscale.runtime.FusedTrainer`) and on partitions in the
+distributed runtime.
+
+:class:`FusedGraph` is the fused input: a whole :class:`DynamicGraphSignal`
+(or a window of it) as one graph on vertex-time node ids plus its packed
+temporal sequences. :class:`DecomposedModule` is the base class of layers and
+adapters that declare such a decomposition.
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import torch
+from torch import Tensor
+
+from ..errors import ModelInputError
+
+__all__ = ["FusedGraph", "DecomposedModule", "gcn_adjacency", "propagate", "check_initial_state"]
+
+
+def _fusion():
+    # The masked temporal encoders live in their own module (temporal fusion).
+    from . import temporal_fusion
+
+    return temporal_fusion
+
+
+@dataclass
+class FusedGraph:
+    r"""All snapshots of a signal as one block-diagonal graph on vertex-time nodes.
+
+    Node ``n`` is vertex-time node ``n`` of the signal (time-major,
+    :math:`\mathrm{gid}(i,t) = \mathrm{offset}[t] + \mathrm{row}`), so a
+    structure encoder applied to :attr:`x` over :attr:`edge_index` computes
+    every snapshot at once and exactly as it would per snapshot.
+
+    Attributes:
+        x (Tensor): ``[N, ...]`` node features.
+        edge_index (Tensor): ``[2, E]`` spatial edges in vertex-time ids.
+        edge_weight (Tensor, optional): ``[E]``.
+        node_ptr (Tensor): ``[T+1]`` snapshot offsets (one PyGT call each).
+        time (Tensor): ``[N]`` snapshot of each node.
+        vertex (Tensor): ``[N]`` global vertex id of each node.
+        sequence_order (Tensor): ``[N]`` node ids grouped by vertex, time order
+            inside each vertex.
+        sequence_ptr (Tensor): ``[S+1]`` offsets of the ``S`` sequences.
+        sequence_vertex (Tensor): ``[S]`` vertex of each sequence.
+        num_vertices (int): size of the vertex id space.
+    """
+
+    x: Optional[Tensor]
+    edge_index: Tensor
+    edge_weight: Optional[Tensor]
+    node_ptr: Tensor
+    time: Tensor
+    vertex: Tensor
+    sequence_order: Tensor
+    sequence_ptr: Tensor
+    sequence_vertex: Tensor
+    num_vertices: int
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_signal(cls, signal: Any, x: Optional[Tensor] = None) -> "FusedGraph":
+        """Build from a :class:`~pyg_dynscale.data.DynamicGraphSignal` (uses its
+        cached :meth:`supergraph`)."""
+        sg = signal.supergraph()
+        return cls(
+            x=signal.x if x is None else x,
+            edge_index=sg.spatial_edge_index,
+            edge_weight=signal.edge_weight,
+            node_ptr=signal.node_ptr,
+            time=sg.time,
+            vertex=sg.vertex,
+            sequence_order=sg.sequence_order,
+            sequence_ptr=sg.sequence_ptr,
+            sequence_vertex=sg.sequence_vertex,
+            num_vertices=signal.num_vertices,
+        )
+
+    @property
+    def num_nodes(self) -> int:
+        return self.time.numel()
+
+    @property
+    def num_snapshots(self) -> int:
+        return self.node_ptr.numel() - 1
+
+    @property
+    def num_sequences(self) -> int:
+        return self.sequence_ptr.numel() - 1
+
+    @property
+    def device(self) -> torch.device:
+        return self.node_ptr.device
+
+    @property
+    def packing(self) -> Any:
+        """The reusable :func:`~pyg_dynscale.nn.temporal_fusion.pack_sequences`
+        of the temporal sequences (computed once)."""
+        if "packing" not in self._cache:
+            self._cache["packing"] = _fusion().pack_sequences(self.sequence_ptr)
+        return self._cache["packing"]
+
+    @property
+    def sequence_position(self) -> Tensor:
+        """``[N]`` position of each node inside its vertex's sequence (0 = first
+        appearance), in node order."""
+        if "seqpos" not in self._cache:
+            S, N = self.num_sequences, self.num_nodes
+            lengths = self.sequence_ptr[1:] - self.sequence_ptr[:-1]
+            start = torch.repeat_interleave(self.sequence_ptr[:-1], lengths, output_size=N)
+            pos_in_seq_order = torch.arange(N, device=self.device) - start
+            pos = torch.empty_like(pos_in_seq_order)
+            pos[self.sequence_order] = pos_in_seq_order
+            self._cache["seqpos"] = pos
+        return self._cache["seqpos"]
+
+    def to_sequences(self, z: Tensor) -> Tensor:
+        """Rows of ``z`` (node order) in sequence order."""
+        return z.index_select(0, self.sequence_order)
+
+    def from_sequences(self, h: Tensor) -> Tensor:
+        """Inverse of :meth:`to_sequences`: sequence order back to node order."""
+        out = torch.empty_like(h)
+        return out.index_copy(0, self.sequence_order, h)
+
+    def segment_ids(self) -> Tensor:
+        """``[N]`` snapshot of each node (alias of :attr:`time`)."""
+        return self.time
+
+
+def gcn_adjacency(
+    graph: FusedGraph, improved: bool = False, add_self_loops: bool = True, dtype: torch.dtype = torch.float32
+) -> tuple[Tensor, Tensor]:
+    r"""GCN-normalized adjacency :math:`\hat{D}^{-1/2}\hat{A}\hat{D}^{-1/2}` of the
+    block-diagonal graph as ``(edge_index, edge_weight)``, computed once per
+    ``(improved, add_self_loops, dtype)`` and cached on ``graph``.
+
+    The graph is block-diagonal, so degrees and self loops are those of each
+    snapshot: the result equals per-snapshot ``gcn_norm`` concatenated.
+    """
+    key = ("gcn", improved, add_self_loops, dtype)
+    if key not in graph._cache:
+        from torch_geometric.nn.conv.gcn_conv import gcn_norm
+
+        w = graph.edge_weight
+        if w is not None:
+            w = w.to(dtype)
+        ei, ew = gcn_norm(
+            graph.edge_index, w, graph.num_nodes, improved, add_self_loops, "source_to_target", dtype
+        )
+        # sort by target once so that index_add_ writes are cache friendly
+        perm = torch.argsort(ei[1], stable=True)
+        graph._cache[key] = _Adjacency(ei[:, perm].contiguous(), ew[perm].contiguous())
+    return graph._cache[key]
+
+
+class _SpMM(torch.autograd.Function):
+    """``A @ x`` with a CSR ``A``; the backward is ``A^T @ grad`` with a cached
+    CSR transpose (much faster on CPU than gather + index_add)."""
+
+    @staticmethod
+    def forward(ctx: Any, a: Tensor, at: Tensor, x: Tensor) -> Tensor:  # type: ignore[override]
+        ctx.at = at
+        return torch.sparse.mm(a, x)
+
+    @staticmethod
+    def backward(ctx: Any, g: Tensor) -> tuple:  # type: ignore[override]
+        return None, None, torch.sparse.mm(ctx.at, g.contiguous())
+
+
+def _csr_pair(adjacency: tuple[Tensor, Tensor], n: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    ei, w = adjacency
+    key = (dtype, n)
+    cache = getattr(adjacency, "_csr", None)
+    if not isinstance(adjacency, _Adjacency):
+        cache = None
+    if cache is not None and key in cache:
+        return cache[key]
+    w = w.to(dtype)
+    with warnings.catch_warnings():  # "sparse CSR is beta" / invariant-check notices
+        warnings.simplefilter("ignore", UserWarning)
+        a = torch.sparse_coo_tensor(torch.stack([ei[1], ei[0]]), w, (n, n), check_invariants=True).coalesce().to_sparse_csr()
+        at = torch.sparse_coo_tensor(ei, w, (n, n), check_invariants=True).coalesce().to_sparse_csr()
+    if isinstance(adjacency, _Adjacency):
+        adjacency._csr[key] = (a, at)
+    return a, at
+
+
+class _Adjacency(tuple):
+    """``(edge_index, edge_weight)`` that also caches its CSR forms."""
+
+    def __new__(cls, ei: Tensor, w: Tensor) -> "_Adjacency":
+        obj = super().__new__(cls, (ei, w))
+        obj._csr = {}
+        return obj
+
+
+def propagate(x: Tensor, adjacency: tuple[Tensor, Tensor]) -> Tensor:
+    r""":math:`\mathbf{x}'_i = \sum_{(j, i) \in E} w_{ji}\,\mathbf{x}_j` (the
+    ``add`` aggregation of :class:`~torch_geometric.nn.conv.GCNConv`) for
+    ``x`` of shape ``[N, *]``, as a CSR sparse-dense product."""
+    shape = x.shape
+    x2 = x.reshape(shape[0], -1)
+    if x2.dtype not in (torch.float32, torch.float64):
+        ei, w = adjacency
+        msg = x2.index_select(0, ei[0]) * w.to(x2.dtype).unsqueeze(-1)
+        return torch.zeros_like(x2).index_add_(0, ei[1], msg).view(shape)
+    a, at = _csr_pair(adjacency, shape[0], x2.dtype)
+    return _SpMM.apply(a, at, x2.contiguous()).view(shape)
+
+
+def check_initial_state(h0: Optional[Tensor], graph: FusedGraph, width: int, name: str = "h0") -> None:
+    """Raise :class:`ModelInputError` unless ``h0`` is ``None`` or ``[S, width]``
+    on the graph's device (one row per temporal sequence)."""
+    if h0 is None:
+        return
+    S = graph.num_sequences
+    if not isinstance(h0, Tensor) or h0.dim() != 2 or tuple(h0.shape) != (S, width):
+        shape = list(h0.shape) if isinstance(h0, Tensor) else type(h0).__name__
+        raise ModelInputError(
+            name,
+            f"has shape {shape} but the signal has {S} temporal sequences and the state width is {width}.",
+            f"pass a [{S}, {width}] tensor (row s = initial state of sequence s, vertex "
+            "graph.sequence_vertex[s]) or None for zeros.",
+        )
+    if h0.device != graph.device:
+        raise ModelInputError(
+            name, f"is on {h0.device} but the graph is on {graph.device}.", f"move it with {name}.to(device)."
+        )
+
+
+class DecomposedModule(torch.nn.Module):
+    r"""Base class of layers with a declared decomposition into a structure
+    encoder (per snapshot) and a time encoder (per vertex sequence).
+
+    Subclasses implement :meth:`structure_encoder` and :meth:`time_encoder`;
+    :meth:`forward_fused` composes them over a :class:`FusedGraph`.
+
+    Attributes:
+        time_kind (str): ``"recurrent"`` (state of the previous appearance),
+            ``"attention"`` (all earlier appearances) or ``"window"`` (a
+            recurrence inside one snapshot's stacked window, MPNN-LSTM).
+        state_width (int): width of the recurrent state carried along a
+            sequence (0 when there is none).
+    """
+
+    time_kind: str = "recurrent"
+    state_width: int = 0
+
+    def structure_encoder(self, graph: FusedGraph, x: Optional[Tensor] = None) -> Tensor:
+        """``[N, D]`` per-node structure embeddings of all snapshots at once."""
+        raise NotImplementedError
+
+    def time_encoder(self, z: Tensor, graph: FusedGraph, h0: Optional[Tensor] = None) -> Tensor:
+        """``[N, H]`` outputs from the structure embeddings ``z`` (node order)."""
+        raise NotImplementedError
+
+    def forward_fused(self, graph: FusedGraph, h0: Optional[Tensor] = None, x: Optional[Tensor] = None) -> Tensor:
+        r"""Run the layer over every snapshot of ``graph`` at once.
+
+        Args:
+            graph: the fused signal.
+            h0: ``[S, state_width]`` initial state of each sequence, or ``None``
+                (zeros, as PyGT's ``H=None``).
+            x: input features (default ``graph.x``), e.g. the previous layer's output.
+
+        Returns:
+            ``[N, H]`` outputs in vertex-time node order; row ``n`` equals what
+            the per-snapshot loop (state carried from the vertex's previous
+            appearance) returns for that node.
+        """
+        if self.state_width:
+            check_initial_state(h0, graph, self.state_width)
+        z = self.structure_encoder(graph, x)
+        return self.time_encoder(z, graph, h0)
+
+    def dependency_pattern(self, bytes_per_element: int = 4) -> Any:
+        """The :class:`~pyg_dynscale.partition.pattern.DependencyPattern` the
+        distributed runtime plans communication with."""
+        raise NotImplementedError(f"{type(self).__name__} declares no dependency pattern.")

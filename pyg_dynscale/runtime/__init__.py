@@ -1,0 +1,5 @@
+"""Runtimes: the fused single-device trainer and the per-snapshot reference loops."""
+from .fused import LOSSES, FusedTrainer, snapshot_mean
+from .reference import dysat_per_snapshot, per_snapshot_outputs
+
+__all__ = ["FusedTrainer", "LOSSES", "snapshot_mean", "per_snapshot_outputs", "dysat_per_snapshot"]

@@ -1,0 +1,186 @@
+"""Drop-in layers (TGCN, MPNNLSTM, DySAT): PyGT equivalence and the decomposition."""
+import copy
+
+import pytest
+import torch
+
+from pyg_dynscale import DynamicGraphSignal
+from pyg_dynscale._optional import import_pygt
+from pyg_dynscale.errors import ModelInputError
+from pyg_dynscale.nn import MPNNLSTM, TGCN, DySAT, FusedGraph
+from pyg_dynscale.runtime import dysat_per_snapshot, per_snapshot_outputs
+
+pygt = import_pygt()
+rec = pygt.nn.recurrent
+
+
+def make_signal(T=5, V=7, F=3, changing=True, seed=1, periods=0, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    eis, ws, xs, ids, ys = [], [], [], [], []
+    for t in range(T):
+        if changing:
+            k = int(torch.randint(2, V + 1, (1,), generator=g))
+            keep = torch.randperm(V, generator=g)[:k].sort().values
+        else:
+            keep = torch.arange(V)
+        n = keep.numel()
+        E = 3 * n
+        eis.append(torch.randint(0, n, (2, E), generator=g))
+        ws.append(torch.rand(E, generator=g) + 0.1)
+        xs.append(torch.randn(*((n, F, periods) if periods else (n, F)), generator=g))
+        ys.append(torch.randn(n, generator=g))
+        ids.append(keep)
+    return DynamicGraphSignal(eis, ws, xs, ys, node_ids=ids, num_vertices=V, dtype=dtype)
+
+
+def grads(module):
+    return {k: p.grad.clone() for k, p in module.named_parameters() if p.grad is not None}
+
+
+# ---------------------------------------------------------------- TGCN
+def test_tgcn_matches_pygt_state_dict_and_forward():
+    torch.manual_seed(0)
+    ours, theirs = TGCN(4, 6), rec.TGCN(4, 6)
+    assert ours.state_dict().keys() == theirs.state_dict().keys()
+    ours.load_state_dict(theirs.state_dict())
+    theirs.load_state_dict(ours.state_dict())  # both directions
+    x, ei, w = torch.randn(9, 4), torch.randint(0, 9, (2, 20)), torch.rand(20)
+    H = torch.randn(9, 6)
+    assert torch.equal(ours(x, ei, w, H), theirs(x, ei, w, H))
+    assert torch.equal(ours(x, ei), theirs(x, ei))
+    ours.reset_parameters()
+    assert not torch.equal(ours(x, ei, w, H), theirs(x, ei, w, H))
+
+
+@pytest.mark.parametrize("changing", [False, True])
+@pytest.mark.parametrize("num_layers", [1, 3])
+def test_tgcn_fused_equals_per_snapshot_loop(changing, num_layers):
+    torch.manual_seed(0)
+    sig = make_signal(changing=changing)
+    m = TGCN(3, 5, num_layers=num_layers).double()
+    ref = per_snapshot_outputs(m, sig, 5)
+    ref.pow(2).sum().backward()
+    g_ref = grads(m)
+    m.zero_grad()
+    out = m.forward_fused(FusedGraph.from_signal(sig))
+    out.pow(2).sum().backward()
+    torch.testing.assert_close(out, ref, atol=1e-10, rtol=0)
+    for k, v in grads(m).items():
+        torch.testing.assert_close(v, g_ref[k], atol=1e-10, rtol=0)
+
+
+def test_tgcn_deep_variant_has_more_layers_and_differs():
+    m1, m3 = TGCN(3, 5), TGCN(3, 5, num_layers=3)
+    assert len(list(m3.parameters())) == len(list(m1.parameters())) + 3 * 2 * 2
+    assert m3.dependency_pattern().blocks[0].spatial_hops == 3
+
+
+def test_tgcn_initial_state_per_sequence():
+    sig = make_signal()
+    G = FusedGraph.from_signal(sig)
+    m = TGCN(3, 5).double()
+    h0 = torch.randn(G.num_sequences, 5, dtype=torch.float64)
+    table = torch.zeros(sig.num_vertices, 5, dtype=torch.float64)
+    table[G.sequence_vertex] = h0
+    ref = per_snapshot_outputs(m, sig, 5, h0_table=table)
+    torch.testing.assert_close(m.forward_fused(G, h0), ref, atol=1e-10, rtol=0)
+    with pytest.raises(ModelInputError, match="h0"):
+        m.forward_fused(G, h0[:-1])
+    with pytest.raises(ModelInputError, match="h0"):
+        m.forward_fused(G, torch.zeros(G.num_sequences, 4, dtype=torch.float64))
+
+
+# ---------------------------------------------------------------- MPNNLSTM
+@pytest.mark.parametrize("window", [1, 2])
+def test_mpnnlstm_matches_pygt(window):
+    torch.manual_seed(0)
+    n, F = 5, 3
+    ours, theirs = MPNNLSTM(F, 4, n, window, 0.0), rec.MPNNLSTM(F, 4, n, window, 0.0)
+    assert ours.state_dict().keys() == theirs.state_dict().keys()
+    ours.load_state_dict(theirs.state_dict())
+    B = 2
+    x = torch.randn(B * window * n, F)
+    ei = torch.randint(0, x.shape[0], (2, 30))
+    w = torch.rand(30)
+    out = ours(x, ei, w)
+    assert out.shape == (B * n, 2 * 4 + F + window - 1) and ours.out_channels == out.shape[1]
+    torch.testing.assert_close(out, theirs(x, ei, w), atol=1e-6, rtol=0)
+    # BatchNorm running statistics updated identically
+    torch.testing.assert_close(ours._batch_norm_2.running_var, theirs._batch_norm_2.running_var)
+
+
+@pytest.mark.parametrize("train", [True, False])
+def test_mpnnlstm_fused_equals_loop_with_batchnorm_per_snapshot(train):
+    torch.manual_seed(0)
+    sig = make_signal(changing=True)  # window=1 accepts changing vertex sets
+    a = MPNNLSTM(3, 4, 7, 1, 0.0).double().train(train)
+    b = copy.deepcopy(a)
+    ref = per_snapshot_outputs(lambda x, ei, w, H: a(x, ei, w), sig)
+    out = b.forward_fused(FusedGraph.from_signal(sig))
+    torch.testing.assert_close(out, ref, atol=1e-10, rtol=0)
+    for name in ("running_mean", "running_var", "num_batches_tracked"):
+        torch.testing.assert_close(getattr(b._batch_norm_1, name), getattr(a._batch_norm_1, name))
+    if train:  # batch statistics per snapshot differ from statistics over all snapshots
+        assert not torch.allclose(a._batch_norm_1.running_mean, torch.zeros(4, dtype=torch.float64))
+
+
+def test_mpnnlstm_window_layout_error():
+    sig = make_signal(changing=False, V=7)
+    m = MPNNLSTM(3, 4, 3, 2, 0.0).double()  # 7 rows per snapshot is not a multiple of 2*3
+    with pytest.raises(ModelInputError, match="window"):
+        m.forward_fused(FusedGraph.from_signal(sig))
+
+
+# ---------------------------------------------------------------- DySAT
+def naive_dysat_block(block, sig):
+    """Structural GAT per snapshot, then MHA per vertex over its own rows (python loops; tiny graphs)."""
+    zs = [block.structure(d.x, d.edge_index) for d in sig]
+    z = torch.cat(zs)
+    sg = sig.supergraph()
+    att = block.temporal
+    out = torch.empty_like(z)
+    for s in range(sg.sequence_ptr.numel() - 1):
+        rows = sg.sequence_order[sg.sequence_ptr[s]:sg.sequence_ptr[s + 1]]
+        xs = z[rows] + att.position_embedding(sg.time[rows])
+        L = rows.numel()
+        mask = torch.triu(torch.ones(L, L, dtype=torch.bool), 1)  # True = blocked (causal)
+        a, _ = att.attn(xs[None], xs[None], xs[None], attn_mask=mask, need_weights=False)
+        a = a[0]
+        h = a + torch.relu(block.feedforward(a))
+        out[rows] = h + z[rows]
+    return out
+
+
+def test_dysat_fused_equals_naive_and_per_snapshot_reference():
+    torch.manual_seed(0)
+    sig = make_signal(T=6, changing=True)
+    m = DySAT(3, 8, num_time_steps=6, structural_heads=2, temporal_heads=2).double().eval()
+    G = FusedGraph.from_signal(sig)
+    out = m.forward_fused(G)
+    torch.testing.assert_close(out, naive_dysat_block(m.blocks[0], sig), atol=1e-10, rtol=0)
+    torch.testing.assert_close(out, dysat_per_snapshot(m, sig), atol=1e-10, rtol=0)
+
+
+def test_dysat_two_blocks_gradients_and_link_logits():
+    torch.manual_seed(0)
+    sig = make_signal(T=5, changing=True)
+    m = DySAT(3, 8, num_time_steps=5, structural_heads=2, temporal_heads=4, num_blocks=2).double()
+    ref = dysat_per_snapshot(m, sig)
+    ref.pow(2).sum().backward()
+    g_ref = grads(m)
+    m.zero_grad()
+    out = m.forward_fused(FusedGraph.from_signal(sig))
+    out.pow(2).sum().backward()
+    torch.testing.assert_close(out, ref, atol=1e-10, rtol=0)
+    for k, v in grads(m).items():
+        torch.testing.assert_close(v, g_ref[k], atol=1e-9, rtol=0)
+    src, dst = torch.tensor([0, 1]), torch.tensor([2, 3])
+    torch.testing.assert_close(m.link_logits(out, src, dst), (out[src] * out[dst]).sum(-1))
+    assert m.dependency_pattern().num_blocks == 2
+
+
+def test_dysat_too_few_positions():
+    sig = make_signal(T=5)
+    m = DySAT(3, 8, num_time_steps=3, structural_heads=2, temporal_heads=2).double()
+    with pytest.raises(ValueError, match="num_time_steps"):
+        m.forward_fused(FusedGraph.from_signal(sig))
