@@ -18,9 +18,12 @@ from .schemes import (
 )
 from .metrics import PartitionMetrics, compare, evaluate, format_table
 from .io import load_partition, save_partition
+from .pgc import partition_pgc
+from .workload import LinearWorkload, MLPWorkload, profile
 
 __all__ = [
     "BlockPattern", "DependencyPattern", "Partition", "CommunicationPlan", "Exchange",
     "SCHEMES", "default_node_cost", "partition", "partition_pss", "partition_pts", "partition_pss_ts",
     "PartitionMetrics", "compare", "evaluate", "format_table", "load_partition", "save_partition",
+    "partition_pgc", "LinearWorkload", "MLPWorkload", "profile",
 ]

@@ -1,0 +1,372 @@
+"""PGC: label propagation (DGC §4.1), chunk assignment (Algorithm 1) and partition_pgc."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from pyg_dynscale import DynamicGraphSignal
+from pyg_dynscale.errors import PartitionError
+from pyg_dynscale.partition import CommunicationPlan, DependencyPattern, partition, partition_pss, partition_pts
+from pyg_dynscale.partition.assign import ChunkGraph, assign_chunks, divergence, rank_loads, refine_chunks
+from pyg_dynscale.partition.label_propagation import (
+    CSRGraph,
+    _accept_by_budget,
+    compact_labels,
+    contract,
+    label_propagation,
+    undirected_entries,
+)
+from pyg_dynscale.partition.pgc import edge_weights, partition_pgc, weighted_supergraph
+from pyg_dynscale.partition.workload import LinearWorkload
+
+
+def community_signal(T: int = 6, k: int = 2, size: int = 10, p_in: float = 0.5, interleave: bool = False,
+                     seed: int = 0) -> DynamicGraphSignal:
+    """``k`` disconnected communities of ``size`` vertices that persist over ``T``
+    snapshots. With ``interleave`` vertex ``i`` belongs to community ``i % k``
+    (so contiguous id ranges mix communities)."""
+    rng = np.random.default_rng(seed)
+    members = [np.arange(c, k * size, k) if interleave else np.arange(c * size, (c + 1) * size) for c in range(k)]
+    edges, feats, targets = [], [], []
+    for _ in range(T):
+        es = []
+        for c in range(k):
+            a = rng.random((size, size)) < p_in
+            i, j = np.nonzero(a)
+            m = i != j
+            es.append(np.stack([members[c][i[m]], members[c][j[m]]]))
+        edges.append(np.concatenate(es, 1))
+        feats.append(rng.standard_normal((k * size, 2)))
+        targets.append(rng.standard_normal(k * size))
+    return DynamicGraphSignal(edges, None, feats, targets)
+
+
+def community_of(signal: DynamicGraphSignal, k: int, size: int, interleave: bool) -> torch.Tensor:
+    v = signal.supergraph().vertex
+    return v % k if interleave else v // size
+
+
+def random_signal(seed: int = 0, T: int = 8, V: int = 60, deg: int = 3) -> DynamicGraphSignal:
+    rng = np.random.default_rng(seed)
+    node_ids, edges = [], []
+    for _ in range(T):
+        ids = np.sort(rng.choice(V, size=int(rng.integers(V // 2, V + 1)), replace=False))
+        n = ids.size
+        edges.append(rng.integers(0, n, size=(2, deg * n)))
+        node_ids.append(ids)
+    feats = [rng.standard_normal((ids.size, 2)) for ids in node_ids]
+    return DynamicGraphSignal(edges, None, feats, None, node_ids=node_ids, num_vertices=V)
+
+
+PATTERN = DependencyPattern.preset("tgcn", 2, 16)
+
+
+# ----------------------------------------------------------------- label propagation
+def dense_label_weights(n: int, src: torch.Tensor, dst: torch.Tensor, w: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Reference for Eq. 2: ``[n, L]`` summed edge weight from each node to each label."""
+    L = int(labels.max()) + 1
+    M = torch.zeros(n, L, dtype=torch.float64)
+    M.index_put_((src, labels[dst]), w.double(), accumulate=True)
+    return M
+
+
+def test_lp_fixed_point_satisfies_eq2() -> None:
+    """With tol=0 and no cap, LP stops at a fixed point of Eq. 2: no node has a
+    neighbour label strictly heavier than its own."""
+    s = random_signal(1)
+    src, dst, w = weighted_supergraph(s, PATTERN)
+    ent = undirected_entries(src, dst, w)
+    n = s.num_vertex_time_nodes
+    res = label_propagation(CSRGraph.from_edges(n, src, dst, w), seed=3, max_rounds=500, tol=0.0)
+    assert res.converged
+    M = dense_label_weights(n, *ent, res.labels)
+    own = M[torch.arange(n), res.labels]
+    assert bool((M.max(1).values <= own + 1e-9).all())
+    assert res.moved[-1] == 0 and res.moved[-2] == 0
+
+
+def test_lp_initial_labels_are_unique_gids() -> None:
+    """Eq. 1: with no rounds, every vertex-time node keeps its own gid as label."""
+    s = random_signal(2)
+    src, dst, w = weighted_supergraph(s, PATTERN)
+    n = s.num_vertex_time_nodes
+    res = label_propagation(CSRGraph.from_edges(n, src, dst, w), max_rounds=0)
+    assert torch.equal(res.labels, torch.arange(n))
+
+
+def test_lp_finds_disconnected_communities() -> None:
+    s = community_signal(interleave=True)
+    comm = community_of(s, 2, 10, True)
+    src, dst, w = weighted_supergraph(s, (1.0, 1.0))
+    res = label_propagation(CSRGraph.from_edges(s.num_vertex_time_nodes, src, dst, w), seed=0, tol=0.0, max_rounds=200)
+    labels, C = compact_labels(res.labels)
+    # no label spans both communities
+    per_label = torch.zeros(C, 2, dtype=torch.long).index_put_((labels, comm), torch.ones_like(labels), accumulate=True)
+    assert bool(((per_label > 0).sum(1) == 1).all())
+    # and propagation did merge: far fewer labels than nodes
+    assert C <= s.num_vertex_time_nodes // 4
+
+
+def test_lp_weights_steer_labels() -> None:
+    """A path a - b - c where a-b is spatial and b-c temporal: b joins the side
+    with the heavier edge kind."""
+    src = torch.tensor([0, 1])
+    dst = torch.tensor([1, 2])
+    for w_ab, w_bc, partner in ((5.0, 1.0, 0), (1.0, 5.0, 2)):
+        w = torch.tensor([w_ab, w_bc], dtype=torch.float64)
+        # cap 2: only one pair can form; b must pick the heavier side
+        res = label_propagation(CSRGraph.from_edges(3, src, dst, w), cap=2.0, seed=0, tol=0.0, max_rounds=50)
+        assert res.labels[1] == res.labels[partner]
+
+
+def test_lp_cap_respected_and_deterministic() -> None:
+    s = random_signal(3, T=10, V=80)
+    src, dst, w = weighted_supergraph(s, PATTERN)
+    n = s.num_vertex_time_nodes
+    G = CSRGraph.from_edges(n, src, dst, w)
+    nw = LinearWorkload().node_costs(s)
+    free = label_propagation(G, node_weight=nw, seed=7, tol=0.0)
+    free_max = float(torch.zeros(n, dtype=torch.float64).index_add_(0, free.labels, nw).max())
+    cap = max(free_max / 2, float(nw.max()))
+    assert free_max > cap  # without the cap some label grows past it
+    runs = [label_propagation(G, node_weight=nw, cap=cap, seed=7, tol=0.0) for _ in range(2)]
+    assert torch.equal(runs[0].labels, runs[1].labels)
+    size = torch.zeros(n, dtype=torch.float64).index_add_(0, runs[0].labels, nw)
+    assert float(size.max()) <= cap + 1e-9
+    others = [label_propagation(G, node_weight=nw, cap=cap, seed=sd, tol=0.0).labels for sd in (8, 9, 10)]
+    assert any(not torch.equal(o, runs[0].labels) for o in others)
+
+
+def test_accept_by_budget_ranks_by_gain() -> None:
+    group = torch.tensor([0, 0, 0, 1, 1])
+    amount = torch.tensor([1.0, 1.0, 1.0, 2.0, 2.0], dtype=torch.float64)
+    room = torch.tensor([2.0, 3.0], dtype=torch.float64)
+    gain = torch.tensor([1.0, 3.0, 2.0, 5.0, 1.0], dtype=torch.float64)
+    tie = torch.arange(5)
+    acc = _accept_by_budget(group, amount, room, gain, tie)
+    # group 0: the two best gains (items 1, 2) fit into room 2; group 1: only item 3
+    assert acc.tolist() == [False, True, True, True, False]
+
+
+def test_floor_is_respected() -> None:
+    """Rank-level refinement: departures stop at the floor."""
+    s = random_signal(4)
+    src, dst, w = weighted_supergraph(s, PATTERN)
+    n = s.num_vertex_time_nodes
+    init = (torch.arange(n) % 2)
+    nw = torch.ones(n, dtype=torch.float64)
+    floor = n / 2 - 3
+    res = label_propagation(CSRGraph.from_edges(n, src, dst, w), node_weight=nw, init=init, num_labels=2,
+                            cap=n / 2 + 3, floor=floor, seed=0, max_rounds=10)
+    cnt = torch.bincount(res.labels, minlength=2)
+    assert int(cnt.min()) >= floor and int(cnt.max()) <= n / 2 + 3
+    assert int((res.labels != init).sum()) > 0
+
+
+def test_contract_sums_weights() -> None:
+    labels = torch.tensor([0, 0, 1, 1, 2])
+    src = torch.tensor([0, 1, 2, 3, 1, 4])
+    dst = torch.tensor([1, 2, 3, 0, 3, 0])
+    w = torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], dtype=torch.float64)
+    a, b, h = contract(labels, 3, src, dst, w)
+    got = {(int(x), int(y)): float(z) for x, y, z in zip(a, b, h)}
+    assert got == {(0, 1): 11.0, (0, 2): 6.0}
+
+
+# ----------------------------------------------------------------- assignment
+def test_assign_empty_ranks_get_work_and_affinity_groups() -> None:
+    """Two cliques of 4 chunks each, equal costs, 2 ranks: Eq. 3 with the
+    epsilon affinity puts each clique on its own rank (a literal Eq. 3 would
+    score every empty rank 0)."""
+    a, b, w = [], [], []
+    for base in (0, 4):
+        for i in range(4):
+            for j in range(i + 1, 4):
+                a.append(base + i), b.append(base + j), w.append(10.0)
+    g = ChunkGraph.from_pairs(8, np.array(a), np.array(b), np.array(w))
+    owner = assign_chunks(g, np.ones(8), 2)
+    assert set(owner[:4].tolist()) == {owner[0]} and set(owner[4:].tolist()) == {owner[4]}
+    assert owner[0] != owner[4]
+    assert g.cut(owner) == 0.0
+
+
+def test_assign_unconnected_chunks_balance() -> None:
+    """No affinities at all: the epsilon term reduces Eq. 3 to 'most remaining
+    balance wins' -- every rank gets work and loads are balanced (LPT)."""
+    cost = np.array([7.0, 5.0, 4.0, 3.0, 3.0, 2.0, 2.0, 1.0, 1.0])
+    g = ChunkGraph.from_pairs(9, np.zeros(0), np.zeros(0), np.zeros(0))
+    owner = assign_chunks(g, cost, 4)
+    loads = rank_loads(owner, cost, 4)
+    assert (loads > 0).all()
+    assert loads.max() - loads.min() <= 2.0
+
+
+def test_refine_chunks_balances_and_reduces_cut() -> None:
+    rng = np.random.default_rng(0)
+    C, P = 60, 4
+    pa, pb = np.triu_indices(C, 1)
+    keep = rng.random(pa.size) < 0.15
+    g = ChunkGraph.from_pairs(C, pa[keep], pb[keep], rng.integers(1, 10, keep.sum()).astype(float))
+    cost = rng.uniform(1, 3, C)
+    bad = np.zeros(C, dtype=np.int64)
+    bad[:3] = [1, 2, 3]  # very unbalanced start
+    out = refine_chunks(g, cost, bad, P, slack=0.05)
+    assert divergence(rank_loads(out, cost, P)) <= 1.12
+    start = assign_chunks(g, cost, P, slack=0.05)
+    ref = refine_chunks(g, cost, start, P, slack=0.05)
+    assert g.cut(ref) <= g.cut(start)
+
+
+# ----------------------------------------------------------------- partition_pgc
+@pytest.mark.parametrize("P", [1, 2, 3, 5, 16])
+def test_pgc_every_rank_nonempty_and_consistent(P: int) -> None:
+    s = random_signal(5, T=8, V=60)
+    p = partition_pgc(s, P, PATTERN, seed=0)
+    assert p.scheme == "pgc" and p.num_parts == P
+    assert torch.bincount(p.owner, minlength=P).min() > 0
+    # owner is constant inside each chunk
+    C = int(p.chunk.max()) + 1
+    lo = torch.full((C,), P).scatter_reduce(0, p.chunk, p.owner, reduce="amin")
+    hi = torch.full((C,), -1).scatter_reduce(0, p.chunk, p.owner, reduce="amax")
+    assert torch.equal(lo, hi)
+    assert p.fingerprint == s.fingerprint()
+    assert p.meta["num_chunks"] == C
+
+
+def test_pgc_deterministic_by_seed() -> None:
+    s = random_signal(6, T=10, V=80)
+    a = partition_pgc(s, 4, PATTERN, seed=11)
+    b = partition_pgc(s, 4, PATTERN, seed=11)
+    assert torch.equal(a.owner, b.owner) and torch.equal(a.chunk, b.chunk)
+    others = [partition_pgc(s, 4, PATTERN, seed=sd) for sd in (12, 13, 14)]
+    assert any(not torch.equal(o.chunk, a.chunk) for o in others)
+
+
+def test_pgc_cap_respected() -> None:
+    s = random_signal(7, T=10, V=80)
+    nw = LinearWorkload().node_costs(s)
+    cap = float(nw.sum()) / 30
+    p = partition_pgc(s, 3, PATTERN, cap=cap, refine_rounds=0)
+    sizes = torch.zeros(int(p.chunk.max()) + 1, dtype=torch.float64).index_add_(0, p.chunk, nw)
+    assert float(sizes.max()) <= cap + 1e-9
+    assert p.meta["cap"] == cap
+    # in vertex-time nodes with the vertex-count workload
+    p = partition_pgc(s, 3, PATTERN, cap=12, workload="vertices")
+    assert int(torch.bincount(p.chunk).max()) <= 12
+
+
+@pytest.mark.parametrize("interleave", [False, True])
+def test_pgc_separates_persistent_communities(interleave: bool) -> None:
+    s = community_signal(T=6, k=2, size=12, interleave=interleave)
+    p = partition_pgc(s, 2, PATTERN, seed=0)
+    comm = community_of(s, 2, 12, interleave)
+    # each community on one rank, nothing crosses: zero bytes in the plan
+    assert torch.equal(p.owner, comm) or torch.equal(p.owner, 1 - comm)
+    assert CommunicationPlan.build(s, p, PATTERN).bytes_by_kind()["total"] == 0
+
+
+def test_pgc_bytes_not_above_pss_pts_on_chunked_graph() -> None:
+    """Four communities of interleaved vertex ids that persist over time: PSS
+    cuts temporal edges, PTS's contiguous vertex ranges cut spatial edges; PGC
+    cuts neither."""
+    s = community_signal(T=8, k=4, size=10, interleave=True, seed=1)
+    pat = DependencyPattern.preset("tgcn", 2, 16)
+    b = {}
+    for name, p in (("pgc", partition_pgc(s, 4, pat, seed=0)), ("pss", partition_pss(s, 4)), ("pts", partition_pts(s, 4))):
+        b[name] = CommunicationPlan.build(s, p, pat).bytes_by_kind()["total"]
+    assert b["pgc"] <= min(b["pss"], b["pts"])
+    assert b["pss"] > 0 and b["pts"] > 0
+
+
+def test_pgc_balance_on_random_graph() -> None:
+    s = random_signal(8, T=12, V=100)
+    p = partition_pgc(s, 4, PATTERN, seed=0)
+    loads = torch.tensor(p.meta["loads"])
+    assert float(loads.max() / loads.min()) <= 1.15
+
+
+def test_partition_dispatch_reaches_pgc() -> None:
+    s = random_signal(9)
+    p = partition(s, "pgc", 2, PATTERN, seed=1)
+    q = partition_pgc(s, 2, PATTERN, seed=1)
+    assert torch.equal(p.owner, q.owner)
+
+
+def test_pgc_errors() -> None:
+    s = random_signal(10)
+    N = s.num_vertex_time_nodes
+    with pytest.raises(PartitionError, match="num_parts"):
+        partition_pgc(s, 0, PATTERN)
+    with pytest.raises(PartitionError, match="num_parts"):
+        partition_pgc(s, N + 1, PATTERN)
+    with pytest.raises(PartitionError, match="cap"):
+        partition_pgc(s, 2, PATTERN, cap=0.5)  # a node alone costs >= 1
+    with pytest.raises(PartitionError, match="cap"):
+        partition_pgc(s, 4, PATTERN, cap=float(LinearWorkload().node_costs(s).sum()))  # one chunk, 4 ranks
+    with pytest.raises(PartitionError, match="pattern"):
+        partition_pgc(s, 2, "tgcn")
+    with pytest.raises(PartitionError, match="pattern"):
+        edge_weights((1.0, -2.0))
+
+
+def test_boundary_only_is_a_pure_speedup() -> None:
+    """Refinement from a given labelling: starting with only boundary nodes
+    dirty gives the same labels as evaluating every node (interior nodes have
+    no other label to move to)."""
+    s = random_signal(11)
+    src, dst, w = weighted_supergraph(s, PATTERN)
+    n = s.num_vertex_time_nodes
+    G = CSRGraph.from_edges(n, src, dst, w)
+    init = torch.arange(n) * 3 // n
+    kw = dict(init=init, num_labels=3, cap=n / 3 + 5, floor=n / 3 - 5, seed=2, max_rounds=100, tol=0.0)
+    a = label_propagation(G, boundary_only=True, **kw)
+    b = label_propagation(G, boundary_only=False, **kw)
+    assert torch.equal(a.labels, b.labels)
+    assert int((a.labels != init).sum()) > 0
+
+
+def test_csr_contract_matches_edge_contract() -> None:
+    s = random_signal(12)
+    src, dst, w = weighted_supergraph(s, PATTERN)
+    n = s.num_vertex_time_nodes
+    labels = torch.arange(n) % 9
+    G = CSRGraph.from_edges(n, src, dst, w).contract(labels, 9)
+    a, b, h = contract(labels, 9, src, dst, w)
+    dense = torch.zeros(9, 9, dtype=torch.float64)
+    dense.index_put_((a, b), h, accumulate=True)
+    dense = dense + dense.T
+    got = torch.zeros(9, 9, dtype=torch.float64)
+    got.index_put_((G.sources(), G.dst), G.weight.double(), accumulate=True)
+    assert torch.equal(got, dense)
+
+
+def test_uncoarsening_refinement_does_not_increase_cut() -> None:
+    s = random_signal(13, T=12, V=100)
+    p = partition_pgc(s, 4, PATTERN, seed=0)
+    p0 = partition_pgc(s, 4, PATTERN, seed=0, refine_rounds=0)
+    assert p.meta["cut_weight"] <= p0.meta["cut_weight"]
+    assert p0.meta["cut_weight"] == p0.meta["greedy_cut"] or p0.meta["cut_weight"] <= p0.meta["greedy_cut"]
+    # cut_weight is the byte weight of the edges between ranks
+    src, dst, w = weighted_supergraph(s, PATTERN)
+    assert p.meta["cut_weight"] == float(w[(p.owner[src] != p.owner[dst]) & (src != dst)].sum())
+
+
+def test_thread_setting_is_restored() -> None:
+    before = torch.get_num_threads()
+    partition_pgc(random_signal(14), 2, PATTERN, threads=1)
+    assert torch.get_num_threads() == before
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_tie_moves_merge_path_fragments(seed: int) -> None:
+    """A temporal sequence is a path with equal weights: plain LP freezes into
+    fragments (a fixed point of Eq. 2), tie moves merge it into one label."""
+    n = 40
+    src = torch.arange(n - 1)
+    G = CSRGraph.from_edges(n, src, src + 1, torch.ones(n - 1, dtype=torch.float64))
+    plain = label_propagation(G, seed=seed, tol=0.0, max_rounds=1000)
+    ties = label_propagation(G, seed=seed, tol=0.0, max_rounds=1000, tie_moves=True)
+    assert plain.converged and ties.converged
+    assert plain.labels.unique().numel() > 1
+    assert ties.labels.unique().numel() == 1
