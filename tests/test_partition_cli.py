@@ -6,7 +6,7 @@ import json
 import pytest
 
 import pyg_dynscale.data.loaders as loaders
-from conftest import make_dynamic_signal
+from tests.conftest import make_dynamic_signal
 from pyg_dynscale.cli import main
 from pyg_dynscale.partition import DependencyPattern, evaluate, load_partition, partition
 

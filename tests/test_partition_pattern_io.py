@@ -6,7 +6,7 @@ import pickle
 import pytest
 import torch
 
-from conftest import make_dynamic_signal
+from tests.conftest import make_dynamic_signal
 from pyg_dynscale.errors import PartitionError, PartitionFormatError
 from pyg_dynscale.partition import BlockPattern, DependencyPattern, Partition, load_partition, partition, save_partition
 

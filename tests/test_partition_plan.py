@@ -6,7 +6,7 @@ import itertools
 import pytest
 import torch
 
-from conftest import make_dynamic_signal
+from tests.conftest import make_dynamic_signal
 from pyg_dynscale.errors import PartitionError
 from pyg_dynscale.partition import (
     BlockPattern, CommunicationPlan, DependencyPattern, Partition, partition,

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from conftest import make_dynamic_signal
+from tests.conftest import make_dynamic_signal
 from pyg_dynscale.partition import DependencyPattern, Partition, compare, evaluate, format_table, partition
 from pyg_dynscale.partition.metrics import load_imbalance
 from pyg_dynscale.partition.plots import owner_grid, plot_owner_heatmap, plot_traffic

@@ -6,7 +6,7 @@ import itertools
 import pytest
 import torch
 
-from conftest import make_dynamic_signal
+from tests.conftest import make_dynamic_signal
 from pyg_dynscale.errors import PartitionError
 from pyg_dynscale.partition import (
     DependencyPattern, Partition, default_node_cost, partition, partition_pss, partition_pss_ts, partition_pts,
