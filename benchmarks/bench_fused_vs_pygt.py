@@ -31,7 +31,9 @@ from pyg_dynscale._optional import import_pygt  # noqa: E402
 from pyg_dynscale.nn import DySAT  # noqa: E402
 from pyg_dynscale.runtime import FusedTrainer, dysat_per_snapshot, per_snapshot_outputs  # noqa: E402
 
-DATA = os.environ.get("PYG_DYNSCALE_DATA", "/work/shared/datasets/pygt")
+from _shared import DATASETS  # noqa: E402
+
+DATA = str(DATASETS / "pygt")
 
 
 def load_pygt_json(name: str) -> DynamicGraphSignal:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 r"""Compare partition schemes: bytes per epoch and load imbalance (DGC §7.2-7.5).
 
-For every dataset in ``/work/shared/datasets`` (PyGT JSONs, SNAP temporal edge
+For every dataset in ``../shared/datasets`` (PyGT JSONs, SNAP temporal edge
 lists binned into snapshots) and for synthetic graphs at low/high spatial and
 temporal non-uniformity (DGC Fig. 13-14), for the T-GCN, MPNN-LSTM and DySAT
 dependency patterns and 4 and 8 parts, it partitions with
@@ -42,7 +42,10 @@ from pyg_dynscale.errors import DynScaleError  # noqa: E402
 from pyg_dynscale.partition import CommunicationPlan, DependencyPattern, evaluate, partition  # noqa: E402
 from pyg_dynscale.partition.metrics import format_table  # noqa: E402
 
-DATA = os.environ.get("PYG_DYNSCALE_DATASETS", "/work/shared/datasets")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _shared import DATASETS  # noqa: E402
+
+DATA = str(DATASETS)
 DAY = 86400.0
 #: (name, relative path, loader kind, window seconds)
 REAL = [

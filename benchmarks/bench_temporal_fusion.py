@@ -31,9 +31,10 @@ from pyg_dynscale.nn.temporal_fusion import (  # noqa: E402
     pack_sequences,
 )
 
-SNAP = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "datasets", "snap")
-if not os.path.isdir(SNAP):
-    SNAP = "/work/shared/datasets/snap"
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _shared import DATASETS  # noqa: E402
+
+SNAP = str(DATASETS / "snap")
 DATASETS = {
     "CollegeMsg": ("CollegeMsg.txt", (0, 1, 2)),
     "email-Eu": ("email-Eu-core-temporal.txt.gz", (0, 1, 2)),

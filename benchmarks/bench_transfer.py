@@ -22,7 +22,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from pyg_dynscale.data.loaders import load_edge_list, load_pygt_json  # noqa: E402
 from pyg_dynscale.data.transfer import diff_encode, signal_nbytes, transfer_to_device  # noqa: E402
 
-ROOT = "/work/shared/datasets"
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _shared import DATASETS  # noqa: E402
+
+ROOT = str(DATASETS)
 PYGT = ["england_covid", "twitter_tennis_rg17", "chickenpox", "pedalme_london"]
 SNAP = {
     "CollegeMsg": ("CollegeMsg.txt", (0, 1, 2)),
