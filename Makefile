@@ -1,0 +1,94 @@
+# pyg_dynscale: one-command set-up, demo, tests and docs.
+#
+#   make demo    set up .venv if needed, then train T-GCN on England COVID
+#   make test    set up .venv if needed, then run the test suite
+#   make docs    set up .venv (+ docs extra) if needed, then build docs/_build/html
+#   make setup   only the set-up
+#
+# The set-up is idempotent: it is keyed on a hash of pyproject.toml, this
+# Makefile and TORCH_SPEC, and skips pip entirely when nothing changed.
+#
+# Variables (override on the command line or in the environment):
+#   PYTHON          interpreter used to create the venv        (python3)
+#   VENV            the virtual environment                    (.venv)
+#   TORCH_SPEC      the torch requirement installed FIRST       (torch==2.13.0)
+#                   e.g. TORCH_SPEC="torch==2.5.1 --index-url https://download.pytorch.org/whl/cu124"
+#   PYG_WHEELS      find-links page with prebuilt torch-scatter / torch-sparse
+#                   wheels, e.g. https://data.pyg.org/whl/torch-2.5.1+cu124.html
+#                   (empty: compile them from source)
+#   MAX_JOBS        parallel compile jobs for torch-scatter / torch-sparse (2)
+#   PYTEST_ARGS     extra arguments for pytest in `make test`
+#   TEST_THREADS    OMP_NUM_THREADS for the tests (1: tests use small graphs and
+#                   start several processes; more OpenMP threads than free cores
+#                   make every op spin-wait, e.g. 200 s instead of 7 s for one test)
+#   DEMO_ARGS       extra arguments for examples/train_tgcn.py in `make demo`
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+
+PYTHON ?= python3
+VENV ?= .venv
+TORCH_SPEC ?= torch==2.13.0
+PYG_WHEELS ?=
+MAX_JOBS ?= 2
+PYTEST_ARGS ?=
+TEST_THREADS ?= 1
+DEMO_ARGS ?=
+
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+EXTRAS := pygt,test,bench
+
+SETUP_HASH := $(shell { cat pyproject.toml Makefile; echo "$(TORCH_SPEC) $(PYG_WHEELS) $(EXTRAS)"; } | sha256sum | cut -c1-16)
+STAMP := $(VENV)/.setup-stamp-$(SETUP_HASH)
+DOCS_STAMP := $(VENV)/.docs-stamp-$(SETUP_HASH)
+
+.PHONY: setup demo test docs clean-docs distclean help
+
+help:
+	@sed -n '3,6p' Makefile | sed 's/^# \{0,1\}//'
+
+setup: $(STAMP)
+
+# Install order matters:
+#  1. torch, explicitly and first (TORCH_SPEC), so that nothing later pulls a
+#     different (e.g. multi-GB CUDA) build to satisfy a looser requirement;
+#  2. the pure-Python core deps;
+#  3. torch-scatter / torch-sparse with --no-build-isolation: they compile
+#     against the torch installed in step 1 (pip caches the built wheels, so a
+#     second fresh venv takes seconds here);
+#  4. the project itself, editable, with its extras: every requirement above is
+#     already satisfied, so pip installs only what is still missing.
+$(STAMP):
+	@echo ">>> setting up $(VENV) (stamp $(SETUP_HASH))"
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q -U pip wheel "setuptools>=77"
+	$(PIP) install -q $(TORCH_SPEC)
+	$(PIP) install -q torch-geometric numpy tqdm
+	MAX_JOBS=$(MAX_JOBS) $(PIP) install --no-build-isolation \
+		$(if $(PYG_WHEELS),--find-links $(PYG_WHEELS)) torch-scatter torch-sparse
+	$(PIP) install -q --no-build-isolation -e ".[$(EXTRAS)]"
+	$(PY) -c "import torch, torch_geometric, torch_scatter, torch_sparse, torch_geometric_temporal, pyg_dynscale; print('>>> torch', torch.__version__, '| PyG', torch_geometric.__version__, '| pyg_dynscale', pyg_dynscale.__version__)"
+	@rm -f $(VENV)/.setup-stamp-*
+	@touch $@
+
+$(DOCS_STAMP): $(STAMP)
+	$(PIP) install -q --no-build-isolation -e ".[$(EXTRAS),docs]"
+	@rm -f $(VENV)/.docs-stamp-*
+	@touch $@
+
+demo: $(STAMP)
+	$(PY) examples/train_tgcn.py $(DEMO_ARGS)
+
+test: $(STAMP)
+	OMP_NUM_THREADS=$(TEST_THREADS) MKL_NUM_THREADS=$(TEST_THREADS) $(PY) -m pytest -q --durations=15 $(PYTEST_ARGS)
+
+docs: $(DOCS_STAMP)
+	$(PY) -m sphinx -b html -q docs docs/_build/html
+	@echo ">>> docs built: docs/_build/html/index.html"
+
+clean-docs:
+	rm -rf docs/_build docs/api/generated
+
+distclean: clean-docs
+	rm -rf $(VENV) *.egg-info
