@@ -123,6 +123,12 @@ def _scan(
     """
     active, steps = packing.active_list, packing.step_list
     resets = _reset_schedule(packing)
+    n_steps = next((t for t, a in enumerate(active) if a == 0), packing.row_len)
+    # One split instead of a slice per step: the backward of T slices would
+    # zero-fill a full-size [M, D] gradient T times; split's backward is one cat.
+    sizes = [steps[t + 1] - steps[t] for t in range(n_steps)]
+    tail = xs_tm.shape[0] - sum(sizes)
+    pieces = xs_tm.split(sizes + ([tail] if tail else []), 0)
     outs: list[StateT] = []
     state: StateT = tuple(h.index_select(0, packing.time_major_seq[: active[0]]) for h in h0)
     for t in range(packing.row_len):
@@ -135,7 +141,7 @@ def _scan(
             if rows.numel():
                 # Eq. 4-5: at a boundary the state is the new sequence's initial state
                 state = tuple(s.index_copy(0, rows, h.index_select(0, seqs)) for s, h in zip(state, h0))
-        state = step(xs_tm[steps[t]:steps[t + 1]], state)
+        state = step(pieces[t], state)
         outs.append(state)
     return outs
 
