@@ -10,12 +10,11 @@ class DynScaleError(Exception):
     """Base class of all errors raised by pyg_dynscale."""
 
 
-class SignalValidationError(DynScaleError, ValueError):
-    r"""Raised when the data given to :class:`~pyg_dynscale.data.DynamicGraphSignal`
-    is inconsistent.
+class FieldError(DynScaleError):
+    r"""An error about one named input field, with the fix.
 
     Args:
-        field (str): the offending field, e.g. ``"edge_indices[3]"``.
+        field (str): the offending field or argument, e.g. ``"edge_indices[3]"``.
         problem (str): what is wrong.
         fix (str): how to fix it.
     """
@@ -28,6 +27,11 @@ class SignalValidationError(DynScaleError, ValueError):
         if fix:
             msg += f" Fix: {fix}"
         super().__init__(msg)
+
+
+class SignalValidationError(FieldError, ValueError):
+    r"""Raised when the data given to :class:`~pyg_dynscale.data.DynamicGraphSignal`
+    is inconsistent (arguments as :class:`FieldError`)."""
 
 
 class SignalFormatError(DynScaleError, ValueError):
@@ -45,25 +49,10 @@ class MissingDependencyError(DynScaleError, ImportError):
         )
 
 
-class PartitionError(DynScaleError, ValueError):
+class PartitionError(FieldError, ValueError):
     r"""Raised when a partition, a dependency pattern or a partitioner's options
     are invalid (bad number of parts, unknown scheme or model, zero-width rows,
-    a partition made for another signal, ...).
-
-    Args:
-        field (str): the offending argument or attribute, e.g. ``"num_parts"``.
-        problem (str): what is wrong.
-        fix (str): how to fix it.
-    """
-
-    def __init__(self, field: str, problem: str, fix: str = "") -> None:
-        self.field = field
-        self.problem = problem
-        self.fix = fix
-        msg = f"field '{field}': {problem}"
-        if fix:
-            msg += f" Fix: {fix}"
-        super().__init__(msg)
+    a partition made for another signal, ...); arguments as :class:`FieldError`."""
 
 
 class PartitionFormatError(DynScaleError, ValueError):
@@ -71,24 +60,10 @@ class PartitionFormatError(DynScaleError, ValueError):
     wrong version or not a partition file)."""
 
 
-class ModelInputError(DynScaleError, ValueError):
+class ModelInputError(FieldError, ValueError):
     r"""Raised when a model or runtime gets inconsistent input (an initial state
-    of the wrong shape, tensors on different devices, a missing target field).
-
-    Args:
-        field (str): the offending argument, e.g. ``"h0"``.
-        problem (str): what is wrong.
-        fix (str): how to fix it.
-    """
-
-    def __init__(self, field: str, problem: str, fix: str = "") -> None:
-        self.field = field
-        self.problem = problem
-        self.fix = fix
-        msg = f"field '{field}': {problem}"
-        if fix:
-            msg += f" Fix: {fix}"
-        super().__init__(msg)
+    of the wrong shape, tensors on different devices, a missing target field);
+    arguments as :class:`FieldError`."""
 
 
 class DecompositionMismatchError(DynScaleError, RuntimeError):
