@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 
 import torch
 
+from .._archive import read_archive
 from ..errors import SignalFormatError
 from .fields import SnapshotField
 
@@ -66,23 +67,10 @@ def load_signal(
     from .signal import DynamicGraphSignal
 
     cls = cls or DynamicGraphSignal
-    try:
-        payload = torch.load(path, map_location=map_location, weights_only=True)
-    except FileNotFoundError:
-        raise
-    except Exception as exc:  # corrupt archive, or a pickle with arbitrary objects
-        raise SignalFormatError(
-            f"{path}: not a readable pyg_dynscale signal file ({type(exc).__name__}: {str(exc)[:200]}). "
-            "Re-create it with DynamicGraphSignal.save()."
-        ) from None
-    if not isinstance(payload, dict) or payload.get("format") != FORMAT_TAG:
-        raise SignalFormatError(f"{path}: not a pyg_dynscale signal file (format tag missing). Save it with DynamicGraphSignal.save().")
-    version = payload.get("version")
-    if version != FORMAT_VERSION:
-        raise SignalFormatError(
-            f"{path}: signal format version {version} is not supported by this pyg_dynscale "
-            f"(reads version {FORMAT_VERSION}). Upgrade pyg_dynscale or re-save the signal."
-        )
+    payload = read_archive(
+        path, tag=FORMAT_TAG, version=FORMAT_VERSION, what="signal", error=SignalFormatError,
+        remedy="Re-create it with DynamicGraphSignal.save().", map_location=map_location,
+    )
     tensors = payload["tensors"]
     if tensor_checksum(tensors) != payload.get("checksum"):
         raise SignalFormatError(f"{path}: checksum mismatch, the file is corrupt. Re-create it with DynamicGraphSignal.save().")

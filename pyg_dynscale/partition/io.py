@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 
+from .._archive import read_archive
 from ..data.io import tensor_checksum
 from ..errors import PartitionError, PartitionFormatError
 from .partition import Partition
@@ -66,21 +67,8 @@ def load_partition(path: str, signal: Optional["DynamicGraphSignal"] = None) -> 
             corrupt/truncated file (checksum mismatch).
         PartitionError: made for another signal.
     """
-    try:
-        payload: Any = torch.load(path, map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        raise
-    except Exception as exc:  # truncated archive, or a pickle with arbitrary objects
-        raise PartitionFormatError(
-            f"{path}: not a readable pyg_dynscale partition file ({type(exc).__name__}: {str(exc)[:200]}). "
-            "Re-create it with save_partition()."
-        ) from None
-    if not isinstance(payload, dict) or payload.get("format") != FORMAT_TAG:
-        raise PartitionFormatError(f"{path}: not a pyg_dynscale partition file (format tag missing). "
-                                   "Save partitions with save_partition().")
-    if payload.get("version") != FORMAT_VERSION:
-        raise PartitionFormatError(f"{path}: partition format version {payload.get('version')!r} is not supported "
-                                   f"(this pyg_dynscale reads version {FORMAT_VERSION}). Re-create the partition.")
+    payload: Any = read_archive(path, tag=FORMAT_TAG, version=FORMAT_VERSION, what="partition",
+                                error=PartitionFormatError, remedy="Re-create it with save_partition().")
     try:
         header, tensors = payload["header"], payload["tensors"]
         ok = payload["checksum"] == _checksum(tensors, header)

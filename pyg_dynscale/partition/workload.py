@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Optional, Sequence
 import torch
 from torch import Tensor, nn
 
+from .._archive import read_archive
 from ..errors import DynScaleError, SignalFormatError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -507,17 +508,8 @@ class MLPWorkload(WorkloadModel):
 
     @classmethod
     def load(cls, path: str) -> "MLPWorkload":
-        try:
-            blob = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as exc:  # unreadable / not a torch file / unsafe pickle
-            raise SignalFormatError(f"cannot read workload model '{path}': {exc}") from exc
-        if not isinstance(blob, dict) or blob.get("format") != "pyg_dynscale.MLPWorkload":
-            raise SignalFormatError(f"'{path}' is not a pyg_dynscale MLPWorkload file.")
-        if blob.get("version") != FORMAT_VERSION:
-            raise SignalFormatError(
-                f"'{path}' has workload-model format version {blob.get('version')}, this pyg_dynscale reads "
-                f"version {FORMAT_VERSION}. Re-run the profile and training."
-            )
+        blob = read_archive(path, tag="pyg_dynscale.MLPWorkload", version=FORMAT_VERSION, what="MLPWorkload",
+                            error=SignalFormatError, remedy="Re-run profile() and MLPWorkload.train().")
         models = []
         for kind in KINDS:
             m = _Predictor(kind)

@@ -1,0 +1,53 @@
+"""Reading pyg_dynscale's versioned files without arbitrary unpickling.
+
+Signals, partitions and workload models are ``torch.save`` archives of a dict
+with a ``format`` tag and a ``version``, holding only tensors and plain types;
+they are read back with ``torch.load(weights_only=True)``, which refuses any
+other object.
+"""
+from __future__ import annotations
+
+from typing import Any, Union
+
+import torch
+
+
+def read_archive(
+    path: str,
+    *,
+    tag: str,
+    version: int,
+    what: str,
+    remedy: str,
+    error: type[Exception],
+    map_location: Union[str, torch.device, None] = "cpu",
+) -> dict[str, Any]:
+    """Load ``path`` and check its format tag and version.
+
+    Args:
+        tag, version: the expected ``format`` and ``version`` entries.
+        what: the kind of file, for messages (e.g. ``"partition"``).
+        remedy: how to re-create the file, appended to every message.
+        error: the exception class raised for unreadable or foreign files.
+
+    Raises:
+        FileNotFoundError: no such file.
+        error: corrupt/truncated archive, a pickle with arbitrary objects, a
+            missing tag or an unsupported version.
+    """
+    try:
+        payload = torch.load(path, map_location=map_location, weights_only=True)
+    except FileNotFoundError:
+        raise
+    except Exception as exc:  # corrupt archive, or a pickle with arbitrary objects
+        raise error(
+            f"{path}: not a readable pyg_dynscale {what} file ({type(exc).__name__}: {str(exc)[:200]}). {remedy}"
+        ) from None
+    if not isinstance(payload, dict) or payload.get("format") != tag:
+        raise error(f"{path}: not a pyg_dynscale {what} file (format tag missing). {remedy}")
+    if payload.get("version") != version:
+        raise error(
+            f"{path}: {what} format version {payload.get('version')!r} is not supported by this "
+            f"pyg_dynscale (reads version {version}). {remedy}"
+        )
+    return payload
