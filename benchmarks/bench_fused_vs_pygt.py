@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from pyg_dynscale import DynamicGraphSignal  # noqa: E402
 from pyg_dynscale._optional import import_pygt  # noqa: E402
 from pyg_dynscale.nn import DySAT  # noqa: E402
-from pyg_dynscale.runtime import FusedTrainer, dysat_per_snapshot, per_snapshot_outputs  # noqa: E402
+from pyg_dynscale.runtime import FusedTrainer, dysat_per_snapshot, per_snapshot_outputs, tune_cpu_allocator  # noqa: E402
 
 from _shared import DATASETS  # noqa: E402
 
@@ -149,9 +149,13 @@ def main() -> None:
     ap.add_argument("--synthetic-nodes", type=int, default=120_000, help="vertex-time nodes of the synthetic graph")
     ap.add_argument("--hidden", type=int, default=32)
     ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0 = leave)")
+    ap.add_argument("--tune-allocator", action="store_true",
+                    help="pyg_dynscale.runtime.tune_cpu_allocator() first (process-wide: applies to both loops)")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    tuned = tune_cpu_allocator() if args.tune_allocator else False
+    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, glibc allocator tuned: {tuned}")
     epochs = 2 if args.quick else args.epochs
     pygt = import_pygt("the benchmark")
     rec = pygt.nn.recurrent

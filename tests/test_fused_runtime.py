@@ -167,3 +167,13 @@ def test_signal_on_other_device_goes_through_diff_transfer(monkeypatch):
     with pytest.raises(ModelInputError, match="signal"):
         FusedTrainer(TGCN(3, 5).to("meta"), sig)
     assert calls == [("meta", "diff")]
+
+
+def test_tune_cpu_allocator_applies_on_glibc():
+    import platform
+    import sys
+
+    from pyg_dynscale.runtime import tune_cpu_allocator
+
+    expected = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
+    assert tune_cpu_allocator() is expected

@@ -26,7 +26,7 @@ from torch import Tensor
 from ..errors import DecompositionMismatchError, ModelInputError, UnsupportedModelError
 from .decomposed import DecomposedModule, FusedGraph
 from .mpnn_lstm import mpnn_structure, mpnn_time
-from .tgcn import tgcn_structure, tgcn_time
+from .tgcn import tgcn_fused, tgcn_structure, tgcn_time
 
 __all__ = [
     "adapt",
@@ -84,6 +84,12 @@ class TGCNAdapter(PyGTAdapter):
     def _base(self) -> Any:
         return self.module
 
+    def forward_fused(self, graph: FusedGraph, h0: Optional[Tensor] = None, x: Optional[Tensor] = None) -> Tensor:
+        x = graph.x if x is None else x
+        if x.dim() == 2:  # the one-pass path with the folded input projection
+            return tgcn_fused(self._base(), graph, x, h0)
+        return super().forward_fused(graph, h0, x)
+
     def structure_encoder(self, graph: FusedGraph, x: Optional[Tensor] = None) -> Tensor:
         return tgcn_structure(self._base(), graph, graph.x if x is None else x)
 
@@ -129,6 +135,9 @@ class A3TGCNAdapter(TGCNAdapter):
                 "store the lagged features as a [N, F, periods] node field.",
             )
         return tgcn_structure(self._base(), graph, x.transpose(1, 2))  # [N, P, 3H]
+
+    def forward_fused(self, graph: FusedGraph, h0: Optional[Tensor] = None, x: Optional[Tensor] = None) -> Tensor:
+        return DecomposedModule.forward_fused(self, graph, h0, x)
 
     def time_encoder(self, z: Tensor, graph: FusedGraph, h0: Optional[Tensor] = None) -> Tensor:
         probs = torch.softmax(self.module._attention, dim=0).to(z.dtype)

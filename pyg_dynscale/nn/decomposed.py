@@ -143,9 +143,50 @@ class FusedGraph:
         out = torch.empty_like(h)
         return out.index_copy(0, self.sequence_order, h)
 
+    def _time_major_perm(self) -> Optional[tuple[Tensor, Tensor]]:
+        """``(perm, inv)``: node id of each row of :attr:`packing`'s time-major
+        layout and its inverse, composed once (node order -> sequence order ->
+        time-major); ``None`` when it is the identity (e.g. a fixed vertex set
+        whose snapshots list the vertices in sequence order)."""
+        if "tm_perm" not in self._cache:
+            perm = self.sequence_order.index_select(0, self.packing.time_major.to(self.sequence_order.device))
+            if bool((perm == torch.arange(perm.numel(), device=perm.device)).all()):
+                self._cache["tm_perm"] = None
+            else:
+                inv = torch.empty_like(perm)
+                inv[perm] = torch.arange(perm.numel(), device=perm.device)
+                self._cache["tm_perm"] = (perm, inv)
+        return self._cache["tm_perm"]
+
+    def to_time_major(self, z: Tensor) -> Tensor:
+        """Rows of ``z`` (node order) in the time-major order of :attr:`packing`
+        (what the fused recurrent scans consume); one permutation, skipped
+        when it is the identity."""
+        p = self._time_major_perm()
+        return z if p is None else _Permute.apply(z, p[0], p[1])
+
+    def from_time_major(self, h: Tensor) -> Tensor:
+        """Inverse of :meth:`to_time_major`."""
+        p = self._time_major_perm()
+        return h if p is None else _Permute.apply(h, p[1], p[0])
+
     def segment_ids(self) -> Tensor:
         """``[N]`` snapshot of each node (alias of :attr:`time`)."""
         return self.time
+
+
+class _Permute(torch.autograd.Function):
+    """``x[perm]`` for a permutation ``perm`` with inverse ``inv``: the backward
+    is a gather ``g[inv]`` instead of ``index_select``'s scatter-add."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, perm: Tensor, inv: Tensor) -> Tensor:  # type: ignore[override]
+        ctx.inv = inv
+        return x.index_select(0, perm)
+
+    @staticmethod
+    def backward(ctx: Any, g: Tensor) -> tuple:  # type: ignore[override]
+        return g.index_select(0, ctx.inv), None, None
 
 
 def gcn_adjacency(

@@ -11,7 +11,7 @@ from torch_geometric.nn import GCNConv
 from ..errors import ModelInputError
 from .decomposed import DecomposedModule, FusedGraph, gcn_adjacency, propagate
 
-__all__ = ["MPNNLSTM", "segment_batch_norm", "mpnn_structure", "mpnn_time"]
+__all__ = ["MPNNLSTM", "segment_batch_norm", "mpnn_structure", "mpnn_time", "lstm_first_step"]
 
 
 def segment_batch_norm(x: Tensor, seg: Tensor, num_segments: int, bn: torch.nn.BatchNorm1d) -> Tensor:
@@ -69,6 +69,41 @@ def mpnn_structure(module: Any, graph: FusedGraph, x: Tensor) -> Tensor:
     return torch.cat([h1, h2, x], 1)
 
 
+def _tanh(x: Tensor) -> Tensor:
+    # tanh x = 2 sigmoid(2x) - 1 exactly; several times faster than torch.tanh on
+    # some CPU builds (a few ulps apart)
+    return torch.sigmoid(2 * x).mul(2).sub(1)
+
+
+def lstm_first_step(lstm: torch.nn.LSTM, x: Tensor) -> Tensor:
+    r"""One step of a one-layer :class:`torch.nn.LSTM` from the zero state,
+    for all rows ``x [B, D]`` at once, as plain tensor ops:
+
+    .. math::
+        [i \| f \| g \| o] = x W_{ih}^\top + b_{ih} + b_{hh}, \quad
+        c = \sigma(i) \odot \tanh(g), \quad h = \sigma(o) \odot \tanh(c)
+
+    (:math:`W_{hh} h_0 = 0` and :math:`f \odot c_0 = 0`). Equals ``lstm(x[None])``'s
+    output to float rounding, with the same gradients (zero for :math:`W_{hh}`
+    and the forget gate), but runs ~10x faster on CPU for large ``B``, where
+    the oneDNN LSTM backward is slow. Returns ``h [B, H]``.
+    """
+    w_hh = lstm.weight_hh_l0
+    # W_hh h_0 with h_0 = 0, as torch's LSTM computes it: keeps W_hh in the graph
+    # (zero gradient, not None) and propagates a non-finite W_hh like torch does
+    b = F.linear(w_hh.new_zeros(w_hh.shape[1]), w_hh)
+    if lstm.bias:
+        b = b + lstm.bias_ih_l0 + lstm.bias_hh_l0
+    i, _, g, o = F.linear(x, lstm.weight_ih_l0, b).chunk(4, 1)
+    c = torch.sigmoid(i) * _tanh(g)
+    return torch.sigmoid(o) * _tanh(c)
+
+
+def _plain_lstm(lstm: Any) -> bool:
+    return (isinstance(lstm, torch.nn.LSTM) and lstm.num_layers == 1 and not lstm.bidirectional
+            and getattr(lstm, "proj_size", 0) == 0 and not lstm.batch_first)
+
+
 def mpnn_time(module: Any, z: Tensor, graph: FusedGraph) -> Tensor:
     r"""Time encoder of MPNN-LSTM: two LSTMs over each node's ``window`` stacked
     graphs, for every snapshot at once; output
@@ -92,6 +127,10 @@ def mpnn_time(module: Any, z: Tensor, graph: FusedGraph) -> Tensor:
         seq = zz[:, :, : 2 * Hd].transpose(0, 1)  # [W, B*n, 2H]
         xs = zz[:, :, 2 * Hd:]
         S = torch.cat([xs[:, 0, :], xs[:, 1:, Fin - 1]], 1)
+    if seq.shape[0] == 1 and _plain_lstm(module._recurrent_1) and _plain_lstm(module._recurrent_2):
+        h1 = lstm_first_step(module._recurrent_1, seq[0])  # window 1: one step from the zero state
+        h2 = lstm_first_step(module._recurrent_2, h1)
+        return torch.cat([h1, h2, S], 1)
     out1, (h1, _) = module._recurrent_1(seq)
     _, (h2, _) = module._recurrent_2(out1)
     return torch.cat([h1[0], h2[0], S], 1)

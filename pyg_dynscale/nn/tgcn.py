@@ -11,7 +11,7 @@ from torch_geometric.nn import GCNConv
 from ..errors import DecompositionMismatchError
 from .decomposed import DecomposedModule, FusedGraph, check_initial_state, gcn_adjacency, propagate
 
-__all__ = ["TGCN", "tgcn_structure", "tgcn_input_projection", "tgcn_cell", "tgcn_time"]
+__all__ = ["TGCN", "tgcn_structure", "tgcn_input_projection", "tgcn_cell", "tgcn_scan", "tgcn_time", "tgcn_fused"]
 
 GATES = ("z", "r", "h")
 
@@ -73,13 +73,18 @@ def tgcn_structure(module: Any, graph: FusedGraph, x: Tensor, deep: Optional[Seq
 
 def tgcn_input_projection(module: Any, c: Tensor) -> Tensor:
     r"""The input halves of the gate linears, for all nodes at once:
-    :math:`\mathbf{u}^{(g)} = \mathbf{c}^{(g)} L_g[:, :H]^\top + \mathbf{b}^{L}_g`."""
+    :math:`\mathbf{u}^{(g)} = \mathbf{c}^{(g)} L_g[:, :H]^\top + \mathbf{b}^{L}_g`
+    (one GEMM per gate on a column block of ``c``)."""
     H = c.shape[-1] // 3
     lin = [getattr(module, f"linear_{g}") for g in GATES]
-    w = torch.stack([l.weight[:, :H] for l in lin])  # [3, H, H]
-    b = torch.stack([l.bias for l in lin])  # [3, H]
-    u = torch.einsum("...gk,gjk->...gj", c.unflatten(-1, (3, H)), w) + b
-    return u.flatten(-2)
+    return torch.cat([F.linear(c[..., i * H:(i + 1) * H], l.weight[:, :H], l.bias) for i, l in enumerate(lin)], -1)
+
+
+def _recurrent_weights(module: Any) -> tuple[Tensor, Tensor]:
+    """``W_zr [2H, H]`` and ``W_h [H, H]``: the state halves of the gate linears."""
+    H = module.linear_z.weight.shape[0]
+    w_zr = torch.cat([module.linear_z.weight[:, H:], module.linear_r.weight[:, H:]], 0)
+    return w_zr, module.linear_h.weight[:, H:]
 
 
 def tgcn_cell(module: Any) -> Callable[[Tensor, Tensor], Tensor]:
@@ -95,8 +100,7 @@ def tgcn_cell(module: Any) -> Callable[[Tensor, Tensor], Tensor]:
     have a period axis ``[R, P, 3H]`` (then ``h'`` is ``[R, P, H]``).
     """
     H = module.linear_z.weight.shape[0]
-    w_zr = torch.cat([module.linear_z.weight[:, H:], module.linear_r.weight[:, H:]], 0)  # [2H, H]
-    w_h = module.linear_h.weight[:, H:]
+    w_zr, w_h = _recurrent_weights(module)
 
     def cell(u: Tensor, h: Tensor) -> Tensor:
         hz = F.linear(h, w_zr)
@@ -111,6 +115,30 @@ def tgcn_cell(module: Any) -> Callable[[Tensor, Tensor], Tensor]:
     return cell
 
 
+def tgcn_scan(
+    module: Any, x_tm: Tensor, graph: FusedGraph, h0: Optional[Tensor],
+    w_in: Optional[Tensor] = None, b_in: Optional[Tensor] = None,
+) -> Tensor:
+    r"""The T-GCN recurrence of every sequence at once on input projections
+    :math:`u = x W_{in}^\top + b_{in}` (``u = x_tm`` when ``w_in`` is
+    ``None``), ``x_tm [N, D]`` in the packing's time-major order
+    (:meth:`FusedGraph.to_time_major`), with a hand-written BPTT
+    (:class:`~pyg_dynscale.nn._fused_rnn.FusedTGCNScan`): a few GEMMs and
+    element-wise kernels per step instead of ~25 autograd nodes. Returns
+    ``[N, H]`` in the same time-major order."""
+    from ._fused_rnn import FusedTGCNScan
+    from .temporal_fusion import _reset_schedule
+
+    H = module.linear_z.weight.shape[0]
+    if h0 is None:
+        h0 = x_tm.new_zeros(graph.num_sequences, H)
+    if graph.num_nodes == 0:
+        return x_tm.new_zeros(0, H)
+    w_zr, w_h = _recurrent_weights(module)
+    packing = graph.packing
+    return FusedTGCNScan.apply(x_tm.contiguous(), w_in, b_in, h0, w_zr, w_h, packing, _reset_schedule(packing))
+
+
 def tgcn_time(module: Any, c: Tensor, graph: FusedGraph, h0: Optional[Tensor], periods_weight: Optional[Tensor] = None) -> Tensor:
     r"""Time encoder of T-GCN: the gated recurrence along every vertex's
     sequence (masked temporal fusion). With ``periods_weight`` ``[P]`` (A3TGCN)
@@ -120,22 +148,57 @@ def tgcn_time(module: Any, c: Tensor, graph: FusedGraph, h0: Optional[Tensor], p
     H = module.linear_z.weight.shape[0]
     check_initial_state(h0, graph, H)
     u = tgcn_input_projection(module, c)
+    if periods_weight is None:
+        return graph.from_time_major(tgcn_scan(module, graph.to_time_major(u), graph, h0))
     if h0 is None:
         h0 = u.new_zeros(graph.num_sequences, H)
     base = tgcn_cell(module)
-    if periods_weight is None:
-        cell = base
-        u_flat = u
-    else:
-        P = u.shape[1]
-        u_flat = u.reshape(u.shape[0], P * 3 * H)
+    P = u.shape[1]
+    u_flat = u.reshape(u.shape[0], P * 3 * H)
 
-        def cell(ut: Tensor, h: Tensor) -> Tensor:
-            hp = base(ut.view(ut.shape[0], P, 3 * H), h)  # [R, P, H]
-            return torch.einsum("rph,p->rh", hp, periods_weight)
+    def cell(ut: Tensor, h: Tensor) -> Tensor:
+        hp = base(ut.view(ut.shape[0], P, 3 * H), h)  # [R, P, H]
+        return torch.einsum("rph,p->rh", hp, periods_weight)
 
     hs = masked_recurrent_scan(cell, graph.to_sequences(u_flat), graph.packing, h0)
     return graph.from_sequences(hs)
+
+
+def tgcn_fused(module: Any, graph: FusedGraph, x: Tensor, h0: Optional[Tensor]) -> Tensor:
+    r"""The whole one-layer T-GCN over a fused graph (structure encoder, input
+    projection and recurrence), with the input projection folded into the
+    GCN weights:
+
+    .. math::
+        \mathbf{u}^{(g)} = (\hat{A}XW_g^\top + \mathbf{b}_g) L_g[:, :H]^\top + \mathbf{b}^L_g
+        = \hat{A}X\,(L_g[:, :H] W_g)^\top + (L_g[:, :H]\mathbf{b}_g + \mathbf{b}^L_g),
+
+    the same function as :func:`tgcn_structure` then :func:`tgcn_time` (up to
+    float rounding) with one ``[F, 3H]`` weight instead of two products; the
+    narrow ``[N, F]`` side :math:`\hat{A}X` is permuted to the scan's
+    time-major order and projected per step inside the scan (:func:`tgcn_scan`).
+    ``x`` is ``[N, F]``; returns ``[N, H]`` in node order.
+    """
+    H = module.linear_z.weight.shape[0]
+    check_initial_state(h0, graph, H)
+    improved, loops = _gcn_flags(module)
+    adj = gcn_adjacency(graph, improved, loops, x.dtype)
+    ws, bs = [], []
+    for g in GATES:
+        conv, lin = getattr(module, f"conv_{g}"), getattr(module, f"linear_{g}")
+        l_in = lin.weight[:, :H]
+        ws.append(l_in @ conv.lin.weight)  # [H, F]
+        b = F.linear(conv.bias, l_in) if conv.bias is not None else None
+        if lin.bias is not None:
+            b = lin.bias if b is None else b + lin.bias
+        bs.append(b if b is not None else l_in.new_zeros(H))
+    w, b = torch.cat(ws, 0), torch.cat(bs, 0)
+    if x.shape[-1] <= w.shape[0]:  # propagate the narrower side (A(XW) == (AX)W exactly)
+        # the projection runs inside the scan, per step (no [N, 3H] buffer)
+        hs = tgcn_scan(module, graph.to_time_major(propagate(x, adj)), graph, h0, w, b)
+    else:
+        hs = tgcn_scan(module, graph.to_time_major(propagate(F.linear(x, w), adj)) + b, graph, h0)
+    return graph.from_time_major(hs)
 
 
 # ------------------------------------------------------------------ the layer
@@ -233,6 +296,14 @@ class TGCN(DecomposedModule):
         R = torch.sigmoid(self.linear_r(torch.cat([self._gcn("r", X, edge_index, edge_weight), H], 1)))
         H_tilde = torch.tanh(self.linear_h(torch.cat([self._gcn("h", X, edge_index, edge_weight), H * R], 1)))
         return Z * H + (1 - Z) * H_tilde
+
+    def forward_fused(self, graph: FusedGraph, h0: Optional[Tensor] = None, x: Optional[Tensor] = None) -> Tensor:
+        """As :meth:`DecomposedModule.forward_fused`; one-layer T-GCN runs
+        :func:`tgcn_fused` (input projection folded into the GCN weights)."""
+        x = graph.x if x is None else x
+        if self.num_layers == 1 and x.dim() == 2:
+            return tgcn_fused(self, graph, x, h0)
+        return super().forward_fused(graph, h0, x)
 
     def structure_encoder(self, graph: FusedGraph, x: Optional[Tensor] = None) -> Tensor:
         """``[N, 3H]``: the gate GCNs of all snapshots in one pass."""
