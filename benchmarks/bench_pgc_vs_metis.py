@@ -101,10 +101,11 @@ def load_graph(name: str, quick: bool) -> Optional[DynamicGraphSignal]:
 
     if name == "planted":
         return planted_dynamic_graph(2000 if quick else 40000, 10 if quick else 20, 16, 8.0, seed=0)
-    if name == "synthetic":
+    if name.startswith("synthetic"):
+        # "synthetic:N": N vertex-time nodes, 2N spatial edges, 20 snapshots (as bench_pgc_scale.py)
         from pyg_dynscale.data.synthetic import generate_dynamic_graph
-        n = 20000 if quick else 1_000_000
-        return generate_dynamic_graph(n // 10, 2 * n, 20, presence=0.5, num_features=1, seed=0)
+        n = int(float(name.split(":")[1])) if ":" in name else (20000 if quick else 1_000_000)
+        return generate_dynamic_graph(n // 10, 2 * n, 20, presence=0.5, num_features=1, target="none", seed=0)
     files = {"collegemsg": ("snap/CollegeMsg.txt", "7d"), "mathoverflow": ("snap/sx-mathoverflow.txt.gz", "30d"),
              "email-eu": ("snap/email-Eu-core-temporal.txt.gz", "7d")}
     if name in files:
@@ -161,20 +162,23 @@ def run_kahip(csr, P: int, seed: int, mode: str) -> np.ndarray:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="small graphs, one part count (smoke test)")
-    ap.add_argument("--graphs", default=None, help="comma list: planted,collegemsg,mathoverflow,email-eu,synthetic,twitter_tennis")
+    ap.add_argument("--graphs", default=None,
+                    help="comma list: planted,collegemsg,mathoverflow,email-eu,twitter_tennis,synthetic:N (N vertex-time nodes, e.g. synthetic:1e7)")
     ap.add_argument("--parts", default=None, help="comma list of part counts (default 4,8; quick: 4)")
     ap.add_argument("--model", default="tgcn", help="dependency pattern preset (tgcn, mpnnlstm, dysat)")
     ap.add_argument("--hidden", type=int, default=32)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-kahip", action="store_true")
-    ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads for the baselines' tensor work (default: torch's)")
+    ap.add_argument("--pgc-threads", type=int, default=None, help="partition_pgc(threads=...) (default: its default, 1)")
     ap.add_argument("--json", default=None, help="write the rows to this file")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     # warm-up: the first call pays one-off costs (lazy imports, allocator)
     partition_pgc(planted_dynamic_graph(200, 3, 2, 4.0), 2, (1.0, 1.0))
-    graphs = (args.graphs or ("planted,collegemsg" if args.quick else "planted,collegemsg,email-eu,mathoverflow,synthetic")).split(",")
+    graphs = (args.graphs or ("planted,collegemsg,synthetic:2e4" if args.quick else
+                              "planted,collegemsg,email-eu,mathoverflow,synthetic:1e5,synthetic:1e6")).split(",")
     parts = [int(p) for p in (args.parts or ("4" if args.quick else "4,8")).split(",")]
     rows: list[dict] = []
     for gname in graphs:
@@ -204,7 +208,7 @@ def main() -> None:
                     return Partition(name, P, torch.from_numpy(own), fingerprint=sig.fingerprint(), seconds=sec)
                 return go
 
-            runners.append(("pgc", lambda: partition_pgc(sig, P, pat, seed=args.seed)))
+            runners.append(("pgc", lambda: partition_pgc(sig, P, pat, seed=args.seed, threads=args.pgc_threads)))
             runners.append(("metis", external("metis", lambda: run_metis(csr, P, args.seed))))
             if not args.no_kahip:
                 runners.append(("kahip-fast", external("kahip-fast", lambda: run_kahip(csr, P, args.seed, "fast"))))
@@ -219,7 +223,7 @@ def main() -> None:
                     print(f"  {name}: FAILED ({type(exc).__name__}: {exc})")
                     continue
                 m = evaluate(sig, pat, p)
-                row = {"graph": gname, "parts": P, "scheme": name, "bytes": m.bytes_total, "seconds": p.seconds,
+                row = {"graph": gname, "N": sig.num_vertex_time_nodes, "parts": P, "scheme": name, "bytes": m.bytes_total, "seconds": p.seconds,
                        "seconds_with_csr": p.seconds + (csr_s if name.startswith(("metis", "kahip")) else 0.0),
                        "lambda": m.lambda_, "cut_spatial": m.cut_spatial_edges, "cut_temporal": m.cut_temporal_edges}
                 res[name] = row
@@ -239,6 +243,21 @@ def main() -> None:
                 print(f"        goal: bytes <= 1.3x METIS: {'yes' if ok_b else 'NO'}; "
                       f"time <= 1/4 METIS(+csr): {'yes' if ok_t else 'NO'}; "
                       f"bytes <= best scheme: {'yes' if pg['bytes'] <= best_scheme else 'NO'}; lambda {pg['lambda']:.3f}")
+    # summary: PGC against METIS and KaHIP per graph and part count
+    print("\n## summary (PGC / baseline; time: PGC seconds (its weighted graph included; the signal's supergraph is built once beforehand) vs partitioner seconds + their CSR build)")
+    print(f"{'graph':<18}{'N':>12}{'P':>4}  {'bytes/metis':>11}{'time/metis':>11}  {'bytes/kahip-fs':>14}{'time/kahip-fs':>14}")
+    for key in sorted({(r["graph"], r["parts"]) for r in rows}, key=lambda k: (rows[[(r["graph"], r["parts"]) for r in rows].index(k)]["N"], k[1])):
+        rs = {r["scheme"]: r for r in rows if (r["graph"], r["parts"]) == key}
+        if "pgc" not in rs:
+            continue
+        pg = rs["pgc"]
+
+        def ratio(b: str, what: str) -> str:
+            if b not in rs or not rs[b][what]:
+                return "-"
+            return f"{pg['bytes' if what == 'bytes' else 'seconds'] / rs[b][what]:.3f}"
+        print(f"{key[0]:<18}{pg['N']:>12,}{key[1]:>4}  {ratio('metis', 'bytes'):>11}{ratio('metis', 'seconds_with_csr'):>11}"
+              f"  {ratio('kahip-fastsocial', 'bytes'):>14}{ratio('kahip-fastsocial', 'seconds_with_csr'):>14}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -370,3 +370,173 @@ def test_tie_moves_merge_path_fragments(seed: int) -> None:
     assert plain.converged and ties.converged
     assert plain.labels.unique().numel() > 1
     assert ties.labels.unique().numel() == 1
+
+
+# ----------------------------------------------------------------- fast path: coarsening, packing, effort
+def test_packed_argmax_matches_float_path() -> None:
+    """Integral weights use the packed (score << bits | label) argmax; scaling
+    every weight by 1.5 forces the float path: same argmax, same labels."""
+    s = random_signal(15, T=10, V=80)
+    src, dst, w = weighted_supergraph(s, (1.0, 3.0))
+    n = s.num_vertex_time_nodes
+    Gi = CSRGraph.from_edges(n, src, dst, w)
+    Gf = CSRGraph.from_edges(n, src, dst, w * 1.5)
+    assert Gi.integral() and not Gf.integral()
+    nw = LinearWorkload().node_costs(s)
+    for kw in (dict(), dict(cap=30.0, tie_moves=True)):
+        a = label_propagation(Gi, node_weight=nw, seed=4, tol=0.0, **kw)
+        b = label_propagation(Gf, node_weight=nw, seed=4, tol=0.0, **kw)
+        assert torch.equal(a.labels, b.labels)
+
+
+def test_temporal_coarsening_preserves_cut_weights() -> None:
+    """Any labelling of segments cuts exactly the byte weight, on the quotient
+    graph, that its expansion cuts on the supergraph; segments stay below
+    segment_cap + the heaviest node and are contiguous runs of one sequence."""
+    from pyg_dynscale.partition.coarsen import coarsen_temporal, temporal_edge_weights
+
+    s = random_signal(16, T=12, V=50)
+    sg = s.supergraph()
+    nw = LinearWorkload().node_costs(s).double()
+    tw = temporal_edge_weights(sg, PATTERN)
+    tc = coarsen_temporal(sg, nw, PATTERN.spatial_edge_weight(), tw, segment_cap=12.0)
+    assert tc.num_segments > s.supergraph().sequence_ptr.numel() - 1  # some sequences were split
+    assert float(tc.node_w.max()) < 12.0 + float(nw.max())
+    assert torch.equal(tc.node_w, torch.zeros(tc.num_segments, dtype=torch.float64).index_add_(0, tc.seg, nw))
+    # a segment holds one vertex only, and its appearances are consecutive in the sequence
+    assert bool((sg.vertex[tc.seg.argsort()] == sg.vertex[tc.seg.argsort()]).all())
+    v_of_seg = torch.full((tc.num_segments,), -1).scatter_reduce(0, tc.seg, sg.vertex, reduce="amax")
+    assert torch.equal(v_of_seg[tc.seg], sg.vertex)
+    G = CSRGraph.from_edges(tc.num_segments, tc.src, tc.dst, tc.weight)
+    src, dst, w = weighted_supergraph(s, PATTERN)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(3):
+        lab = torch.randint(0, 4, (tc.num_segments,), generator=g)
+        srcs = G.sources()
+        q_cut = float(G.weight[lab[srcs] != lab[G.dst]].double().sum()) / 2
+        own = lab[tc.seg]
+        assert q_cut == float(w[own[src] != own[dst]].sum())
+
+
+def test_attention_temporal_weights_count_earlier_rows() -> None:
+    """DySAT: cutting after position j of a sequence moves j + 1 rows; the
+    per-edge weights reproduce the plan's temporal bytes for a single cut."""
+    from pyg_dynscale.partition import Partition
+    from pyg_dynscale.partition.coarsen import temporal_edge_weights
+
+    # one vertex present in 6 snapshots, no spatial edges
+    s = DynamicGraphSignal([np.zeros((2, 0), dtype=np.int64)] * 6, None, [np.ones((1, 2))] * 6, None)
+    pat = DependencyPattern.preset("dysat", 2, 8)
+    tw = temporal_edge_weights(s.supergraph(), pat)
+    row = pat.temporal_edge_weight(1.0)
+    assert tw.tolist() == [row * (j + 1) for j in range(5)]
+    assert torch.equal(temporal_edge_weights(s.supergraph(), PATTERN), torch.full((5,), PATTERN.temporal_edge_weight()))
+    for j in range(5):  # cut between positions j and j+1
+        owner = (torch.arange(6) > j).long()
+        plan = CommunicationPlan.build(s, Partition("x", 2, owner), pat).bytes_by_kind()
+        assert plan["temporal"] == tw[j]
+
+
+@pytest.mark.parametrize("coarsen", [True, False])
+def test_pgc_coarsen_option(coarsen: bool) -> None:
+    s = community_signal(T=6, k=2, size=12, interleave=True)
+    p = partition_pgc(s, 2, PATTERN, seed=0, coarsen=coarsen)
+    assert p.meta["coarsened"] is coarsen
+    N = s.num_vertex_time_nodes
+    if coarsen:  # segments: at least one per vertex, fewer than the vertex-time nodes
+        assert 24 <= p.meta["level0_nodes"] < N
+    else:
+        assert p.meta["level0_nodes"] == N
+    comm = community_of(s, 2, 12, True)
+    assert torch.equal(p.owner, comm) or torch.equal(p.owner, 1 - comm)
+    # auto: temporal edges (128 B) outweigh spatial ones (16 B) -> coarsened
+    assert partition_pgc(s, 2, PATTERN).meta["coarsened"]
+    assert not partition_pgc(s, 2, (10.0, 1.0)).meta["coarsened"]
+
+
+def test_pgc_effort_presets_and_gain_tol() -> None:
+    s = random_signal(17, T=10, V=80)
+    fast = partition_pgc(s, 4, PATTERN, effort="fast")
+    thorough = partition_pgc(s, 4, PATTERN, effort="thorough")
+    assert fast.meta["effort"] == "fast" and thorough.meta["effort"] == "thorough"
+    assert partition_pgc(s, 4, PATTERN).meta["effort"] == "thorough"  # small graph: auto -> thorough
+    assert max(fast.meta["level_rounds"][:1]) <= 4 and fast.meta["num_levels"] <= 4
+    for p in (fast, thorough):
+        assert torch.bincount(p.owner, minlength=4).min() > 0
+        assert float(torch.tensor(p.meta["loads"]).max() / torch.tensor(p.meta["loads"]).min()) <= 1.15
+    # gain_tol stops a churning run early; a huge tolerance stops after the first pair
+    G = CSRGraph.from_edges(s.num_vertex_time_nodes, *weighted_supergraph(s, PATTERN))
+    r = label_propagation(G, seed=0, max_rounds=50, tol=0.0, gain_tol=10.0)
+    assert r.rounds == 2 and r.converged and len(r.gains) == 2 and r.gains[0] > 0
+
+
+def test_hub_priority_breaks_ties_towards_heavier_labels() -> None:
+    """Path a - b - c with equal weights: b's two neighbour labels tie, and b
+    joins the one whose priority key is larger."""
+    src, dst = torch.tensor([0, 1]), torch.tensor([1, 2])
+    G = CSRGraph.from_edges(3, src, dst, torch.ones(2, dtype=torch.float64))
+    for key, partner in ((torch.tensor([5.0, 0.0, 1.0]), 0), (torch.tensor([1.0, 0.0, 5.0]), 2)):
+        b_moved = 0
+        for seed in range(8):
+            r = label_propagation(G, cap=2.0, seed=seed, max_rounds=1, priority=key)
+            # round 0 moves a random half; whenever b moved, it took the higher-key label
+            if r.labels[1] != 1:
+                b_moved += 1
+                assert r.labels[1] == partner
+        assert b_moved > 0
+
+
+def test_pgc_new_option_errors() -> None:
+    s = random_signal(18)
+    with pytest.raises(PartitionError, match="coarsen"):
+        partition_pgc(s, 2, PATTERN, coarsen="yes")
+    with pytest.raises(PartitionError, match="segment_fraction"):
+        partition_pgc(s, 2, PATTERN, segment_fraction=0.0)
+    with pytest.raises(PartitionError, match="threads"):
+        partition_pgc(s, 2, PATTERN, threads=0)
+    with pytest.raises(PartitionError, match="effort"):
+        partition_pgc(s, 2, PATTERN, effort="quick")
+
+
+def test_bench_pgc_scale_quick_smoke() -> None:
+    """benchmarks/bench_pgc_scale.py --quick runs end to end (200k nodes, seconds)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "r.json")
+        subprocess.run([sys.executable, os.path.join(root, "benchmarks", "bench_pgc_scale.py"), "--quick", "--json", out],
+                       check=True, capture_output=True, timeout=120)
+        r = json.load(open(out))
+    assert r["N"] == 200_000 and r["meta"]["coarsened"] and r["meta"]["divergence"] <= 1.15
+
+
+def test_refine_chunks_swaps_when_single_moves_are_blocked() -> None:
+    """Two pairs of tightly bound chunks split across two ranks, zero slack:
+    no single move keeps the balance, one swap removes the heavy cut."""
+    g = ChunkGraph.from_pairs(4, np.array([0, 2, 0, 1]), np.array([1, 3, 2, 3]), np.array([10.0, 10.0, 1.0, 1.0]))
+    cost = np.ones(4)
+    bad = np.array([0, 1, 0, 1])
+    assert g.cut(bad) == 20.0
+    assert refine_chunks(g, cost, bad, 2, slack=0.0, swaps=0).tolist() == bad.tolist()  # blocked
+    out = refine_chunks(g, cost, bad, 2, slack=0.0)
+    assert out[0] == out[1] and out[2] == out[3] and out[0] != out[2]
+    assert g.cut(out) == 2.0
+    assert rank_loads(out, cost, 2).tolist() == [2.0, 2.0]
+
+
+def test_pgc_on_chunk_bigger_than_slack_communities() -> None:
+    """Communities that are bigger than a chunk but whose chunks exceed the
+    balance slack (the case swaps fix): PGC still keeps each community on one
+    rank, so nothing crosses."""
+    for graph_seed in range(6):  # without swaps 4 of these 18 runs split a community
+        s = community_signal(T=8, k=4, size=10, interleave=True, seed=graph_seed)
+        comm = community_of(s, 4, 10, True)
+        for seed in range(3):
+            p = partition_pgc(s, 2, PATTERN, seed=seed, chunks_per_part=8)
+            per = torch.zeros(4, 2, dtype=torch.long).index_put_((comm, p.owner), torch.ones_like(comm), accumulate=True)
+            assert bool(((per > 0).sum(1) == 1).all())  # every community lies on one rank

@@ -142,6 +142,7 @@ def refine_chunks(
     *,
     slack: float = 0.03,
     max_moves: int | None = None,
+    swaps: int = 16,
 ) -> np.ndarray:
     r"""Chunk-level refinement after Algorithm 1.
 
@@ -151,7 +152,11 @@ def refine_chunks(
        loses the fewest bytes.
     2. *Cut*: repeatedly apply the single chunk move with the largest positive
        byte gain :math:`A[c, m] - A[c, \mathrm{own}(c)]` that keeps both ranks
-       inside the band. Each move strictly lowers the cut.
+       inside the band; when none exists, the best *swap* of two chunks on two
+       ranks (among the ``swaps`` best candidates per rank pair, see
+       :func:`_best_swap`): a chunk larger than the band cannot move alone but
+       can trade places with one of similar cost. Each step strictly lowers
+       the cut. ``swaps=0`` disables swaps.
 
     Returns:
         ``[C]`` refined owner (a new array).
@@ -189,14 +194,66 @@ def refine_chunks(
         best = np.flatnonzero(gain == gain.max())
         c = int(best[np.argmax(cost[best])])
         move(c, dst)
-    for _ in range(max_moves):  # cut phase
+    keys = np.repeat(np.arange(C), np.diff(graph.ptr)) * C + graph.nbr
+    korder = np.argsort(keys, kind="stable")
+    keys, kw = keys[korder], graph.w[korder]
+
+    def h(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Bytes between chunk pairs (0 where not adjacent)."""
+        q = a * C + b
+        if keys.size == 0:
+            return np.zeros(q.shape)
+        pos = np.minimum(np.searchsorted(keys, q), keys.size - 1)
+        return np.where(keys[pos] == q, kw[pos], 0.0)
+
+    for _ in range(max_moves):  # cut phase: best single move, else best swap
+        hi, lo = max(hi_lim, loads.max()), min(lo_lim, loads.min())
         gain = A - A[idx, owner][:, None]
-        ok = (loads[None, :] + cost[:, None] <= max(hi_lim, loads.max()))
-        ok &= (loads[owner] - cost >= min(lo_lim, loads.min()))[:, None]
+        ok = (loads[None, :] + cost[:, None] <= hi)
+        ok &= (loads[owner] - cost >= lo)[:, None]
         ok[idx, owner] = False
-        gain = np.where(ok, gain, -np.inf)
-        flat = int(np.argmax(gain))
-        if not np.isfinite(gain.flat[flat]) or gain.flat[flat] <= 1e-12:
+        g1 = np.where(ok, gain, -np.inf)
+        flat = int(np.argmax(g1))
+        if np.isfinite(g1.flat[flat]) and g1.flat[flat] > 1e-12:
+            move(flat // num_parts, flat % num_parts)
+            continue
+        if swaps <= 0 or num_parts < 2:
             break
-        move(flat // num_parts, flat % num_parts)
+        best = _best_swap(gain, owner, cost, loads, hi, lo, h, swaps)
+        if best is None:
+            break
+        a, b = best
+        oa, ob = owner[a], owner[b]
+        move(a, ob)
+        move(b, oa)
     return owner
+
+
+def _best_swap(gain: np.ndarray, owner: np.ndarray, cost: np.ndarray, loads: np.ndarray, hi: float, lo: float,
+               h, k: int) -> tuple[int, int] | None:
+    r"""The best exchange of a chunk :math:`a` on rank :math:`A` with a chunk
+    :math:`b` on rank :math:`B`: gain :math:`g_{aB} + g_{bA} - 2 h(a, b)`
+    (both single-move gains count the edge between them as saved), among the
+    ``k`` chunks of each rank with the largest single-move gain towards the
+    other; both ranks must stay within ``[lo, hi]``. ``None`` if no swap has
+    a positive gain."""
+    P = gain.shape[1]
+    best_gain, best = 1e-12, None
+    for ra in range(P):  # loops over rank pairs only (P^2 / 2 small numpy steps)
+        on_a = np.flatnonzero(owner == ra)
+        if on_a.size == 0:
+            continue
+        for rb in range(ra + 1, P):
+            on_b = np.flatnonzero(owner == rb)
+            if on_b.size == 0:
+                continue
+            ca = on_a[np.argsort(-gain[on_a, rb], kind="stable")[:k]]
+            cb = on_b[np.argsort(-gain[on_b, ra], kind="stable")[:k]]
+            sw = gain[ca, rb][:, None] + gain[cb, ra][None, :] - 2.0 * h(ca[:, None], cb[None, :])
+            d = cost[ca][:, None] - cost[cb][None, :]  # load moving from A to B
+            ok = (loads[ra] - d >= lo) & (loads[ra] - d <= hi) & (loads[rb] + d >= lo) & (loads[rb] + d <= hi)
+            sw = np.where(ok, sw, -np.inf)
+            i = int(np.argmax(sw))
+            if sw.flat[i] > best_gain:
+                best_gain, best = float(sw.flat[i]), (int(ca[i // cb.size]), int(cb[i % cb.size]))
+    return best

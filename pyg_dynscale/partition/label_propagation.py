@@ -20,7 +20,11 @@ Algorithm (one round :math:`r`):
    and a segment sum.
 3. *Choice*: labels whose size would exceed the cap if :math:`v` joined are
    excluded; :math:`v` takes the remaining label of largest weight, ties broken
-   by a seeded random priority of the labels. It moves only if that weight is
+   by a priority of the labels (seeded random, or ordered by a given key such
+   as the weighted degree, ``priority=``). Internally labels are renumbered
+   by priority, so with integral weights the choice is one ``amax`` over the
+   packed key ``score << bits | label`` (float weights: two ``amax`` passes,
+   same result). It moves only if that weight is
    strictly larger than the weight of its current label (so a node never
    leaves a label it is tied with; this makes the process converge).
 4. *Cap* (vectorized, deterministic): movers are ranked inside each target
@@ -35,7 +39,9 @@ Algorithm (one round :math:`r`):
 
 Stops when no node is dirty, when the moves of the last (even, odd) pair of
 rounds -- which together evaluate every node that was dirty at the start of
-the pair -- are at most ``tol * num_nodes``, or after ``max_rounds``. With
+the pair -- are at most ``tol * num_nodes``, when their summed gain is at most
+``gain_tol`` times the total edge weight (``gain_tol > 0``; checked from
+``min_rounds`` on), or after ``max_rounds``. With
 ``tol=0`` the result is a fixed point: no node can improve its label (except
 movers refused by the cap). Same inputs and seed give bit-identical labels.
 
@@ -67,12 +73,15 @@ class LabelPropagationResult:
         converged (bool): whether it stopped by the convergence test rather than
             by ``max_rounds``.
         moved (list[int]): nodes that changed label in each round.
+        gains (list[float]): summed Eq. 2 gain of the accepted moves in each
+            round (their weight to the new label minus to the old one).
     """
 
     labels: Tensor
     rounds: int
     converged: bool
     moved: list[int] = field(default_factory=list)
+    gains: list[float] = field(default_factory=list)
 
 
 def undirected_entries(src: Tensor, dst: Tensor, weight: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -101,6 +110,14 @@ class CSRGraph:
     ptr: Tensor
     dst: Tensor
     weight: Tensor
+    _integral: Optional[bool] = field(default=None, repr=False, compare=False)
+
+    def integral(self) -> bool:
+        """Whether every weight is a whole number (cached): then Eq. 2 sums are
+        exact integers and label propagation packs them with the label."""
+        if self._integral is None:
+            self._integral = bool((self.weight == torch.round(self.weight)).all()) if self.weight.numel() else True
+        return self._integral
 
     @classmethod
     def from_edges(cls, num_nodes: int, src: Tensor, dst: Tensor, weight: Tensor) -> "CSRGraph":
@@ -131,17 +148,42 @@ class CSRGraph:
     def degree(self) -> Tensor:
         return self.ptr[1:] - self.ptr[:-1]
 
+    def weighted_degree(self) -> Tensor:
+        """``[n]`` summed weight of each node's edges (float64)."""
+        cs = torch.zeros(self.dst.numel() + 1, dtype=torch.float64, device=self.ptr.device)
+        torch.cumsum(self.weight.to(torch.float64), 0, out=cs[1:])
+        return _take(cs, self.ptr[1:]) - _take(cs, self.ptr[:-1])
+
     def sources(self) -> Tensor:
         """``[2E]`` source node of each entry."""
         return torch.repeat_interleave(torch.arange(self.num_nodes, device=self.ptr.device), self.degree,
                                        output_size=self.dst.numel())
 
     def contract(self, labels: Tensor, num_labels: int) -> "CSRGraph":
-        """The label-level graph (:func:`contract`) as a :class:`CSRGraph`."""
-        src = self.sources()
-        one = src < self.dst  # each undirected edge once
-        a, b, w = contract(labels, num_labels, src[one], self.dst[one], self.weight[one])
-        return CSRGraph.from_edges(num_labels, a, b, w)
+        """The label-level graph (:func:`contract`) as a :class:`CSRGraph`.
+
+        Every edge is stored in both directions already, so one sort of the
+        key ``(label[u], label[v])`` over the entries yields the contracted
+        CSR directly (no second pass through :meth:`from_edges`)."""
+        C = int(num_labels)
+        lu = torch.repeat_interleave(labels, self.degree, output_size=self.dst.numel())
+        lv = _take(labels, self.dst)
+        keep = lu != lv
+        key = lu[keep] * C + lv[keep]
+        del lu, lv
+        w = self.weight[keep]
+        key, perm = torch.sort(key, stable=True)
+        ukey, inv = torch.unique_consecutive(key, return_inverse=True)
+        del key
+        wsum = torch.zeros(ukey.numel(), dtype=torch.float64, device=ukey.device).index_add_(
+            0, inv, _take(w, perm).to(torch.float64))
+        del inv, perm, w
+        s, d = ukey // C, ukey % C
+        ptr = torch.zeros(C + 1, dtype=torch.long, device=ukey.device)
+        torch.cumsum(torch.bincount(s, minlength=C), 0, out=ptr[1:])
+        if self.weight.dtype == torch.float32 and bool((wsum.float().double() == wsum).all()):
+            wsum = wsum.float()
+        return CSRGraph(C, ptr, d, wsum)
 
 
 def _take(x: Tensor, index: Tensor) -> Tensor:
@@ -189,6 +231,9 @@ def label_propagation(
     progress: bool = False,
     boundary_only: bool = False,
     tie_moves: bool = False,
+    priority: Optional[Tensor] = None,
+    gain_tol: float = 0.0,
+    min_rounds: int = 0,
 ) -> LabelPropagationResult:
     r"""Weighted, size-constrained label propagation (DGC §4.1, Eq. 1-2).
 
@@ -212,6 +257,15 @@ def label_propagation(
             interior nodes cannot move).
         tie_moves (bool): also move on ties towards a higher-priority label
             (see the module doc).
+        gain_tol (float): also stop when the accepted moves of an (even, odd)
+            pair of rounds gained at most ``gain_tol`` times the total edge
+            weight (churn on graphs without structure: many moves, tiny gains).
+        min_rounds (int): the ``tol`` / ``gain_tol`` tests start after this
+            many rounds.
+        priority (Tensor, optional): ``[L]`` key that orders the label
+            priorities (ties keep the seeded random order); e.g. the weighted
+            degree, so that ties go to hubs and labels grow fast. Default: a
+            seeded random priority.
 
     Returns:
         :class:`LabelPropagationResult`.
@@ -221,22 +275,38 @@ def label_propagation(
     n = int(graph.num_nodes)
     L = n if num_labels is None else int(num_labels)
     nw = torch.ones(n, dtype=torch.float64, device=dev) if node_weight is None else node_weight.to(torch.float64)
-    labels = torch.arange(n, device=dev) if init is None else init.to(torch.long).clone()
     gen = torch.Generator(device="cpu").manual_seed(int(seed))
     label_pri = torch.randperm(L, generator=gen).to(dev)
     node_pri = torch.randperm(n, generator=gen).to(dev)
+    if priority is not None:
+        # rank by (priority, random): stable sort of the random order by the key
+        by_rand = torch.empty_like(label_pri)
+        by_rand[label_pri] = torch.arange(L, device=dev)  # labels in random-priority order
+        order = _take(by_rand, torch.sort(_take(priority.to(dev), by_rand), stable=True).indices)
+        label_pri = torch.empty_like(label_pri)
+        label_pri[order] = torch.arange(L, device=dev)
+    # work in "priority space": internal label = priority of the label, so the
+    # tie-break "largest priority" is "largest internal label" and needs no gather
+    labels = label_pri.clone() if init is None else _take(label_pri, init.to(torch.long))
     cap_t = float("inf") if cap is None else float(cap)
     has_cap = cap is not None
+    bits = max(1, (L - 1).bit_length())
+    # integral weights: pack (score, label) into one int64 and take one amax
+    packed = graph.integral() and float(graph.weight.max()) * float(graph.degree.max()) < 2.0 ** (62 - bits) \
+        if graph.dst.numel() else False
     deg = graph.degree
     dirty = deg > 0
     if boundary_only:
         srcs = graph.sources()
         dirty = torch.zeros(n, dtype=torch.bool, device=dev)
-        dirty[srcs[labels[srcs] != labels[dst]]] = True
+        dirty[srcs[_take(labels, srcs) != _take(labels, dst)]] = True
         del srcs
     moved_hist: list[int] = []
+    gain_hist: list[float] = []
+    total_w = float(weight.double().sum()) / 2.0 if gain_tol > 0 else 0.0
     unique_labels = init is None  # Eq. 1 labels, until the first move
     half = torch.zeros(n, dtype=torch.bool, device=dev)
+    nw_max = float(nw.max()) if n else 0.0
     converged = False
     r = 0
     for r in range(max_rounds):
@@ -248,88 +318,131 @@ def label_propagation(
         else:
             half = ~half
         act = (dirty & half).nonzero().flatten()
-        size = torch.zeros(L, dtype=torch.float64, device=dev).index_add_(0, labels, nw)
         moved = 0
+        gained = 0.0
         if act.numel():
-            idx, counts = _ranges(ptr, act)
+            size = torch.zeros(L, dtype=torch.float64, device=dev).index_add_(0, labels, nw)
             A = act.numel()
-            s_loc = torch.repeat_interleave(torch.arange(A, device=dev), counts, output_size=idx.numel())
-            lab = _take(labels, _take(dst, idx))
-            if unique_labels:
-                # Eq. 1 labels are all distinct and (source, neighbour) pairs are
-                # unique in a CSRGraph: every entry is its own (node, label) segment
-                seg_loc, seg_lab, score = s_loc, lab, _take(weight, idx).to(torch.float64)
-            elif A * L <= max(4 * idx.numel(), 1 << 16):
-                # few labels (rank-level refinement): dense [A, L] sums, no sort
-                dense = torch.zeros(A * L, dtype=torch.float64, device=dev).index_add_(
-                    0, s_loc * L + lab, _take(weight, idx).to(torch.float64))
-                nz = (dense != 0).nonzero().flatten()
-                seg_loc, seg_lab, score = nz // L, nz % L, _take(dense, nz)
-                del dense, nz
-            else:
-                key, perm = torch.sort(s_loc * L + lab, stable=True)
-                w = _take(weight, _take(idx, perm)).to(torch.float64)
-                del perm
-                ukey, inv = torch.unique_consecutive(key, return_inverse=True)
-                del key
-                score = torch.zeros(ukey.numel(), dtype=torch.float64, device=dev).index_add_(0, inv, w)
-                del inv, w
-                seg_loc, seg_lab = ukey // L, ukey % L
-                del ukey
-            del s_loc, idx, lab
-            seg_node = _take(act, seg_loc)
-            is_cur = seg_lab == _take(labels, seg_node)
-            cur = torch.zeros(A, dtype=torch.float64, device=dev).index_add_(0, seg_loc[is_cur], score[is_cur])
+            seg_loc, seg_lab, score = _label_scores(ptr, dst, weight, labels, act, L, unique_labels)
+            cur_act = _take(labels, act)
+            is_cur = seg_lab == _take(cur_act, seg_loc)
+            cur = torch.zeros(A, dtype=score.dtype, device=dev).index_add_(
+                0, seg_loc, torch.where(is_cur, score, torch.zeros_like(score)))
             allowed = ~is_cur
-            if has_cap:
-                allowed &= _take(size, seg_lab) + _take(nw, seg_node) <= cap_t
-            masked = torch.where(allowed, score, torch.full_like(score, -torch.inf))
-            best = torch.full((A,), -torch.inf, dtype=torch.float64, device=dev).scatter_reduce(
-                0, seg_loc, masked, reduce="amax")
-            at_best = allowed & (masked == _take(best, seg_loc))
-            pri = torch.where(at_best, _take(label_pri, seg_lab), torch.full_like(seg_lab, -1))
-            best_pri = torch.full((A,), -1, dtype=torch.long, device=dev).scatter_reduce(0, seg_loc, pri, reduce="amax")
-            chosen = (at_best & (pri == _take(best_pri, seg_loc))).nonzero().flatten()
-            m_loc, m_to = seg_loc[chosen], seg_lab[chosen]
-            gain = best[m_loc] - cur[m_loc]
+            # the cap check gathers label sizes; skip it while no label is near the cap
+            if has_cap and float(size.max()) + nw_max > cap_t:
+                allowed &= _take(size, seg_lab) + _take(_take(nw, act), seg_loc) <= cap_t
+            if packed:
+                m_loc, m_to, best = _choose_packed(seg_loc, seg_lab, score, allowed, A, bits)
+            else:
+                m_loc, m_to, best = _choose_float(seg_loc, seg_lab, score, allowed, A)
+            del seg_loc, seg_lab, score, is_cur, allowed
+            gain = best - _take(cur, m_loc)
             go = gain > 0
             if tie_moves:
                 # a tie moves towards the label of higher priority, which lets
                 # fragments of a path (a temporal sequence) merge instead of
                 # freezing; priorities strictly increase, so it cannot cycle
-                go |= (gain == 0) & (best[m_loc] > 0) & (_take(label_pri, m_to) > _take(label_pri, _take(labels, _take(act, m_loc))))
-            m_node, m_to, gain = act[m_loc[go]], m_to[go], gain[go]
-            del seg_loc, seg_lab, seg_node, score, is_cur, allowed, masked, at_best, pri, chosen
+                go |= (gain == 0) & (best > 0) & (m_to > _take(cur_act, m_loc))
+            m_node, m_to, gain = _take(act, m_loc[go]), m_to[go], gain[go].to(torch.float64)
             acc = torch.ones(m_node.numel(), dtype=torch.bool, device=dev)
+            m_w = _take(nw, m_node)
             if has_cap and m_node.numel():
-                incoming = torch.zeros(L, dtype=torch.float64, device=dev).index_add_(0, m_to, nw[m_node])
+                incoming = torch.zeros(L, dtype=torch.float64, device=dev).index_add_(0, m_to, m_w)
                 if bool((size + incoming > cap_t).any()):
-                    acc &= _accept_by_budget(m_to, nw[m_node], cap_t - size, gain, node_pri[m_node])
+                    acc &= _accept_by_budget(m_to, m_w, cap_t - size, gain, _take(node_pri, m_node))
+            m_from = _take(labels, m_node)
             if floor is not None and m_node.numel():
-                m_from = labels[m_node]
-                acc &= _accept_by_budget(m_from, nw[m_node], size - float(floor), gain, node_pri[m_node])
+                acc &= _accept_by_budget(m_from, m_w, size - float(floor), gain, _take(node_pri, m_node))
             # evaluated nodes are clean unless their move was rejected (they retry)
             dirty[act] = False
             dirty[m_node[~acc]] = True
             mv = m_node[acc]  # ascending: act is sorted and seg order follows it
             labels[mv] = m_to[acc]
             moved = int(mv.numel())
+            gained = float(gain[acc].sum())
             unique_labels = unique_labels and moved == 0
             if moved:
                 nidx, _ = _ranges(ptr, mv)
                 dirty[_take(dst, nidx)] = True
         moved_hist.append(moved)
+        gain_hist.append(gained)
         if progress:
-            print(f"[label_propagation] round {r}: active={int(act.numel())} moved={moved}")
+            print(f"[label_propagation] round {r}: active={int(act.numel())} moved={moved} gain={gained:.4g}")
         # an (even, odd) pair of rounds evaluates every node dirty at its start
         # (mask, then complement), so the test is made at the end of a pair
-        if r % 2 == 1 and moved_hist[-1] + moved_hist[-2] <= tol * n:
+        if r % 2 == 1 and r + 1 >= min_rounds and (moved_hist[-1] + moved_hist[-2] <= tol * n
+                           or (gain_tol > 0 and gain_hist[-1] + gain_hist[-2] <= gain_tol * total_w)):
             converged = True
             r += 1
             break
     else:
         r = max_rounds
-    return LabelPropagationResult(labels=labels, rounds=r, converged=converged, moved=moved_hist)
+    out = torch.empty(L, dtype=torch.long, device=dev)
+    out[label_pri] = torch.arange(L, device=dev)  # priority -> label
+    return LabelPropagationResult(labels=_take(out, labels), rounds=r, converged=converged, moved=moved_hist,
+                                  gains=gain_hist)
+
+
+def _label_scores(ptr: Tensor, dst: Tensor, weight: Tensor, labels: Tensor, act: Tensor, L: int,
+                  unique_labels: bool) -> tuple[Tensor, Tensor, Tensor]:
+    r"""Eq. 2 for the active nodes: one segment per (active node, neighbour
+    label) pair, ``(seg_loc, seg_lab, score)`` with ``seg_loc`` the index into
+    ``act`` (ascending) and ``score`` the summed edge weight (float64)."""
+    dev = ptr.device
+    idx, counts = _ranges(ptr, act)
+    A = act.numel()
+    s_loc = torch.repeat_interleave(torch.arange(A, device=dev), counts, output_size=idx.numel())
+    lab = _take(labels, _take(dst, idx))
+    w = _take(weight, idx)  # rows are contiguous: a near-sequential read
+    del idx
+    if unique_labels:
+        # Eq. 1 labels are all distinct and (source, neighbour) pairs are
+        # unique in a CSRGraph: every entry is its own (node, label) segment
+        return s_loc, lab, w.to(torch.float64)
+    if A * L <= max(4 * lab.numel(), 1 << 16):
+        # few labels (rank-level refinement): dense [A, L] sums, no sort
+        dense = torch.zeros(A * L, dtype=torch.float64, device=dev).index_add_(0, s_loc * L + lab, w.to(torch.float64))
+        nz = (dense != 0).nonzero().flatten()
+        return nz // L, nz % L, _take(dense, nz)
+    key = s_loc * L + lab
+    del s_loc, lab
+    if A * L < 2**31:  # a 32-bit key halves the sort's memory traffic
+        key = key.to(torch.int32)
+    key, perm = torch.sort(key, stable=True)
+    w = _take(w, perm)
+    del perm
+    ukey, inv = torch.unique_consecutive(key, return_inverse=True)
+    del key
+    score = torch.zeros(ukey.numel(), dtype=torch.float64, device=dev).index_add_(0, inv, w.to(torch.float64))
+    ukey = ukey.to(torch.long)
+    return ukey // L, ukey % L, score
+
+
+def _choose_packed(seg_loc: Tensor, seg_lab: Tensor, score: Tensor, allowed: Tensor, A: int,
+                   bits: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Best allowed label per active node, ties to the larger label, with one
+    ``amax`` over ``score << bits | label`` (integral scores only):
+    ``(m_loc, m_to, best_score)`` for the nodes that have an allowed label."""
+    key = (score.to(torch.long) << bits) | seg_lab
+    key = torch.where(allowed, key, torch.full_like(key, -1))
+    best = torch.full((A,), -1, dtype=torch.long, device=key.device).scatter_reduce(0, seg_loc, key, reduce="amax")
+    m_loc = (best >= 0).nonzero().flatten()
+    b = _take(best, m_loc)
+    return m_loc, b & ((1 << bits) - 1), (b >> bits).to(torch.float64)
+
+
+def _choose_float(seg_loc: Tensor, seg_lab: Tensor, score: Tensor, allowed: Tensor,
+                  A: int) -> tuple[Tensor, Tensor, Tensor]:
+    """As :func:`_choose_packed` for arbitrary float scores (two ``amax``)."""
+    dev = score.device
+    masked = torch.where(allowed, score, torch.full_like(score, -torch.inf))
+    best = torch.full((A,), -torch.inf, dtype=torch.float64, device=dev).scatter_reduce(0, seg_loc, masked, reduce="amax")
+    at_best = allowed & (masked == _take(best, seg_loc))
+    lab = torch.where(at_best, seg_lab, torch.full_like(seg_lab, -1))
+    best_lab = torch.full((A,), -1, dtype=torch.long, device=dev).scatter_reduce(0, seg_loc, lab, reduce="amax")
+    m_loc = (best_lab >= 0).nonzero().flatten()
+    return m_loc, _take(best_lab, m_loc), _take(best, m_loc)
 
 
 def _ranges(ptr: Tensor, nodes: Tensor) -> tuple[Tensor, Tensor]:

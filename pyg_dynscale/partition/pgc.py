@@ -3,43 +3,53 @@ r"""Partitioning by graph chunks, PGC (DGC §4).
 Pipeline (all steps vectorized except the greedy loop over chunks):
 
 1. **Weighted supergraph.** Vertex-time nodes; spatial edges weighted by
-   ``pattern.spatial_edge_weight()`` and temporal edges by
-   ``pattern.temporal_edge_weight()`` -- the bytes per epoch that cutting one
-   such edge costs for the model (e.g. T-GCN aggregates spatial neighbours in
-   two GCN layers but temporal ones once). Label propagation treats it as
-   undirected.
-2. **Chunk generation** (§4.1): size-constrained weighted label propagation
-   from the unique labels of Eq. 1 (:mod:`.label_propagation`). The cap is in
-   workload units of the additive node cost of the workload model
+   ``pattern.spatial_edge_weight()`` and temporal edges by the bytes per epoch
+   that cutting them costs for the model (:func:`.coarsen.temporal_edge_weights`:
+   ``pattern.temporal_edge_weight()`` for recurrent blocks; an attention block
+   (DySAT) moves every earlier appearance, so the edge leaving position
+   :math:`j` of a sequence weighs :math:`j + 1` rows). Label propagation
+   treats it as undirected.
+2. **Temporal coarsening** (``coarsen="auto"``, :mod:`.coarsen`): when every
+   temporal edge is at least as heavy as a spatial edge (the usual case: a
+   hidden state row against an input row), each vertex's sequence is cut into
+   segments below ``segment_fraction * cap`` and every segment is contracted
+   into one node -- heavy-edge coarsening in one vectorized step, doing what
+   the first label-propagation rounds would do. Cut weights are preserved
+   exactly, so everything below runs on this quotient graph, which has about
+   ``N / mean sequence length`` nodes. ``coarsen=False`` runs on the
+   vertex-time nodes themselves (DGC's Eq. 1 start).
+3. **Chunk generation** (§4.1): size-constrained weighted label propagation
+   from unique labels (:mod:`.label_propagation`). The cap is in workload
+   units of the additive node cost of the workload model
    (``LinearWorkload()`` -> vertex-time nodes + spatial in-edges); default
    ``total / (num_parts * chunks_per_part)``.
-3. **Coarsening.** Label propagation stops at a fixed point that still holds
+4. **Coarsening.** Label propagation stops (by ``tol`` / ``max_rounds``) with
    many small labels; we contract the chunks into a weighted chunk graph and
    run the same label propagation (same cap) on it, level by level, until the
-   number of chunks falls by less than 10% (graph coarsening, §4's motivation).
-   If more than ``max_chunks`` remain, chunks smaller than ``cap / 4`` are
-   bundled in gid order (gids are time-major: neighbours in time and in a
-   snapshot) into bundles of at most ``cap / 2 + cap / 4 < cap``; this keeps
-   Algorithm 1's Python loop short.
-4. **Chunk assignment** (§4.2, Algorithm 1, Eq. 3) with predicted chunk
+   number of chunks falls by less than 10%. If more than ``max_chunks``
+   remain, chunks smaller than ``cap / 4`` are bundled in node-id order into
+   bundles of at most ``cap / 2 + cap / 4 < cap``; this keeps Algorithm 1's
+   Python loop short.
+5. **Chunk assignment** (§4.2, Algorithm 1, Eq. 3) with predicted chunk
    workloads (:func:`.assign.assign_chunks`; empty ranks handled by an
    :math:`\varepsilon` affinity, see there), then a chunk-level refinement
    (balance, then cut) within ``(1 +/- slack)`` of the mean load.
-5. **Node-level refinement** (optional, ``refine_rounds``): label propagation
-   with labels = ranks, node weights = additive node costs, ``cap`` = the
-   larger of the current max load and ``(1 + slack) * mean`` and ``floor``
-   the smaller of the current min load and ``(1 - slack) * mean``: boundary
-   nodes move to the rank they share most bytes with while no rank leaves the
-   band. Chunks that end up split across ranks are split (chunk ids are
-   re-made from the pair ``(chunk, owner)``), so ``owner`` is always constant
-   inside a chunk.
+6. **Uncoarsening refinement** (optional, ``refine_rounds``): label
+   propagation with labels = ranks, node weights = additive node costs,
+   ``cap`` = the larger of the current max load and ``(1 + slack) * mean``
+   and ``floor`` the smaller of the current min load and ``(1 - slack) *
+   mean``: boundary nodes move to the rank they share most bytes with while
+   no rank leaves the band. Chunks that end up split across ranks are split
+   (chunk ids are re-made from the pair ``(chunk, owner)``), so ``owner`` is
+   always constant inside a chunk. With temporal coarsening the finest level
+   refined is the segment graph (a segment never straddles ranks).
 """
 from __future__ import annotations
 
 import math
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 import numpy as np
 import torch
@@ -47,6 +57,7 @@ from torch import Tensor
 
 from ..errors import PartitionError
 from .assign import ChunkGraph, assign_chunks, divergence, rank_loads, refine_chunks
+from .coarsen import coarsen_temporal, temporal_edge_weights
 from .label_propagation import CSRGraph, compact_labels, label_propagation
 from .workload import WorkloadModel, resolve_workload
 
@@ -55,15 +66,34 @@ if TYPE_CHECKING:  # pragma: no cover
     from .partition import Partition
 
 
-#: partition_pgc runs single-threaded by default below this many vertex-time
-#: nodes -- i.e. always: its tensor operations gain little from threads and
-#: stall badly when other processes share the cores (docs/pgc.md, "Limits")
-SINGLE_THREAD_BELOW = 1 << 62
+#: ``threads=None`` runs partition_pgc single-threaded: its tensor operations
+#: are memory-bound gathers and sorts that gain little from a second thread and
+#: stall badly (4-5x slower) when other processes share the cores
+#: (docs/pgc.md, "Threads"); pass ``threads=`` on a quiet machine
+DEFAULT_THREADS = 1
+#: chunk generation breaks Eq. 2 ties towards the label of larger weighted
+#: degree (then the seeded random order): labels grow around hubs, which cuts
+#: fewer bytes for the same number of rounds (docs/pgc.md, "Speed")
+HUB_PRIORITY = True
+#: round budgets of the ``effort`` settings of :func:`partition_pgc`. "fast"
+#: is for big graphs without much structure, where every round is a pass over
+#: tens of millions of entries and mostly churns (docs/pgc.md, "Speed and quality")
+EFFORT = {
+    "thorough": {"max_rounds": 30, "coarse_rounds": 15, "max_levels": 6, "refine_rounds": 30},
+    "fast": {"max_rounds": 4, "coarse_rounds": 2, "max_levels": 3, "refine_rounds": 6},
+}
+#: ``effort="auto"`` picks "fast" above this many level-0 CSR entries
+FAST_ABOVE = 8_000_000
+#: coarse levels run at least this many rounds before ``gain_tol`` may stop
+#: them: their first rounds merge many chunks for little gain
+COARSE_MIN_ROUNDS = 6
 TIE_MOVES = True  # label propagation moves on ties towards higher-priority labels (see label_propagation)
 
 
 def edge_weights(pattern: Any) -> tuple[float, float]:
-    r"""``(spatial, temporal)`` bytes that cutting one edge of each kind costs.
+    r"""``(spatial, temporal)`` bytes that cutting one edge of each kind costs
+    (temporal: one row per attention block, see
+    :func:`.coarsen.temporal_edge_weights` for the per-edge weights).
 
     ``pattern`` is a :class:`~pyg_dynscale.partition.pattern.DependencyPattern`
     (anything with ``spatial_edge_weight()`` and ``temporal_edge_weight()``), a
@@ -86,19 +116,20 @@ def edge_weights(pattern: Any) -> tuple[float, float]:
 
 def weighted_supergraph(signal: "DynamicGraphSignal", pattern: Any) -> tuple[Tensor, Tensor, Tensor]:
     r"""Spatial then temporal supergraph edges with their byte weights:
-    ``(src [E+M], dst [E+M], weight [E+M] float64)``, each edge once."""
+    ``(src [E+M], dst [E+M], weight [E+M] float64)``, each edge once. Temporal
+    weights are per edge (:func:`.coarsen.temporal_edge_weights`)."""
     sg = signal.supergraph()
-    ws, wt = edge_weights(pattern)
-    E, M = sg.num_spatial_edges, sg.num_temporal_edges
+    ws, _ = edge_weights(pattern)
+    E = sg.num_spatial_edges
     src = torch.cat([sg.spatial_edge_index[0], sg.temporal_edge_index[0]])
     dst = torch.cat([sg.spatial_edge_index[1], sg.temporal_edge_index[1]])
-    w = torch.cat([torch.full((E,), ws, dtype=torch.float64), torch.full((M,), wt, dtype=torch.float64)])
+    w = torch.cat([torch.full((E,), ws, dtype=torch.float64), temporal_edge_weights(sg, pattern)])
     return src, dst, w
 
 
 def _bundle_small(chunk: Tensor, C: int, node_w: Tensor, cap: float, max_chunks: int) -> tuple[Tensor, int]:
     """Map ``[C] -> [C']`` merging chunks lighter than cap/4 (in order of their
-    smallest gid) into bundles of about cap/2, when there are more than
+    smallest node id) into bundles of about cap/2, when there are more than
     ``max_chunks`` chunks; the identity otherwise."""
     if C <= max_chunks:
         return torch.arange(C), C
@@ -123,7 +154,8 @@ class Level:
     r"""One level of the chunk hierarchy.
 
     Attributes:
-        graph (CSRGraph): the level's weighted graph (level 0: the supergraph).
+        graph (CSRGraph): the level's weighted graph (level 0: the supergraph,
+            or its segment quotient).
         node_w (Tensor): ``[n]`` node weights (summed node costs).
         up (Tensor): ``[n]`` id of each node on the next level (the last
             level maps to the final chunk ids).
@@ -143,11 +175,12 @@ def generate_chunks(
     max_rounds: int = 30,
     coarse_rounds: int = 15,
     tol: float = 1e-3,
+    gain_tol: float = 0.0,
     max_levels: int = 6,
     max_chunks: int = 4096,
     progress: bool = False,
 ) -> tuple[Tensor, int, list[Level], dict]:
-    r"""Multi-level size-constrained label propagation (steps 2-3 of the
+    r"""Multi-level size-constrained label propagation (steps 3-4 of the
     module doc).
 
     Returns:
@@ -157,12 +190,13 @@ def generate_chunks(
     """
     t0 = time.perf_counter()
     res = label_propagation(graph, node_weight=node_w, cap=cap, seed=seed, max_rounds=max_rounds, tol=tol,
-                            progress=progress, tie_moves=TIE_MOVES)
+                            progress=progress, tie_moves=TIE_MOVES, gain_tol=gain_tol,
+                            priority=graph.weighted_degree() if HUB_PRIORITY else None)
     up, C = compact_labels(res.labels)
     levels = [Level(graph, node_w, up)]
     chunk = up
     info = {"rounds": res.rounds, "converged": res.converged, "level_chunks": [C], "level_rounds": [res.rounds],
-            "level_seconds": [time.perf_counter() - t0]}
+            "level_seconds": [time.perf_counter() - t0], "level_entries": [graph.dst.numel()]}
     for level in range(1, max_levels + 1):
         t0 = time.perf_counter()
         prev = levels[-1]
@@ -172,10 +206,13 @@ def generate_chunks(
             levels.append(Level(g, cw, torch.arange(C)))
             break
         r = label_propagation(g, node_weight=cw, cap=cap, seed=seed + 7919 * level, tie_moves=TIE_MOVES,
-                              max_rounds=min(max_rounds, coarse_rounds), tol=tol, progress=progress)
+                              max_rounds=coarse_rounds, tol=tol, gain_tol=gain_tol, progress=progress,
+                              min_rounds=COARSE_MIN_ROUNDS,
+                              priority=g.weighted_degree() if HUB_PRIORITY else None)
         up, C2 = compact_labels(r.labels)
         levels.append(Level(g, cw, up))
         info["level_chunks"].append(C2)
+        info["level_entries"].append(g.dst.numel())
         info["level_rounds"].append(r.rounds)
         info["level_seconds"].append(time.perf_counter() - t0)
         chunk = up[chunk]
@@ -197,12 +234,18 @@ def partition_pgc(
     seed: int = 0,
     cap: Optional[float] = None,
     chunks_per_part: int = 16,
-    max_rounds: int = 30,
-    coarse_rounds: int = 15,
+    effort: str = "auto",
+    max_rounds: Optional[int] = None,
+    coarse_rounds: Optional[int] = None,
     tol: float = 1e-3,
+    gain_tol: float = 0.003,
+    max_levels: Optional[int] = None,
     max_chunks: int = 4096,
     slack: float = 0.03,
-    refine_rounds: int = 30,
+    refine_rounds: Optional[int] = None,
+    refine_tol: float = 1e-3,
+    coarsen: Union[bool, str] = "auto",
+    segment_fraction: float = 0.5,
     workload: Optional[WorkloadModel | str] = None,
     threads: Optional[int] = None,
     progress: bool = False,
@@ -220,20 +263,42 @@ def partition_pgc(
             additive node cost (vertex-time nodes + spatial in-edges for the
             default model). Default ``total / (P * chunks_per_part)``.
         chunks_per_part (int): sets the default cap.
-        max_rounds (int), tol (float): label-propagation stopping rule.
+        effort (str): ``"thorough"``, ``"fast"`` or ``"auto"`` -- fills in
+            ``max_rounds``, ``coarse_rounds``, ``max_levels`` and
+            ``refine_rounds`` left at ``None`` from :data:`EFFORT`. ``"auto"``
+            is ``"fast"`` when the level-0 graph (after temporal coarsening)
+            has more than :data:`FAST_ABOVE` CSR entries, else ``"thorough"``
+            (docs/pgc.md, "Speed and quality").
+        max_rounds (int), tol (float): label-propagation stopping rule on the
+            finest level: at most ``max_rounds`` rounds, and stop once an
+            (even, odd) pair of rounds moved at most ``tol`` of the nodes
+            (``tol=0``, many rounds: a fixed point of Eq. 2).
+        gain_tol (float): also stop a level once an (even, odd) pair of
+            rounds gained at most this fraction of the level's total edge
+            weight: on graphs without community structure label propagation
+            keeps moving many nodes for tiny gains (docs/pgc.md, "Speed").
+            ``0`` disables it.
         coarse_rounds (int): round limit on the coarse levels.
+        max_levels (int): coarse levels at most.
         max_chunks (int): bound on the chunk count handed to Algorithm 1.
         slack (float): allowed load deviation from the mean during assignment
             and refinement.
-        refine_rounds (int): rounds of node-level refinement (0 disables it).
+        refine_rounds (int): rounds of refinement per level (0 disables it).
+        refine_tol (float): a level's refinement stops once an (even, odd)
+            pair of rounds moved at most this fraction of its nodes.
+        coarsen (bool or "auto"): contract temporal-sequence segments first
+            (module doc, step 2). ``"auto"``: when every temporal edge weighs
+            at least as much as a spatial edge.
+        segment_fraction (float): segments cost at most this fraction of the
+            cap (plus one node), in ``(0, 1]``.
         workload: ``None``/``"linear"``, ``"vertices"``, a saved
             :class:`~pyg_dynscale.partition.workload.MLPWorkload` path, or a
             :class:`~pyg_dynscale.partition.workload.WorkloadModel`.
         threads (int, optional): ``torch.set_num_threads`` while partitioning
-            (restored after). Default 1 (``SINGLE_THREAD_BELOW``): the many
-            medium-size tensor operations gain little from threads and stall
-            badly when other processes share the cores (measured 11 s with 1
-            thread vs 59 s with 2 on 1M nodes on a shared 2-core machine).
+            (restored after). Default 1 (``DEFAULT_THREADS``): the work is
+            memory-bound gathers and sorts, and with other processes on the
+            cores two threads were 4-5x *slower* (3M nodes: 18 s vs 84 s).
+            Results do not depend on the thread count.
         progress (bool): print per-round progress.
 
     Returns:
@@ -243,26 +308,60 @@ def partition_pgc(
 
     Raises:
         PartitionError: ``num_parts`` out of range, a cap below the largest
-            node cost, or fewer chunks than ranks.
+            node cost, fewer chunks than ranks, or a bad ``coarsen`` /
+            ``segment_fraction`` / ``threads``.
     """
     from .partition import check_num_parts
 
     N = signal.num_vertex_time_nodes
     P = check_num_parts(int(num_parts) if isinstance(num_parts, np.integer) else num_parts, N)
-    n_threads = threads if threads is not None else (1 if N < SINGLE_THREAD_BELOW else torch.get_num_threads())
+    if effort not in EFFORT and effort != "auto":
+        raise PartitionError("effort", f"must be one of {sorted(EFFORT) + ['auto']}, not {effort!r}.")
+    if coarsen not in (True, False, "auto"):
+        raise PartitionError("coarsen", f"must be True, False or 'auto', not {coarsen!r}.")
+    if not (0.0 < float(segment_fraction) <= 1.0):
+        raise PartitionError("segment_fraction", f"must lie in (0, 1], got {segment_fraction!r}.", "use e.g. 0.5.")
+    if threads is not None and (isinstance(threads, bool) or int(threads) < 1):
+        raise PartitionError("threads", f"must be a positive int or None, got {threads!r}.")
+    n_threads = int(threads) if threads is not None else DEFAULT_THREADS
     before = torch.get_num_threads()
-    torch.set_num_threads(max(1, int(n_threads)))
+    torch.set_num_threads(n_threads)
     try:
-        return _partition_pgc(signal, P, pattern, seed=seed, cap=cap, chunks_per_part=chunks_per_part,
-                              max_rounds=max_rounds, coarse_rounds=coarse_rounds, tol=tol, max_chunks=max_chunks,
-                              slack=slack, refine_rounds=refine_rounds, workload=workload, progress=progress)
+        part = _partition_pgc(signal, P, pattern, seed=seed, cap=cap, chunks_per_part=chunks_per_part,
+                              effort=effort, max_rounds=max_rounds, coarse_rounds=coarse_rounds, tol=tol, gain_tol=gain_tol, max_levels=max_levels,
+                              max_chunks=max_chunks, slack=slack, refine_rounds=refine_rounds, refine_tol=refine_tol, coarsen=coarsen,
+                              segment_fraction=float(segment_fraction), workload=workload, progress=progress)
+        part.meta["threads"] = n_threads
+        return part
     finally:
         torch.set_num_threads(before)
 
 
+def _refine(levels: list[Level], chunk_owner: np.ndarray, P: int, total: float, slack: float, rounds: int,
+            tol: float, gain_tol: float, seed: int, progress: bool) -> tuple[Tensor, list[int]]:
+    """Project the chunk owners down the hierarchy, refining on each level
+    (step 6): ``(owner of the finest level's nodes, moves per level)``."""
+    own = torch.from_numpy(chunk_owner)
+    moved_per_level = []
+    mean = total / P
+    for depth, lvl in enumerate(reversed(levels)):
+        own = own[lvl.up]
+        if rounds > 0 and P > 1 and lvl.graph.dst.numel():
+            loads = torch.zeros(P, dtype=torch.float64).index_add_(0, own, lvl.node_w)
+            r = label_propagation(lvl.graph, node_weight=lvl.node_w, init=own, num_labels=P,
+                                  cap=max(float(loads.max()), (1 + slack) * mean),
+                                  floor=min(float(loads.min()), (1 - slack) * mean),
+                                  seed=seed + 104729 + depth, max_rounds=rounds, tol=tol, gain_tol=gain_tol,
+                                  boundary_only=True, progress=progress)
+            moved_per_level.append(int((r.labels != own).sum()))
+            own = r.labels
+    return own, moved_per_level
+
+
 def _partition_pgc(signal: "DynamicGraphSignal", P: int, pattern: Any, *, seed: int, cap: Optional[float],
-                   chunks_per_part: int, max_rounds: int, coarse_rounds: int, tol: float, max_chunks: int,
-                   slack: float, refine_rounds: int, workload: Any, progress: bool) -> "Partition":
+                   chunks_per_part: int, effort: str, max_rounds: Optional[int], coarse_rounds: Optional[int], tol: float,
+                   gain_tol: float, max_levels: Optional[int], max_chunks: int, slack: float, refine_rounds: Optional[int], refine_tol: float, coarsen: Union[bool, str],
+                   segment_fraction: float, workload: Any, progress: bool) -> "Partition":
     from .partition import Partition
 
     t_start = time.perf_counter()
@@ -271,9 +370,9 @@ def _partition_pgc(signal: "DynamicGraphSignal", P: int, pattern: Any, *, seed: 
     timings: dict[str, float] = {}
 
     t0 = time.perf_counter()
-    src, dst, w = weighted_supergraph(signal, pattern)
-    graph = CSRGraph.from_edges(N, src, dst, w)
-    del src, dst, w
+    sg = signal.supergraph()
+    ws, _ = edge_weights(pattern)
+    tw = temporal_edge_weights(sg, pattern)
     node_w = model.node_costs(signal).to(torch.float64)
     if bool((node_w < 0).any()) or not bool(torch.isfinite(node_w).all()):
         raise PartitionError("workload", "node costs must be finite and >= 0.", "check the workload model.")
@@ -290,16 +389,51 @@ def _partition_pgc(signal: "DynamicGraphSignal", P: int, pattern: Any, *, seed: 
             )
     timings["setup"] = time.perf_counter() - t0
 
+    # step 2: temporal coarsening (segment quotient graph), or the supergraph itself
     t0 = time.perf_counter()
-    chunk, C, levels, info = generate_chunks(graph, node_w, cap_v, seed=seed, max_rounds=max_rounds, coarse_rounds=coarse_rounds, tol=tol,
-                                             max_chunks=max_chunks, progress=progress)
+    seg_cap = min(segment_fraction * cap_v, cap_v - biggest)
+    heavy = sg.num_temporal_edges > 0 and float(tw.min()) >= ws
+    use_coarsen = (heavy if coarsen == "auto" else bool(coarsen)) and seg_cap > 0 and sg.num_temporal_edges > 0
+    seg: Optional[Tensor] = None
+    if use_coarsen:
+        tc = coarsen_temporal(sg, node_w, ws, tw, seg_cap)
+        seg, n0, w0 = tc.seg, tc.num_segments, tc.node_w
+        graph = CSRGraph.from_edges(n0, tc.src, tc.dst, tc.weight)
+        del tc
+    else:
+        E = sg.num_spatial_edges
+        src = torch.cat([sg.spatial_edge_index[0], sg.temporal_edge_index[0]])
+        dst = torch.cat([sg.spatial_edge_index[1], sg.temporal_edge_index[1]])
+        w = torch.cat([torch.full((E,), ws, dtype=torch.float64), tw])
+        n0, w0 = N, node_w
+        graph = CSRGraph.from_edges(N, src, dst, w)
+        del src, dst, w
+    del tw
+    timings["graph"] = time.perf_counter() - t0
+    if effort == "auto":
+        effort = "fast" if graph.dst.numel() > FAST_ABOVE else "thorough"
+    preset = EFFORT[effort]
+    max_rounds = preset["max_rounds"] if max_rounds is None else int(max_rounds)
+    coarse_rounds = preset["coarse_rounds"] if coarse_rounds is None else int(coarse_rounds)
+    max_levels = preset["max_levels"] if max_levels is None else int(max_levels)
+    refine_rounds = preset["refine_rounds"] if refine_rounds is None else int(refine_rounds)
+
+    t0 = time.perf_counter()
+    chunk, C, levels, info = generate_chunks(graph, w0, cap_v, seed=seed, max_rounds=max_rounds, coarse_rounds=coarse_rounds,
+                                             tol=tol, gain_tol=gain_tol, max_levels=max_levels, max_chunks=max_chunks, progress=progress)
     timings["chunk_generation"] = time.perf_counter() - t0
     if C < P:
         raise PartitionError("cap", f"label propagation produced {C} chunks for {P} ranks (cap {cap_v:g}).",
                              "use a smaller cap or a larger chunks_per_part so that every rank can get a chunk.")
 
     t0 = time.perf_counter()
-    cost = model.chunk_costs(signal, chunk, C).to(torch.float64).numpy()
+    # the default chunk cost is the segment sum of the node costs: sum on the
+    # level-0 graph instead of expanding to all N vertex-time nodes
+    additive = type(model).chunk_costs is WorkloadModel.chunk_costs
+    if additive:
+        cost = torch.zeros(C, dtype=torch.float64).index_add_(0, chunk, w0).numpy()
+    else:
+        cost = model.chunk_costs(signal, chunk if seg is None else chunk.index_select(0, seg), C).to(torch.float64).numpy()
     top = levels[-1].graph.contract(levels[-1].up, C)
     cg = ChunkGraph(C, top.ptr.numpy(), top.dst.numpy(), top.weight.to(torch.float64).numpy())
     chunk_owner = assign_chunks(cg, cost, P, slack=slack)
@@ -308,39 +442,34 @@ def _partition_pgc(signal: "DynamicGraphSignal", P: int, pattern: Any, *, seed: 
     chunk_owner = refine_chunks(cg, cost, chunk_owner, P, slack=slack)
     timings["assignment"] = time.perf_counter() - t0
 
-    # uncoarsening: project the owner down the hierarchy, refining on each level
+    # step 6: uncoarsening -- project the owner down the hierarchy, refining on each level
     t0 = time.perf_counter()
-    own = torch.from_numpy(chunk_owner)
-    moved_per_level = []
-    mean = total / P
-    for depth, lvl in enumerate(reversed(levels)):
-        own = own[lvl.up]
-        if refine_rounds > 0 and P > 1 and lvl.graph.dst.numel():
-            loads = torch.zeros(P, dtype=torch.float64).index_add_(0, own, lvl.node_w)
-            r = label_propagation(lvl.graph, node_weight=lvl.node_w, init=own, num_labels=P,
-                                  cap=max(float(loads.max()), (1 + slack) * mean),
-                                  floor=min(float(loads.min()), (1 - slack) * mean),
-                                  seed=seed + 104729 + depth, max_rounds=refine_rounds, tol=0.0,
-                                  boundary_only=True, progress=progress)
-            moved_per_level.append(int((r.labels != own).sum()))
-            own = r.labels
-    owner = own
+    owner, moved_per_level = _refine(levels, chunk_owner, P, total, slack, refine_rounds, refine_tol, gain_tol, seed, progress)
     if any(moved_per_level):
         chunk, C = compact_labels(chunk * P + owner)  # split chunks that straddle ranks
     timings["refinement"] = time.perf_counter() - t0
 
-    cost_final = model.chunk_costs(signal, chunk, C).to(torch.float64)
-    chunk_owner_t = torch.zeros(C, dtype=torch.long).scatter_(0, chunk, owner)
-    loads = torch.zeros(P, dtype=torch.float64).index_add_(0, chunk_owner_t, cost_final)
+    # cut weight on the level-0 graph: exactly the supergraph's (coarsening keeps cut weights)
     srcs = graph.sources()
     cut = float(graph.weight[owner[srcs] != owner[graph.dst]].double().sum()) / 2.0
     del srcs
+    if additive:
+        cost_final = torch.zeros(C, dtype=torch.float64).index_add_(0, chunk, w0)
+    if seg is not None:  # expand segments to their vertex-time nodes
+        owner, chunk = owner.index_select(0, seg), chunk.index_select(0, seg)
+    if not additive:
+        cost_final = model.chunk_costs(signal, chunk, C).to(torch.float64)
+    chunk_owner_t = torch.zeros(C, dtype=torch.long).scatter_(0, chunk, owner)
+    loads = torch.zeros(P, dtype=torch.float64).index_add_(0, chunk_owner_t, cost_final)
     meta = {
         **info,
         "refine_moved": moved_per_level,
         "num_levels": len(levels),
         "num_chunks": C,
         "cap": cap_v,
+        "coarsened": seg is not None,
+        "effort": effort,
+        "level0_nodes": n0,
         "edge_weights": edge_weights(pattern),
         "workload": type(model).__name__,
         "loads": loads.tolist(),

@@ -1,0 +1,169 @@
+r"""Temporal coarsening: contract runs of a vertex's temporal sequence (PGC's fast path).
+
+A vertex-time supergraph has two kinds of edges: spatial edges inside a
+snapshot and temporal edges along each vertex's sequence of appearances
+(:class:`~pyg_dynscale.data.supergraph.Supergraph`). For recurrent and
+attention time encoders a temporal edge usually carries a whole hidden row
+(e.g. 256 bytes per epoch for T-GCN with 32 hidden units) while a spatial edge
+of the first layer carries an input row (8 bytes for one input feature), so
+the temporal edges are the heaviest edges of the graph. Heavy-edge coarsening
+-- the first step of METIS, KaHIP and of DGC's own label propagation, whose
+first rounds do little else than merge the nodes of each sequence -- then
+contracts every sequence. We do it in one vectorized step instead of many
+label-propagation rounds:
+
+* every sequence is cut into *segments*: consecutive appearances whose summed
+  node cost stays below ``segment_cap`` (segment :math:`k` of a sequence holds
+  the appearances whose exclusive prefix cost lies in
+  :math:`[k c, (k+1) c)`, so a segment costs less than :math:`c +
+  \max_v g_v \le` the chunk cap);
+* the *quotient graph* has one node per segment (weight = summed node cost);
+  a spatial edge :math:`(u, v)` becomes the edge ``(seg[u], seg[v])`` (edges
+  inside a segment disappear, parallel edges are merged by
+  :meth:`~pyg_dynscale.partition.label_propagation.CSRGraph.from_edges`), and
+  the temporal edge between two consecutive segments of a sequence keeps its
+  weight.
+
+Cut weights are preserved exactly: any labelling of segments, expanded to
+their vertex-time nodes, cuts exactly the supergraph edges whose quotient
+edge it cuts (edges inside a segment are never cut). Label propagation (Eq. 2)
+then runs on the quotient graph, which for a graph with :math:`N` vertex-time
+nodes and sequences of mean length :math:`\bar\ell` has about :math:`N /
+\bar\ell` nodes.
+
+Temporal edge weights (:func:`temporal_edge_weights`): a recurrent block
+moves one state row per cut temporal edge. An attention block (DySAT) needs
+*every* earlier appearance: cutting a sequence between its positions
+:math:`j` and :math:`j + 1` (0-based) moves the :math:`j + 1` earlier rows to
+the later owner (the communication plan sends each row once per destination
+rank), so that edge weighs :math:`w_\text{rec} + (j + 1)\, w_\text{att}`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..data.supergraph import Supergraph
+
+
+def sequence_positions(supergraph: "Supergraph") -> tuple[Tensor, Tensor]:
+    r"""``(seq_id [N], pos [N])`` for the entries of ``sequence_order``: the
+    sequence index and the 0-based position inside it (time order)."""
+    ptr = supergraph.sequence_ptr
+    N = supergraph.num_nodes
+    lengths = ptr[1:] - ptr[:-1]
+    S = lengths.numel()
+    seq_id = torch.repeat_interleave(torch.arange(S, device=ptr.device), lengths, output_size=N)
+    pos = torch.arange(N, device=ptr.device) - ptr[:-1].index_select(0, seq_id) if N else seq_id
+    return seq_id, pos
+
+
+def attention_split(pattern: Any) -> tuple[float, float]:
+    r"""``(w_rec, w_att)`` with ``temporal_edge_weight(k) = w_rec + k * w_att``
+    for ``k`` attention rows (``w_att = 0`` for recurrent-only patterns, pairs
+    and ``None``)."""
+    if pattern is None or isinstance(pattern, (tuple, list)) or not hasattr(pattern, "temporal_edge_weight"):
+        from .pgc import edge_weights
+
+        return edge_weights(pattern)[1], 0.0
+    one, two = float(pattern.temporal_edge_weight(1.0)), float(pattern.temporal_edge_weight(2.0))
+    return 2 * one - two, two - one
+
+
+def temporal_edge_weights(supergraph: "Supergraph", pattern: Any) -> Tensor:
+    r"""``[M]`` bytes per epoch that cutting each temporal edge costs, in the
+    order of ``supergraph.temporal_edge_index``: :math:`w_\text{rec} + (j+1)\,
+    w_\text{att}` for the edge leaving position :math:`j` of its sequence
+    (module doc). Constant for recurrent patterns."""
+    w_rec, w_att = attention_split(pattern)
+    M = supergraph.num_temporal_edges
+    dev = supergraph.vertex.device
+    if w_att == 0.0:
+        return torch.full((M,), w_rec, dtype=torch.float64, device=dev)
+    _, pos = sequence_positions(supergraph)
+    ptr = supergraph.sequence_ptr
+    # temporal edges leave every position except the last of each sequence, in order
+    not_last = torch.ones(supergraph.num_nodes, dtype=torch.bool, device=dev)
+    not_last[ptr[1:] - 1] = False
+    return w_rec + (pos[not_last] + 1).to(torch.float64) * w_att
+
+
+@dataclass
+class TemporalCoarsening:
+    r"""Segments of the temporal sequences and the quotient graph's edges.
+
+    Attributes:
+        seg (Tensor): ``[N]`` segment of every vertex-time node (segments are
+            numbered in ``sequence_order``: by vertex, then time).
+        num_segments (int): :math:`S`.
+        node_w (Tensor): ``[S]`` summed node cost of each segment.
+        src, dst, weight (Tensor): quotient edges, each undirected edge once
+            (parallel edges not yet merged), float64 byte weights.
+    """
+
+    seg: Tensor
+    num_segments: int
+    node_w: Tensor
+    src: Tensor
+    dst: Tensor
+    weight: Tensor
+
+
+def segment_sequences(supergraph: "Supergraph", node_w: Tensor, segment_cap: float) -> tuple[Tensor, int]:
+    r"""``(seg [N], S)``: cut every sequence into runs of summed node cost
+    below ``segment_cap`` (module doc); ``segment_cap = inf`` keeps every
+    sequence whole."""
+    order, ptr = supergraph.sequence_order, supergraph.sequence_ptr
+    N = order.numel()
+    dev = order.device
+    if N == 0:
+        return torch.zeros(0, dtype=torch.long, device=dev), 0
+    starts = torch.zeros(N, dtype=torch.bool, device=dev)
+    starts[ptr[:-1]] = True
+    if segment_cap != float("inf"):
+        seq_id, _ = sequence_positions(supergraph)
+        w = node_w.to(torch.float64).index_select(0, order)
+        excl = torch.cumsum(w, 0) - w
+        excl = excl - excl.index_select(0, ptr[:-1]).index_select(0, seq_id)  # prefix cost inside the sequence
+        piece = torch.floor(excl / segment_cap).to(torch.long)
+        starts[1:] |= piece[1:] != piece[:-1]
+    seg_sorted = torch.cumsum(starts, 0) - 1
+    seg = torch.empty(N, dtype=torch.long, device=dev)
+    seg[order] = seg_sorted
+    return seg, int(seg_sorted[-1]) + 1
+
+
+def coarsen_temporal(supergraph: "Supergraph", node_w: Tensor, spatial_weight: float, temporal_weight: Tensor,
+                     segment_cap: float) -> TemporalCoarsening:
+    r"""Contract sequence segments (module doc).
+
+    Args:
+        supergraph (Supergraph): :math:`N` vertex-time nodes.
+        node_w (Tensor): ``[N]`` additive node costs.
+        spatial_weight (float): bytes per cut spatial edge.
+        temporal_weight (Tensor): ``[M]`` bytes per cut temporal edge
+            (:func:`temporal_edge_weights`).
+        segment_cap (float): segments cost less than ``segment_cap + max(node_w)``.
+
+    Returns:
+        :class:`TemporalCoarsening`.
+    """
+    seg, S = segment_sequences(supergraph, node_w, segment_cap)
+    sw = torch.zeros(S, dtype=torch.float64, device=seg.device).index_add_(0, seg, node_w.to(torch.float64))
+    se = supergraph.spatial_edge_index
+    a, b = seg.index_select(0, se[0]), seg.index_select(0, se[1])
+    keep = a != b
+    a, b = a[keep], b[keep]
+    wa = torch.full((a.numel(),), float(spatial_weight), dtype=torch.float64, device=seg.device)
+    te = supergraph.temporal_edge_index
+    ta, tb = seg.index_select(0, te[0]), seg.index_select(0, te[1])
+    cross = ta != tb  # only where a sequence was split
+    if bool(cross.any()):
+        a = torch.cat([a, ta[cross]])
+        b = torch.cat([b, tb[cross]])
+        wa = torch.cat([wa, temporal_weight[cross].to(torch.float64)])
+    return TemporalCoarsening(seg, S, sw, a, b, wa)
