@@ -140,7 +140,7 @@ def run(args: argparse.Namespace) -> list[dict]:
                 if have_pgc:
                     from pyg_dynscale.partition.pgc import partition_pgc
                     try:
-                        p = partition_pgc(sig, R, pat, seed=args.seed)
+                        p = partition_pgc(sig, R, pat, seed=args.seed, max_divergence=args.pgc_max_divergence or None)
                         group.append(row_of(dname, "pgc", model, evaluate(sig, pat, p).to_dict()))
                     except Exception as exc:
                         traceback.print_exc(file=sys.stderr)
@@ -176,6 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--datasets", nargs="+", default=None, help="only datasets whose name contains one of these")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-pgc", action="store_true", help="leave PGC out")
+    ap.add_argument("--pgc-max-divergence", type=float, default=1.15,
+                    help="largest lambda a PSS/PTS start of PGC's multi-start may have to win: the same "
+                         "lambda <= 1.15 bound the goal compares under (default 1.15; 0 = PGC's own band)")
     ap.add_argument("--json", default=None, metavar="FILE", help="write rows as JSON ('-' for stdout)")
     ap.add_argument("--csv", default=None, metavar="FILE", help="write rows as CSV ('-' for stdout)")
     args = ap.parse_args(argv)

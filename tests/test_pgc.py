@@ -540,3 +540,110 @@ def test_pgc_on_chunk_bigger_than_slack_communities() -> None:
             p = partition_pgc(s, 2, PATTERN, seed=seed, chunks_per_part=8)
             per = torch.zeros(4, 2, dtype=torch.long).index_put_((comm, p.owner), torch.ones_like(comm), accumulate=True)
             assert bool(((per > 0).sum(1) == 1).all())  # every community lies on one rank
+
+
+# ----------------------------------------------------------------- multi-start (step 7)
+def static_ring_signal(V: int = 12, T: int = 60, seed: int = 0) -> DynamicGraphSignal:
+    """Chickenpox-like: the same small graph (a ring with chords) in every one
+    of many snapshots; the optimum is a contiguous snapshot range per rank."""
+    rng = np.random.default_rng(seed)
+    i = np.arange(V)
+    e = np.concatenate([np.stack([i, (i + 1) % V]), np.stack([i, (i + 3) % V])], 1)
+    e = np.concatenate([e, e[::-1]], 1)
+    return DynamicGraphSignal([e] * T, None, [rng.standard_normal((V, 1)) for _ in range(T)], None)
+
+
+def sparse_long_sequences_signal(V: int = 40, T: int = 30, seed: int = 0) -> DynamicGraphSignal:
+    """Every vertex in every snapshot, only a few spatial edges in a few
+    snapshots: whole sequences per rank (PTS) cut almost nothing."""
+    rng = np.random.default_rng(seed)
+    edges = []
+    for t in range(T):
+        k = 2 if t % 5 == 0 else 0
+        edges.append(rng.integers(0, V, size=(2, k)))
+    return DynamicGraphSignal(edges, None, [rng.standard_normal((V, 2)) for _ in range(T)], None)
+
+
+def _bytes(s: DynamicGraphSignal, p, pat) -> float:
+    return CommunicationPlan.build(s, p, pat).bytes_by_kind()["total"]
+
+
+def _chunk_owner_constant(p) -> bool:
+    C = int(p.chunk.max()) + 1
+    lo = torch.full((C,), p.num_parts).scatter_reduce(0, p.chunk, p.owner, reduce="amin")
+    hi = torch.full((C,), -1).scatter_reduce(0, p.chunk, p.owner, reduce="amax")
+    return bool(torch.equal(lo, hi)) and p.meta["num_chunks"] == C
+
+
+@pytest.mark.parametrize("model,P", [("tgcn", 4), ("mpnnlstm", 4), ("tgcn", 3)])
+def test_multistart_not_above_balanced_pss_pts_on_static_graph(model: str, P: int) -> None:
+    s = static_ring_signal()
+    pat = DependencyPattern.preset(model, 1, 16)
+    p = partition_pgc(s, P, pat, seed=0)
+    single = partition_pgc(s, P, pat, seed=0, starts=("lp",))
+    b_pss = _bytes(s, partition_pss(s, P, balanced=True), pat)
+    b_pts = _bytes(s, partition_pts(s, P, balanced=True), pat)
+    b = _bytes(s, p, pat)
+    assert b <= min(b_pss, b_pts)
+    assert b < _bytes(s, single, pat)  # label propagation alone does not find the snapshot ranges
+    assert p.meta["start"] == "pss"
+    assert set(p.meta["candidates"]) == {"lp", "pss", "pts"}
+    assert p.meta["cut_weight"] == min(p.meta["candidates"].values())
+    assert p.meta["candidates"]["lp"] == single.meta["cut_weight"]
+    # the winner stays within PGC's balance tolerance
+    assert p.meta["divergence"] <= max((1.03 / 0.97), p.meta["candidate_divergence"]["lp"]) + 1e-9
+    assert _chunk_owner_constant(p)
+
+
+def test_multistart_not_above_balanced_pts_when_sequences_are_optimal() -> None:
+    s = sparse_long_sequences_signal()
+    pat = DependencyPattern.preset("dysat", 2, 16)
+    p = partition_pgc(s, 4, pat, seed=0)
+    b_pss = _bytes(s, partition_pss(s, 4, balanced=True), pat)
+    b_pts = _bytes(s, partition_pts(s, 4, balanced=True), pat)
+    assert _bytes(s, p, pat) <= min(b_pss, b_pts)
+    assert b_pts < b_pss
+    assert p.meta["candidates"]["pts"] is not None and p.meta["candidates"]["pts"] <= p.meta["candidates"]["pss"]
+    assert _chunk_owner_constant(p)
+
+
+def test_single_start_is_the_label_propagation_result() -> None:
+    s = random_signal(12, T=10, V=80)
+    one = partition_pgc(s, 4, PATTERN, seed=3, starts=("lp",))
+    assert one.meta["candidates"] == {"lp": one.meta["cut_weight"]} and one.meta["start"] == "lp"
+    multi = partition_pgc(s, 4, PATTERN, seed=3)
+    assert multi.meta["candidates"]["lp"] == one.meta["cut_weight"]
+    assert multi.meta["cut_weight"] <= one.meta["cut_weight"]
+    if multi.meta["start"] == "lp":
+        assert torch.equal(multi.owner, one.owner) and torch.equal(multi.chunk, one.chunk)
+    # only the PTS start: PSS never computed
+    two = partition_pgc(s, 4, PATTERN, seed=3, starts=("lp", "pts"))
+    assert set(two.meta["candidates"]) == {"lp", "pts"}
+
+
+def test_multistart_infeasible_start_is_recorded_and_bad_starts_raise() -> None:
+    s = static_ring_signal(V=12, T=3)  # 3 snapshots: PSS cannot make 4 ranks
+    p = partition_pgc(s, 4, PATTERN, seed=0)
+    assert p.meta["candidates"]["pss"] is None and p.meta["start"] in ("lp", "pts")
+    for bad in (("pss",), "lp", ("lp", "metis"), ()):
+        with pytest.raises(PartitionError, match="starts"):
+            partition_pgc(s, 2, PATTERN, starts=bad)
+
+
+def test_max_divergence_lets_a_less_balanced_start_win() -> None:
+    """62 snapshots of a static graph on 4 ranks: balanced PSS ranges are
+    16/16/16/14 snapshots (lambda 1.14), outside PGC's band (1.03 / 0.97), so
+    by default it cannot win although it cuts least; with
+    ``max_divergence=1.15`` it wins."""
+    s = static_ring_signal(V=12, T=62)
+    pat = DependencyPattern.preset("tgcn", 1, 16)
+    d = partition_pgc(s, 4, pat, seed=0)
+    c = d.meta["candidates"]
+    assert c["pss"] < c["lp"] and d.meta["candidate_divergence"]["pss"] > d.meta["start_tolerance"]
+    assert d.meta["start"] != "pss" and d.meta["divergence"] <= d.meta["start_tolerance"] + 1e-9
+    w = partition_pgc(s, 4, pat, seed=0, max_divergence=1.15)
+    assert w.meta["start_tolerance"] == 1.15 and w.meta["start"] == "pss"
+    assert w.meta["cut_weight"] == c["pss"] < d.meta["cut_weight"] and w.meta["divergence"] <= 1.15
+    assert _bytes(s, w, pat) <= _bytes(s, partition_pss(s, 4, balanced=True), pat)
+    with pytest.raises(PartitionError, match="max_divergence"):
+        partition_pgc(s, 4, pat, max_divergence=0.5)

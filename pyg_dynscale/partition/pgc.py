@@ -43,6 +43,15 @@ Pipeline (all steps vectorized except the greedy loop over chunks):
    (chunk ids are re-made from the pair ``(chunk, owner)``), so ``owner`` is
    always constant inside a chunk. With temporal coarsening the finest level
    refined is the segment graph (a segment never straddles ranks).
+7. **Multi-start** (``starts``): label propagation only makes local moves
+   and does not find a contiguous snapshot range per rank (static graphs over
+   many snapshots) or whole sequences per rank, the optimum on some graphs.
+   The balanced PSS and PTS partitions are therefore refined the same way
+   (step 6, on level-0 nodes split where the start's owner changes,
+   :func:`_refined_start`), and the candidate with the lowest cut weight on
+   the weighted supergraph wins among those with :math:`\lambda` within
+   ``max_divergence`` (default PGC's band ``max((1 + slack) / (1 - slack),
+   lambda_lp)``). Skipped above :data:`MULTI_START_MAX_ENTRIES`.
 """
 from __future__ import annotations
 
@@ -87,6 +96,12 @@ FAST_ABOVE = 8_000_000
 #: coarse levels run at least this many rounds before ``gain_tol`` may stop
 #: them: their first rounds merge many chunks for little gain
 COARSE_MIN_ROUNDS = 6
+#: starting assignments of the multi-start (module doc, step 7)
+STARTS = ("lp", "pss", "pts")
+#: the extra (non-LP) starts are skipped when the level-0 graph has more CSR
+#: entries than this: they cost a supergraph pass each and keep the 10M-node
+#: benchmark inside its budget (docs/pgc.md, Pipeline step 7)
+MULTI_START_MAX_ENTRIES = FAST_ABOVE
 TIE_MOVES = True  # label propagation moves on ties towards higher-priority labels (see label_propagation)
 
 
@@ -248,6 +263,8 @@ def partition_pgc(
     segment_fraction: float = 0.5,
     workload: Optional[WorkloadModel | str] = None,
     threads: Optional[int] = None,
+    starts: tuple[str, ...] = STARTS,
+    max_divergence: Optional[float] = None,
     progress: bool = False,
 ) -> "Partition":
     r"""Partition a dynamic graph by graph chunks (DGC §4; pipeline in the
@@ -299,12 +316,29 @@ def partition_pgc(
             memory-bound gathers and sorts, and with other processes on the
             cores two threads were 4-5x *slower* (3M nodes: 18 s vs 84 s).
             Results do not depend on the thread count.
+        starts (tuple of str): starting assignments to try (multi-start,
+            module doc step 7), a subset of ``("lp", "pss", "pts")``
+            containing ``"lp"``: ``"lp"`` -- label-propagation chunks + Algorithm 1
+            (steps 3-6); ``"pss"`` / ``"pts"`` -- the balanced snapshot-range
+            / sequence partition, refined on the rank level. The candidate with
+            the lowest cut weight whose :math:`\lambda` stays within the
+            tolerance (``max_divergence``) wins.
+            ``("lp",)`` is the single-start PGC. Extra starts are skipped when
+            the level-0 graph has more than :data:`MULTI_START_MAX_ENTRIES`
+            CSR entries (``meta["starts_skipped"]``).
+        max_divergence (float, optional): largest :math:`\lambda` a non-LP
+            start may have to win. Default ``max((1 + slack) / (1 - slack),
+            \lambda_\text{lp})``, PGC's own balance band. A balanced PSS start
+            on few snapshots can be less balanced than that (e.g. PedalMe, 4
+            ranks: 1.14); ``max_divergence=1.15`` lets it win.
         progress (bool): print per-round progress.
 
     Returns:
         :class:`~pyg_dynscale.partition.partition.Partition` with
         ``scheme="pgc"``, ``owner [N]``, ``chunk [N]`` and ``meta`` (rounds,
-        num_chunks, cap, loads, divergence, timings of each step).
+        num_chunks, cap, loads, divergence, timings of each step;
+        ``candidates``: cut weight per start (``None`` when a start is
+        infeasible), ``candidate_divergence``, ``start``: the winner).
 
     Raises:
         PartitionError: ``num_parts`` out of range, a cap below the largest
@@ -323,6 +357,12 @@ def partition_pgc(
         raise PartitionError("segment_fraction", f"must lie in (0, 1], got {segment_fraction!r}.", "use e.g. 0.5.")
     if threads is not None and (isinstance(threads, bool) or int(threads) < 1):
         raise PartitionError("threads", f"must be a positive int or None, got {threads!r}.")
+    if isinstance(starts, str) or "lp" not in starts or any(st not in STARTS for st in starts):
+        raise PartitionError("starts", f"must be a tuple from {STARTS} that contains 'lp', got {starts!r}.",
+                             "use e.g. ('lp', 'pss', 'pts'), or ('lp',) for the single-start PGC.")
+    starts = tuple(dict.fromkeys(starts))
+    if max_divergence is not None and not (isinstance(max_divergence, (int, float)) and max_divergence >= 1.0):
+        raise PartitionError("max_divergence", f"must be a number >= 1 or None, got {max_divergence!r}.", "use e.g. 1.15.")
     n_threads = int(threads) if threads is not None else DEFAULT_THREADS
     before = torch.get_num_threads()
     torch.set_num_threads(n_threads)
@@ -330,7 +370,8 @@ def partition_pgc(
         part = _partition_pgc(signal, P, pattern, seed=seed, cap=cap, chunks_per_part=chunks_per_part,
                               effort=effort, max_rounds=max_rounds, coarse_rounds=coarse_rounds, tol=tol, gain_tol=gain_tol, max_levels=max_levels,
                               max_chunks=max_chunks, slack=slack, refine_rounds=refine_rounds, refine_tol=refine_tol, coarsen=coarsen,
-                              segment_fraction=float(segment_fraction), workload=workload, progress=progress)
+                              segment_fraction=float(segment_fraction), workload=workload, starts=starts,
+                              max_divergence=max_divergence, progress=progress)
         part.meta["threads"] = n_threads
         return part
     finally:
@@ -358,10 +399,62 @@ def _refine(levels: list[Level], chunk_owner: np.ndarray, P: int, total: float, 
     return own, moved_per_level
 
 
+def _refined_start(start: str, signal: "DynamicGraphSignal", P: int, sg: Any, node_w: Tensor, ws: float, tw: Tensor,
+                   seg: Optional[Tensor], graph: CSRGraph, slack: float, total: float, rounds: int, tol: float,
+                   gain_tol: float, seed: int, progress: bool) -> Optional[tuple]:
+    r"""Refine one non-LP starting assignment (module doc, step 7).
+
+    The start (balanced PSS or PTS owner over the :math:`N` vertex-time
+    nodes) is cut into *pieces* -- the level-0 nodes (segments) split where
+    the start's owner changes, so a piece never straddles ranks and stays
+    contiguous in time -- and the pieces are refined by the same rank-level
+    label propagation as step 6 (boundary nodes, loads kept inside
+    ``[min(floor, (1 - slack) mean), max(cap, (1 + slack) mean)]``).
+
+    Returns:
+        ``None`` if the start does not exist for this graph, else ``(cut,
+        divergence, owner [N], chunk [N], C)`` with the cut weight on the
+        weighted supergraph and ``chunk`` = the pair (start rank, final rank),
+        so ``owner`` is constant inside a chunk.
+    """
+    from .schemes import partition_pss, partition_pts
+
+    fn = partition_pss if start == "pss" else partition_pts
+    try:
+        start_owner = fn(signal, P, balanced=True, workload=node_w).owner
+    except PartitionError:
+        return None
+    if seg is None:
+        piece, n, g = torch.arange(start_owner.numel()), start_owner.numel(), graph
+    else:
+        piece, n = compact_labels(seg * P + start_owner)
+        if n == graph.num_nodes:  # the start never splits a segment (PTS): same graph
+            g = graph
+        else:  # contract the supergraph onto the pieces (cut weights preserved, as in .coarsen)
+            se, te = sg.spatial_edge_index, sg.temporal_edge_index
+            src = torch.cat([piece.index_select(0, se[0]), piece.index_select(0, te[0])])
+            dst = torch.cat([piece.index_select(0, se[1]), piece.index_select(0, te[1])])
+            w = torch.cat([torch.full((se.shape[1],), ws, dtype=torch.float64), tw.to(torch.float64)])
+            keep = src != dst
+            g = CSRGraph.from_edges(n, src[keep], dst[keep], w[keep])
+            del src, dst, w, keep
+    pw = torch.zeros(n, dtype=torch.float64).index_add_(0, piece, node_w)
+    own = torch.zeros(n, dtype=torch.long).scatter_(0, piece, start_owner)
+    lvl = Level(g, pw, torch.arange(n))
+    own, _ = _refine([lvl], own.numpy(), P, total, slack, rounds, tol, gain_tol, seed, progress)
+    srcs = g.sources()
+    cut = float(g.weight[own[srcs] != own[g.dst]].double().sum()) / 2.0
+    loads = torch.zeros(P, dtype=torch.float64).index_add_(0, own, pw)
+    owner = own.index_select(0, piece)
+    chunk, C = compact_labels(start_owner * P + owner)
+    return cut, divergence(loads.numpy()), owner, chunk, C
+
+
 def _partition_pgc(signal: "DynamicGraphSignal", P: int, pattern: Any, *, seed: int, cap: Optional[float],
                    chunks_per_part: int, effort: str, max_rounds: Optional[int], coarse_rounds: Optional[int], tol: float,
                    gain_tol: float, max_levels: Optional[int], max_chunks: int, slack: float, refine_rounds: Optional[int], refine_tol: float, coarsen: Union[bool, str],
-                   segment_fraction: float, workload: Any, progress: bool) -> "Partition":
+                   segment_fraction: float, workload: Any, starts: tuple[str, ...], max_divergence: Optional[float],
+                   progress: bool) -> "Partition":
     from .partition import Partition
 
     t_start = time.perf_counter()
@@ -408,7 +501,9 @@ def _partition_pgc(signal: "DynamicGraphSignal", P: int, pattern: Any, *, seed: 
         n0, w0 = N, node_w
         graph = CSRGraph.from_edges(N, src, dst, w)
         del src, dst, w
-    del tw
+    if starts == ("lp",) or graph.dst.numel() > MULTI_START_MAX_ENTRIES:
+        del tw  # only the extra starts need it: free it before chunk generation
+        tw = None
     timings["graph"] = time.perf_counter() - t0
     if effort == "auto":
         effort = "fast" if graph.dst.numel() > FAST_ABOVE else "thorough"
@@ -453,7 +548,35 @@ def _partition_pgc(signal: "DynamicGraphSignal", P: int, pattern: Any, *, seed: 
     srcs = graph.sources()
     cut = float(graph.weight[owner[srcs] != owner[graph.dst]].double().sum()) / 2.0
     del srcs
-    if additive:
+
+    # step 7: multi-start -- refine the balanced PSS / PTS partitions and keep the lowest cut
+    t0 = time.perf_counter()
+    lp_loads = torch.zeros(P, dtype=torch.float64).index_add_(0, owner, w0)
+    lp_div = divergence(lp_loads.numpy())
+    candidates: dict[str, Optional[float]] = {"lp": cut}
+    cand_div: dict[str, Optional[float]] = {"lp": lp_div}
+    skipped = [st for st in starts if st != "lp"] if graph.dst.numel() > MULTI_START_MAX_ENTRIES else []
+    tolerance = max((1 + slack) / (1 - slack), lp_div) if max_divergence is None else float(max_divergence)
+    winner, best = "lp", None
+    for st in starts:
+        if st == "lp" or st in skipped or P == 1:
+            continue
+        res = _refined_start(st, signal, P, sg, node_w, ws, tw, seg, graph, slack, total, refine_rounds,
+                             refine_tol, gain_tol, seed, progress)
+        if res is None:  # e.g. fewer non-empty snapshots than ranks
+            candidates[st] = cand_div[st] = None
+            continue
+        candidates[st], cand_div[st] = res[0], res[1]
+        if res[1] <= tolerance * (1 + 1e-12) and res[0] < min(cut, best[0] if best else math.inf) - 1e-9:
+            winner, best = st, res
+    del tw
+    timings["multi_start"] = time.perf_counter() - t0
+
+    if best is not None:  # a refined PSS / PTS start wins: its owner is over vertex-time nodes
+        cut, owner, chunk, C = best[0], best[2], best[3], best[4]
+        seg = None
+        cost_final = torch.zeros(C, dtype=torch.float64).index_add_(0, chunk, node_w) if additive else None
+    elif additive:
         cost_final = torch.zeros(C, dtype=torch.float64).index_add_(0, chunk, w0)
     if seg is not None:  # expand segments to their vertex-time nodes
         owner, chunk = owner.index_select(0, seg), chunk.index_select(0, seg)
@@ -477,6 +600,11 @@ def _partition_pgc(signal: "DynamicGraphSignal", P: int, pattern: Any, *, seed: 
         "greedy_divergence": greedy_div,
         "greedy_cut": greedy_cut,
         "cut_weight": cut,
+        "candidates": candidates,
+        "candidate_divergence": cand_div,
+        "start": winner,
+        "start_tolerance": tolerance,
+        "starts_skipped": skipped,
         "seed": seed,
         "timings": timings,
     }
