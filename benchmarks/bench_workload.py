@@ -45,6 +45,7 @@ from pyg_dynscale.partition.workload import (  # noqa: E402
     LinearWorkload,
     MLPWorkload,
     _time_call,
+    gcn_stack_step,
     chunk_statistics,
     mape,
     profile,
@@ -96,12 +97,7 @@ def measure_chunks(signal, chunk: torch.Tensor, C: int, F: int, H: int, K: int, 
         x = torch.randn(ids.numel(), F, generator=g)
 
         def struct() -> None:
-            h = x
-            for k, conv in enumerate(convs):
-                h = conv(h, pos)
-                if k + 1 < K:
-                    h = torch.relu(h)
-            h.sum().backward()
+            gcn_stack_step(convs, x, pos)
 
         lens = segs[a]
         seq = torch.randn(lens.numel(), int(lens.max()), H, generator=g).requires_grad_(True)

@@ -226,6 +226,18 @@ def _time_call(fn, repeats: int) -> float:
     return min(ts)
 
 
+def gcn_stack_step(convs: Sequence[nn.Module], x: Tensor, edge_index: Tensor) -> None:
+    """One forward + backward of a GCN stack (ReLU between layers): the
+    structure-encoder work that :func:`profile` times on random chunks and the
+    workload benchmark times on real ones."""
+    h = x
+    for k, conv in enumerate(convs):
+        h = conv(h, edge_index)
+        if k + 1 < len(convs):
+            h = torch.relu(h)
+    h.sum().backward()
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -293,12 +305,7 @@ def profile(
         convs = nn.ModuleList([GCNConv(F if k == 0 else H, H, cached=False) for k in range(K)]).to(dev)
 
         def struct_step() -> None:
-            h = x
-            for k, conv in enumerate(convs):
-                h = conv(h, ei)
-                if k + 1 < K:
-                    h = torch.relu(h)
-            h.sum().backward()
+            gcn_stack_step(convs, x, ei)
             _sync(dev)
 
         gru = nn.GRU(H, H, batch_first=True).to(dev)
