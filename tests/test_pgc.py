@@ -588,7 +588,7 @@ def test_multistart_not_above_balanced_pss_pts_on_static_graph(model: str, P: in
     assert b < _bytes(s, single, pat)  # label propagation alone does not find the snapshot ranges
     assert p.meta["start"] == "pss"
     assert set(p.meta["candidates"]) == {"lp", "pss", "pts"}
-    assert p.meta["cut_weight"] == min(p.meta["candidates"].values())
+    assert p.meta["cut_weight"] == min(c for c in p.meta["candidates"].values() if c is not None)
     assert p.meta["candidates"]["lp"] == single.meta["cut_weight"]
     # the winner stays within PGC's balance tolerance
     assert p.meta["divergence"] <= max((1.03 / 0.97), p.meta["candidate_divergence"]["lp"]) + 1e-9
@@ -603,8 +603,36 @@ def test_multistart_not_above_balanced_pts_when_sequences_are_optimal() -> None:
     b_pts = _bytes(s, partition_pts(s, 4, balanced=True), pat)
     assert _bytes(s, p, pat) <= min(b_pss, b_pts)
     assert b_pts < b_pss
-    assert p.meta["candidates"]["pts"] is not None and p.meta["candidates"]["pts"] <= p.meta["candidates"]["pss"]
     assert _chunk_owner_constant(p)
+    full = partition_pgc(s, 4, pat, seed=0, start_margin=None)  # every start refined
+    assert full.meta["candidates"]["pts"] is not None and full.meta["candidates"]["pts"] <= full.meta["candidates"]["pss"]
+    assert _bytes(s, full, pat) <= min(b_pss, b_pts) and _chunk_owner_constant(full)
+
+
+def test_start_margin_prunes_starts_far_above_the_lp_cut() -> None:
+    """A start is refined only when its unrefined cut is within
+    ``start_margin`` of the LP cut; pruned starts keep their raw cut in
+    ``candidates_raw`` and cannot win."""
+    s = static_ring_signal()
+    pat = DependencyPattern.preset("tgcn", 1, 16)
+    full = partition_pgc(s, 4, pat, seed=0, start_margin=None)
+    raw, lp = full.meta["candidates_raw"], full.meta["candidates"]["lp"]
+    assert raw["pss"] is not None and raw["pts"] is not None
+    # refinement never raises a start's cut
+    assert all(full.meta["candidates"][st] <= raw[st] + 1e-9 for st in ("pss", "pts"))
+    # a margin below every start's raw / lp ratio prunes both: the LP result stands
+    tight = min(raw["pss"], raw["pts"]) / lp * 0.99
+    pruned = partition_pgc(s, 4, pat, seed=0, start_margin=tight)
+    assert pruned.meta["candidates"]["pss"] is None and pruned.meta["candidates"]["pts"] is None
+    assert pruned.meta["candidates_raw"] == raw and pruned.meta["start"] == "lp"
+    single = partition_pgc(s, 4, pat, seed=0, starts=("lp",))
+    assert torch.equal(pruned.owner, single.owner)
+    # a margin above both ratios refines both, as start_margin=None does
+    loose = partition_pgc(s, 4, pat, seed=0, start_margin=max(raw["pss"], raw["pts"]) / lp * 1.01)
+    assert loose.meta["candidates"] == full.meta["candidates"] and torch.equal(loose.owner, full.owner)
+    for bad in (0, -1.0, float("inf"), "1.1"):
+        with pytest.raises(PartitionError, match="start_margin"):
+            partition_pgc(s, 4, pat, start_margin=bad)
 
 
 def test_single_start_is_the_label_propagation_result() -> None:

@@ -57,10 +57,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from ..errors import PartitionError  # noqa: F401  (re-exported for callers)
+from . import kernels
 
 
 @dataclass
@@ -126,6 +128,9 @@ class CSRGraph:
         into one entry per direction with the summed weight, so every
         ``(source, neighbour)`` pair occurs once."""
         n = int(num_nodes)
+        if kernels.backend() == "numba" and src.device.type == "cpu":
+            ptr, d, w = kernels.csr_from_edges(n, _np(src, torch.long), _np(dst, torch.long), _np(weight, torch.float64))
+            return cls._finish(n, torch.from_numpy(ptr), torch.from_numpy(d), torch.from_numpy(w))
         s, d, w = undirected_entries(src.to(torch.long), dst.to(torch.long), weight)
         key, order = torch.sort(s * n + d, stable=True)
         del s, d
@@ -139,10 +144,14 @@ class CSRGraph:
         del s
         ptr = torch.zeros(n + 1, dtype=torch.long, device=deg.device)
         torch.cumsum(deg, 0, out=ptr[1:])
+        return cls._finish(n, ptr, d, w)
+
+    @classmethod
+    def _finish(cls, n: int, ptr: Tensor, d: Tensor, w: Tensor) -> "CSRGraph":
         # integer byte weights are exact in float32: halve the memory traffic
         if w.dtype == torch.float64 and bool((w.float().double() == w).all()):
             w = w.float()
-        return cls(int(num_nodes), ptr, d, w)
+        return cls(n, ptr, d, w)
 
     @property
     def degree(self) -> Tensor:
@@ -166,6 +175,10 @@ class CSRGraph:
         key ``(label[u], label[v])`` over the entries yields the contracted
         CSR directly (no second pass through :meth:`from_edges`)."""
         C = int(num_labels)
+        if kernels.backend() == "numba" and self.ptr.device.type == "cpu":
+            ptr, d, wsum = (torch.from_numpy(a) for a in kernels.contract_csr(
+                _np(self.ptr, torch.long), _np(self.dst, torch.long), _np(self.weight), _np(labels, torch.long), C))
+            return CSRGraph(C, ptr, d, self._contracted_weights(wsum))
         lu = torch.repeat_interleave(labels, self.degree, output_size=self.dst.numel())
         lv = _take(labels, self.dst)
         keep = lu != lv
@@ -181,9 +194,20 @@ class CSRGraph:
         s, d = ukey // C, ukey % C
         ptr = torch.zeros(C + 1, dtype=torch.long, device=ukey.device)
         torch.cumsum(torch.bincount(s, minlength=C), 0, out=ptr[1:])
+        return CSRGraph(C, ptr, d, self._contracted_weights(wsum))
+
+    def _contracted_weights(self, wsum: Tensor) -> Tensor:
+        """float32 again when this graph's weights were and the sums stay exact."""
         if self.weight.dtype == torch.float32 and bool((wsum.float().double() == wsum).all()):
-            wsum = wsum.float()
-        return CSRGraph(C, ptr, d, wsum)
+            return wsum.float()
+        return wsum
+
+
+def _np(x: Tensor, dtype: Optional[torch.dtype] = None) -> np.ndarray:
+    """Contiguous CPU numpy view (a copy only when a dtype change needs one)."""
+    if dtype is not None and x.dtype != dtype:
+        x = x.to(dtype)
+    return x.contiguous().numpy()
 
 
 def _take(x: Tensor, index: Tensor) -> Tensor:
@@ -296,7 +320,13 @@ def label_propagation(
         if graph.dst.numel() else False
     deg = graph.degree
     dirty = deg > 0
-    if boundary_only:
+    compiled = kernels.backend() == "numba" and dev.type == "cpu"
+    if compiled:  # numpy views sharing memory with the tensors (labels, dirty are updated in place)
+        ptr_np, dst_np, w_np, nw_np = _np(ptr, torch.long), _np(dst, torch.long), _np(weight), _np(nw)
+        seen, score_buf, out_node, out_to, out_gain = kernels.scratch.get(L, n)
+    if boundary_only and compiled:
+        dirty = torch.from_numpy(kernels.boundary_mask(ptr_np, dst_np, _np(labels)))
+    elif boundary_only:
         srcs = graph.sources()
         dirty = torch.zeros(n, dtype=torch.bool, device=dev)
         dirty[srcs[_take(labels, srcs) != _take(labels, dst)]] = True
@@ -322,29 +352,15 @@ def label_propagation(
         gained = 0.0
         if act.numel():
             size = torch.zeros(L, dtype=torch.float64, device=dev).index_add_(0, labels, nw)
-            A = act.numel()
-            seg_loc, seg_lab, score = _label_scores(ptr, dst, weight, labels, act, L, unique_labels)
-            cur_act = _take(labels, act)
-            is_cur = seg_lab == _take(cur_act, seg_loc)
-            cur = torch.zeros(A, dtype=score.dtype, device=dev).index_add_(
-                0, seg_loc, torch.where(is_cur, score, torch.zeros_like(score)))
-            allowed = ~is_cur
-            # the cap check gathers label sizes; skip it while no label is near the cap
-            if has_cap and float(size.max()) + nw_max > cap_t:
-                allowed &= _take(size, seg_lab) + _take(_take(nw, act), seg_loc) <= cap_t
-            if packed:
-                m_loc, m_to, best = _choose_packed(seg_loc, seg_lab, score, allowed, A, bits)
+            if compiled:
+                k = kernels.round_candidates(ptr_np, dst_np, w_np, _np(labels), act.numpy(), nw_np, size.numpy(),
+                                             cap_t, tie_moves, seen, score_buf, out_node, out_to, out_gain)
+                # views of the scratch buffers: consumed (copied) before the next round
+                m_node, m_to, gain = (torch.from_numpy(a[:k]) for a in (out_node, out_to, out_gain))
             else:
-                m_loc, m_to, best = _choose_float(seg_loc, seg_lab, score, allowed, A)
-            del seg_loc, seg_lab, score, is_cur, allowed
-            gain = best - _take(cur, m_loc)
-            go = gain > 0
-            if tie_moves:
-                # a tie moves towards the label of higher priority, which lets
-                # fragments of a path (a temporal sequence) merge instead of
-                # freezing; priorities strictly increase, so it cannot cycle
-                go |= (gain == 0) & (best > 0) & (m_to > _take(cur_act, m_loc))
-            m_node, m_to, gain = _take(act, m_loc[go]), m_to[go], gain[go].to(torch.float64)
+                m_node, m_to, gain = _round_candidates(ptr, dst, weight, labels, act, nw, size, L, cap_t,
+                                                       has_cap and float(size.max()) + nw_max > cap_t,
+                                                       unique_labels, packed, bits, tie_moves)
             acc = torch.ones(m_node.numel(), dtype=torch.bool, device=dev)
             m_w = _take(nw, m_node)
             if has_cap and m_node.numel():
@@ -352,7 +368,9 @@ def label_propagation(
                 if bool((size + incoming > cap_t).any()):
                     acc &= _accept_by_budget(m_to, m_w, cap_t - size, gain, _take(node_pri, m_node))
             m_from = _take(labels, m_node)
-            if floor is not None and m_node.numel():
+            if floor is not None and m_node.numel() and bool(
+                    (size - torch.zeros(L, dtype=torch.float64, device=dev).index_add_(0, m_from, m_w) < float(floor)).any()):
+                # (when every label keeps its floor after all departures, every mover is accepted)
                 acc &= _accept_by_budget(m_from, m_w, size - float(floor), gain, _take(node_pri, m_node))
             # evaluated nodes are clean unless their move was rejected (they retry)
             dirty[act] = False
@@ -362,7 +380,9 @@ def label_propagation(
             moved = int(mv.numel())
             gained = float(gain[acc].sum())
             unique_labels = unique_labels and moved == 0
-            if moved:
+            if moved and compiled:
+                kernels.mark_neighbours(ptr_np, dst_np, mv.numpy(), dirty.numpy())
+            elif moved:
                 nidx, _ = _ranges(ptr, mv)
                 dirty[_take(dst, nidx)] = True
         moved_hist.append(moved)
@@ -382,6 +402,38 @@ def label_propagation(
     out[label_pri] = torch.arange(L, device=dev)  # priority -> label
     return LabelPropagationResult(labels=_take(out, labels), rounds=r, converged=converged, moved=moved_hist,
                                   gains=gain_hist)
+
+
+def _round_candidates(ptr: Tensor, dst: Tensor, weight: Tensor, labels: Tensor, act: Tensor, nw: Tensor, size: Tensor,
+                      L: int, cap: float, check_cap: bool, unique_labels: bool, packed: bool, bits: int,
+                      tie_moves: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """Steps 2-3 of the module doc, vectorized: ``(node, to, gain)`` of the
+    active nodes that want to move (``act`` order). The numba backend's
+    :func:`.kernels.round_candidates` computes the same."""
+    dev = ptr.device
+    A = act.numel()
+    seg_loc, seg_lab, score = _label_scores(ptr, dst, weight, labels, act, L, unique_labels)
+    cur_act = _take(labels, act)
+    is_cur = seg_lab == _take(cur_act, seg_loc)
+    cur = torch.zeros(A, dtype=score.dtype, device=dev).index_add_(
+        0, seg_loc, torch.where(is_cur, score, torch.zeros_like(score)))
+    allowed = ~is_cur
+    # the cap check gathers label sizes; skipped while no label is near the cap
+    if check_cap:
+        allowed &= _take(size, seg_lab) + _take(_take(nw, act), seg_loc) <= cap
+    if packed:
+        m_loc, m_to, best = _choose_packed(seg_loc, seg_lab, score, allowed, A, bits)
+    else:
+        m_loc, m_to, best = _choose_float(seg_loc, seg_lab, score, allowed, A)
+    del seg_loc, seg_lab, score, is_cur, allowed
+    gain = best - _take(cur, m_loc)
+    go = gain > 0
+    if tie_moves:
+        # a tie moves towards the label of higher priority, which lets
+        # fragments of a path (a temporal sequence) merge instead of
+        # freezing; priorities strictly increase, so it cannot cycle
+        go |= (gain == 0) & (best > 0) & (m_to > _take(cur_act, m_loc))
+    return _take(act, m_loc[go]), m_to[go], gain[go].to(torch.float64)
 
 
 def _label_scores(ptr: Tensor, dst: Tensor, weight: Tensor, labels: Tensor, act: Tensor, L: int,

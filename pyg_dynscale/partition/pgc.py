@@ -66,6 +66,7 @@ from torch import Tensor
 
 from ..errors import PartitionError
 from .assign import ChunkGraph, assign_chunks, divergence, rank_loads, refine_chunks
+from . import kernels
 from .coarsen import coarsen_temporal, temporal_edge_weights
 from .label_propagation import CSRGraph, compact_labels, label_propagation
 from .workload import WorkloadModel, resolve_workload
@@ -102,6 +103,12 @@ STARTS = ("lp", "pss", "pts")
 #: entries than this: they cost a supergraph pass each and keep the 10M-node
 #: benchmark inside its budget (docs/pgc.md, Pipeline step 7)
 MULTI_START_MAX_ENTRIES = FAST_ABOVE
+#: a non-LP start is refined only when its unrefined cut is at most this
+#: factor above the LP candidate's cut: on the 24 dataset x model x parts rows
+#: of docs/pgc.md ("Multi-start") every winning start already cut less than
+#: LP before refinement, while refining a start costs a full rank-level label
+#: propagation on the level-0 graph
+START_MARGIN = 1.1
 TIE_MOVES = True  # label propagation moves on ties towards higher-priority labels (see label_propagation)
 
 
@@ -265,6 +272,8 @@ def partition_pgc(
     threads: Optional[int] = None,
     starts: tuple[str, ...] = STARTS,
     max_divergence: Optional[float] = None,
+    start_margin: Optional[float] = START_MARGIN,
+    backend: Optional[str] = None,
     progress: bool = False,
 ) -> "Partition":
     r"""Partition a dynamic graph by graph chunks (DGC §4; pipeline in the
@@ -331,6 +340,14 @@ def partition_pgc(
             \lambda_\text{lp})``, PGC's own balance band. A balanced PSS start
             on few snapshots can be less balanced than that (e.g. PedalMe, 4
             ranks: 1.14); ``max_divergence=1.15`` lets it win.
+        start_margin (float, optional): a non-LP start is refined only when
+            its unrefined cut weight is at most ``start_margin`` times the LP
+            candidate's cut (module doc, step 7); ``meta["candidates_raw"]``
+            holds the unrefined cuts. ``None`` refines every start.
+        backend (str, optional): label-propagation backend, ``"numba"``,
+            ``"torch"`` or ``"auto"`` (:mod:`.kernels`; identical results).
+            ``None``: the current one (``"auto"`` unless set by
+            :func:`.kernels.use_backend` or ``PYG_DYNSCALE_LP_BACKEND``).
         progress (bool): print per-round progress.
 
     Returns:
@@ -363,17 +380,23 @@ def partition_pgc(
     starts = tuple(dict.fromkeys(starts))
     if max_divergence is not None and not (isinstance(max_divergence, (int, float)) and max_divergence >= 1.0):
         raise PartitionError("max_divergence", f"must be a number >= 1 or None, got {max_divergence!r}.", "use e.g. 1.15.")
+    if start_margin is not None and not (isinstance(start_margin, (int, float)) and start_margin > 0
+                                         and math.isfinite(start_margin)):
+        raise PartitionError("start_margin", f"must be a positive number or None, got {start_margin!r}.",
+                             f"use e.g. {START_MARGIN}, or None to refine every start.")
     n_threads = int(threads) if threads is not None else DEFAULT_THREADS
     before = torch.get_num_threads()
     torch.set_num_threads(n_threads)
     try:
-        part = _partition_pgc(signal, P, pattern, seed=seed, cap=cap, chunks_per_part=chunks_per_part,
-                              effort=effort, max_rounds=max_rounds, coarse_rounds=coarse_rounds, tol=tol, gain_tol=gain_tol, max_levels=max_levels,
-                              max_chunks=max_chunks, slack=slack, refine_rounds=refine_rounds, refine_tol=refine_tol, coarsen=coarsen,
-                              segment_fraction=float(segment_fraction), workload=workload, starts=starts,
-                              max_divergence=max_divergence, progress=progress)
-        part.meta["threads"] = n_threads
-        return part
+        with kernels.use_backend(backend) as used_backend:
+            part = _partition_pgc(signal, P, pattern, seed=seed, cap=cap, chunks_per_part=chunks_per_part,
+                                  effort=effort, max_rounds=max_rounds, coarse_rounds=coarse_rounds, tol=tol, gain_tol=gain_tol, max_levels=max_levels,
+                                  max_chunks=max_chunks, slack=slack, refine_rounds=refine_rounds, refine_tol=refine_tol, coarsen=coarsen,
+                                  segment_fraction=float(segment_fraction), workload=workload, starts=starts,
+                                  max_divergence=max_divergence, start_margin=start_margin, progress=progress)
+            part.meta["threads"] = n_threads
+            part.meta["backend"] = used_backend
+            return part
     finally:
         torch.set_num_threads(before)
 
@@ -401,7 +424,7 @@ def _refine(levels: list[Level], chunk_owner: np.ndarray, P: int, total: float, 
 
 def _refined_start(start: str, signal: "DynamicGraphSignal", P: int, sg: Any, node_w: Tensor, ws: float, tw: Tensor,
                    seg: Optional[Tensor], graph: CSRGraph, slack: float, total: float, rounds: int, tol: float,
-                   gain_tol: float, seed: int, progress: bool) -> Optional[tuple]:
+                   gain_tol: float, seed: int, progress: bool, prune_above: float) -> Optional[tuple]:
     r"""Refine one non-LP starting assignment (module doc, step 7).
 
     The start (balanced PSS or PTS owner over the :math:`N` vertex-time
@@ -413,9 +436,11 @@ def _refined_start(start: str, signal: "DynamicGraphSignal", P: int, sg: Any, no
 
     Returns:
         ``None`` if the start does not exist for this graph, else ``(cut,
-        divergence, owner [N], chunk [N], C)`` with the cut weight on the
-        weighted supergraph and ``chunk`` = the pair (start rank, final rank),
-        so ``owner`` is constant inside a chunk.
+        divergence, owner [N], chunk [N], C, raw_cut)`` with the cut weight on
+        the weighted supergraph and ``chunk`` = the pair (start rank, final
+        rank), so ``owner`` is constant inside a chunk. A start whose
+        unrefined cut ``raw_cut`` exceeds ``prune_above`` is not refined:
+        ``(None, None, None, None, None, raw_cut)``.
     """
     from .schemes import partition_pss, partition_pts
 
@@ -424,6 +449,11 @@ def _refined_start(start: str, signal: "DynamicGraphSignal", P: int, sg: Any, no
         start_owner = fn(signal, P, balanced=True, workload=node_w).owner
     except PartitionError:
         return None
+    se, te = sg.spatial_edge_index, sg.temporal_edge_index
+    raw = ws * float((start_owner.index_select(0, se[0]) != start_owner.index_select(0, se[1])).sum()) + float(
+        tw[start_owner.index_select(0, te[0]) != start_owner.index_select(0, te[1])].to(torch.float64).sum())
+    if raw > prune_above:
+        return None, None, None, None, None, raw
     if seg is None:
         piece, n, g = torch.arange(start_owner.numel()), start_owner.numel(), graph
     else:
@@ -431,7 +461,6 @@ def _refined_start(start: str, signal: "DynamicGraphSignal", P: int, sg: Any, no
         if n == graph.num_nodes:  # the start never splits a segment (PTS): same graph
             g = graph
         else:  # contract the supergraph onto the pieces (cut weights preserved, as in .coarsen)
-            se, te = sg.spatial_edge_index, sg.temporal_edge_index
             src = torch.cat([piece.index_select(0, se[0]), piece.index_select(0, te[0])])
             dst = torch.cat([piece.index_select(0, se[1]), piece.index_select(0, te[1])])
             w = torch.cat([torch.full((se.shape[1],), ws, dtype=torch.float64), tw.to(torch.float64)])
@@ -447,14 +476,14 @@ def _refined_start(start: str, signal: "DynamicGraphSignal", P: int, sg: Any, no
     loads = torch.zeros(P, dtype=torch.float64).index_add_(0, own, pw)
     owner = own.index_select(0, piece)
     chunk, C = compact_labels(start_owner * P + owner)
-    return cut, divergence(loads.numpy()), owner, chunk, C
+    return cut, divergence(loads.numpy()), owner, chunk, C, raw
 
 
 def _partition_pgc(signal: "DynamicGraphSignal", P: int, pattern: Any, *, seed: int, cap: Optional[float],
                    chunks_per_part: int, effort: str, max_rounds: Optional[int], coarse_rounds: Optional[int], tol: float,
                    gain_tol: float, max_levels: Optional[int], max_chunks: int, slack: float, refine_rounds: Optional[int], refine_tol: float, coarsen: Union[bool, str],
                    segment_fraction: float, workload: Any, starts: tuple[str, ...], max_divergence: Optional[float],
-                   progress: bool) -> "Partition":
+                   start_margin: Optional[float], progress: bool) -> "Partition":
     from .partition import Partition
 
     t_start = time.perf_counter()
@@ -555,6 +584,8 @@ def _partition_pgc(signal: "DynamicGraphSignal", P: int, pattern: Any, *, seed: 
     lp_div = divergence(lp_loads.numpy())
     candidates: dict[str, Optional[float]] = {"lp": cut}
     cand_div: dict[str, Optional[float]] = {"lp": lp_div}
+    cand_raw: dict[str, Optional[float]] = {}
+    prune_above = math.inf if start_margin is None else float(start_margin) * cut
     skipped = [st for st in starts if st != "lp"] if graph.dst.numel() > MULTI_START_MAX_ENTRIES else []
     tolerance = max((1 + slack) / (1 - slack), lp_div) if max_divergence is None else float(max_divergence)
     winner, best = "lp", None
@@ -562,11 +593,13 @@ def _partition_pgc(signal: "DynamicGraphSignal", P: int, pattern: Any, *, seed: 
         if st == "lp" or st in skipped or P == 1:
             continue
         res = _refined_start(st, signal, P, sg, node_w, ws, tw, seg, graph, slack, total, refine_rounds,
-                             refine_tol, gain_tol, seed, progress)
+                             refine_tol, gain_tol, seed, progress, prune_above)
         if res is None:  # e.g. fewer non-empty snapshots than ranks
-            candidates[st] = cand_div[st] = None
+            candidates[st] = cand_div[st] = cand_raw[st] = None
             continue
-        candidates[st], cand_div[st] = res[0], res[1]
+        candidates[st], cand_div[st], cand_raw[st] = res[0], res[1], res[5]
+        if res[0] is None:  # pruned: its unrefined cut is far above the LP cut
+            continue
         if res[1] <= tolerance * (1 + 1e-12) and res[0] < min(cut, best[0] if best else math.inf) - 1e-9:
             winner, best = st, res
     del tw
@@ -602,6 +635,8 @@ def _partition_pgc(signal: "DynamicGraphSignal", P: int, pattern: Any, *, seed: 
         "cut_weight": cut,
         "candidates": candidates,
         "candidate_divergence": cand_div,
+        "candidates_raw": cand_raw,
+        "start_margin": start_margin,
         "start": winner,
         "start_tolerance": tolerance,
         "starts_skipped": skipped,

@@ -1,0 +1,137 @@
+"""The numba label-propagation backend computes exactly what the vectorized
+torch reference computes (CSR building, contraction, every round, PGC end to
+end), and backend selection validates its input."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pyg_dynscale.errors import PartitionError
+from pyg_dynscale.partition import DependencyPattern, kernels
+from pyg_dynscale.partition.kernels import use_backend
+from pyg_dynscale.partition.label_propagation import CSRGraph, label_propagation
+from pyg_dynscale.partition.pgc import partition_pgc
+from tests.test_pgc import community_signal, random_signal
+
+pytestmark = pytest.mark.skipif(not kernels.HAVE_NUMBA, reason="numba backend not installed")
+
+
+def random_edges(n: int, E: int, seed: int, float_weights: bool = False, hub: bool = True):
+    """Random edges with duplicates, reversed duplicates, self loops and (with
+    ``hub``) one node of degree > 32 (the long-row paths of the kernels)."""
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(0, n, (E,), generator=g)
+    dst = torch.randint(0, n, (E,), generator=g)
+    if hub:
+        src = torch.cat([src, torch.zeros(3 * n, dtype=torch.long)])
+        dst = torch.cat([dst, torch.randint(0, n, (3 * n,), generator=g)])
+    src = torch.cat([src, dst[:20], src[:5]])  # reversed duplicates + self loops
+    dst = torch.cat([dst, src[:20], src[:5]])
+    w = torch.rand(src.numel(), generator=g, dtype=torch.float64) * 3 if float_weights else \
+        torch.randint(1, 5, (src.numel(),), generator=g).double()
+    return src, dst, w
+
+
+def both(fn):
+    with use_backend("torch"):
+        a = fn()
+    with use_backend("numba"):
+        b = fn()
+    return a, b
+
+
+def same_csr(a: CSRGraph, b: CSRGraph) -> bool:
+    return (a.num_nodes == b.num_nodes and torch.equal(a.ptr, b.ptr) and torch.equal(a.dst, b.dst)
+            and a.weight.dtype == b.weight.dtype and torch.equal(a.weight, b.weight))
+
+
+@pytest.mark.parametrize("float_weights", [False, True])
+@pytest.mark.parametrize("hub", [False, True])
+def test_csr_from_edges_and_contract_identical(float_weights: bool, hub: bool) -> None:
+    n = 300
+    src, dst, w = random_edges(n, 1500, seed=1, float_weights=float_weights, hub=hub)
+    a, b = both(lambda: CSRGraph.from_edges(n, src, dst, w))
+    assert same_csr(a, b)
+    assert bool((a.dst[a.ptr[0]:a.ptr[1]].diff() > 0).all())  # rows sorted, merged
+    labels = torch.randint(0, 40, (n,), generator=torch.Generator().manual_seed(2))
+    ca, cb = both(lambda: a.contract(labels, 40))
+    assert same_csr(ca, cb)
+    assert ca.weight.sum() == pytest.approx(float(a.weight[labels[a.sources()] != labels[a.dst]].double().sum()))
+
+
+def test_csr_without_edges() -> None:
+    e = torch.zeros(0, dtype=torch.long)
+    a, b = both(lambda: CSRGraph.from_edges(5, e, e, torch.zeros(0, dtype=torch.float64)))
+    assert same_csr(a, b) and a.dst.numel() == 0
+
+
+@pytest.mark.parametrize("case", ["plain", "cap", "cap_ties", "float", "refine_floor", "priority"])
+def test_label_propagation_identical(case: str) -> None:
+    n = 400
+    src, dst, w = random_edges(n, 2000, seed=3, float_weights=case == "float")
+    g = CSRGraph.from_edges(n, src, dst, w)
+    nw = torch.randint(1, 4, (n,), generator=torch.Generator().manual_seed(4)).double()
+    kw: dict = {"node_weight": nw, "seed": 5, "max_rounds": 25}
+    if case in ("cap", "cap_ties", "float"):
+        kw["cap"] = 30.0
+    if case == "cap_ties":
+        kw["tie_moves"] = True
+    if case == "priority":
+        kw.update(priority=g.weighted_degree(), tie_moves=True, cap=60.0, gain_tol=1e-3, min_rounds=4)
+    if case == "refine_floor":
+        P = 4
+        kw.update(init=torch.arange(n) % P, num_labels=P, cap=float(nw.sum()) / P * 1.05,
+                  floor=float(nw.sum()) / P * 0.95, boundary_only=True)
+    a, b = both(lambda: label_propagation(g, **kw))
+    assert torch.equal(a.labels, b.labels)
+    assert (a.rounds, a.converged, a.moved, a.gains) == (b.rounds, b.converged, b.moved, b.gains)
+    assert sum(a.moved) > 0  # the comparison exercised real moves
+
+
+@pytest.mark.parametrize("coarsen", [True, False])
+@pytest.mark.parametrize("model", ["tgcn", "dysat"])
+def test_pgc_identical_across_backends(coarsen: bool, model: str) -> None:
+    s = random_signal(7, T=8, V=120, deg=4)
+    pat = DependencyPattern.preset(model, 1, 16)
+    a = partition_pgc(s, 4, pat, seed=1, coarsen=coarsen, backend="torch")
+    b = partition_pgc(s, 4, pat, seed=1, coarsen=coarsen, backend="numba")
+    assert a.meta["backend"] == "torch" and b.meta["backend"] == "numba"
+    assert torch.equal(a.owner, b.owner) and torch.equal(a.chunk, b.chunk)
+    assert a.meta["candidates"] == b.meta["candidates"] and a.meta["level_rounds"] == b.meta["level_rounds"]
+
+
+def test_pgc_identical_on_communities() -> None:
+    s = community_signal(T=6, k=4, size=15)
+    a = partition_pgc(s, 4, None, seed=0, backend="torch", start_margin=None)
+    b = partition_pgc(s, 4, None, seed=0, backend="numba", start_margin=None)
+    assert torch.equal(a.owner, b.owner) and torch.equal(a.chunk, b.chunk)
+
+
+def test_backend_selection_and_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PYG_DYNSCALE_LP_BACKEND", raising=False)
+    assert kernels.backend() == "numba"  # auto, numba installed
+    with use_backend("torch") as used:
+        assert used == "torch" and kernels.backend() == "torch"
+        with use_backend(None) as inner:
+            assert inner == "torch"
+    assert kernels.backend() == "numba"
+    monkeypatch.setenv("PYG_DYNSCALE_LP_BACKEND", "torch")
+    assert kernels.backend() == "torch"
+    monkeypatch.setenv("PYG_DYNSCALE_LP_BACKEND", "cuda")
+    with pytest.raises(PartitionError, match="PYG_DYNSCALE_LP_BACKEND"):
+        kernels.backend()
+    monkeypatch.delenv("PYG_DYNSCALE_LP_BACKEND")
+    with pytest.raises(PartitionError, match="backend"):
+        partition_pgc(random_signal(0), 2, None, backend="gpu")
+    assert kernels.backend() == "numba"  # the failed call restored the setting
+
+
+def test_missing_numba_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kernels, "HAVE_NUMBA", False)
+    from pyg_dynscale.errors import MissingDependencyError
+
+    with pytest.raises(MissingDependencyError, match="numba"):
+        with use_backend("numba"):
+            pass
+    with use_backend("auto") as used:  # auto falls back to the torch reference
+        assert used == "torch"
