@@ -135,3 +135,29 @@ def test_missing_numba_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None
             pass
     with use_backend("auto") as used:  # auto falls back to the torch reference
         assert used == "torch"
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("P", [2, 5])
+def test_refine_chunks_identical(seed: int, P: int) -> None:
+    """Balance + cut phases (single moves and swaps) of the chunk refinement."""
+    import numpy as np
+
+    from pyg_dynscale.partition.assign import ChunkGraph, refine_chunks
+
+    rng = np.random.default_rng(seed)
+    C = 60
+    a, b = rng.integers(0, C, 300), rng.integers(0, C, 300)
+    keep = a < b
+    pairs = np.unique(np.stack([a[keep], b[keep]], 1), axis=0)
+    g = ChunkGraph.from_pairs(C, pairs[:, 0], pairs[:, 1], rng.integers(1, 50, len(pairs)).astype(float))
+    cost = rng.integers(1, 20, C).astype(float)
+    cost[:3] = 60.0  # chunks too large to move alone: only swaps move them
+    owner = np.zeros(C, dtype=np.int64)  # everything on rank 0: the balance phase must act
+    owner[C // 2:] = rng.integers(0, P, C - C // 2)
+    with use_backend("torch"):
+        ref = refine_chunks(g, cost, owner, P, slack=0.05)
+    with use_backend("numba"):
+        got = refine_chunks(g, cost, owner, P, slack=0.05)
+    assert np.array_equal(ref, got) and not np.array_equal(ref, owner)
+    assert np.array_equal(owner[: C // 2], np.zeros(C // 2))  # the input was not modified

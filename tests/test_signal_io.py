@@ -78,3 +78,14 @@ def test_fingerprint_tracks_structure_not_features():
     assert a.fingerprint() == b.fingerprint()
     c = make_dynamic_signal(seed=4)
     assert a.fingerprint() != c.fingerprint()
+
+
+def test_fingerprint_cache_follows_in_place_and_replaced_structure():
+    a = make_dynamic_signal(seed=3)
+    first = a.fingerprint()
+    assert a.fingerprint() == first  # cached
+    a.edge_index[0, 0] = (a.edge_index[0, 0] + 1) % a.num_vertices  # in-place edit bumps the version
+    edited = a.fingerprint()
+    assert edited != first
+    a.edge_index = a.edge_index.clone()  # same content, new tensor: same fingerprint
+    assert a.fingerprint() == edited

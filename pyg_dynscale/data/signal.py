@@ -674,11 +674,19 @@ class DynamicGraphSignal:
     def fingerprint(self) -> str:
         """SHA-256 of the structure (vertex sets and edges): partitions and plans
         record it to refuse being applied to another graph."""
+        tensors = (self.node_ptr, self.node_id, self.edge_ptr, self.edge_index)
+        # cached per storage and in-place version of the structure tensors: a
+        # partitioner asks for it several times, hashing costs ~0.1 s per 1M edges
+        key = (self.num_snapshots, self.num_vertices) + tuple((t.data_ptr(), t._version, tuple(t.shape)) for t in tensors)
+        cached = getattr(self, "_fingerprint", None)
+        if cached is not None and cached[0] == key:
+            return cached[1]
         h = hashlib.sha256()
         h.update(f"T={self.num_snapshots};V={self.num_vertices}".encode())
-        for t in (self.node_ptr, self.node_id, self.edge_ptr, self.edge_index):
+        for t in tensors:
             h.update(t.detach().to("cpu", torch.long).contiguous().numpy().tobytes())
-        return h.hexdigest()
+        self._fingerprint = (key, h.hexdigest())
+        return self._fingerprint[1]
 
     def save(self, path: str) -> None:
         """Save in pyg_dynscale's versioned format (tensors only, no pickled objects)."""

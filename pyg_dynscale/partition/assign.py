@@ -32,6 +32,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import kernels
+
 
 @dataclass
 class ChunkGraph:
@@ -161,7 +163,7 @@ def refine_chunks(
     Returns:
         ``[C]`` refined owner (a new array).
     """
-    owner = owner.copy()
+    owner = np.array(owner, dtype=np.int64)  # a copy
     cost = np.asarray(cost, dtype=np.float64)
     C = graph.num_chunks
     if max_moves is None:
@@ -170,6 +172,11 @@ def refine_chunks(
     hi_lim, lo_lim = (1.0 + slack) * gbar, (1.0 - slack) * gbar
     A = graph.affinity(owner, num_parts)
     loads = rank_loads(owner, cost, num_parts)
+    if kernels.backend() == "numba":  # same phases compiled (identical result, tests/test_kernels.py)
+        kernels.refine_chunks(np.ascontiguousarray(graph.ptr, dtype=np.int64), np.ascontiguousarray(graph.nbr, dtype=np.int64),
+                              np.ascontiguousarray(graph.w, dtype=np.float64), cost, owner, A, loads, int(num_parts),
+                              float(hi_lim), float(lo_lim), int(max_moves), int(swaps))
+        return owner
     idx = np.arange(C)
 
     def move(c: int, m: int) -> None:

@@ -332,3 +332,110 @@ if HAVE_NUMBA:
                     pos[lv] += 1
         k = _sort_rows_and_merge(out, b, w, num_labels)
         return out, b[:k], w[:k]
+
+    @_jit
+    def _move_chunk(ptr, nbr, w, A, loads, owner, cost, c, m):  # pragma: no cover
+        o = owner[c]
+        for e in range(ptr[c], ptr[c + 1]):
+            A[nbr[e], o] -= w[e]
+        for e in range(ptr[c], ptr[c + 1]):
+            A[nbr[e], m] += w[e]
+        loads[o] -= cost[c]
+        loads[m] += cost[c]
+        owner[c] = m
+
+    @_jit
+    def _pair_bytes(ptr, nbr, w, a, b):  # pragma: no cover
+        for e in range(ptr[a], ptr[a + 1]):
+            if nbr[e] == b:
+                return w[e]
+        return 0.0
+
+    @_jit
+    def _top_k_by_gain(gain, owner, r, col, k):  # pragma: no cover
+        """Chunks on rank ``r`` with the ``k`` largest ``gain[:, col]``
+        (stable: ties in chunk order), as ``np.argsort(-g, kind="stable")[:k]``."""
+        cnt = 0
+        for c in range(owner.shape[0]):
+            if owner[c] == r:
+                cnt += 1
+        ids = np.empty(cnt, np.int64)
+        neg = np.empty(cnt, np.float64)
+        j = 0
+        for c in range(owner.shape[0]):
+            if owner[c] == r:
+                ids[j] = c
+                neg[j] = -gain[c, col]
+                j += 1
+        return ids[np.argsort(neg, kind="mergesort")[:k]]
+
+    @_jit
+    def refine_chunks(ptr, nbr, w, cost, owner, A, loads, num_parts, hi_lim, lo_lim, max_moves, swaps):  # pragma: no cover
+        """The balance and cut phases of :func:`.assign.refine_chunks` (same
+        arithmetic and tie-breaks); ``owner`` / ``A`` (``[C, P]`` chunk-rank
+        bytes) / ``loads`` are updated in place."""
+        C = owner.shape[0]
+        P = num_parts
+        for _ in range(max_moves):  # balance phase
+            src = int(np.argmax(loads))
+            dst = int(np.argmin(loads))
+            if loads[src] <= hi_lim and loads[dst] >= lo_lim and loads[dst] > 0:
+                break
+            gap = (loads[src] - loads[dst]) / 2.0
+            best_g = -np.inf
+            c_best = -1
+            for c in range(C):
+                if owner[c] == src and cost[c] <= gap and cost[c] > 0:
+                    g = A[c, dst] - A[c, src]
+                    if c_best < 0 or g > best_g or (g == best_g and cost[c] > cost[c_best]):
+                        best_g = g
+                        c_best = c
+            if c_best < 0:
+                break
+            _move_chunk(ptr, nbr, w, A, loads, owner, cost, c_best, dst)
+        gain = np.empty((C, P), np.float64)
+        for _ in range(max_moves):  # cut phase: best single move, else best swap
+            hi = max(hi_lim, loads.max())
+            lo = min(lo_lim, loads.min())
+            best = -np.inf
+            flat = -1
+            for c in range(C):
+                oc = owner[c]
+                ac = A[c, oc]
+                leave_ok = loads[oc] - cost[c] >= lo
+                for m in range(P):
+                    gain[c, m] = A[c, m] - ac
+                    if m != oc and leave_ok and loads[m] + cost[c] <= hi and gain[c, m] > best:
+                        best = gain[c, m]
+                        flat = c * P + m
+            if flat >= 0 and best > 1e-12:
+                _move_chunk(ptr, nbr, w, A, loads, owner, cost, flat // P, flat % P)
+                continue
+            if swaps <= 0 or P < 2:
+                break
+            best_gain = 1e-12
+            sa = -1
+            sb = -1
+            for ra in range(P):
+                for rb in range(ra + 1, P):
+                    ca = _top_k_by_gain(gain, owner, ra, rb, swaps)
+                    if ca.shape[0] == 0:
+                        break
+                    cb = _top_k_by_gain(gain, owner, rb, ra, swaps)
+                    for i in range(ca.shape[0]):
+                        for j in range(cb.shape[0]):
+                            d = cost[ca[i]] - cost[cb[j]]
+                            if not (loads[ra] - d >= lo and loads[ra] - d <= hi and loads[rb] + d >= lo
+                                    and loads[rb] + d <= hi):
+                                continue
+                            sw = gain[ca[i], rb] + gain[cb[j], ra] - 2.0 * _pair_bytes(ptr, nbr, w, ca[i], cb[j])
+                            if sw > best_gain:
+                                best_gain = sw
+                                sa = ca[i]
+                                sb = cb[j]
+            if sa < 0:
+                break
+            oa = owner[sa]
+            ob = owner[sb]
+            _move_chunk(ptr, nbr, w, A, loads, owner, cost, sa, ob)
+            _move_chunk(ptr, nbr, w, A, loads, owner, cost, sb, oa)
