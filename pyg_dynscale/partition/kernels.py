@@ -439,3 +439,12 @@ if HAVE_NUMBA:
             ob = owner[sb]
             _move_chunk(ptr, nbr, w, A, loads, owner, cost, sa, ob)
             _move_chunk(ptr, nbr, w, A, loads, owner, cost, sb, oa)
+
+    @_jit
+    def exact_in_float32(w):  # pragma: no cover
+        """Whether every float64 weight survives a round trip through float32
+        (no temporaries, unlike ``(w.float().double() == w).all()``)."""
+        for i in range(w.shape[0]):
+            if np.float64(np.float32(w[i])) != w[i]:
+                return False
+        return True

@@ -149,7 +149,7 @@ class CSRGraph:
     @classmethod
     def _finish(cls, n: int, ptr: Tensor, d: Tensor, w: Tensor) -> "CSRGraph":
         # integer byte weights are exact in float32: halve the memory traffic
-        if w.dtype == torch.float64 and bool((w.float().double() == w).all()):
+        if w.dtype == torch.float64 and _exact_in_float32(w):
             w = w.float()
         return cls(n, ptr, d, w)
 
@@ -198,9 +198,16 @@ class CSRGraph:
 
     def _contracted_weights(self, wsum: Tensor) -> Tensor:
         """float32 again when this graph's weights were and the sums stay exact."""
-        if self.weight.dtype == torch.float32 and bool((wsum.float().double() == wsum).all()):
+        if self.weight.dtype == torch.float32 and _exact_in_float32(wsum):
             return wsum.float()
         return wsum
+
+
+def _exact_in_float32(w: Tensor) -> bool:
+    """Whether a float64 tensor is unchanged by a float32 round trip."""
+    if kernels.backend() == "numba" and w.device.type == "cpu":
+        return bool(kernels.exact_in_float32(_np(w)))
+    return bool((w.float().double() == w).all())
 
 
 def _np(x: Tensor, dtype: Optional[torch.dtype] = None) -> np.ndarray:
