@@ -675,3 +675,20 @@ def test_max_divergence_lets_a_less_balanced_start_win() -> None:
     assert _bytes(s, w, pat) <= _bytes(s, partition_pss(s, 4, balanced=True), pat)
     with pytest.raises(PartitionError, match="max_divergence"):
         partition_pgc(s, 4, pat, max_divergence=0.5)
+
+
+def test_multistart_ranks_candidates_by_plan_bytes() -> None:
+    """With a DependencyPattern the multi-start keeps the candidate whose
+    communication plan moves the fewest bytes (the cut weight over-counts a
+    node with several edges into one rank); with a bare weight pair it can
+    only rank by cut weight. On this graph the two rankings disagree."""
+    s = random_signal(1, T=7, V=33, deg=3)
+    pat = DependencyPattern.preset("tgcn", 1, 16)
+    by_bytes = partition_pgc(s, 4, pat, seed=0, start_margin=None)
+    by_cut = partition_pgc(s, 4, edge_weights(pat), seed=0, start_margin=None)
+    cb = by_bytes.meta["candidate_bytes"]
+    assert by_cut.meta["candidate_bytes"] == {} and by_cut.meta["candidates"] == by_bytes.meta["candidates"]
+    assert by_cut.meta["start"] == min((c, st) for st, c in by_cut.meta["candidates"].items() if c is not None)[1]
+    assert by_bytes.meta["start"] == min(cb, key=cb.get) != by_cut.meta["start"]
+    assert _bytes(s, by_bytes, pat) == cb[by_bytes.meta["start"]] < _bytes(s, by_cut, pat)
+    assert _chunk_owner_constant(by_bytes)

@@ -65,10 +65,11 @@ import torch
 from torch import Tensor
 
 from ..errors import PartitionError
-from .assign import ChunkGraph, assign_chunks, divergence, rank_loads, refine_chunks
 from . import kernels
+from .assign import ChunkGraph, assign_chunks, divergence, rank_loads, refine_chunks
 from .coarsen import coarsen_temporal, temporal_edge_weights
 from .label_propagation import CSRGraph, compact_labels, label_propagation
+from .pattern import DependencyPattern
 from .workload import WorkloadModel, resolve_workload
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -479,6 +480,14 @@ def _refined_start(start: str, signal: "DynamicGraphSignal", P: int, sg: Any, no
     return cut, divergence(loads.numpy()), owner, chunk, C, raw
 
 
+def _plan_bytes(sg: Any, owner: Tensor, P: int, pattern: "DependencyPattern") -> int:
+    """Bytes per epoch (forward + backward) of the communication plan of ``owner``."""
+    from .partition import Partition
+    from .plan import CommunicationPlan
+
+    return int(CommunicationPlan.build(sg, Partition("pgc", P, owner), pattern).bytes_by_kind()["total"])
+
+
 def _partition_pgc(signal: "DynamicGraphSignal", P: int, pattern: Any, *, seed: int, cap: Optional[float],
                    chunks_per_part: int, effort: str, max_rounds: Optional[int], coarse_rounds: Optional[int], tol: float,
                    gain_tol: float, max_levels: Optional[int], max_chunks: int, slack: float, refine_rounds: Optional[int], refine_tol: float, coarsen: Union[bool, str],
@@ -589,6 +598,7 @@ def _partition_pgc(signal: "DynamicGraphSignal", P: int, pattern: Any, *, seed: 
     skipped = [st for st in starts if st != "lp"] if graph.dst.numel() > MULTI_START_MAX_ENTRIES else []
     tolerance = max((1 + slack) / (1 - slack), lp_div) if max_divergence is None else float(max_divergence)
     winner, best = "lp", None
+    eligible: dict[str, tuple] = {}  # refined starts within the balance tolerance
     for st in starts:
         if st == "lp" or st in skipped or P == 1:
             continue
@@ -600,9 +610,25 @@ def _partition_pgc(signal: "DynamicGraphSignal", P: int, pattern: Any, *, seed: 
         candidates[st], cand_div[st], cand_raw[st] = res[0], res[1], res[5]
         if res[0] is None:  # pruned: its unrefined cut is far above the LP cut
             continue
-        if res[1] <= tolerance * (1 + 1e-12) and res[0] < min(cut, best[0] if best else math.inf) - 1e-9:
-            winner, best = st, res
+        if res[1] <= tolerance * (1 + 1e-12):
+            eligible[st] = res
     del tw
+    cand_bytes: dict[str, int] = {}
+    if eligible and isinstance(pattern, DependencyPattern):
+        # the plan sends each (row, destination rank) once, so the cut weight
+        # over-counts nodes with many edges into one rank: rank the
+        # candidates by the bytes the communication plan actually moves
+        lp_owner = owner if seg is None else owner.index_select(0, seg)
+        cand_bytes["lp"] = _plan_bytes(sg, lp_owner, P, pattern)
+        for st, res in eligible.items():
+            cand_bytes[st] = _plan_bytes(sg, res[2], P, pattern)
+        key = {st: (cand_bytes[st], candidates[st]) for st in cand_bytes}
+        winner = min(key, key=lambda st: key[st])
+        best = eligible.get(winner)
+    else:
+        for st, res in eligible.items():
+            if res[0] < min(cut, best[0] if best else math.inf) - 1e-9:
+                winner, best = st, res
     timings["multi_start"] = time.perf_counter() - t0
 
     if best is not None:  # a refined PSS / PTS start wins: its owner is over vertex-time nodes
@@ -636,6 +662,7 @@ def _partition_pgc(signal: "DynamicGraphSignal", P: int, pattern: Any, *, seed: 
         "candidates": candidates,
         "candidate_divergence": cand_div,
         "candidates_raw": cand_raw,
+        "candidate_bytes": cand_bytes,
         "start_margin": start_margin,
         "start": winner,
         "start_tolerance": tolerance,
