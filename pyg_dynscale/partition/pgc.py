@@ -48,10 +48,12 @@ Pipeline (all steps vectorized except the greedy loop over chunks):
    many snapshots) or whole sequences per rank, the optimum on some graphs.
    The balanced PSS and PTS partitions are therefore refined the same way
    (step 6, on level-0 nodes split where the start's owner changes,
-   :func:`_refined_start`), and the candidate with the lowest cut weight on
-   the weighted supergraph wins among those with :math:`\lambda` within
-   ``max_divergence`` (default PGC's band ``max((1 + slack) / (1 - slack),
-   lambda_lp)``). Skipped above :data:`MULTI_START_MAX_ENTRIES`.
+   :func:`_refined_start`) when their unrefined cut is within
+   ``start_margin`` of the LP cut. Among the candidates with :math:`\lambda`
+   within ``max_divergence`` (default PGC's band ``max((1 + slack) / (1 -
+   slack), lambda_lp)``) the one whose communication plan moves the fewest
+   bytes wins (the lowest cut weight when ``pattern`` is a bare weight pair).
+   Skipped above :data:`MULTI_START_MAX_ENTRIES`.
 """
 from __future__ import annotations
 
@@ -330,9 +332,11 @@ def partition_pgc(
             module doc step 7), a subset of ``("lp", "pss", "pts")``
             containing ``"lp"``: ``"lp"`` -- label-propagation chunks + Algorithm 1
             (steps 3-6); ``"pss"`` / ``"pts"`` -- the balanced snapshot-range
-            / sequence partition, refined on the rank level. The candidate with
-            the lowest cut weight whose :math:`\lambda` stays within the
-            tolerance (``max_divergence``) wins.
+            / sequence partition, refined on the rank level. Among the
+            candidates whose :math:`\lambda` stays within the tolerance
+            (``max_divergence``) the one with the fewest plan bytes wins
+            (``meta["candidate_bytes"]``; the lowest cut weight when
+            ``pattern`` is not a ``DependencyPattern``).
             ``("lp",)`` is the single-start PGC. Extra starts are skipped when
             the level-0 graph has more than :data:`MULTI_START_MAX_ENTRIES`
             CSR entries (``meta["starts_skipped"]``).
