@@ -64,7 +64,7 @@ $(STAMP):
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q -U pip wheel "setuptools>=77"
 	$(PIP) install -q $(TORCH_SPEC)
-	$(PIP) install -q torch-geometric numpy tqdm
+	$(PIP) install -q torch-geometric numpy tqdm numba
 	MAX_JOBS=$(MAX_JOBS) $(PIP) install --no-build-isolation \
 		$(if $(PYG_WHEELS),--find-links $(PYG_WHEELS)) torch-scatter torch-sparse
 	$(PIP) install -q --no-build-isolation -e ".[$(EXTRAS)]"

@@ -137,7 +137,7 @@ def test_pyproject_metadata() -> None:
     assert project["name"] == "pyg-dynscale"
     assert project["requires-python"] == ">=3.10"
     core = {d.split(">")[0].split("=")[0].split("<")[0].strip() for d in project["dependencies"]}
-    assert core == {"torch", "torch-geometric", "numpy", "tqdm"}
+    assert core == {"torch", "torch-geometric", "numpy", "tqdm", "numba"}
     extras = project["optional-dependencies"]
     names = lambda reqs: {r.split(">")[0].split("=")[0].split("<")[0].strip() for r in reqs}  # noqa: E731
     assert {"torch-geometric-temporal", "torch-scatter", "torch-sparse"} <= names(extras["pygt"])
