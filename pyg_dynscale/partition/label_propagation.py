@@ -322,12 +322,13 @@ def label_propagation(
     cap_t = float("inf") if cap is None else float(cap)
     has_cap = cap is not None
     bits = max(1, (L - 1).bit_length())
-    # integral weights: pack (score, label) into one int64 and take one amax
-    packed = graph.integral() and float(graph.weight.max()) * float(graph.degree.max()) < 2.0 ** (62 - bits) \
-        if graph.dst.numel() else False
+    compiled = kernels.backend() == "numba" and dev.type == "cpu"
+    # torch path, integral weights: pack (score, label) into one int64 and take
+    # one amax (a pass over the weights per new graph; the kernel needs no packing)
+    packed = (not compiled and graph.dst.numel() > 0 and graph.integral()
+              and float(graph.weight.max()) * float(graph.degree.max()) < 2.0 ** (62 - bits))
     deg = graph.degree
     dirty = deg > 0
-    compiled = kernels.backend() == "numba" and dev.type == "cpu"
     if compiled:  # numpy views sharing memory with the tensors (labels, dirty are updated in place)
         ptr_np, dst_np, w_np, nw_np = _np(ptr, torch.long), _np(dst, torch.long), _np(weight), _np(nw)
         seen, score_buf, out_node, out_to, out_gain = kernels.scratch.get(L, n)
