@@ -290,18 +290,14 @@ if HAVE_NUMBA:
         pos = ptr[:-1].copy()
         b = np.empty(m, np.int64)
         w = np.empty(m, np.float64)
-        for i in range(E):  # forward entries first, then backward: the stable order of torch's sort
-            s, d = src[i], dst[i]
-            if s != d:
-                b[pos[s]] = d
-                w[pos[s]] = weight[i]
-                pos[s] += 1
-        for i in range(E):
-            s, d = src[i], dst[i]
-            if s != d:
-                b[pos[d]] = s
-                w[pos[d]] = weight[i]
-                pos[d] += 1
+        for backward in range(2):  # forward entries first, then backward: the stable order of torch's sort
+            row, col = (dst, src) if backward else (src, dst)
+            for i in range(E):
+                r, c = row[i], col[i]
+                if r != c:
+                    b[pos[r]] = c
+                    w[pos[r]] = weight[i]
+                    pos[r] += 1
         k = _sort_rows_and_merge(ptr, b, w, n)
         return ptr, b[:k], w[:k]
 
