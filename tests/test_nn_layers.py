@@ -37,6 +37,20 @@ def grads(module):
     return {k: p.grad.clone() for k, p in module.named_parameters() if p.grad is not None}
 
 
+def assert_fused_matches_reference(m, ref, sig, grad_atol: float) -> torch.Tensor:
+    """``m.forward_fused`` equals the per-snapshot reference output ``ref``,
+    and so do the gradients of ``sum(out ** 2)``; returns the fused output."""
+    ref.pow(2).sum().backward()
+    g_ref = grads(m)
+    m.zero_grad()
+    out = m.forward_fused(FusedGraph.from_signal(sig))
+    out.pow(2).sum().backward()
+    torch.testing.assert_close(out, ref, atol=1e-10, rtol=0)
+    for k, v in grads(m).items():
+        torch.testing.assert_close(v, g_ref[k], atol=grad_atol, rtol=0)
+    return out
+
+
 # ---------------------------------------------------------------- TGCN
 def test_tgcn_matches_pygt_state_dict_and_forward():
     torch.manual_seed(0)
@@ -58,15 +72,7 @@ def test_tgcn_fused_equals_per_snapshot_loop(changing, num_layers):
     torch.manual_seed(0)
     sig = make_signal(changing=changing)
     m = TGCN(3, 5, num_layers=num_layers).double()
-    ref = per_snapshot_outputs(m, sig, 5)
-    ref.pow(2).sum().backward()
-    g_ref = grads(m)
-    m.zero_grad()
-    out = m.forward_fused(FusedGraph.from_signal(sig))
-    out.pow(2).sum().backward()
-    torch.testing.assert_close(out, ref, atol=1e-10, rtol=0)
-    for k, v in grads(m).items():
-        torch.testing.assert_close(v, g_ref[k], atol=1e-10, rtol=0)
+    assert_fused_matches_reference(m, per_snapshot_outputs(m, sig, 5), sig, grad_atol=1e-10)
 
 
 def test_tgcn_deep_variant_has_more_layers_and_differs():
@@ -219,15 +225,7 @@ def test_dysat_two_blocks_gradients_and_link_logits():
     torch.manual_seed(0)
     sig = make_signal(T=5, changing=True)
     m = DySAT(3, 8, num_time_steps=5, structural_heads=2, temporal_heads=4, num_blocks=2).double()
-    ref = dysat_per_snapshot(m, sig)
-    ref.pow(2).sum().backward()
-    g_ref = grads(m)
-    m.zero_grad()
-    out = m.forward_fused(FusedGraph.from_signal(sig))
-    out.pow(2).sum().backward()
-    torch.testing.assert_close(out, ref, atol=1e-10, rtol=0)
-    for k, v in grads(m).items():
-        torch.testing.assert_close(v, g_ref[k], atol=1e-9, rtol=0)
+    out = assert_fused_matches_reference(m, dysat_per_snapshot(m, sig), sig, grad_atol=1e-9)
     src, dst = torch.tensor([0, 1]), torch.tensor([2, 3])
     torch.testing.assert_close(m.link_logits(out, src, dst), (out[src] * out[dst]).sum(-1))
     assert m.dependency_pattern().num_blocks == 2
