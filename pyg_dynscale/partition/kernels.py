@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import threading
 from typing import Iterator, Optional
 
 import numpy as np
@@ -77,31 +76,6 @@ def use_backend(name: Optional[str]) -> Iterator[str]:
     finally:
         _override = before
 
-
-class _Scratch(threading.local):
-    """Per-thread buffers reused across label-propagation calls: fresh large
-    allocations cost a page fault per 4 KiB, which dominated the kernels."""
-
-    def __init__(self) -> None:
-        self.seen = np.zeros(0, np.uint8)
-        self.score = np.zeros(0, np.float64)
-        self.node = np.zeros(0, np.int64)
-        self.to = np.zeros(0, np.int64)
-        self.gain = np.zeros(0, np.float64)
-
-    def get(self, num_labels: int, num_nodes: int) -> tuple[np.ndarray, ...]:
-        """``(seen [>= L] all zero, score [>= L], node, to, gain [>= n])``."""
-        if self.seen.shape[0] < num_labels:
-            self.seen = np.zeros(num_labels, np.uint8)
-            self.score = np.empty(num_labels, np.float64)
-        if self.node.shape[0] < num_nodes:
-            self.node = np.empty(num_nodes, np.int64)
-            self.to = np.empty(num_nodes, np.int64)
-            self.gain = np.empty(num_nodes, np.float64)
-        return self.seen, self.score, self.node, self.to, self.gain
-
-
-scratch = _Scratch()
 
 if HAVE_NUMBA:
     _jit = _numba.njit(cache=True, nogil=True)
@@ -186,6 +160,146 @@ if HAVE_NUMBA:
                 out_gain[k] = gain
                 k += 1
         return k
+
+    @_jit
+    def half_mask(seed, pair, n, out):  # pragma: no cover
+        """``out[v] = half_bit(seed, pair, v)`` (see :func:`half_bits`)."""
+        s = (seed & 0xFFFFFFFF) * 0x27D4EB2F + pair * 0x165667B1
+        for v in range(n):
+            x = (v + s) & 0xFFFFFFFF
+            x ^= x >> 16
+            x = (x * 0x7FEB352D) & 0xFFFFFFFF
+            x ^= x >> 15
+            x = (x * 0x2C1B3C6D) & 0xFFFFFFFF
+            x ^= x >> 16
+            out[v] = (x & 1) == 1
+
+    @_jit
+    def _accept_by_budget(group, amount, room, gain, tiebreak, acc):  # pragma: no cover
+        """As :func:`.label_propagation._accept_by_budget` (same order, same
+        float arithmetic): ``acc[i] &= accepted`` for the ``k`` movers."""
+        k = group.shape[0]
+        o = np.argsort(tiebreak)
+        o = o[np.argsort(-gain[o], kind="mergesort")]
+        o = o[np.argsort(group[o], kind="mergesort")]
+        csum = 0.0
+        before = 0.0
+        prev = -1
+        for i in range(k):
+            j = o[i]
+            g = group[j]
+            a = amount[j]
+            csum += a
+            if i == 0 or g != prev:
+                before = max(before, csum - a)
+            prev = g
+            r = room[g]
+            if not (csum - before <= r + 1e-9 * max(abs(r), 1.0)):
+                acc[j] = False
+
+    @_jit
+    def lp_rounds(ptr, dst, weight, labels, nw, node_pri, dirty, num_labels, cap, has_cap, floor, has_floor,
+                  max_rounds, tol, gain_tol, total_w, min_rounds, tie_moves, seed, moved_hist,
+                  gain_hist):  # pragma: no cover
+        r"""All rounds of :func:`.label_propagation.label_propagation` in one
+        compiled call (steps 1-5 of its module doc, same stopping rules):
+        ``labels`` (priority space) and ``dirty`` are updated in place; the
+        moves and summed gains of every round go to ``moved_hist`` /
+        ``gain_hist``. Returns ``(rounds, converged)``."""
+        n = ptr.shape[0] - 1
+        L = num_labels
+        half = np.zeros(n, np.bool_)
+        act = np.empty(n, np.int64)
+        seen = np.zeros(L, np.uint8)
+        score = np.empty(L, np.float64)
+        size = np.empty(L, np.float64)
+        incoming = np.zeros(L, np.float64)
+        room = np.empty(L, np.float64)
+        out_node = np.empty(n, np.int64)
+        out_to = np.empty(n, np.int64)
+        out_gain = np.empty(n, np.float64)
+        for r in range(max_rounds):
+            any_dirty = False
+            for v in range(n):
+                if dirty[v]:
+                    any_dirty = True
+                    break
+            if not any_dirty:
+                return r, True
+            if r % 2 == 0:
+                half_mask(seed, r // 2, n, half)
+            else:
+                for v in range(n):
+                    half[v] = not half[v]
+            A = 0
+            for v in range(n):
+                if dirty[v] and half[v]:
+                    act[A] = v
+                    A += 1
+            moved = 0
+            gained = 0.0
+            if A:
+                size[:] = 0.0
+                for v in range(n):
+                    size[labels[v]] += nw[v]
+                k = round_candidates(ptr, dst, weight, labels, act[:A], nw, size, cap, tie_moves, seen, score,
+                                     out_node, out_to, out_gain)
+                acc = np.ones(k, np.bool_)
+                m_node = out_node[:k]
+                m_to = out_to[:k]
+                gain = out_gain[:k]
+                m_w = np.empty(k, np.float64)
+                for i in range(k):
+                    m_w[i] = nw[m_node[i]]
+                if has_cap and k:
+                    over = False
+                    for i in range(k):
+                        incoming[m_to[i]] += m_w[i]
+                    for i in range(k):
+                        if size[m_to[i]] + incoming[m_to[i]] > cap:
+                            over = True
+                    for i in range(k):
+                        incoming[m_to[i]] = 0.0
+                    if over:
+                        for i in range(k):
+                            room[m_to[i]] = cap - size[m_to[i]]
+                        _accept_by_budget(m_to, m_w, room, gain, node_pri[m_node], acc)
+                if has_floor and k:
+                    m_from = np.empty(k, np.int64)
+                    for i in range(k):
+                        m_from[i] = labels[m_node[i]]
+                        incoming[m_from[i]] += m_w[i]
+                    under = False
+                    for i in range(k):
+                        if size[m_from[i]] - incoming[m_from[i]] < floor:
+                            under = True
+                    for i in range(k):
+                        incoming[m_from[i]] = 0.0
+                    if under:
+                        for i in range(k):
+                            room[m_from[i]] = size[m_from[i]] - floor
+                        _accept_by_budget(m_from, m_w, room, gain, node_pri[m_node], acc)
+                for i in range(A):
+                    dirty[act[i]] = False
+                for i in range(k):
+                    v = m_node[i]
+                    if acc[i]:
+                        labels[v] = m_to[i]
+                        moved += 1
+                        gained += gain[i]
+                    else:
+                        dirty[v] = True
+                for i in range(k):
+                    if acc[i]:
+                        v = m_node[i]
+                        for e in range(ptr[v], ptr[v + 1]):
+                            dirty[dst[e]] = True
+            moved_hist[r] = moved
+            gain_hist[r] = gained
+            if r % 2 == 1 and r + 1 >= min_rounds and (moved_hist[r] + moved_hist[r - 1] <= tol * n or (
+                    gain_tol > 0 and gain_hist[r] + gain_hist[r - 1] <= gain_tol * total_w)):
+                return r + 1, True
+        return max_rounds, False
 
     @_jit
     def mark_neighbours(ptr, dst, nodes, dirty):  # pragma: no cover

@@ -321,17 +321,11 @@ def label_propagation(
     labels = label_pri.clone() if init is None else _take(label_pri, init.to(torch.long))
     cap_t = float("inf") if cap is None else float(cap)
     has_cap = cap is not None
-    bits = max(1, (L - 1).bit_length())
     compiled = kernels.backend() == "numba" and dev.type == "cpu"
-    # torch path, integral weights: pack (score, label) into one int64 and take
-    # one amax (a pass over the weights per new graph; the kernel needs no packing)
-    packed = (not compiled and graph.dst.numel() > 0 and graph.integral()
-              and float(graph.weight.max()) * float(graph.degree.max()) < 2.0 ** (62 - bits))
     deg = graph.degree
     dirty = deg > 0
     if compiled:  # numpy views sharing memory with the tensors (labels, dirty are updated in place)
         ptr_np, dst_np, w_np, nw_np = _np(ptr, torch.long), _np(dst, torch.long), _np(weight), _np(nw)
-        seen, score_buf, out_node, out_to, out_gain = kernels.scratch.get(L, n)
     if boundary_only and compiled:
         dirty = torch.from_numpy(kernels.boundary_mask(ptr_np, dst_np, _np(labels)))
     elif boundary_only:
@@ -339,36 +333,74 @@ def label_propagation(
         dirty = torch.zeros(n, dtype=torch.bool, device=dev)
         dirty[srcs[_take(labels, srcs) != _take(labels, dst)]] = True
         del srcs
+    total_w = float(weight.double().sum()) / 2.0 if gain_tol > 0 else 0.0
+    if compiled:
+        moved_np = np.zeros(max(0, max_rounds), np.int64)
+        gains_np = np.zeros(max(0, max_rounds), np.float64)
+        r, converged = kernels.lp_rounds(
+            ptr_np, dst_np, w_np, _np(labels), nw_np, _np(node_pri, torch.long), _np(dirty), L, cap_t, has_cap,
+            float(floor) if floor is not None else 0.0, floor is not None, int(max_rounds), float(tol),
+            float(gain_tol), total_w, int(min_rounds), bool(tie_moves), int(seed), moved_np, gains_np)
+        moved_hist, gain_hist = moved_np[:r].tolist(), gains_np[:r].tolist()
+        if progress:
+            for i, (m, g_) in enumerate(zip(moved_hist, gain_hist)):
+                print(f"[label_propagation] round {i}: moved={m} gain={g_:.4g}")
+    else:
+        r, converged, moved_hist, gain_hist = _rounds_torch(
+            graph, labels, nw, node_pri, dirty, L, cap_t, has_cap, floor, max_rounds, tol, gain_tol, total_w,
+            min_rounds, tie_moves, init is None, seed, progress)
+    out = torch.empty(L, dtype=torch.long, device=dev)
+    out[label_pri] = torch.arange(L, device=dev)  # priority -> label
+    return LabelPropagationResult(labels=_take(out, labels), rounds=r, converged=converged, moved=moved_hist,
+                                  gains=gain_hist)
+
+
+def half_bits(seed: int, pair: int, n: int) -> Tensor:
+    r"""``[n]`` bool: the half of the nodes evaluated in the even round of
+    pair ``pair`` (its complement in the odd round). A counter-based hash of
+    ``(seed, pair, node)`` (32-bit mixing, every product below :math:`2^{63}`)
+    so the compiled driver (:func:`.kernels.half_mask`) draws the same bits
+    without sharing a random-number generator."""
+    s = (int(seed) & 0xFFFFFFFF) * 0x27D4EB2F + int(pair) * 0x165667B1
+    x = (torch.arange(n, dtype=torch.long) + s) & 0xFFFFFFFF
+    x ^= x >> 16
+    x = (x * 0x7FEB352D) & 0xFFFFFFFF
+    x ^= x >> 15
+    x = (x * 0x2C1B3C6D) & 0xFFFFFFFF
+    x ^= x >> 16
+    return (x & 1) == 1
+
+
+def _rounds_torch(graph: CSRGraph, labels: Tensor, nw: Tensor, node_pri: Tensor, dirty: Tensor, L: int, cap_t: float,
+                  has_cap: bool, floor: Optional[float], max_rounds: int, tol: float, gain_tol: float, total_w: float,
+                  min_rounds: int, tie_moves: bool, unique_labels: bool, seed: int,
+                  progress: bool) -> tuple[int, bool, list[int], list[float]]:
+    """The rounds of :func:`label_propagation`, vectorized (the reference the
+    compiled :func:`.kernels.lp_rounds` matches bit for bit); ``labels`` and
+    ``dirty`` are updated in place. Returns ``(rounds, converged, moved, gains)``."""
+    ptr, dst, weight = graph.ptr, graph.dst, graph.weight
+    dev = ptr.device
+    n = int(graph.num_nodes)
+    bits = max(1, (L - 1).bit_length())
+    # integral weights: pack (score, label) into one int64 and take one amax
+    packed = (graph.dst.numel() > 0 and graph.integral()
+              and float(graph.weight.max()) * float(graph.degree.max()) < 2.0 ** (62 - bits))
+    nw_max = float(nw.max()) if n else 0.0
     moved_hist: list[int] = []
     gain_hist: list[float] = []
-    total_w = float(weight.double().sum()) / 2.0 if gain_tol > 0 else 0.0
-    unique_labels = init is None  # Eq. 1 labels, until the first move
     half = torch.zeros(n, dtype=torch.bool, device=dev)
-    nw_max = float(nw.max()) if n else 0.0
-    converged = False
-    r = 0
     for r in range(max_rounds):
         if not bool(dirty.any()):
-            converged = True
-            break
-        if r % 2 == 0:
-            half = (torch.rand(n, generator=gen) < 0.5).to(dev)
-        else:
-            half = ~half
+            return r, True, moved_hist, gain_hist
+        half = half_bits(seed, r // 2, n).to(dev) if r % 2 == 0 else ~half
         act = (dirty & half).nonzero().flatten()
         moved = 0
         gained = 0.0
         if act.numel():
             size = torch.zeros(L, dtype=torch.float64, device=dev).index_add_(0, labels, nw)
-            if compiled:
-                k = kernels.round_candidates(ptr_np, dst_np, w_np, _np(labels), act.numpy(), nw_np, size.numpy(),
-                                             cap_t, tie_moves, seen, score_buf, out_node, out_to, out_gain)
-                # views of the scratch buffers: consumed (copied) before the next round
-                m_node, m_to, gain = (torch.from_numpy(a[:k]) for a in (out_node, out_to, out_gain))
-            else:
-                m_node, m_to, gain = _round_candidates(ptr, dst, weight, labels, act, nw, size, L, cap_t,
-                                                       has_cap and float(size.max()) + nw_max > cap_t,
-                                                       unique_labels, packed, bits, tie_moves)
+            m_node, m_to, gain = _round_candidates(ptr, dst, weight, labels, act, nw, size, L, cap_t,
+                                                   has_cap and float(size.max()) + nw_max > cap_t,
+                                                   unique_labels, packed, bits, tie_moves)
             acc = torch.ones(m_node.numel(), dtype=torch.bool, device=dev)
             m_w = _take(nw, m_node)
             if has_cap and m_node.numel():
@@ -386,11 +418,9 @@ def label_propagation(
             mv = m_node[acc]  # ascending: act is sorted and seg order follows it
             labels[mv] = m_to[acc]
             moved = int(mv.numel())
-            gained = float(gain[acc].sum())
-            unique_labels = unique_labels and moved == 0
-            if moved and compiled:
-                kernels.mark_neighbours(ptr_np, dst_np, mv.numpy(), dirty.numpy())
-            elif moved:
+            if moved:  # summed in order, as the compiled driver does
+                gained = float(torch.cumsum(gain[acc], 0)[-1])
+                unique_labels = False
                 nidx, _ = _ranges(ptr, mv)
                 dirty[_take(dst, nidx)] = True
         moved_hist.append(moved)
@@ -401,15 +431,8 @@ def label_propagation(
         # (mask, then complement), so the test is made at the end of a pair
         if r % 2 == 1 and r + 1 >= min_rounds and (moved_hist[-1] + moved_hist[-2] <= tol * n
                            or (gain_tol > 0 and gain_hist[-1] + gain_hist[-2] <= gain_tol * total_w)):
-            converged = True
-            r += 1
-            break
-    else:
-        r = max_rounds
-    out = torch.empty(L, dtype=torch.long, device=dev)
-    out[label_pri] = torch.arange(L, device=dev)  # priority -> label
-    return LabelPropagationResult(labels=_take(out, labels), rounds=r, converged=converged, moved=moved_hist,
-                                  gains=gain_hist)
+            return r + 1, True, moved_hist, gain_hist
+    return max_rounds, False, moved_hist, gain_hist
 
 
 def _round_candidates(ptr: Tensor, dst: Tensor, weight: Tensor, labels: Tensor, act: Tensor, nw: Tensor, size: Tensor,
