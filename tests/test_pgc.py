@@ -682,7 +682,7 @@ def test_multistart_ranks_candidates_by_plan_bytes() -> None:
     communication plan moves the fewest bytes (the cut weight over-counts a
     node with several edges into one rank); with a bare weight pair it can
     only rank by cut weight. On this graph the two rankings disagree."""
-    s = random_signal(1, T=7, V=33, deg=3)
+    s = random_signal(1, T=8, V=40, deg=3)
     pat = DependencyPattern.preset("tgcn", 1, 16)
     by_bytes = partition_pgc(s, 4, pat, seed=0, start_margin=None)
     by_cut = partition_pgc(s, 4, edge_weights(pat), seed=0, start_margin=None)

@@ -41,13 +41,15 @@ rank), so that edge weighs :math:`w_\text{rec} + (j + 1)\, w_\text{att}`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Optional
 
+import numpy as np
 import torch
 from torch import Tensor
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..data.supergraph import Supergraph
+    from .label_propagation import CSRGraph
 
 
 def sequence_positions(supergraph: "Supergraph") -> tuple[Tensor, Tensor]:
@@ -167,3 +169,58 @@ def coarsen_temporal(supergraph: "Supergraph", node_w: Tensor, spatial_weight: f
         b = torch.cat([b, tb[cross]])
         wa = torch.cat([wa, temporal_weight[cross].to(torch.float64)])
     return TemporalCoarsening(seg, S, sw, a, b, wa)
+
+
+def supergraph_csr(supergraph: "Supergraph", spatial_weight: float, temporal_weight: Tensor,
+                   seg: Optional[Tensor] = None, num_segments: Optional[int] = None) -> "CSRGraph":
+    r"""The weighted supergraph -- or, given ``seg``, its segment quotient --
+    as an undirected :class:`~pyg_dynscale.partition.label_propagation.CSRGraph`.
+
+    Equal to :meth:`CSRGraph.from_edges` over the spatial edges (weight
+    ``spatial_weight``) followed by the temporal edges (``temporal_weight``),
+    mapped through ``seg`` (edges inside a segment dropped, parallel edges
+    merged, as :func:`coarsen_temporal`), without materializing those edge
+    lists. With the numba backend, integral weights and ``spatial_weight >
+    0``, the spatial edges are first taken as a *symmetric* list (both
+    directions stored, as loaders store undirected graphs): only their forward
+    entries are placed, at twice the weight, which halves the work; the result
+    is kept only if it is symmetric -- exactly when the mapped spatial edge
+    counts are, i.e. when it equals the general build -- else the general
+    build runs.
+
+    Args:
+        supergraph (Supergraph): :math:`N` vertex-time nodes.
+        spatial_weight (float): bytes per cut spatial edge.
+        temporal_weight (Tensor): ``[M]`` bytes per cut temporal edge.
+        seg (Tensor, optional): ``[N]`` segment of every node (:func:`segment_sequences`).
+        num_segments (int, optional): :math:`S` (required with ``seg``).
+    """
+    from . import kernels
+    from .label_propagation import CSRGraph, _np
+
+    se, te = supergraph.spatial_edge_index, supergraph.temporal_edge_index
+    n = supergraph.num_nodes if seg is None else int(num_segments)
+    ws = float(spatial_weight)
+    tw = temporal_weight.to(torch.float64)
+    if kernels.backend() == "numba" and se.device.type == "cpu":
+        from . import csr_kernels
+
+        node_map = _np(seg, torch.long) if seg is not None else np.zeros(0, np.int64)
+        s1, d1, s2, d2 = (_np(x, torch.long) for x in (se[0], se[1], te[0], te[1]))
+        w2 = _np(tw)
+        none = np.zeros(0, np.float64)
+        integral = ws == round(ws) and bool(torch.equal(tw, torch.round(tw)))
+        if ws > 0 and integral and se.shape[1] > 0:
+            ptr, d, w = csr_kernels.edges_to_csr(n, node_map, s1, d1, none, 2.0 * ws, False, s2, d2, w2, kernels.threads())
+            if csr_kernels.is_symmetric(ptr, d, w):
+                return CSRGraph._finish(n, torch.from_numpy(ptr), torch.from_numpy(d), torch.from_numpy(w))
+        ptr, d, w = csr_kernels.edges_to_csr(n, node_map, s1, d1, none, ws, True, s2, d2, w2, kernels.threads())
+        return CSRGraph._finish(n, torch.from_numpy(ptr), torch.from_numpy(d), torch.from_numpy(w))
+    if seg is None:
+        src, dst = torch.cat([se[0], te[0]]), torch.cat([se[1], te[1]])
+        w = torch.cat([torch.full((se.shape[1],), ws, dtype=torch.float64), tw])
+        return CSRGraph.from_edges(n, src, dst, w)
+    a, b = seg.index_select(0, se[0]), seg.index_select(0, se[1])
+    ta, tb = seg.index_select(0, te[0]), seg.index_select(0, te[1])
+    w = torch.cat([torch.full((a.numel(),), ws, dtype=torch.float64), tw])
+    return CSRGraph.from_edges(n, torch.cat([a, ta]), torch.cat([b, tb]), w)

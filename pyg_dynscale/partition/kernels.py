@@ -77,9 +77,49 @@ def use_backend(name: Optional[str]) -> Iterator[str]:
         _override = before
 
 
-if HAVE_NUMBA:
-    _jit = _numba.njit(cache=True, nogil=True)
+def threads() -> int:
+    """Threads the compiled kernels may use now (``numba.get_num_threads()``; 1 without numba)."""
+    return int(_numba.get_num_threads()) if HAVE_NUMBA else 1
 
+
+@contextlib.contextmanager
+def use_threads(n: Optional[int]) -> Iterator[int]:
+    """Run the block with ``n`` kernel threads (``None``: unchanged; capped at
+    numba's pool size, ``NUMBA_NUM_THREADS``); yields the count in effect."""
+    if not HAVE_NUMBA or n is None:
+        yield threads()
+        return
+    before = _numba.get_num_threads()
+    _numba.set_num_threads(max(1, min(int(n), _numba.config.NUMBA_NUM_THREADS)))
+    try:
+        yield threads()
+    finally:
+        _numba.set_num_threads(before)
+
+
+if HAVE_NUMBA:
+    from . import csr_kernels
+
+    _jit = _numba.njit(cache=True, nogil=True)
+    _EMPTY_I = np.zeros(0, np.int64)
+    _EMPTY_F = np.zeros(0, np.float64)
+
+    def csr_from_edges(n: int, src: np.ndarray, dst: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Undirected CSR from edges given once: entries ``(src, dst)`` then
+        ``(dst, src)`` (self loops dropped), rows sorted by neighbour, equal
+        pairs merged -- as :meth:`.label_propagation.CSRGraph.from_edges`
+        (:func:`.csr_kernels.edges_to_csr`, multi-threaded)."""
+        return csr_kernels.edges_to_csr(int(n), _EMPTY_I, src, dst, weight, 0.0, True, _EMPTY_I, _EMPTY_I, _EMPTY_F,
+                                        threads())
+
+    def contract_csr(ptr: np.ndarray, dst: np.ndarray, weight: np.ndarray, labels: np.ndarray,
+                     num_labels: int) -> tuple[np.ndarray, ...]:
+        """CSR of the label-level graph (:func:`.csr_kernels.contract_csr`)."""
+        return csr_kernels.contract_csr(ptr, dst, weight, labels, int(num_labels), threads())
+
+    #: the compiled driver splits a round over threads only on graphs with
+    #: more CSR entries than this (a parallel region costs ~10 us)
+    PARALLEL_MIN_ENTRIES = 50_000
     #: rows up to this many entries accumulate Eq. 2 in a small list (a linear
     #: scan that stays in L1) instead of the label-indexed scratch arrays
     SMALL_ROW = 24
@@ -161,6 +201,30 @@ if HAVE_NUMBA:
                 k += 1
         return k
 
+    @_numba.njit(cache=True, nogil=True, parallel=True)
+    def candidates_parallel(ptr, dst, weight, labels, act, nw, size, cap, tie_moves, seen, score, out_node, out_to,
+                            out_gain):  # pragma: no cover
+        """:func:`round_candidates` on ``seen.shape[0]`` contiguous blocks of
+        ``act`` in parallel (one scratch row per block), compacted in ``act``
+        order: the same output as one serial call, whatever the thread count."""
+        nb = seen.shape[0]
+        A = act.shape[0]
+        counts = np.zeros(nb, np.int64)
+        for b in _numba.prange(nb):
+            lo = A * b // nb
+            hi = A * (b + 1) // nb
+            counts[b] = round_candidates(ptr, dst, weight, labels, act[lo:hi], nw, size, cap, tie_moves, seen[b],
+                                         score[b], out_node[lo:hi], out_to[lo:hi], out_gain[lo:hi])
+        k = counts[0]
+        for b in range(1, nb):  # blocks move left only: k <= the block's start
+            lo = A * b // nb
+            for j in range(counts[b]):
+                out_node[k + j] = out_node[lo + j]
+                out_to[k + j] = out_to[lo + j]
+                out_gain[k + j] = out_gain[lo + j]
+            k += counts[b]
+        return k
+
     @_jit
     def half_mask(seed, pair, n, out):  # pragma: no cover
         """``out[v] = half_bit(seed, pair, v)`` (see :func:`half_bits`)."""
@@ -200,18 +264,21 @@ if HAVE_NUMBA:
     @_jit
     def lp_rounds(ptr, dst, weight, labels, nw, node_pri, dirty, num_labels, cap, has_cap, floor, has_floor,
                   max_rounds, tol, gain_tol, total_w, min_rounds, tie_moves, seed, moved_hist,
-                  gain_hist):  # pragma: no cover
+                  gain_hist, blocks):  # pragma: no cover
         r"""All rounds of :func:`.label_propagation.label_propagation` in one
         compiled call (steps 1-5 of its module doc, same stopping rules):
         ``labels`` (priority space) and ``dirty`` are updated in place; the
         moves and summed gains of every round go to ``moved_hist`` /
-        ``gain_hist``. Returns ``(rounds, converged)``."""
+        ``gain_hist``. ``blocks > 1`` evaluates the active nodes of a round in
+        that many parallel blocks (:func:`candidates_parallel`; same result).
+        Returns ``(rounds, converged)``."""
         n = ptr.shape[0] - 1
         L = num_labels
         half = np.zeros(n, np.bool_)
         act = np.empty(n, np.int64)
-        seen = np.zeros(L, np.uint8)
-        score = np.empty(L, np.float64)
+        nb = max(1, blocks)
+        seen = np.zeros((nb, L), np.uint8)
+        score = np.empty((nb, L), np.float64)
         size = np.empty(L, np.float64)
         incoming = np.zeros(L, np.float64)
         room = np.empty(L, np.float64)
@@ -242,8 +309,12 @@ if HAVE_NUMBA:
                 size[:] = 0.0
                 for v in range(n):
                     size[labels[v]] += nw[v]
-                k = round_candidates(ptr, dst, weight, labels, act[:A], nw, size, cap, tie_moves, seen, score,
-                                     out_node, out_to, out_gain)
+                if nb > 1 and ptr[n] > PARALLEL_MIN_ENTRIES and A > 4 * nb:
+                    k = candidates_parallel(ptr, dst, weight, labels, act[:A], nw, size, cap, tie_moves, seen, score,
+                                            out_node, out_to, out_gain)
+                else:
+                    k = round_candidates(ptr, dst, weight, labels, act[:A], nw, size, cap, tie_moves, seen[0],
+                                         score[0], out_node, out_to, out_gain)
                 acc = np.ones(k, np.bool_)
                 m_node = out_node[:k]
                 m_to = out_to[:k]
@@ -302,14 +373,6 @@ if HAVE_NUMBA:
         return max_rounds, False
 
     @_jit
-    def mark_neighbours(ptr, dst, nodes, dirty):  # pragma: no cover
-        """``dirty[u] = True`` for every neighbour ``u`` of ``nodes``."""
-        for i in range(nodes.shape[0]):
-            v = nodes[i]
-            for e in range(ptr[v], ptr[v + 1]):
-                dirty[dst[e]] = True
-
-    @_jit
     def boundary_mask(ptr, dst, labels):  # pragma: no cover
         """``[n]`` whether a node has a neighbour of another label."""
         n = ptr.shape[0] - 1
@@ -321,127 +384,6 @@ if HAVE_NUMBA:
                     out[v] = True
                     break
         return out
-
-    @_jit
-    def _sort_rows_and_merge(ptr, b, w, num_cols):  # pragma: no cover
-        """Sort every CSR row by ``b`` (stable) and merge equal ``b`` inside a
-        row (weights summed in entry order), in place; returns the number of
-        entries kept (``ptr`` is rewritten). ``b`` lies in ``[0, num_cols)``."""
-        n = ptr.shape[0] - 1
-        longest = 0
-        for v in range(n):
-            longest = max(longest, ptr[v + 1] - ptr[v])
-        mark = np.full(num_cols if longest > 32 else 0, -1, np.int64)
-        acc = np.empty(longest, np.float64)
-        tmp_b = np.empty(longest, np.int64)
-        tmp_w = np.empty(longest, np.float64)
-        k = 0
-        lo = ptr[0]
-        for v in range(n):
-            hi = ptr[v + 1]
-            if hi - lo <= 32:  # insertion sort: stable, rows are short
-                for t in range(lo + 1, hi):
-                    kb, kw = b[t], w[t]
-                    j = t - 1
-                    while j >= lo and b[j] > kb:
-                        b[j + 1] = b[j]
-                        w[j + 1] = w[j]
-                        j -= 1
-                    b[j + 1] = kb
-                    w[j + 1] = kw
-            else:  # long row: merge equal neighbours first (marks), then sort the distinct ones
-                nd = 0
-                for t in range(lo, hi):
-                    x = b[t]
-                    if mark[x] < 0:
-                        mark[x] = lo + nd
-                        b[lo + nd] = x
-                        acc[nd] = w[t]
-                        nd += 1
-                    else:
-                        acc[mark[x] - lo] += w[t]
-                o = np.argsort(b[lo:lo + nd])
-                for t in range(nd):
-                    x = b[lo + o[t]]
-                    tmp_b[t] = x
-                    tmp_w[t] = acc[o[t]]
-                    mark[x] = -1
-                for t in range(nd):
-                    b[k] = tmp_b[t]
-                    w[k] = tmp_w[t]
-                    k += 1
-                lo = hi
-                ptr[v + 1] = k
-                continue
-            start = k
-            for t in range(lo, hi):
-                if k > start and b[k - 1] == b[t]:
-                    w[k - 1] += w[t]
-                else:
-                    b[k] = b[t]
-                    w[k] = w[t]
-                    k += 1
-            lo = hi
-            ptr[v + 1] = k
-        return k
-
-    @_jit
-    def csr_from_edges(n, src, dst, weight):  # pragma: no cover
-        """Undirected CSR from edges given once: entries ``(src, dst)`` then
-        ``(dst, src)`` (self loops dropped), rows sorted by neighbour, equal
-        pairs merged -- as :meth:`.label_propagation.CSRGraph.from_edges`.
-        One counting pass places the entries in their rows (entry order kept),
-        then every row is sorted on its own."""
-        E = src.shape[0]
-        ptr = np.zeros(n + 1, np.int64)
-        for i in range(E):
-            if src[i] != dst[i]:
-                ptr[src[i] + 1] += 1
-                ptr[dst[i] + 1] += 1
-        for v in range(n):
-            ptr[v + 1] += ptr[v]
-        m = ptr[n]
-        pos = ptr[:-1].copy()
-        b = np.empty(m, np.int64)
-        w = np.empty(m, np.float64)
-        for backward in range(2):  # forward entries first, then backward: the stable order of torch's sort
-            row, col = (dst, src) if backward else (src, dst)
-            for i in range(E):
-                r, c = row[i], col[i]
-                if r != c:
-                    b[pos[r]] = c
-                    w[pos[r]] = weight[i]
-                    pos[r] += 1
-        k = _sort_rows_and_merge(ptr, b, w, n)
-        return ptr, b[:k], w[:k]
-
-    @_jit
-    def contract_csr(ptr, dst, weight, labels, num_labels):  # pragma: no cover
-        """CSR of the label-level graph (:meth:`.label_propagation.CSRGraph.contract`):
-        entries ``(label[v], label[u])`` of every entry ``v -> u`` with distinct
-        labels, rows sorted, equal pairs merged."""
-        n = ptr.shape[0] - 1
-        out = np.zeros(num_labels + 1, np.int64)
-        for v in range(n):
-            lv = labels[v]
-            for e in range(ptr[v], ptr[v + 1]):
-                if labels[dst[e]] != lv:
-                    out[lv + 1] += 1
-        for c in range(num_labels):
-            out[c + 1] += out[c]
-        pos = out[:-1].copy()
-        b = np.empty(out[num_labels], np.int64)
-        w = np.empty(out[num_labels], np.float64)
-        for v in range(n):
-            lv = labels[v]
-            for e in range(ptr[v], ptr[v + 1]):
-                lu = labels[dst[e]]
-                if lu != lv:
-                    b[pos[lv]] = lu
-                    w[pos[lv]] = weight[e]
-                    pos[lv] += 1
-        k = _sort_rows_and_merge(out, b, w, num_labels)
-        return out, b[:k], w[:k]
 
     @_jit
     def _move_chunk(ptr, nbr, w, A, loads, owner, cost, c, m):  # pragma: no cover

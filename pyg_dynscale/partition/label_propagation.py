@@ -340,7 +340,8 @@ def label_propagation(
         r, converged = kernels.lp_rounds(
             ptr_np, dst_np, w_np, _np(labels), nw_np, _np(node_pri, torch.long), _np(dirty), L, cap_t, has_cap,
             float(floor) if floor is not None else 0.0, floor is not None, int(max_rounds), float(tol),
-            float(gain_tol), total_w, int(min_rounds), bool(tie_moves), int(seed), moved_np, gains_np)
+            float(gain_tol), total_w, int(min_rounds), bool(tie_moves), int(seed), moved_np, gains_np,
+            kernels.threads())
         moved_hist, gain_hist = moved_np[:r].tolist(), gains_np[:r].tolist()
         if progress:
             for i, (m, g_) in enumerate(zip(moved_hist, gain_hist)):

@@ -69,7 +69,7 @@ from torch import Tensor
 from ..errors import PartitionError
 from . import kernels
 from .assign import ChunkGraph, assign_chunks, divergence, rank_loads, refine_chunks
-from .coarsen import coarsen_temporal, temporal_edge_weights
+from .coarsen import segment_sequences, supergraph_csr, temporal_edge_weights
 from .label_propagation import CSRGraph, compact_labels, label_propagation
 from .pattern import DependencyPattern
 from .workload import WorkloadModel, resolve_workload
@@ -393,7 +393,7 @@ def partition_pgc(
     before = torch.get_num_threads()
     torch.set_num_threads(n_threads)
     try:
-        with kernels.use_backend(backend) as used_backend:
+        with kernels.use_backend(backend) as used_backend, kernels.use_threads(n_threads):
             part = _partition_pgc(signal, P, pattern, seed=seed, cap=cap, chunks_per_part=chunks_per_part,
                                   effort=effort, max_rounds=max_rounds, coarse_rounds=coarse_rounds, tol=tol, gain_tol=gain_tol, max_levels=max_levels,
                                   max_chunks=max_chunks, slack=slack, refine_rounds=refine_rounds, refine_tol=refine_tol, coarsen=coarsen,
@@ -531,18 +531,11 @@ def _partition_pgc(signal: "DynamicGraphSignal", P: int, pattern: Any, *, seed: 
     use_coarsen = (heavy if coarsen == "auto" else bool(coarsen)) and seg_cap > 0 and sg.num_temporal_edges > 0
     seg: Optional[Tensor] = None
     if use_coarsen:
-        tc = coarsen_temporal(sg, node_w, ws, tw, seg_cap)
-        seg, n0, w0 = tc.seg, tc.num_segments, tc.node_w
-        graph = CSRGraph.from_edges(n0, tc.src, tc.dst, tc.weight)
-        del tc
+        seg, n0 = segment_sequences(sg, node_w, seg_cap)
+        w0 = torch.zeros(n0, dtype=torch.float64).index_add_(0, seg, node_w)
     else:
-        E = sg.num_spatial_edges
-        src = torch.cat([sg.spatial_edge_index[0], sg.temporal_edge_index[0]])
-        dst = torch.cat([sg.spatial_edge_index[1], sg.temporal_edge_index[1]])
-        w = torch.cat([torch.full((E,), ws, dtype=torch.float64), tw])
         n0, w0 = N, node_w
-        graph = CSRGraph.from_edges(N, src, dst, w)
-        del src, dst, w
+    graph = supergraph_csr(sg, ws, tw, seg, n0)
     if starts == ("lp",) or graph.dst.numel() > MULTI_START_MAX_ENTRIES:
         del tw  # only the extra starts need it: free it before chunk generation
         tw = None

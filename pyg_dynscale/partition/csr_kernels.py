@@ -1,0 +1,246 @@
+r"""Compiled, multi-threaded CSR building (numba): the supergraph's CSR, its
+segment quotient and the contracted label graphs.
+
+Every builder places entries row by row in a fixed *entry order* and then
+sorts each row by neighbour and merges equal neighbours, summing weights in
+entry order -- exactly what the torch reference
+(:meth:`~pyg_dynscale.partition.label_propagation.CSRGraph.from_edges`: a
+stable sort of the key ``(row, column)``) computes, so both backends give
+bit-identical graphs whatever the thread count:
+
+* placement is a counting sort split over ``nb`` contiguous blocks of edges;
+  every block counts its entries per row, and row :math:`r` holds block 0's
+  entries, then block 1's, ... (stable);
+* rows are sorted and merged independently (blocks of rows in parallel) and
+  compacted with a prefix sum.
+
+Imported through :mod:`.kernels` (which owns backend selection); only usable
+when numba is installed.
+"""
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+_jit = numba.njit(cache=True, nogil=True)
+_pjit = numba.njit(cache=True, nogil=True, parallel=True)
+
+#: rows up to this many entries are sorted by insertion sort (stable, in
+#: cache); longer rows merge equal neighbours through a mark array first
+SHORT_ROW = 32
+
+
+@_jit
+def _merge_row(b, w, lo, hi, mark, acc, tmp_b, tmp_w):  # pragma: no cover
+    """Sort ``b[lo:hi]`` (stable) and merge equal values, summing ``w`` in
+    entry order; the merged row is written to ``[lo, lo + k)``; returns ``k``.
+    ``mark`` (all ``-1``, left so) must cover the values of long rows."""
+    if hi - lo <= SHORT_ROW:
+        for t in range(lo + 1, hi):
+            kb, kw = b[t], w[t]
+            j = t - 1
+            while j >= lo and b[j] > kb:
+                b[j + 1] = b[j]
+                w[j + 1] = w[j]
+                j -= 1
+            b[j + 1] = kb
+            w[j + 1] = kw
+        k = lo
+        for t in range(lo, hi):
+            if k > lo and b[k - 1] == b[t]:
+                w[k - 1] += w[t]
+            else:
+                b[k] = b[t]
+                w[k] = w[t]
+                k += 1
+        return k - lo
+    nd = 0
+    for t in range(lo, hi):
+        x = b[t]
+        if mark[x] < 0:
+            mark[x] = nd
+            b[lo + nd] = x
+            acc[nd] = w[t]
+            nd += 1
+        else:
+            acc[mark[x]] += w[t]
+    o = np.argsort(b[lo:lo + nd])
+    for t in range(nd):
+        x = b[lo + o[t]]
+        tmp_b[t] = x
+        tmp_w[t] = acc[o[t]]
+        mark[x] = -1
+    for t in range(nd):
+        b[lo + t] = tmp_b[t]
+        w[lo + t] = tmp_w[t]
+    return nd
+
+
+@_pjit
+def merge_rows(ptr, b, w, num_cols, nb):  # pragma: no cover
+    """Sort every row of ``(ptr, b, w)`` by ``b`` and merge equal entries
+    (weights summed in entry order): returns the new ``(ptr, b, w)``. Rows are
+    split into ``nb`` blocks of about equal entry counts, merged in parallel
+    (``b``, ``w`` are overwritten) and compacted."""
+    n = ptr.shape[0] - 1
+    m = ptr[n]
+    bounds = np.empty(nb + 1, np.int64)  # row blocks of ~m / nb entries
+    bounds[0] = 0
+    for t in range(1, nb):
+        bounds[t] = min(n, max(bounds[t - 1], np.searchsorted(ptr, m * t // nb)))
+    bounds[nb] = n
+    length = np.empty(n, np.int64)
+    for t in numba.prange(nb):
+        r0, r1 = bounds[t], bounds[t + 1]
+        longest = 0
+        for v in range(r0, r1):
+            longest = max(longest, ptr[v + 1] - ptr[v])
+        mark = np.full(num_cols if longest > SHORT_ROW else 0, -1, np.int64)
+        acc = np.empty(longest, np.float64)
+        tmp_b = np.empty(longest, np.int64)
+        tmp_w = np.empty(longest, np.float64)
+        for v in range(r0, r1):
+            length[v] = _merge_row(b, w, ptr[v], ptr[v + 1], mark, acc, tmp_b, tmp_w)
+    out = np.empty(n + 1, np.int64)
+    out[0] = 0
+    for v in range(n):
+        out[v + 1] = out[v] + length[v]
+    b2 = np.empty(out[n], np.int64)
+    w2 = np.empty(out[n], np.float64)
+    for t in numba.prange(nb):
+        for v in range(bounds[t], bounds[t + 1]):
+            s, d = ptr[v], out[v]
+            for j in range(length[v]):
+                b2[d + j] = b[s + j]
+                w2[d + j] = w[s + j]
+    return out, b2, w2
+
+
+@_jit
+def _mapped(node_map, x):  # pragma: no cover
+    return node_map[x] if node_map.shape[0] else x
+
+
+@_pjit
+def edges_to_csr(n, node_map, s1, d1, w1, c1, both1, s2, d2, w2, nb):  # pragma: no cover
+    r"""Undirected CSR on ``n`` nodes from two edge lists, as
+    :meth:`~pyg_dynscale.partition.label_propagation.CSRGraph.from_edges` on
+    their concatenation:
+
+    * part 1: ``(map(s1[i]), map(d1[i]))`` with weight ``w1[i]`` (or the
+      constant ``c1`` when ``w1`` is empty);
+    * part 2: ``(map(s2[i]), map(d2[i]))`` with weight ``w2[i]``;
+
+    ``map`` is ``node_map`` (identity when empty); mapped self loops are
+    dropped. Entry order: forward entries of part 1 then part 2, then the
+    backward ``(dst, src)`` entries of part 1 (only if ``both1``) then part 2
+    -- with ``both1=False`` part 1 must already hold both directions of every
+    edge (a symmetric edge list). Returns ``(ptr [n+1], dst, weight float64)``
+    with rows sorted and equal pairs merged.
+    """
+    E1 = s1.shape[0]
+    E2 = s2.shape[0]
+    E = E1 + E2
+    nbk = max(1, min(nb, E // 4096 + 1))
+    # counts[direction, block, row]: blocks of edges, forward then backward
+    counts = np.zeros((2, nbk, n), np.int64)
+    for t in numba.prange(nbk):
+        for i in range(E * t // nbk, E * (t + 1) // nbk):
+            if i < E1:
+                a, c = _mapped(node_map, s1[i]), _mapped(node_map, d1[i])
+            else:
+                a, c = _mapped(node_map, s2[i - E1]), _mapped(node_map, d2[i - E1])
+            if a != c:
+                counts[0, t, a] += 1
+                if i >= E1 or both1:
+                    counts[1, t, c] += 1
+    ptr = np.zeros(n + 1, np.int64)
+    for v in range(n):  # exclusive offsets per (direction, block) inside each row
+        run = ptr[v]
+        for dd in range(2):
+            for t in range(nbk):
+                k = counts[dd, t, v]
+                counts[dd, t, v] = run
+                run += k
+        ptr[v + 1] = run
+    b = np.empty(ptr[n], np.int64)
+    w = np.empty(ptr[n], np.float64)
+    for t in numba.prange(nbk):
+        for i in range(E * t // nbk, E * (t + 1) // nbk):
+            if i < E1:
+                a, c = _mapped(node_map, s1[i]), _mapped(node_map, d1[i])
+                x = w1[i] if w1.shape[0] else c1
+            else:
+                a, c = _mapped(node_map, s2[i - E1]), _mapped(node_map, d2[i - E1])
+                x = w2[i - E1]
+            if a != c:
+                p = counts[0, t, a]
+                b[p] = c
+                w[p] = x
+                counts[0, t, a] = p + 1
+                if i >= E1 or both1:
+                    p = counts[1, t, c]
+                    b[p] = a
+                    w[p] = x
+                    counts[1, t, c] = p + 1
+    return merge_rows(ptr, b, w, n, nb)
+
+
+@_pjit
+def contract_csr(ptr, dst, weight, labels, num_labels, nb):  # pragma: no cover
+    """CSR of the label-level graph (:meth:`.label_propagation.CSRGraph.contract`):
+    entries ``(label[v], label[u])`` of every entry ``v -> u`` with distinct
+    labels, in entry order, rows sorted, equal pairs merged."""
+    n = ptr.shape[0] - 1
+    C = num_labels
+    m = ptr[n]
+    nbk = max(1, min(nb, m // 4096 + 1))
+    bounds = np.empty(nbk + 1, np.int64)  # source-row blocks of ~m / nbk entries
+    bounds[0] = 0
+    for t in range(1, nbk):
+        bounds[t] = min(n, max(bounds[t - 1], np.searchsorted(ptr, m * t // nbk)))
+    bounds[nbk] = n
+    counts = np.zeros((nbk, C), np.int64)
+    for t in numba.prange(nbk):
+        for v in range(bounds[t], bounds[t + 1]):
+            lv = labels[v]
+            for e in range(ptr[v], ptr[v + 1]):
+                if labels[dst[e]] != lv:
+                    counts[t, lv] += 1
+    out = np.zeros(C + 1, np.int64)
+    for c in range(C):
+        run = out[c]
+        for t in range(nbk):
+            k = counts[t, c]
+            counts[t, c] = run
+            run += k
+        out[c + 1] = run
+    b = np.empty(out[C], np.int64)
+    w = np.empty(out[C], np.float64)
+    for t in numba.prange(nbk):
+        for v in range(bounds[t], bounds[t + 1]):
+            lv = labels[v]
+            for e in range(ptr[v], ptr[v + 1]):
+                lu = labels[dst[e]]
+                if lu != lv:
+                    p = counts[t, lv]
+                    b[p] = lu
+                    w[p] = weight[e]
+                    counts[t, lv] = p + 1
+    return merge_rows(out, b, w, C, nb)
+
+
+@_pjit
+def is_symmetric(ptr, dst, weight):  # pragma: no cover
+    """Whether every entry ``(v, u, w)`` has its mirror ``(u, v, w)`` (rows
+    sorted by neighbour, no duplicates): one binary search per entry."""
+    n = ptr.shape[0] - 1
+    bad = 0
+    for v in numba.prange(n):
+        for e in range(ptr[v], ptr[v + 1]):
+            u = dst[e]
+            lo, hi = ptr[u], ptr[u + 1]
+            j = lo + np.searchsorted(dst[lo:hi], v)
+            if j >= hi or dst[j] != v or weight[j] != weight[e]:
+                bad += 1
+    return bad == 0
