@@ -231,16 +231,28 @@ def contract_csr(ptr, dst, weight, labels, num_labels, nb):  # pragma: no cover
 
 
 @_pjit
-def is_symmetric(ptr, dst, weight):  # pragma: no cover
+def is_symmetric(ptr, dst, weight, nb):  # pragma: no cover
     """Whether every entry ``(v, u, w)`` has its mirror ``(u, v, w)`` (rows
-    sorted by neighbour, no duplicates): one binary search per entry."""
+    sorted by neighbour, no duplicates). Visiting the entries in row order,
+    the mirrors met in row ``u`` come in increasing ``v``, so one cursor per
+    row checks them in :math:`O(E)`; ``nb`` blocks of rows ``u`` in parallel."""
     n = ptr.shape[0] - 1
-    bad = 0
-    for v in numba.prange(n):
-        for e in range(ptr[v], ptr[v + 1]):
-            u = dst[e]
-            lo, hi = ptr[u], ptr[u + 1]
-            j = lo + np.searchsorted(dst[lo:hi], v)
-            if j >= hi or dst[j] != v or weight[j] != weight[e]:
-                bad += 1
-    return bad == 0
+    nbk = max(1, min(nb, n // 1024 + 1))
+    bad = np.zeros(nbk, np.int64)
+    for t in numba.prange(nbk):
+        u0, u1 = n * t // nbk, n * (t + 1) // nbk
+        cursor = ptr[u0:u1].copy()
+        for v in range(n):
+            for e in range(ptr[v], ptr[v + 1]):
+                u = dst[e]
+                if u0 <= u < u1:
+                    j = cursor[u - u0]
+                    if j >= ptr[u + 1] or dst[j] != v or weight[j] != weight[e]:
+                        bad[t] += 1
+                    cursor[u - u0] = j + 1
+            if bad[t]:
+                break
+        for u in range(u0, u1):  # every entry of the block's rows was matched
+            if cursor[u - u0] != ptr[u + 1]:
+                bad[t] += 1
+    return bad.sum() == 0
