@@ -224,3 +224,19 @@ def supergraph_csr(supergraph: "Supergraph", spatial_weight: float, temporal_wei
     ta, tb = seg.index_select(0, te[0]), seg.index_select(0, te[1])
     w = torch.cat([torch.full((a.numel(),), ws, dtype=torch.float64), tw])
     return CSRGraph.from_edges(n, torch.cat([a, ta]), torch.cat([b, tb]), w)
+
+
+def supergraph_cut(supergraph: "Supergraph", owner: Tensor, spatial_weight: float, temporal_weight: Tensor) -> float:
+    """Bytes of the supergraph edges cut by ``owner`` (``[N]``): spatial edges
+    at ``spatial_weight``, temporal edges at ``temporal_weight`` (``[M]``)."""
+    from . import kernels
+    from .label_propagation import _np
+
+    se, te = supergraph.spatial_edge_index, supergraph.temporal_edge_index
+    if kernels.backend() == "numba" and se.device.type == "cpu":
+        return float(kernels.csr_kernels.edge_list_cut(
+            _np(owner, torch.long), _np(se[0], torch.long), _np(se[1], torch.long), float(spatial_weight),
+            _np(te[0], torch.long), _np(te[1], torch.long), _np(temporal_weight, torch.float64)))
+    cut_s = (owner.index_select(0, se[0]) != owner.index_select(0, se[1])).sum()
+    cut_t = temporal_weight[owner.index_select(0, te[0]) != owner.index_select(0, te[1])].to(torch.float64).sum()
+    return float(spatial_weight) * float(cut_s) + float(cut_t)

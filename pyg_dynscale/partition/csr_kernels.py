@@ -256,3 +256,46 @@ def is_symmetric(ptr, dst, weight, nb):  # pragma: no cover
             if cursor[u - u0] != ptr[u + 1]:
                 bad[t] += 1
     return bad.sum() == 0
+
+
+@_pjit
+def csr_cut(ptr, dst, weight, labels):  # pragma: no cover
+    """Summed weight of the undirected edges whose endpoints have different
+    labels (each edge is stored twice: half the entry sum)."""
+    n = ptr.shape[0] - 1
+    total = 0.0
+    for v in numba.prange(n):
+        lv = labels[v]
+        for e in range(ptr[v], ptr[v + 1]):
+            if labels[dst[e]] != lv:
+                total += weight[e]
+    return total / 2.0
+
+
+@_pjit
+def weighted_degree(ptr, weight):  # pragma: no cover
+    """``[n]`` summed entry weight of every row (float64)."""
+    n = ptr.shape[0] - 1
+    out = np.empty(n, np.float64)
+    for v in numba.prange(n):
+        s = 0.0
+        for e in range(ptr[v], ptr[v + 1]):
+            s += weight[e]
+        out[v] = s
+    return out
+
+
+@_pjit
+def edge_list_cut(labels, s1, d1, c1, s2, d2, w2):  # pragma: no cover
+    """Cut weight of two edge lists under ``labels``: part 1 with the constant
+    weight ``c1``, part 2 with weights ``w2`` (the supergraph's spatial and
+    temporal edges)."""
+    cut1 = 0
+    for i in numba.prange(s1.shape[0]):
+        if labels[s1[i]] != labels[d1[i]]:
+            cut1 += 1
+    cut2 = 0.0
+    for i in numba.prange(s2.shape[0]):
+        if labels[s2[i]] != labels[d2[i]]:
+            cut2 += w2[i]
+    return c1 * cut1 + cut2

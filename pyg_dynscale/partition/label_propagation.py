@@ -159,9 +159,19 @@ class CSRGraph:
 
     def weighted_degree(self) -> Tensor:
         """``[n]`` summed weight of each node's edges (float64)."""
+        if kernels.backend() == "numba" and self.ptr.device.type == "cpu":
+            return torch.from_numpy(kernels.csr_kernels.weighted_degree(_np(self.ptr, torch.long), _np(self.weight)))
         cs = torch.zeros(self.dst.numel() + 1, dtype=torch.float64, device=self.ptr.device)
         torch.cumsum(self.weight.to(torch.float64), 0, out=cs[1:])
         return _take(cs, self.ptr[1:]) - _take(cs, self.ptr[:-1])
+
+    def cut(self, labels: Tensor) -> float:
+        """Summed weight of the edges whose endpoints have different ``labels`` (``[n]``)."""
+        if kernels.backend() == "numba" and self.ptr.device.type == "cpu":
+            return float(kernels.csr_kernels.csr_cut(_np(self.ptr, torch.long), _np(self.dst, torch.long),
+                                                      _np(self.weight), _np(labels, torch.long)))
+        srcs = self.sources()
+        return float(self.weight[_take(labels, srcs) != _take(labels, self.dst)].double().sum()) / 2.0
 
     def sources(self) -> Tensor:
         """``[2E]`` source node of each entry."""

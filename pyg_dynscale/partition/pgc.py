@@ -69,7 +69,7 @@ from torch import Tensor
 from ..errors import PartitionError
 from . import kernels
 from .assign import ChunkGraph, assign_chunks, divergence, rank_loads, refine_chunks
-from .coarsen import segment_sequences, supergraph_csr, temporal_edge_weights
+from .coarsen import segment_sequences, supergraph_csr, supergraph_cut, temporal_edge_weights
 from .label_propagation import CSRGraph, compact_labels, label_propagation
 from .pattern import DependencyPattern
 from .workload import WorkloadModel, resolve_workload
@@ -455,8 +455,7 @@ def _refined_start(start: str, signal: "DynamicGraphSignal", P: int, sg: Any, no
     except PartitionError:
         return None
     se, te = sg.spatial_edge_index, sg.temporal_edge_index
-    raw = ws * float((start_owner.index_select(0, se[0]) != start_owner.index_select(0, se[1])).sum()) + float(
-        tw[start_owner.index_select(0, te[0]) != start_owner.index_select(0, te[1])].to(torch.float64).sum())
+    raw = supergraph_cut(sg, start_owner, ws, tw)
     if raw > prune_above:
         return None, None, None, None, None, raw
     if seg is None:
@@ -476,8 +475,7 @@ def _refined_start(start: str, signal: "DynamicGraphSignal", P: int, sg: Any, no
     own = torch.zeros(n, dtype=torch.long).scatter_(0, piece, start_owner)
     lvl = Level(g, pw, torch.arange(n))
     own, _ = _refine([lvl], own.numpy(), P, total, slack, rounds, tol, gain_tol, seed, progress)
-    srcs = g.sources()
-    cut = float(g.weight[own[srcs] != own[g.dst]].double().sum()) / 2.0
+    cut = g.cut(own)
     loads = torch.zeros(P, dtype=torch.float64).index_add_(0, own, pw)
     owner = own.index_select(0, piece)
     chunk, C = compact_labels(start_owner * P + owner)
@@ -580,9 +578,7 @@ def _partition_pgc(signal: "DynamicGraphSignal", P: int, pattern: Any, *, seed: 
     timings["refinement"] = time.perf_counter() - t0
 
     # cut weight on the level-0 graph: exactly the supergraph's (coarsening keeps cut weights)
-    srcs = graph.sources()
-    cut = float(graph.weight[owner[srcs] != owner[graph.dst]].double().sum()) / 2.0
-    del srcs
+    cut = graph.cut(owner)
 
     # step 7: multi-start -- refine the balanced PSS / PTS partitions and keep the lowest cut
     t0 = time.perf_counter()
