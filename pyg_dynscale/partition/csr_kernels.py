@@ -83,12 +83,7 @@ def merge_rows(ptr, b, w, num_cols, nb):  # pragma: no cover
     split into ``nb`` blocks of about equal entry counts, merged in parallel
     (``b``, ``w`` are overwritten) and compacted."""
     n = ptr.shape[0] - 1
-    m = ptr[n]
-    bounds = np.empty(nb + 1, np.int64)  # row blocks of ~m / nb entries
-    bounds[0] = 0
-    for t in range(1, nb):
-        bounds[t] = min(n, max(bounds[t - 1], np.searchsorted(ptr, m * t // nb)))
-    bounds[nb] = n
+    bounds = _row_blocks(ptr, nb)
     length = np.empty(n, np.int64)
     for t in numba.prange(nb):
         r0, r1 = bounds[t], bounds[t + 1]
@@ -121,6 +116,83 @@ def _mapped(node_map, x):  # pragma: no cover
     return node_map[x] if node_map.shape[0] else x
 
 
+@_jit
+def _row_blocks(ptr, nb):  # pragma: no cover
+    """``[nb + 1]`` row bounds splitting the rows into ``nb`` blocks of about
+    equal entry counts."""
+    n = ptr.shape[0] - 1
+    m = ptr[n]
+    bounds = np.empty(nb + 1, np.int64)
+    bounds[0] = 0
+    for t in range(1, nb):
+        bounds[t] = min(n, max(bounds[t - 1], np.searchsorted(ptr, m * t // nb)))
+    bounds[nb] = n
+    return bounds
+
+
+@_pjit
+def transpose_merge(ptr, b, w, nb):  # pragma: no cover
+    """The transpose of ``(ptr, b, w)`` with rows sorted and equal entries
+    merged: entry ``v -> u`` becomes ``u -> v``; visiting the rows ``v`` in
+    increasing order fills every output row in increasing ``v`` (a counting
+    sort, no comparisons). Equal entries are summed in the order of the input
+    rows. ``nb`` blocks of input rows run in parallel; output row ``u`` holds
+    block 0's entries, then block 1's, ... (increasing ``v`` throughout)."""
+    n = ptr.shape[0] - 1
+    m = ptr[n]
+    nbk = max(1, min(nb, m // 4096 + 1))
+    bounds = _row_blocks(ptr, nbk)
+    counts = np.zeros((nbk, n), np.int64)
+    for t in numba.prange(nbk):
+        for e in range(ptr[bounds[t]], ptr[bounds[t + 1]]):
+            counts[t, b[e]] += 1
+    out = np.zeros(n + 1, np.int64)
+    for u in range(n):
+        run = out[u]
+        for t in range(nbk):
+            k = counts[t, u]
+            counts[t, u] = run
+            run += k
+        out[u + 1] = run
+    b2 = np.empty(m, np.int64)
+    w2 = np.empty(m, np.float64)
+    for t in numba.prange(nbk):
+        for v in range(bounds[t], bounds[t + 1]):
+            for e in range(ptr[v], ptr[v + 1]):
+                u = b[e]
+                p = counts[t, u]
+                b2[p] = v
+                w2[p] = w[e]
+                counts[t, u] = p + 1
+    # merge equal neighbours (adjacent now) and compact
+    length = np.empty(n, np.int64)
+    obounds = _row_blocks(out, nbk)
+    for t in numba.prange(nbk):
+        for u in range(obounds[t], obounds[t + 1]):
+            lo, hi = out[u], out[u + 1]
+            k = lo
+            for j in range(lo, hi):
+                if k > lo and b2[k - 1] == b2[j]:
+                    w2[k - 1] += w2[j]
+                else:
+                    b2[k] = b2[j]
+                    w2[k] = w2[j]
+                    k += 1
+            length[u] = k - lo
+    res = np.zeros(n + 1, np.int64)
+    for u in range(n):
+        res[u + 1] = res[u] + length[u]
+    b3 = np.empty(res[n], np.int64)
+    w3 = np.empty(res[n], np.float64)
+    for t in numba.prange(nbk):
+        for u in range(obounds[t], obounds[t + 1]):
+            s, d = out[u], res[u]
+            for j in range(length[u]):
+                b3[d + j] = b2[s + j]
+                w3[d + j] = w2[s + j]
+    return res, b3, w3
+
+
 @_pjit
 def edges_to_csr(n, node_map, s1, d1, w1, c1, both1, s2, d2, w2, nb):  # pragma: no cover
     r"""Undirected CSR on ``n`` nodes from two edge lists, as
@@ -132,17 +204,24 @@ def edges_to_csr(n, node_map, s1, d1, w1, c1, both1, s2, d2, w2, nb):  # pragma:
     * part 2: ``(map(s2[i]), map(d2[i]))`` with weight ``w2[i]``;
 
     ``map`` is ``node_map`` (identity when empty); mapped self loops are
-    dropped. Entry order: forward entries of part 1 then part 2, then the
-    backward ``(dst, src)`` entries of part 1 (only if ``both1``) then part 2
-    -- with ``both1=False`` part 1 must already hold both directions of every
-    edge (a symmetric edge list). Returns ``(ptr [n+1], dst, weight float64)``
-    with rows sorted and equal pairs merged.
+    dropped. Entries: forward ``(src, dst)`` of both parts and backward
+    ``(dst, src)`` of part 2 and -- only if ``both1`` -- of part 1 (with
+    ``both1=False`` part 1 should hold both directions of every edge, and the
+    result is the transpose of the placed entries: check it is symmetric).
+    Returns ``(ptr [n+1], dst, weight float64)`` with rows sorted and equal
+    pairs merged, weights summed in the reference's order (forward entries in
+    edge order, then backward ones).
+
+    Two counting sorts, no comparison sort: the entries are placed in the row
+    of their *column*, forward entries first, and :func:`transpose_merge`
+    turns that into sorted rows: the copies of ``(r, c)`` come from row
+    ``c``, forward ones (edges ``r -> c``) before backward ones.
     """
     E1 = s1.shape[0]
     E2 = s2.shape[0]
     E = E1 + E2
     nbk = max(1, min(nb, E // 4096 + 1))
-    # counts[direction, block, row]: blocks of edges, forward then backward
+    # counts[direction, block, row]: row = the entry's column; forward entries first
     counts = np.zeros((2, nbk, n), np.int64)
     for t in numba.prange(nbk):
         for i in range(E * t // nbk, E * (t + 1) // nbk):
@@ -151,9 +230,9 @@ def edges_to_csr(n, node_map, s1, d1, w1, c1, both1, s2, d2, w2, nb):  # pragma:
             else:
                 a, c = _mapped(node_map, s2[i - E1]), _mapped(node_map, d2[i - E1])
             if a != c:
-                counts[0, t, a] += 1
+                counts[0, t, c] += 1  # forward entry (a, c), filed under its column c
                 if i >= E1 or both1:
-                    counts[1, t, c] += 1
+                    counts[1, t, a] += 1  # backward entry (c, a), filed under its column a
     ptr = np.zeros(n + 1, np.int64)
     for v in range(n):  # exclusive offsets per (direction, block) inside each row
         run = ptr[v]
@@ -174,16 +253,16 @@ def edges_to_csr(n, node_map, s1, d1, w1, c1, both1, s2, d2, w2, nb):  # pragma:
                 a, c = _mapped(node_map, s2[i - E1]), _mapped(node_map, d2[i - E1])
                 x = w2[i - E1]
             if a != c:
-                p = counts[0, t, a]
-                b[p] = c
+                p = counts[0, t, c]
+                b[p] = a
                 w[p] = x
-                counts[0, t, a] = p + 1
+                counts[0, t, c] = p + 1
                 if i >= E1 or both1:
-                    p = counts[1, t, c]
-                    b[p] = a
+                    p = counts[1, t, a]
+                    b[p] = c
                     w[p] = x
-                    counts[1, t, c] = p + 1
-    return merge_rows(ptr, b, w, n, nb)
+                    counts[1, t, a] = p + 1
+    return transpose_merge(ptr, b, w, nb)
 
 
 @_pjit
@@ -195,11 +274,7 @@ def contract_csr(ptr, dst, weight, labels, num_labels, nb):  # pragma: no cover
     C = num_labels
     m = ptr[n]
     nbk = max(1, min(nb, m // 4096 + 1))
-    bounds = np.empty(nbk + 1, np.int64)  # source-row blocks of ~m / nbk entries
-    bounds[0] = 0
-    for t in range(1, nbk):
-        bounds[t] = min(n, max(bounds[t - 1], np.searchsorted(ptr, m * t // nbk)))
-    bounds[nbk] = n
+    bounds = _row_blocks(ptr, nbk)
     counts = np.zeros((nbk, C), np.int64)
     for t in numba.prange(nbk):
         for v in range(bounds[t], bounds[t + 1]):
