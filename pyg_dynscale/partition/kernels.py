@@ -397,29 +397,28 @@ if HAVE_NUMBA:
         owner[c] = m
 
     @_jit
-    def _pair_bytes(ptr, nbr, w, a, b):  # pragma: no cover
-        for e in range(ptr[a], ptr[a + 1]):
-            if nbr[e] == b:
-                return w[e]
-        return 0.0
-
-    @_jit
-    def _top_k_by_gain(gain, owner, r, col, k):  # pragma: no cover
-        """Chunks on rank ``r`` with the ``k`` largest ``gain[:, col]``
-        (stable: ties in chunk order), as ``np.argsort(-g, kind="stable")[:k]``."""
-        cnt = 0
+    def _top_k_all(gain, owner, P, k, top, ntop):  # pragma: no cover
+        """For every rank pair ``(r, m)``: ``top[r, m, :ntop[r, m]]`` = the
+        chunks on rank ``r`` with the ``k`` largest ``gain[:, m]``, best first,
+        ties in chunk order -- ``np.argsort(-g, kind="stable")[:k]`` for all
+        pairs in one pass over the chunks (insertion into short sorted lists)."""
+        ntop[:, :] = 0
         for c in range(owner.shape[0]):
-            if owner[c] == r:
-                cnt += 1
-        ids = np.empty(cnt, np.int64)
-        neg = np.empty(cnt, np.float64)
-        j = 0
-        for c in range(owner.shape[0]):
-            if owner[c] == r:
-                ids[j] = c
-                neg[j] = -gain[c, col]
-                j += 1
-        return ids[np.argsort(neg, kind="mergesort")[:k]]
+            r = owner[c]
+            for m in range(P):
+                if m == r:
+                    continue
+                g = gain[c, m]
+                cnt = ntop[r, m]
+                if cnt == k and gain[top[r, m, k - 1], m] >= g:
+                    continue  # not better than the k-th (ties keep the earlier chunk)
+                j = cnt if cnt < k else k - 1
+                while j > 0 and gain[top[r, m, j - 1], m] < g:
+                    top[r, m, j] = top[r, m, j - 1]
+                    j -= 1
+                top[r, m, j] = c
+                if cnt < k:
+                    ntop[r, m] = cnt + 1
 
     @_jit
     def refine_chunks(ptr, nbr, w, cost, owner, A, loads, num_parts, hi_lim, lo_lim, max_moves, swaps):  # pragma: no cover
@@ -446,6 +445,10 @@ if HAVE_NUMBA:
                 break
             _move_chunk(ptr, nbr, w, A, loads, owner, cost, c_best, dst)
         gain = np.empty((C, P), np.float64)
+        k_sw = max(1, swaps)
+        top = np.empty((P, P, k_sw), np.int64)
+        ntop = np.zeros((P, P), np.int64)
+        hrow = np.zeros(C, np.float64)
         for _ in range(max_moves):  # cut phase: best single move, else best swap
             hi = max(hi_lim, loads.max())
             lo = min(lo_lim, loads.min())
@@ -465,26 +468,33 @@ if HAVE_NUMBA:
                 continue
             if swaps <= 0 or P < 2:
                 break
+            _top_k_all(gain, owner, P, swaps, top, ntop)
             best_gain = 1e-12
             sa = -1
             sb = -1
             for ra in range(P):
                 for rb in range(ra + 1, P):
-                    ca = _top_k_by_gain(gain, owner, ra, rb, swaps)
-                    if ca.shape[0] == 0:
+                    na = ntop[ra, rb]
+                    if na == 0:
                         break
-                    cb = _top_k_by_gain(gain, owner, rb, ra, swaps)
-                    for i in range(ca.shape[0]):
-                        for j in range(cb.shape[0]):
-                            d = cost[ca[i]] - cost[cb[j]]
+                    nb_ = ntop[rb, ra]
+                    for i in range(na):
+                        a = top[ra, rb, i]
+                        for e in range(ptr[a], ptr[a + 1]):  # h(a, .) through a dense row
+                            hrow[nbr[e]] = w[e]
+                        for j in range(nb_):
+                            b = top[rb, ra, j]
+                            d = cost[a] - cost[b]
                             if not (loads[ra] - d >= lo and loads[ra] - d <= hi and loads[rb] + d >= lo
                                     and loads[rb] + d <= hi):
                                 continue
-                            sw = gain[ca[i], rb] + gain[cb[j], ra] - 2.0 * _pair_bytes(ptr, nbr, w, ca[i], cb[j])
+                            sw = gain[a, rb] + gain[b, ra] - 2.0 * hrow[b]
                             if sw > best_gain:
                                 best_gain = sw
-                                sa = ca[i]
-                                sb = cb[j]
+                                sa = a
+                                sb = b
+                        for e in range(ptr[a], ptr[a + 1]):
+                            hrow[nbr[e]] = 0.0
             if sa < 0:
                 break
             oa = owner[sa]
