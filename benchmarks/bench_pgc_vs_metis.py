@@ -45,8 +45,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from pyg_dynscale import DynamicGraphSignal  # noqa: E402
 from pyg_dynscale.partition import DependencyPattern, Partition, evaluate, partition  # noqa: E402
-from pyg_dynscale.partition.label_propagation import CSRGraph  # noqa: E402
-from pyg_dynscale.partition.pgc import partition_pgc, weighted_supergraph  # noqa: E402
+from pyg_dynscale.partition.coarsen import supergraph_csr, temporal_edge_weights  # noqa: E402
+from pyg_dynscale.partition.pgc import partition_pgc  # noqa: E402
 from pyg_dynscale.partition.workload import LinearWorkload  # noqa: E402
 
 DATA = "/work/shared/datasets"
@@ -123,11 +123,11 @@ def load_graph(name: str, quick: bool) -> Optional[DynamicGraphSignal]:
 # ----------------------------------------------------------------- baselines
 def csr_inputs(signal: DynamicGraphSignal, pattern: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Undirected weighted CSR (coalesced, integer weights) + integer node
-    weights, built with the same O(n + E) builder PGC uses
-    (:meth:`CSRGraph.from_edges`, numba backend), so "+csr" is not inflated."""
-    src, dst, w = weighted_supergraph(signal, pattern)
-    N = signal.num_vertex_time_nodes
-    g = CSRGraph.from_edges(N, src, dst, w)
+    weights, built with the builder PGC uses for its level-0 graph
+    (:func:`~pyg_dynscale.partition.coarsen.supergraph_csr`: multi-threaded
+    counting sorts, symmetric fast path), so "+csr" is not inflated."""
+    sg = signal.supergraph()
+    g = supergraph_csr(sg, pattern.spatial_edge_weight(), temporal_edge_weights(sg, pattern))
     vw = LinearWorkload().node_costs(signal).round().to(torch.long).numpy()
     return g.ptr.numpy(), g.dst.numpy(), np.maximum(1, g.weight.double().round().to(torch.long).numpy()), vw
 

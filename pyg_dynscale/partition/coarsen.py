@@ -171,6 +171,24 @@ def coarsen_temporal(supergraph: "Supergraph", node_w: Tensor, spatial_weight: f
     return TemporalCoarsening(seg, S, sw, a, b, wa)
 
 
+_SYMMETRY: dict = {}  # (storage, version, shape) of spatial_edge_index -> maybe_symmetric result
+
+
+def _maybe_symmetric(supergraph: "Supergraph") -> bool:
+    """:func:`.csr_kernels.maybe_symmetric` of the spatial edges, cached per
+    storage and in-place version of ``spatial_edge_index`` (a few entries)."""
+    from . import csr_kernels
+    from .label_propagation import _np
+
+    se = supergraph.spatial_edge_index
+    key = (se.data_ptr(), se._version, tuple(se.shape), supergraph.num_nodes)
+    if key not in _SYMMETRY:
+        if len(_SYMMETRY) >= 8:
+            _SYMMETRY.pop(next(iter(_SYMMETRY)))
+        _SYMMETRY[key] = bool(csr_kernels.maybe_symmetric(supergraph.num_nodes, _np(se[0], torch.long), _np(se[1], torch.long)))
+    return _SYMMETRY[key]
+
+
 def supergraph_csr(supergraph: "Supergraph", spatial_weight: float, temporal_weight: Tensor,
                    seg: Optional[Tensor] = None, num_segments: Optional[int] = None) -> "CSRGraph":
     r"""The weighted supergraph -- or, given ``seg``, its segment quotient --
@@ -210,7 +228,7 @@ def supergraph_csr(supergraph: "Supergraph", spatial_weight: float, temporal_wei
         w2 = _np(tw)
         none = np.zeros(0, np.float64)
         integral = ws == round(ws) and bool(torch.equal(tw, torch.round(tw)))
-        if ws > 0 and integral and se.shape[1] > 0:
+        if ws > 0 and integral and se.shape[1] > 0 and _maybe_symmetric(supergraph):
             ptr, d, w = csr_kernels.edges_to_csr(n, node_map, s1, d1, none, 2.0 * ws, False, s2, d2, w2, kernels.threads())
             if csr_kernels.is_symmetric(ptr, d, w, kernels.threads()):
                 return CSRGraph._finish(n, torch.from_numpy(ptr), torch.from_numpy(d), torch.from_numpy(w))

@@ -374,3 +374,24 @@ def edge_list_cut(labels, s1, d1, c1, s2, d2, w2):  # pragma: no cover
         if labels[s2[i]] != labels[d2[i]]:
             cut2 += w2[i]
     return c1 * cut1 + cut2
+
+
+@_jit
+def maybe_symmetric(n, src, dst):  # pragma: no cover
+    """A fast necessary test for an edge list being symmetric (every ``(u,
+    v)`` matched by a ``(v, u)``): per node, out- and in-degree agree and so
+    do the wrapped sums of a hash of the out- and in-neighbours. ``False``
+    proves asymmetry; ``True`` is confirmed by :func:`is_symmetric` on the
+    built graph."""
+    bal = np.zeros(n, np.int64)
+    acc = np.zeros(n, np.uint64)
+    for i in range(src.shape[0]):
+        u, v = src[i], dst[i]
+        bal[u] += 1
+        bal[v] -= 1
+        acc[u] += (np.uint64(v) + np.uint64(0x9E3779B97F4A7C15)) * np.uint64(0xBF58476D1CE4E5B9)
+        acc[v] -= (np.uint64(u) + np.uint64(0x9E3779B97F4A7C15)) * np.uint64(0xBF58476D1CE4E5B9)
+    for v in range(n):
+        if bal[v] != 0 or acc[v] != 0:
+            return False
+    return True

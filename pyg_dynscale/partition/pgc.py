@@ -79,11 +79,14 @@ if TYPE_CHECKING:  # pragma: no cover
     from .partition import Partition
 
 
-#: ``threads=None`` runs partition_pgc single-threaded: its tensor operations
-#: are memory-bound gathers and sorts that gain little from a second thread and
-#: stall badly (4-5x slower) when other processes share the cores
-#: (docs/pgc.md, "Threads"); pass ``threads=`` on a quiet machine
-DEFAULT_THREADS = 1
+#: ``threads=None``: the compiled kernels (numba backend) use every core of
+#: numba's pool (``NUMBA_NUM_THREADS``) -- their results do not depend on the
+#: thread count -- while the remaining torch tensor operations run on
+#: ``TORCH_THREADS``: they are small gathers and sorts that gain little from a
+#: second thread and stalled badly (4-5x slower) when other processes shared
+#: the cores (docs/pgc.md, "Threads")
+DEFAULT_THREADS = None
+TORCH_THREADS = 1
 #: chunk generation breaks Eq. 2 ties towards the label of larger weighted
 #: degree (then the seeded random order): labels grow around hubs, which cuts
 #: fewer bytes for the same number of rounds (docs/pgc.md, "Speed")
@@ -323,11 +326,11 @@ def partition_pgc(
         workload: ``None``/``"linear"``, ``"vertices"``, a saved
             :class:`~pyg_dynscale.partition.workload.MLPWorkload` path, or a
             :class:`~pyg_dynscale.partition.workload.WorkloadModel`.
-        threads (int, optional): ``torch.set_num_threads`` while partitioning
-            (restored after). Default 1 (``DEFAULT_THREADS``): the work is
-            memory-bound gathers and sorts, and with other processes on the
-            cores two threads were 4-5x *slower* (3M nodes: 18 s vs 84 s).
-            Results do not depend on the thread count.
+        threads (int, optional): threads of the compiled kernels and of
+            torch (``torch.set_num_threads``, restored after). Default: the
+            kernels use all of numba's threads (every core unless
+            ``NUMBA_NUM_THREADS`` says otherwise), torch one thread
+            (:data:`TORCH_THREADS`). Results do not depend on the thread count.
         starts (tuple of str): starting assignments to try (multi-start,
             module doc step 7), a subset of ``("lp", "pss", "pts")``
             containing ``"lp"``: ``"lp"`` -- label-propagation chunks + Algorithm 1
@@ -391,15 +394,15 @@ def partition_pgc(
                              f"use e.g. {START_MARGIN}, or None to refine every start.")
     n_threads = int(threads) if threads is not None else DEFAULT_THREADS
     before = torch.get_num_threads()
-    torch.set_num_threads(n_threads)
+    torch.set_num_threads(n_threads or TORCH_THREADS)
     try:
-        with kernels.use_backend(backend) as used_backend, kernels.use_threads(n_threads):
+        with kernels.use_backend(backend) as used_backend, kernels.use_threads(n_threads) as kernel_threads:
             part = _partition_pgc(signal, P, pattern, seed=seed, cap=cap, chunks_per_part=chunks_per_part,
                                   effort=effort, max_rounds=max_rounds, coarse_rounds=coarse_rounds, tol=tol, gain_tol=gain_tol, max_levels=max_levels,
                                   max_chunks=max_chunks, slack=slack, refine_rounds=refine_rounds, refine_tol=refine_tol, coarsen=coarsen,
                                   segment_fraction=float(segment_fraction), workload=workload, starts=starts,
                                   max_divergence=max_divergence, start_margin=start_margin, progress=progress)
-            part.meta["threads"] = n_threads
+            part.meta["threads"] = kernel_threads if used_backend == "numba" else torch.get_num_threads()
             part.meta["backend"] = used_backend
             return part
     finally:
