@@ -161,3 +161,27 @@ def test_refine_chunks_identical(seed: int, P: int) -> None:
         got = refine_chunks(g, cost, owner, P, slack=0.05)
     assert np.array_equal(ref, got) and not np.array_equal(ref, owner)
     assert np.array_equal(owner[: C // 2], np.zeros(C // 2))  # the input was not modified
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("P", [3, 8])
+def test_assign_chunks_identical(seed: int, P: int) -> None:
+    """Algorithm 1 compiled: same ranks as the numpy loop, including chunks
+    that fit nowhere and chunks without affinity (empty ranks, Eq. 3's epsilon)."""
+    import numpy as np
+
+    from pyg_dynscale.partition.assign import ChunkGraph, assign_chunks
+
+    rng = np.random.default_rng(seed)
+    C = 80
+    a, b = rng.integers(0, C, 200), rng.integers(0, C, 200)
+    keep = a < b
+    pairs = np.unique(np.stack([a[keep], b[keep]], 1), axis=0)
+    g = ChunkGraph.from_pairs(C, pairs[:, 0], pairs[:, 1], rng.integers(1, 9, len(pairs)).astype(float))
+    cost = rng.integers(1, 6, C).astype(float)
+    cost[:2] = 3 * cost.sum() / P  # too big for any rank's band
+    with use_backend("torch"):
+        ref = assign_chunks(g, cost, P, slack=0.03)
+    with use_backend("numba"):
+        got = assign_chunks(g, cost, P, slack=0.03)
+    assert np.array_equal(ref, got) and set(ref.tolist()) == set(range(P))

@@ -104,10 +104,15 @@ def assign_chunks(
     eps = 1e-9 * (graph.w[graph.w > 0].min() if (graph.w > 0).any() else 1.0)
     # chunks sorted by workload, heaviest first (ties: lower chunk id first)
     order = np.lexsort((np.arange(C), -cost))
+    limit = (1.0 + slack) * gbar
+    if kernels.backend() == "numba":  # the same loop compiled (identical result, tests/test_kernels.py)
+        return kernels.assign_chunks(np.ascontiguousarray(graph.ptr, dtype=np.int64),
+                                     np.ascontiguousarray(graph.nbr, dtype=np.int64),
+                                     np.ascontiguousarray(graph.w, dtype=np.float64), cost, order, int(num_parts),
+                                     float(gbar), float(limit), float(eps))
     loads = np.zeros(num_parts, dtype=np.float64)
     A = np.zeros((C, num_parts), dtype=np.float64)  # affinity of chunk to ranks so far
     owner = np.full(C, -1, dtype=np.int64)
-    limit = (1.0 + slack) * gbar
     for a in order:
         fits = loads + cost[a] <= limit
         if fits.any():

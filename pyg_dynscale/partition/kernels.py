@@ -421,6 +421,36 @@ if HAVE_NUMBA:
                     ntop[r, m] = cnt + 1
 
     @_jit
+    def assign_chunks(ptr, nbr, w, cost, order, num_parts, gbar, limit, eps):  # pragma: no cover
+        """Algorithm 1 / Eq. 3 (:func:`.assign.assign_chunks`, same arithmetic
+        and tie-breaks): chunks in ``order``; returns ``[C]`` ranks."""
+        C = cost.shape[0]
+        P = num_parts
+        loads = np.zeros(P, np.float64)
+        A = np.zeros((C, P), np.float64)
+        owner = np.full(C, -1, np.int64)
+        for i in range(C):
+            a = order[i]
+            m = -1
+            best = -np.inf
+            for r in range(P):  # argmax of the score over the ranks the chunk fits on (first max)
+                if loads[r] + cost[a] <= limit:
+                    sc = (gbar - loads[r]) * (A[a, r] + eps)
+                    if m < 0 or sc > best:
+                        best = sc
+                        m = r
+            if m < 0:  # fits nowhere: least loaded rank (first min)
+                m = 0
+                for r in range(1, P):
+                    if loads[r] < loads[m]:
+                        m = r
+            owner[a] = m
+            loads[m] += cost[a]
+            for e in range(ptr[a], ptr[a + 1]):
+                A[nbr[e], m] += w[e]
+        return owner
+
+    @_jit
     def refine_chunks(ptr, nbr, w, cost, owner, A, loads, num_parts, hi_lim, lo_lim, max_moves, swaps):  # pragma: no cover
         """The balance and cut phases of :func:`.assign.refine_chunks` (same
         arithmetic and tie-breaks); ``owner`` / ``A`` (``[C, P]`` chunk-rank
