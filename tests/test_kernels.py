@@ -185,3 +185,120 @@ def test_assign_chunks_identical(seed: int, P: int) -> None:
     with use_backend("numba"):
         got = assign_chunks(g, cost, P, slack=0.03)
     assert np.array_equal(ref, got) and set(ref.tolist()) == set(range(P))
+
+
+def symmetric_signal(seed: int = 0, T: int = 6, V: int = 50, deg: int = 3):
+    """An undirected signal: every snapshot stores both directions of each edge."""
+    import numpy as np
+
+    from pyg_dynscale import DynamicGraphSignal
+
+    rng = np.random.default_rng(seed)
+    node_ids, edges = [], []
+    for _ in range(T):
+        ids = np.sort(rng.choice(V, size=int(rng.integers(V // 2, V + 1)), replace=False))
+        e = rng.integers(0, ids.size, size=(2, deg * ids.size))
+        edges.append(np.concatenate([e, e[::-1]], 1))
+        node_ids.append(ids)
+    feats = [np.ones((ids.size, 1)) for ids in node_ids]
+    return DynamicGraphSignal(edges, None, feats, None, node_ids=node_ids, num_vertices=V)
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+@pytest.mark.parametrize("segments", [True, False])
+@pytest.mark.parametrize("weights", ["tgcn", "dysat", "float"])
+def test_supergraph_csr_matches_reference(symmetric: bool, segments: bool, weights: str) -> None:
+    """The level-0 builder (segment map applied on the fly, symmetric fast
+    path) equals CSRGraph.from_edges over the explicit edge lists."""
+    from pyg_dynscale.partition.coarsen import segment_sequences, supergraph_csr, temporal_edge_weights
+    from pyg_dynscale.partition.pgc import edge_weights
+
+    s = symmetric_signal(3) if symmetric else random_signal(3, T=6, V=50)
+    sg = s.supergraph()
+    pat = (0.1, 0.3) if weights == "float" else DependencyPattern.preset(weights, 1, 16)
+    ws, tw = edge_weights(pat)[0], temporal_edge_weights(sg, pat)
+    seg, S = segment_sequences(sg, torch.ones(sg.num_nodes, dtype=torch.float64), 2.5) if segments else (None, None)
+    got = supergraph_csr(sg, ws, tw, seg, S)
+    m = (lambda x: x) if seg is None else (lambda x: seg[x])
+    src = torch.cat([m(sg.spatial_edge_index[0]), m(sg.temporal_edge_index[0])])
+    dst = torch.cat([m(sg.spatial_edge_index[1]), m(sg.temporal_edge_index[1])])
+    w = torch.cat([torch.full((sg.num_spatial_edges,), ws, dtype=torch.float64), tw])
+    with use_backend("torch"):
+        ref = CSRGraph.from_edges(sg.num_nodes if seg is None else S, src, dst, w)
+        ref_torch_path = supergraph_csr(sg, ws, tw, seg, S)
+    assert same_csr(got, ref) and same_csr(ref_torch_path, ref)
+
+
+def test_symmetry_tests() -> None:
+    import numpy as np
+
+    from pyg_dynscale.partition import csr_kernels
+
+    src, dst, w = random_edges(40, 200, seed=5, hub=False)
+    g = CSRGraph.from_edges(40, src, dst, w)  # undirected: symmetric
+    ptr, d, wt = g.ptr.numpy(), g.dst.numpy(), g.weight.double().numpy()
+    assert csr_kernels.is_symmetric(ptr, d, wt, 2)
+    bad = wt.copy()
+    bad[7] += 1.0  # one direction heavier
+    assert not csr_kernels.is_symmetric(ptr, d, bad, 2)
+    one_way = CSRGraph(40, torch.tensor([0, 1] + [1] * 39), torch.tensor([1]), torch.tensor([1.0]))
+    assert not csr_kernels.is_symmetric(one_way.ptr.numpy(), one_way.dst.numpy(), one_way.weight.numpy(), 1)
+    s, t = np.array([0, 1, 2, 1]), np.array([1, 0, 1, 2])
+    assert csr_kernels.maybe_symmetric(3, s, t)
+    assert not csr_kernels.maybe_symmetric(3, s[:3], t[:3])  # 2 -> 1 has no 1 -> 2
+    assert not csr_kernels.maybe_symmetric(4, np.array([0, 1, 2]), np.array([1, 2, 0]))  # a cycle: degrees agree
+
+
+def test_half_masks_identical_and_balanced() -> None:
+    import numpy as np
+
+    from pyg_dynscale.partition.label_propagation import half_bits
+
+    for seed, pair in ((0, 0), (7, 3), (2**40 + 5, 11)):
+        ref = half_bits(seed, pair, 5000)
+        out = np.zeros(5000, np.bool_)
+        kernels.half_mask(seed, pair, 5000, out)
+        assert np.array_equal(ref.numpy(), out) and 0.45 < float(ref.double().mean()) < 0.55
+    assert not torch.equal(half_bits(0, 0, 5000), half_bits(0, 1, 5000))  # fresh halves every pair of rounds
+
+
+def test_cut_and_degree_kernels_match_torch() -> None:
+    from pyg_dynscale.partition.coarsen import supergraph_cut, temporal_edge_weights
+
+    src, dst, w = random_edges(300, 1500, seed=8, float_weights=False)
+    g = CSRGraph.from_edges(300, src, dst, w)
+    labels = torch.randint(0, 7, (300,), generator=torch.Generator().manual_seed(1))
+    a, b = both(lambda: (g.cut(labels), g.weighted_degree()))
+    assert a[0] == b[0] > 0 and torch.equal(a[1], b[1])
+    s = random_signal(2)
+    sg = s.supergraph()
+    pat = DependencyPattern.preset("dysat", 2, 16)
+    own = torch.randint(0, 3, (sg.num_nodes,), generator=torch.Generator().manual_seed(2))
+    ca, cb = both(lambda: supergraph_cut(sg, own, pat.spatial_edge_weight(), temporal_edge_weights(sg, pat)))
+    assert ca == cb > 0
+
+
+@pytest.mark.skipif(kernels.HAVE_NUMBA and kernels._numba.config.NUMBA_NUM_THREADS < 2,
+                    reason="needs two numba threads (one core)")
+def test_results_do_not_depend_on_thread_count() -> None:
+    """Above PARALLEL_MIN_ENTRIES a round is split over threads and the CSR
+    builders split edges and rows: one thread and two give the same bits."""
+    n = 3000
+    src, dst, w = random_edges(n, 40000, seed=9, float_weights=True)
+    runs = []
+    for th in (1, 2):
+        with kernels.use_threads(th) as used:
+            assert used == th
+            g = CSRGraph.from_edges(n, src, dst, w)
+            assert g.dst.numel() > kernels.PARALLEL_MIN_ENTRIES
+            lp = label_propagation(g, node_weight=torch.ones(n, dtype=torch.float64), cap=40.0, seed=3,
+                                   max_rounds=8, tie_moves=True, priority=g.weighted_degree())
+            runs.append((g, lp, g.contract(lp.labels, n)))
+    (g1, l1, c1), (g2, l2, c2) = runs
+    assert same_csr(g1, g2) and same_csr(c1, c2)
+    assert torch.equal(l1.labels, l2.labels) and l1.moved == l2.moved and sum(l1.moved) > 0
+    s = symmetric_signal(4, T=8, V=400, deg=4)
+    pat = DependencyPattern.preset("tgcn", 1, 16)
+    a, b = (partition_pgc(s, 4, pat, seed=0, threads=th) for th in (1, 2))
+    assert a.meta["threads"] == 1 and b.meta["threads"] == 2
+    assert torch.equal(a.owner, b.owner) and torch.equal(a.chunk, b.chunk)
