@@ -47,7 +47,7 @@ def main() -> None:
     ap.add_argument("--presence", type=float, default=0.5, help="fraction of vertices present per snapshot")
     ap.add_argument("--parts", type=int, default=8)
     ap.add_argument("--model", default="tgcn")
-    ap.add_argument("--threads", type=int, default=1, help="threads for partition_pgc (default 1, its default)")
+    ap.add_argument("--threads", type=int, default=None, help="threads for partition_pgc (default: its default, every core for the kernels)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--progress", action="store_true")
     ap.add_argument("--json", default=None)

@@ -137,20 +137,30 @@ def test_missing_numba_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None
         assert used == "torch"
 
 
+def random_chunk_graph(rng, C: int, draws: int, max_weight: int):
+    """A chunk graph on ``C`` chunks from ``draws`` random pairs (deduplicated)
+    with integer byte weights in ``[1, max_weight)``."""
+    import numpy as np
+
+    from pyg_dynscale.partition.assign import ChunkGraph
+
+    a, b = rng.integers(0, C, draws), rng.integers(0, C, draws)
+    keep = a < b
+    pairs = np.unique(np.stack([a[keep], b[keep]], 1), axis=0)
+    return ChunkGraph.from_pairs(C, pairs[:, 0], pairs[:, 1], rng.integers(1, max_weight, len(pairs)).astype(float))
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("P", [2, 5])
 def test_refine_chunks_identical(seed: int, P: int) -> None:
     """Balance + cut phases (single moves and swaps) of the chunk refinement."""
     import numpy as np
 
-    from pyg_dynscale.partition.assign import ChunkGraph, refine_chunks
+    from pyg_dynscale.partition.assign import refine_chunks
 
     rng = np.random.default_rng(seed)
     C = 60
-    a, b = rng.integers(0, C, 300), rng.integers(0, C, 300)
-    keep = a < b
-    pairs = np.unique(np.stack([a[keep], b[keep]], 1), axis=0)
-    g = ChunkGraph.from_pairs(C, pairs[:, 0], pairs[:, 1], rng.integers(1, 50, len(pairs)).astype(float))
+    g = random_chunk_graph(rng, C, 300, 50)
     cost = rng.integers(1, 20, C).astype(float)
     cost[:3] = 60.0  # chunks too large to move alone: only swaps move them
     owner = np.zeros(C, dtype=np.int64)  # everything on rank 0: the balance phase must act
@@ -170,14 +180,11 @@ def test_assign_chunks_identical(seed: int, P: int) -> None:
     that fit nowhere and chunks without affinity (empty ranks, Eq. 3's epsilon)."""
     import numpy as np
 
-    from pyg_dynscale.partition.assign import ChunkGraph, assign_chunks
+    from pyg_dynscale.partition.assign import assign_chunks
 
     rng = np.random.default_rng(seed)
     C = 80
-    a, b = rng.integers(0, C, 200), rng.integers(0, C, 200)
-    keep = a < b
-    pairs = np.unique(np.stack([a[keep], b[keep]], 1), axis=0)
-    g = ChunkGraph.from_pairs(C, pairs[:, 0], pairs[:, 1], rng.integers(1, 9, len(pairs)).astype(float))
+    g = random_chunk_graph(rng, C, 200, 9)
     cost = rng.integers(1, 6, C).astype(float)
     cost[:2] = 3 * cost.sum() / P  # too big for any rank's band
     with use_backend("torch"):

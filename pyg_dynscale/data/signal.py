@@ -684,7 +684,7 @@ class DynamicGraphSignal:
         h = hashlib.sha256()
         h.update(f"T={self.num_snapshots};V={self.num_vertices}".encode())
         for t in tensors:
-            h.update(t.detach().to("cpu", torch.long).contiguous().numpy().tobytes())
+            h.update(t.detach().to("cpu", torch.long).contiguous().numpy())  # the buffer itself: no bytes copy
         self._fingerprint = (key, h.hexdigest())
         return self._fingerprint[1]
 

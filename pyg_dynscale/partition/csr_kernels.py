@@ -31,6 +31,21 @@ SHORT_ROW = 32
 
 
 @_jit
+def _merge_adjacent(b, w, lo, hi):  # pragma: no cover
+    """Merge runs of equal ``b`` in the sorted slice ``[lo, hi)`` (weights
+    summed in order) into ``[lo, lo + k)``; returns ``k``."""
+    k = lo
+    for t in range(lo, hi):
+        if k > lo and b[k - 1] == b[t]:
+            w[k - 1] += w[t]
+        else:
+            b[k] = b[t]
+            w[k] = w[t]
+            k += 1
+    return k - lo
+
+
+@_jit
 def _merge_row(b, w, lo, hi, mark, acc, tmp_b, tmp_w):  # pragma: no cover
     """Sort ``b[lo:hi]`` (stable) and merge equal values, summing ``w`` in
     entry order; the merged row is written to ``[lo, lo + k)``; returns ``k``.
@@ -45,15 +60,7 @@ def _merge_row(b, w, lo, hi, mark, acc, tmp_b, tmp_w):  # pragma: no cover
                 j -= 1
             b[j + 1] = kb
             w[j + 1] = kw
-        k = lo
-        for t in range(lo, hi):
-            if k > lo and b[k - 1] == b[t]:
-                w[k - 1] += w[t]
-            else:
-                b[k] = b[t]
-                w[k] = w[t]
-                k += 1
-        return k - lo
+        return _merge_adjacent(b, w, lo, hi)
     nd = 0
     for t in range(lo, hi):
         x = b[t]
@@ -77,6 +84,25 @@ def _merge_row(b, w, lo, hi, mark, acc, tmp_b, tmp_w):  # pragma: no cover
 
 
 @_pjit
+def _compact_rows(ptr, b, w, length, bounds):  # pragma: no cover
+    """New ``(ptr, b, w)`` keeping the first ``length[v]`` entries of every
+    row ``v``; blocks of rows (``bounds``) are copied in parallel."""
+    n = ptr.shape[0] - 1
+    out = np.zeros(n + 1, np.int64)
+    for v in range(n):
+        out[v + 1] = out[v] + length[v]
+    b2 = np.empty(out[n], np.int64)
+    w2 = np.empty(out[n], np.float64)
+    for t in numba.prange(bounds.shape[0] - 1):
+        for v in range(bounds[t], bounds[t + 1]):
+            s, d = ptr[v], out[v]
+            for j in range(length[v]):
+                b2[d + j] = b[s + j]
+                w2[d + j] = w[s + j]
+    return out, b2, w2
+
+
+@_pjit
 def merge_rows(ptr, b, w, num_cols, nb):  # pragma: no cover
     """Sort every row of ``(ptr, b, w)`` by ``b`` and merge equal entries
     (weights summed in entry order): returns the new ``(ptr, b, w)``. Rows are
@@ -96,24 +122,29 @@ def merge_rows(ptr, b, w, num_cols, nb):  # pragma: no cover
         tmp_w = np.empty(longest, np.float64)
         for v in range(r0, r1):
             length[v] = _merge_row(b, w, ptr[v], ptr[v + 1], mark, acc, tmp_b, tmp_w)
-    out = np.empty(n + 1, np.int64)
-    out[0] = 0
-    for v in range(n):
-        out[v + 1] = out[v] + length[v]
-    b2 = np.empty(out[n], np.int64)
-    w2 = np.empty(out[n], np.float64)
-    for t in numba.prange(nb):
-        for v in range(bounds[t], bounds[t + 1]):
-            s, d = ptr[v], out[v]
-            for j in range(length[v]):
-                b2[d + j] = b[s + j]
-                w2[d + j] = w[s + j]
-    return out, b2, w2
+    return _compact_rows(ptr, b, w, length, bounds)
 
 
 @_jit
 def _mapped(node_map, x):  # pragma: no cover
     return node_map[x] if node_map.shape[0] else x
+
+
+@_jit
+def _block_offsets(counts):  # pragma: no cover
+    """Turn ``counts [blocks, rows]`` into the exclusive start of every
+    (block, row) inside row-major output (row ``r`` holds block 0's entries,
+    then block 1's, ...), in place; returns the row pointer ``[rows + 1]``."""
+    nbk, n = counts.shape
+    ptr = np.zeros(n + 1, np.int64)
+    for r in range(n):
+        run = ptr[r]
+        for t in range(nbk):
+            k = counts[t, r]
+            counts[t, r] = run
+            run += k
+        ptr[r + 1] = run
+    return ptr
 
 
 @_jit
@@ -146,14 +177,7 @@ def transpose_merge(ptr, b, w, nb):  # pragma: no cover
     for t in numba.prange(nbk):
         for e in range(ptr[bounds[t]], ptr[bounds[t + 1]]):
             counts[t, b[e]] += 1
-    out = np.zeros(n + 1, np.int64)
-    for u in range(n):
-        run = out[u]
-        for t in range(nbk):
-            k = counts[t, u]
-            counts[t, u] = run
-            run += k
-        out[u + 1] = run
+    out = _block_offsets(counts)
     b2 = np.empty(m, np.int64)
     w2 = np.empty(m, np.float64)
     for t in numba.prange(nbk):
@@ -169,28 +193,8 @@ def transpose_merge(ptr, b, w, nb):  # pragma: no cover
     obounds = _row_blocks(out, nbk)
     for t in numba.prange(nbk):
         for u in range(obounds[t], obounds[t + 1]):
-            lo, hi = out[u], out[u + 1]
-            k = lo
-            for j in range(lo, hi):
-                if k > lo and b2[k - 1] == b2[j]:
-                    w2[k - 1] += w2[j]
-                else:
-                    b2[k] = b2[j]
-                    w2[k] = w2[j]
-                    k += 1
-            length[u] = k - lo
-    res = np.zeros(n + 1, np.int64)
-    for u in range(n):
-        res[u + 1] = res[u] + length[u]
-    b3 = np.empty(res[n], np.int64)
-    w3 = np.empty(res[n], np.float64)
-    for t in numba.prange(nbk):
-        for u in range(obounds[t], obounds[t + 1]):
-            s, d = out[u], res[u]
-            for j in range(length[u]):
-                b3[d + j] = b2[s + j]
-                w3[d + j] = w2[s + j]
-    return res, b3, w3
+            length[u] = _merge_adjacent(b2, w2, out[u], out[u + 1])
+    return _compact_rows(out, b2, w2, length, obounds)
 
 
 @_pjit
@@ -282,14 +286,7 @@ def contract_csr(ptr, dst, weight, labels, num_labels, nb):  # pragma: no cover
             for e in range(ptr[v], ptr[v + 1]):
                 if labels[dst[e]] != lv:
                     counts[t, lv] += 1
-    out = np.zeros(C + 1, np.int64)
-    for c in range(C):
-        run = out[c]
-        for t in range(nbk):
-            k = counts[t, c]
-            counts[t, c] = run
-            run += k
-        out[c + 1] = run
+    out = _block_offsets(counts)
     b = np.empty(out[C], np.int64)
     w = np.empty(out[C], np.float64)
     for t in numba.prange(nbk):

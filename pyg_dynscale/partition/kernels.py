@@ -5,12 +5,13 @@ backends that compute **bit-identical** results:
 
 * ``"torch"``: the vectorized reference -- sorts and segment reductions on
   edge arrays, one Python iteration per round. Runs wherever torch runs.
-* ``"numba"``: the same round semantics as single-pass compiled loops. The
-  Eq. 2 scores of a node are accumulated in a scratch array indexed by label
-  (a "sparse accumulator", :math:`O(\deg v)` per node instead of a sort of all
-  active entries), CSR graphs are built by two stable counting-sort passes
-  (:math:`O(n + E)`, no comparison sort). 3-10x faster on CPU
-  (``benchmarks/bench_pgc_vs_metis.py``).
+* ``"numba"``: the same semantics compiled. :func:`lp_rounds` runs every
+  round of a label propagation in one call; a node's Eq. 2 scores are
+  accumulated in a scratch array indexed by label (a "sparse accumulator",
+  :math:`O(\deg v)` per node instead of a sort of all active entries), and on
+  big graphs a round's active nodes are split over threads. CSR graphs are
+  built by counting sorts (:mod:`.csr_kernels`, multi-threaded). 3-10x faster
+  on CPU (``benchmarks/bench_pgc_vs_metis.py``).
 
 ``"auto"`` (the default) picks ``"numba"`` when numba imports, else
 ``"torch"``. Choose with :func:`use_backend` (a context manager), the
@@ -19,8 +20,10 @@ the environment variable ``PYG_DYNSCALE_LP_BACKEND``.
 
 Bit-identity holds because both backends evaluate the same nodes in the same
 order, sum each node's edge weights in CSR order in float64, break ties the
-same way (largest internal label), and share the cap acceptance, the random
-half masks and the dirty bookkeeping (tested in ``tests/test_kernels.py``).
+same way (largest internal label), and share the cap acceptance, the hashed
+half masks (:func:`half_mask`) and the dirty bookkeeping; parallel kernels
+concatenate per-block results in a fixed order, so the thread count does not
+change results either (tested in ``tests/test_kernels.py``).
 The first call of a kernel compiles it (a few seconds); compiled code is
 cached on disk (numba ``cache=True``), so later processes start fast.
 """

@@ -1,15 +1,17 @@
 r"""Size-constrained, weighted label propagation on an edge list (DGC §4.1).
 
 The kernel behind chunk generation (:func:`~pyg_dynscale.partition.pgc.partition_pgc`)
-and behind its boundary refinement (labels = ranks). Everything is done with
-sorts and segment reductions on edge arrays; the only Python loop is over rounds.
+and behind its boundary refinement (labels = ranks). The torch reference does
+everything with sorts and segment reductions on edge arrays, with one Python
+iteration per round; the numba backend runs all rounds in one compiled call
+(:func:`.kernels.lp_rounds`) with bit-identical results.
 
 Algorithm (one round :math:`r`):
 
 1. *Active nodes*: nodes whose neighbourhood changed since they were last
    evaluated ("dirty") **and** that belong to this round's half. Halves are a
-   seeded random Bernoulli(1/2) mask on even rounds and its complement on the
-   following odd round, so two consecutive rounds evaluate every dirty node
+   seeded hash bit per node (:func:`half_bits`, fresh for every pair of
+   rounds) on even rounds and its complement on the following odd round, so two consecutive rounds evaluate every dirty node
    once. Updating only half of the nodes per round is the standard fix for the
    oscillation of synchronous label propagation (two neighbours swapping labels
    forever).
