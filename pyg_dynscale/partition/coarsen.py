@@ -156,19 +156,25 @@ def coarsen_temporal(supergraph: "Supergraph", node_w: Tensor, spatial_weight: f
     """
     seg, S = segment_sequences(supergraph, node_w, segment_cap)
     sw = torch.zeros(S, dtype=torch.float64, device=seg.device).index_add_(0, seg, node_w.to(torch.float64))
-    se = supergraph.spatial_edge_index
-    a, b = seg.index_select(0, se[0]), seg.index_select(0, se[1])
-    keep = a != b
-    a, b = a[keep], b[keep]
-    wa = torch.full((a.numel(),), float(spatial_weight), dtype=torch.float64, device=seg.device)
-    te = supergraph.temporal_edge_index
-    ta, tb = seg.index_select(0, te[0]), seg.index_select(0, te[1])
-    cross = ta != tb  # only where a sequence was split
-    if bool(cross.any()):
-        a = torch.cat([a, ta[cross]])
-        b = torch.cat([b, tb[cross]])
-        wa = torch.cat([wa, temporal_weight[cross].to(torch.float64)])
-    return TemporalCoarsening(seg, S, sw, a, b, wa)
+    return TemporalCoarsening(seg, S, sw, *mapped_edges(supergraph, spatial_weight, temporal_weight, seg))
+
+
+def mapped_edges(supergraph: "Supergraph", spatial_weight: float, temporal_weight: Tensor,
+                 seg: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor]:
+    r"""``(src, dst, weight float64)``: the spatial edges (weight
+    ``spatial_weight``) then the temporal edges (``temporal_weight``), mapped
+    through ``seg`` (identity when ``None``), edges that became self loops
+    (inside a segment) dropped; each undirected edge once, parallel edges not
+    merged."""
+    se, te = supergraph.spatial_edge_index, supergraph.temporal_edge_index
+    dev = se.device
+    src, dst = torch.cat([se[0], te[0]]), torch.cat([se[1], te[1]])
+    w = torch.cat([torch.full((se.shape[1],), float(spatial_weight), dtype=torch.float64, device=dev),
+                   temporal_weight.to(torch.float64)])
+    if seg is not None:
+        src, dst = seg.index_select(0, src), seg.index_select(0, dst)
+    keep = src != dst
+    return src[keep], dst[keep], w[keep]
 
 
 _SYMMETRY: dict = {}  # (storage, version, shape) of spatial_edge_index -> maybe_symmetric result
@@ -234,14 +240,7 @@ def supergraph_csr(supergraph: "Supergraph", spatial_weight: float, temporal_wei
                 return CSRGraph._finish(n, torch.from_numpy(ptr), torch.from_numpy(d), torch.from_numpy(w))
         ptr, d, w = csr_kernels.edges_to_csr(n, node_map, s1, d1, none, ws, True, s2, d2, w2, kernels.threads())
         return CSRGraph._finish(n, torch.from_numpy(ptr), torch.from_numpy(d), torch.from_numpy(w))
-    if seg is None:
-        src, dst = torch.cat([se[0], te[0]]), torch.cat([se[1], te[1]])
-        w = torch.cat([torch.full((se.shape[1],), ws, dtype=torch.float64), tw])
-        return CSRGraph.from_edges(n, src, dst, w)
-    a, b = seg.index_select(0, se[0]), seg.index_select(0, se[1])
-    ta, tb = seg.index_select(0, te[0]), seg.index_select(0, te[1])
-    w = torch.cat([torch.full((a.numel(),), ws, dtype=torch.float64), tw])
-    return CSRGraph.from_edges(n, torch.cat([a, ta]), torch.cat([b, tb]), w)
+    return CSRGraph.from_edges(n, *mapped_edges(supergraph, ws, tw, seg))
 
 
 def supergraph_cut(supergraph: "Supergraph", owner: Tensor, spatial_weight: float, temporal_weight: Tensor) -> float:

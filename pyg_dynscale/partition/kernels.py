@@ -265,6 +265,29 @@ if HAVE_NUMBA:
                 acc[j] = False
 
     @_jit
+    def _enforce_budget(group, m_w, size, bound, upper, incoming, room, gain, node_pri, m_node,
+                        acc):  # pragma: no cover
+        """Step 4 of :mod:`.label_propagation` for one side: if the movers
+        (``m_w`` into labels ``group``) would take some label past ``bound``
+        -- above it when ``upper`` (cap), below it otherwise (floor) -- accept
+        them by budget (:func:`_accept_by_budget`); ``incoming`` (all zero,
+        left so) and ``room`` are ``[L]`` scratch."""
+        k = group.shape[0]
+        for i in range(k):
+            incoming[group[i]] += m_w[i]
+        violated = False
+        for i in range(k):
+            g = group[i]
+            if (size[g] + incoming[g] > bound) if upper else (size[g] - incoming[g] < bound):
+                violated = True
+        for i in range(k):
+            incoming[group[i]] = 0.0
+        if violated:
+            for i in range(k):
+                room[group[i]] = bound - size[group[i]] if upper else size[group[i]] - bound
+            _accept_by_budget(group, m_w, room, gain, node_pri[m_node], acc)
+
+    @_jit
     def lp_rounds(ptr, dst, weight, labels, nw, node_pri, dirty, num_labels, cap, has_cap, floor, has_floor,
                   max_rounds, tol, gain_tol, total_w, min_rounds, tie_moves, seed, moved_hist,
                   gain_hist, blocks):  # pragma: no cover
@@ -325,34 +348,13 @@ if HAVE_NUMBA:
                 m_w = np.empty(k, np.float64)
                 for i in range(k):
                     m_w[i] = nw[m_node[i]]
-                if has_cap and k:
-                    over = False
-                    for i in range(k):
-                        incoming[m_to[i]] += m_w[i]
-                    for i in range(k):
-                        if size[m_to[i]] + incoming[m_to[i]] > cap:
-                            over = True
-                    for i in range(k):
-                        incoming[m_to[i]] = 0.0
-                    if over:
-                        for i in range(k):
-                            room[m_to[i]] = cap - size[m_to[i]]
-                        _accept_by_budget(m_to, m_w, room, gain, node_pri[m_node], acc)
-                if has_floor and k:
+                if has_cap and k:  # arrivals may not lift a label above the cap
+                    _enforce_budget(m_to, m_w, size, cap, True, incoming, room, gain, node_pri, m_node, acc)
+                if has_floor and k:  # departures may not drop a label below the floor
                     m_from = np.empty(k, np.int64)
                     for i in range(k):
                         m_from[i] = labels[m_node[i]]
-                        incoming[m_from[i]] += m_w[i]
-                    under = False
-                    for i in range(k):
-                        if size[m_from[i]] - incoming[m_from[i]] < floor:
-                            under = True
-                    for i in range(k):
-                        incoming[m_from[i]] = 0.0
-                    if under:
-                        for i in range(k):
-                            room[m_from[i]] = size[m_from[i]] - floor
-                        _accept_by_budget(m_from, m_w, room, gain, node_pri[m_node], acc)
+                    _enforce_budget(m_from, m_w, size, floor, False, incoming, room, gain, node_pri, m_node, acc)
                 for i in range(A):
                     dirty[act[i]] = False
                 for i in range(k):
