@@ -96,6 +96,25 @@ def test_pts_balanced_beats_baseline_and_lpt_fill(sig, monkeypatch):
     assert a.min() >= 0 and a.max() < 7
 
 
+@pytest.mark.parametrize("ints", [False, True])
+def test_compiled_lpt_and_linear_partition_match_python(ints: bool):
+    """The numba loops of the balanced schemes (scheme_kernels) give the
+    reference's bins and bounds, ties included (integer costs tie often)."""
+    pytest.importorskip("numba")
+    from pyg_dynscale.partition.kernels import use_backend
+
+    g = torch.Generator().manual_seed(int(ints))
+    for T, R in ((1, 1), (9, 3), (40, 7), (300, 16), (12, 12)):
+        cost = torch.randint(0, 5, (T,), generator=g).double() if ints else torch.rand(T, generator=g, dtype=torch.float64)
+        cost[0] += 1.0  # at least one positive cost
+        res = {}
+        for be in ("numba", "torch"):
+            with use_backend(be):
+                res[be] = (schemes_mod._lpt(cost, R), schemes_mod._linear_partition(cost, R))
+        assert torch.equal(res["numba"][0], res["torch"][0]), (T, R)
+        assert torch.equal(res["numba"][1], res["torch"][1]), (T, R)
+
+
 def test_pss_ts_owners(sig):
     p = partition_pss_ts(sig, 3, balanced=True)
     assert torch.equal(p.owner, partition_pss(sig, 3, balanced=True).owner)

@@ -101,7 +101,7 @@ def use_threads(n: Optional[int]) -> Iterator[int]:
 
 
 if HAVE_NUMBA:
-    from . import csr_kernels
+    from . import csr_kernels, scheme_kernels
 
     _jit = _numba.njit(cache=True, nogil=True)
     _EMPTY_I = np.zeros(0, np.int64)
@@ -123,13 +123,9 @@ if HAVE_NUMBA:
     #: the compiled driver splits a round over threads only on graphs with
     #: more CSR entries than this (a parallel region costs ~10 us)
     PARALLEL_MIN_ENTRIES = 50_000
-    #: rows up to this many entries accumulate Eq. 2 in a small list (a linear
-    #: scan that stays in L1) instead of the label-indexed scratch arrays
-    SMALL_ROW = 24
-
     @_jit
-    def round_candidates(ptr, dst, weight, labels, act, nw, size, cap, tie_moves, seen, score,
-                         out_node, out_to, out_gain):  # pragma: no cover
+    def round_candidates(ptr, dst, weight, labels, act, nw, size, cap, tie_moves, score, out_node, out_to,
+                         out_gain):  # pragma: no cover
         r"""One label-propagation round's choice (steps 2-3 of
         :mod:`.label_propagation`): for each active node :math:`v` (``act``
         ascending) the allowed label of largest Eq. 2 weight (ties: the larger
@@ -137,63 +133,40 @@ if HAVE_NUMBA:
         move (``gain > 0``, or a tie towards a larger label with
         ``tie_moves``) into ``out_*`` in ``act`` order and returns their count.
 
-        ``seen`` / ``score`` (``[>= L]``) are scratch for long rows; ``seen``
-        must be all zero and is left all zero."""
+        ``score`` (``[>= L]`` float64) is a scratch accumulator indexed by
+        label. Each row takes three branch-free passes -- zero the scores of
+        its labels, add the edge weights (CSR order, as the torch backend),
+        take the max -- instead of a "first time seen?" test per entry: that
+        test mispredicts on about half the entries of a mixed row and cost
+        1.5-2x the whole scan. A label met twice in the max pass is evaluated
+        twice with the same score (idempotent)."""
         A = act.shape[0]
-        tl = np.empty(SMALL_ROW, np.int64)
-        ts = np.empty(SMALL_ROW, np.float64)
+        tl = np.empty(64, np.int64)
         k = 0
         for i in range(A):
             v = act[i]
-            lo, hi = ptr[v], ptr[v + 1]
+            lo = ptr[v]
+            d = ptr[v + 1] - lo
+            if d > tl.shape[0]:
+                tl = np.empty(2 * d, np.int64)
             cl = labels[v]
             nv = nw[v]
-            cur = 0.0
+            score[cl] = 0.0  # the current label scores 0 when no neighbour has it
+            for j in range(d):
+                lab = labels[dst[lo + j]]
+                tl[j] = lab
+                score[lab] = 0.0
+            for j in range(d):
+                score[tl[j]] += np.float64(weight[lo + j])
+            cur = score[cl]
             best = -1.0
             bl = -1
-            if hi - lo <= SMALL_ROW:
-                nt = 0
-                for e in range(lo, hi):
-                    lab = labels[dst[e]]
-                    j = 0
-                    while j < nt and tl[j] != lab:
-                        j += 1
-                    if j == nt:
-                        tl[nt] = lab
-                        ts[nt] = 0.0
-                        nt += 1
-                    ts[j] += np.float64(weight[e])
-                for j in range(nt):
-                    lab = tl[j]
-                    if lab == cl:
-                        cur = ts[j]
-                    elif size[lab] + nv <= cap:
-                        sc = ts[j]
-                        if sc > best or (sc == best and lab > bl):
-                            best = sc
-                            bl = lab
-            else:
-                if hi - lo > tl.shape[0]:
-                    tl = np.empty(hi - lo, np.int64)
-                nt = 0
-                for e in range(lo, hi):
-                    lab = labels[dst[e]]
-                    if seen[lab] == 0:
-                        seen[lab] = 1
-                        score[lab] = 0.0
-                        tl[nt] = lab
-                        nt += 1
-                    score[lab] += np.float64(weight[e])
-                for j in range(nt):  # each label once; clear its mark after reading it
-                    lab = tl[j]
-                    seen[lab] = 0
-                    if lab == cl:
-                        cur = score[lab]
-                    elif size[lab] + nv <= cap:
-                        sc = score[lab]
-                        if sc > best or (sc == best and lab > bl):
-                            best = sc
-                            bl = lab
+            for j in range(d):
+                lab = tl[j]
+                sc = score[lab]
+                if (sc > best or (sc == best and lab > bl)) and lab != cl and size[lab] + nv <= cap:
+                    best = sc
+                    bl = lab
             if bl < 0:
                 continue
             gain = best - cur
@@ -205,19 +178,19 @@ if HAVE_NUMBA:
         return k
 
     @_numba.njit(cache=True, nogil=True, parallel=True)
-    def candidates_parallel(ptr, dst, weight, labels, act, nw, size, cap, tie_moves, seen, score, out_node, out_to,
+    def candidates_parallel(ptr, dst, weight, labels, act, nw, size, cap, tie_moves, score, out_node, out_to,
                             out_gain):  # pragma: no cover
-        """:func:`round_candidates` on ``seen.shape[0]`` contiguous blocks of
+        """:func:`round_candidates` on ``score.shape[0]`` contiguous blocks of
         ``act`` in parallel (one scratch row per block), compacted in ``act``
         order: the same output as one serial call, whatever the thread count."""
-        nb = seen.shape[0]
+        nb = score.shape[0]
         A = act.shape[0]
         counts = np.zeros(nb, np.int64)
         for b in _numba.prange(nb):
             lo = A * b // nb
             hi = A * (b + 1) // nb
-            counts[b] = round_candidates(ptr, dst, weight, labels, act[lo:hi], nw, size, cap, tie_moves, seen[b],
-                                         score[b], out_node[lo:hi], out_to[lo:hi], out_gain[lo:hi])
+            counts[b] = round_candidates(ptr, dst, weight, labels, act[lo:hi], nw, size, cap, tie_moves, score[b],
+                                         out_node[lo:hi], out_to[lo:hi], out_gain[lo:hi])
         k = counts[0]
         for b in range(1, nb):  # blocks move left only: k <= the block's start
             lo = A * b // nb
@@ -303,7 +276,6 @@ if HAVE_NUMBA:
         half = np.zeros(n, np.bool_)
         act = np.empty(n, np.int64)
         nb = max(1, blocks)
-        seen = np.zeros((nb, L), np.uint8)
         score = np.empty((nb, L), np.float64)
         size = np.empty(L, np.float64)
         incoming = np.zeros(L, np.float64)
@@ -336,11 +308,11 @@ if HAVE_NUMBA:
                 for v in range(n):
                     size[labels[v]] += nw[v]
                 if nb > 1 and ptr[n] > PARALLEL_MIN_ENTRIES and A > 4 * nb:
-                    k = candidates_parallel(ptr, dst, weight, labels, act[:A], nw, size, cap, tie_moves, seen, score,
-                                            out_node, out_to, out_gain)
+                    k = candidates_parallel(ptr, dst, weight, labels, act[:A], nw, size, cap, tie_moves, score, out_node,
+                                            out_to, out_gain)
                 else:
-                    k = round_candidates(ptr, dst, weight, labels, act[:A], nw, size, cap, tie_moves, seen[0],
-                                         score[0], out_node, out_to, out_gain)
+                    k = round_candidates(ptr, dst, weight, labels, act[:A], nw, size, cap, tie_moves, score[0],
+                                         out_node, out_to, out_gain)
                 acc = np.ones(k, np.bool_)
                 m_node = out_node[:k]
                 m_to = out_to[:k]
@@ -400,6 +372,22 @@ if HAVE_NUMBA:
         loads[o] -= cost[c]
         loads[m] += cost[c]
         owner[c] = m
+
+    @_jit
+    def _can_gain(A, owner, c, P):  # pragma: no cover
+        """Whether chunk ``c`` gains more than 1e-12 by moving to some other rank."""
+        ac = A[c, owner[c]]
+        for m in range(P):
+            if A[c, m] - ac > 1e-12:
+                return True
+        return False
+
+    @_jit
+    def _reflag(ptr, nbr, A, owner, c, P, movable):  # pragma: no cover
+        """Refresh :func:`_can_gain` of chunk ``c`` and its neighbours after ``c`` moved."""
+        movable[c] = _can_gain(A, owner, c, P)
+        for e in range(ptr[c], ptr[c + 1]):
+            movable[nbr[e]] = _can_gain(A, owner, nbr[e], P)
 
     @_jit
     def _top_k_all(gain, owner, P, k, top, ntop):  # pragma: no cover
@@ -484,23 +472,38 @@ if HAVE_NUMBA:
         top = np.empty((P, P, k_sw), np.int64)
         ntop = np.zeros((P, P), np.int64)
         hrow = np.zeros(C, np.float64)
+        # only chunks with some positive single-move gain can win the move
+        # scan (the winner must gain > 1e-12): flag them, and re-flag a moved
+        # chunk and its neighbours -- the only rows of A a move changes
+        movable = np.zeros(C, np.bool_)
+        for c in range(C):
+            movable[c] = _can_gain(A, owner, c, P)
         for _ in range(max_moves):  # cut phase: best single move, else best swap
             hi = max(hi_lim, loads.max())
             lo = min(lo_lim, loads.min())
             best = -np.inf
             flat = -1
             for c in range(C):
+                if not movable[c]:
+                    continue
                 oc = owner[c]
+                if loads[oc] - cost[c] < lo:
+                    continue
                 ac = A[c, oc]
-                leave_ok = loads[oc] - cost[c] >= lo
                 for m in range(P):
-                    gain[c, m] = A[c, m] - ac
-                    if m != oc and leave_ok and loads[m] + cost[c] <= hi and gain[c, m] > best:
-                        best = gain[c, m]
-                        flat = c * P + m
+                    if m != oc and loads[m] + cost[c] <= hi:
+                        g = A[c, m] - ac
+                        if g > best:
+                            best = g
+                            flat = c * P + m
             if flat >= 0 and best > 1e-12:
                 _move_chunk(ptr, nbr, w, A, loads, owner, cost, flat // P, flat % P)
+                _reflag(ptr, nbr, A, owner, flat // P, P, movable)
                 continue
+            for c in range(C):  # every gain, for the swap search
+                ac = A[c, owner[c]]
+                for m in range(P):
+                    gain[c, m] = A[c, m] - ac
             if swaps <= 0 or P < 2:
                 break
             _top_k_all(gain, owner, P, swaps, top, ntop)
@@ -513,12 +516,20 @@ if HAVE_NUMBA:
                     if na == 0:
                         break
                     nb_ = ntop[rb, ra]
+                    if nb_ == 0:
+                        continue
                     for i in range(na):
                         a = top[ra, rb, i]
+                        # h >= 0 and both lists are sorted by gain: no later
+                        # pair can beat best_gain once the two gains cannot
+                        if gain[a, rb] + gain[top[rb, ra, 0], ra] <= best_gain:
+                            break
                         for e in range(ptr[a], ptr[a + 1]):  # h(a, .) through a dense row
                             hrow[nbr[e]] = w[e]
                         for j in range(nb_):
                             b = top[rb, ra, j]
+                            if gain[a, rb] + gain[b, ra] <= best_gain:
+                                break
                             d = cost[a] - cost[b]
                             if not (loads[ra] - d >= lo and loads[ra] - d <= hi and loads[rb] + d >= lo
                                     and loads[rb] + d <= hi):
@@ -536,6 +547,8 @@ if HAVE_NUMBA:
             ob = owner[sb]
             _move_chunk(ptr, nbr, w, A, loads, owner, cost, sa, ob)
             _move_chunk(ptr, nbr, w, A, loads, owner, cost, sb, oa)
+            _reflag(ptr, nbr, A, owner, sa, P, movable)
+            _reflag(ptr, nbr, A, owner, sb, P, movable)
 
     @_jit
     def exact_in_float32(w):  # pragma: no cover

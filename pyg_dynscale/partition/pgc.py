@@ -72,6 +72,7 @@ from .assign import ChunkGraph, assign_chunks, divergence, rank_loads, refine_ch
 from .coarsen import segment_sequences, supergraph_csr, supergraph_cut, temporal_edge_weights
 from .label_propagation import CSRGraph, compact_labels, label_propagation
 from .pattern import DependencyPattern
+from .plan_count import plan_bytes
 from .workload import WorkloadModel, resolve_workload
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -457,7 +458,6 @@ def _refined_start(start: str, signal: "DynamicGraphSignal", P: int, sg: Any, no
         start_owner = fn(signal, P, balanced=True, workload=node_w).owner
     except PartitionError:
         return None
-    se, te = sg.spatial_edge_index, sg.temporal_edge_index
     raw = supergraph_cut(sg, start_owner, ws, tw)
     if raw > prune_above:
         return None, None, None, None, None, raw
@@ -465,15 +465,9 @@ def _refined_start(start: str, signal: "DynamicGraphSignal", P: int, sg: Any, no
         piece, n, g = torch.arange(start_owner.numel()), start_owner.numel(), graph
     else:
         piece, n = compact_labels(seg * P + start_owner)
-        if n == graph.num_nodes:  # the start never splits a segment (PTS): same graph
-            g = graph
-        else:  # contract the supergraph onto the pieces (cut weights preserved, as in .coarsen)
-            src = torch.cat([piece.index_select(0, se[0]), piece.index_select(0, te[0])])
-            dst = torch.cat([piece.index_select(0, se[1]), piece.index_select(0, te[1])])
-            w = torch.cat([torch.full((se.shape[1],), ws, dtype=torch.float64), tw.to(torch.float64)])
-            keep = src != dst
-            g = CSRGraph.from_edges(n, src[keep], dst[keep], w[keep])
-            del src, dst, w, keep
+        # the start never splits a segment (PTS): same graph; else the
+        # supergraph's quotient on the pieces (cut weights preserved, as in .coarsen)
+        g = graph if n == graph.num_nodes else supergraph_csr(sg, ws, tw, piece, n)
     pw = torch.zeros(n, dtype=torch.float64).index_add_(0, piece, node_w)
     own = torch.zeros(n, dtype=torch.long).scatter_(0, piece, start_owner)
     lvl = Level(g, pw, torch.arange(n))
@@ -483,14 +477,6 @@ def _refined_start(start: str, signal: "DynamicGraphSignal", P: int, sg: Any, no
     owner = own.index_select(0, piece)
     chunk, C = compact_labels(start_owner * P + owner)
     return cut, divergence(loads.numpy()), owner, chunk, C, raw
-
-
-def _plan_bytes(sg: Any, owner: Tensor, P: int, pattern: "DependencyPattern") -> int:
-    """Bytes per epoch (forward + backward) of the communication plan of ``owner``."""
-    from .partition import Partition
-    from .plan import CommunicationPlan
-
-    return int(CommunicationPlan.build(sg, Partition("pgc", P, owner), pattern).bytes_by_kind()["total"])
 
 
 def _partition_pgc(signal: "DynamicGraphSignal", P: int, pattern: Any, *, seed: int, cap: Optional[float],
@@ -615,9 +601,9 @@ def _partition_pgc(signal: "DynamicGraphSignal", P: int, pattern: Any, *, seed: 
         # over-counts nodes with many edges into one rank: rank the
         # candidates by the bytes the communication plan actually moves
         lp_owner = owner if seg is None else owner.index_select(0, seg)
-        cand_bytes["lp"] = _plan_bytes(sg, lp_owner, P, pattern)
+        cand_bytes["lp"] = plan_bytes(sg, lp_owner, P, pattern)
         for st, res in eligible.items():
-            cand_bytes[st] = _plan_bytes(sg, res[2], P, pattern)
+            cand_bytes[st] = plan_bytes(sg, res[2], P, pattern)
         key = {st: (cand_bytes[st], candidates[st]) for st in cand_bytes}
         winner = min(key, key=lambda st: key[st])
         best = eligible.get(winner)

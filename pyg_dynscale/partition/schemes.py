@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 
 from ..errors import PartitionError
+from . import kernels
 from .partition import Partition, check_num_parts
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -90,16 +91,19 @@ def _linear_partition(cost: Tensor, R: int) -> Tensor:
         return bounds if start >= T else None
 
     lo, hi = float(cost.max()) if T else 0.0, total
-    best = greedy(hi) or [0, T]
-    for _ in range(60):
-        if hi - lo <= 1e-9 * max(total, 1.0):
-            break
-        mid = 0.5 * (lo + hi)
-        g = greedy(mid)
-        if g is None:
-            lo = mid
-        else:
-            hi, best = mid, g
+    if kernels.backend() == "numba":  # the same bisection compiled (identical bounds)
+        best = kernels.scheme_kernels.linear_bounds(pre, int(R), lo, hi).tolist()
+    else:
+        best = greedy(hi) or [0, T]
+        for _ in range(60):
+            if hi - lo <= 1e-9 * max(total, 1.0):
+                break
+            mid = 0.5 * (lo + hi)
+            g = greedy(mid)
+            if g is None:
+                lo = mid
+            else:
+                hi, best = mid, g
     bounds = best
     while len(bounds) - 1 < R:  # split the heaviest range with >1 snapshot at its best point
         sums = [(float(pre[bounds[i + 1]] - pre[bounds[i]]), i) for i in range(len(bounds) - 1)
@@ -126,16 +130,21 @@ def _lpt(cost: Tensor, R: int) -> Tensor:
     order = torch.argsort(cost, descending=True, stable=True)
     assign = torch.empty(S, dtype=torch.long)
     k = min(S, LPT_EXACT_ITEMS)
-    heap = [(0.0, r) for r in range(R)]
-    loads = [0.0] * R
-    big = cost[order[:k]].tolist()
-    out = [0] * k
-    for j, c in enumerate(big):  # bounded loop: at most LPT_EXACT_ITEMS items
-        load, r = heapq.heappop(heap)
-        out[j] = r
-        loads[r] = load + c
-        heapq.heappush(heap, (loads[r], r))
-    assign[order[:k]] = torch.tensor(out, dtype=torch.long)
+    if kernels.backend() == "numba":  # the same loop compiled (identical bins)
+        out_np, loads_np = kernels.scheme_kernels.lpt_greedy(cost[order[:k]].to(torch.float64).numpy(), int(R))
+        out, loads = torch.from_numpy(out_np), loads_np.tolist()
+    else:
+        heap = [(0.0, r) for r in range(R)]
+        loads = [0.0] * R
+        big = cost[order[:k]].tolist()
+        out_l = [0] * k
+        for j, c in enumerate(big):  # bounded loop: at most LPT_EXACT_ITEMS items
+            load, r = heapq.heappop(heap)
+            out_l[j] = r
+            loads[r] = load + c
+            heapq.heappush(heap, (loads[r], r))
+        out = torch.tensor(out_l, dtype=torch.long)
+    assign[order[:k]] = out
     if k < S:
         small = order[k:]
         c = cost[small].to(torch.float64)

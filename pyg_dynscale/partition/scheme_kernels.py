@@ -1,0 +1,81 @@
+r"""Compiled loops of the balanced PSS / PTS schemes (:mod:`.schemes`).
+
+Both are sequential by nature -- a bisection whose every step is a greedy
+walk over snapshot ranges, and a longest-processing-time loop that places one
+sequence at a time on the least loaded rank -- and cost milliseconds of
+Python on datasets with a few thousand sequences, which PGC's multi-start
+pays for every graph. The Python versions in :mod:`.schemes` are the
+reference (torch backend); these compute the same numbers with the same
+float arithmetic and tie-breaks (``tests/test_partition_schemes.py``).
+"""
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+_jit = numba.njit(cache=True, nogil=True)
+
+
+@_jit
+def _greedy_ranges(pre, R, B, out):  # pragma: no cover
+    """The greedy of :func:`.schemes._linear_partition` for bottleneck ``B``:
+    fills ``out`` with the range bounds and returns their count, or -1 when
+    ``R`` ranges of at most ``B`` do not cover the snapshots."""
+    T = pre.shape[0] - 1
+    out[0] = 0
+    nb = 1
+    start = 0
+    for _ in range(R):
+        if start >= T:
+            break
+        end = np.searchsorted(pre, pre[start] + B * (1 + 1e-12), side="right") - 1
+        end = max(end, start + 1)  # a single snapshot always forms a range
+        if pre[end] - pre[start] > B * (1 + 1e-12):
+            return -1
+        out[nb] = end
+        nb += 1
+        start = end
+    return nb if start >= T else -1
+
+
+@_jit
+def linear_bounds(pre, R, lo, hi):  # pragma: no cover
+    """Bisection of :func:`.schemes._linear_partition` on the bottleneck in
+    ``[lo, hi]`` over prefix sums ``pre [T+1]``: the bounds of the best
+    feasible greedy split (at most ``R`` ranges)."""
+    T = pre.shape[0] - 1
+    total = pre[T]
+    buf = np.empty(R + 1, np.int64)
+    nb = _greedy_ranges(pre, R, hi, buf)
+    if nb < 0:
+        best = np.array([0, T], np.int64)
+    else:
+        best = buf[:nb].copy()
+    for _ in range(60):
+        if hi - lo <= 1e-9 * max(total, 1.0):
+            break
+        mid = 0.5 * (lo + hi)
+        nb = _greedy_ranges(pre, R, mid, buf)
+        if nb < 0:
+            lo = mid
+        else:
+            hi = mid
+            best = buf[:nb].copy()
+    return best
+
+
+@_jit
+def lpt_greedy(cost, R):  # pragma: no cover
+    """Place items of ``cost`` (in the given order) one by one on the least
+    loaded of ``R`` bins (ties: the lower bin, as a heap of ``(load, bin)``).
+    Returns ``(bin [k], loads [R])``."""
+    loads = np.zeros(R, np.float64)
+    out = np.empty(cost.shape[0], np.int64)
+    for j in range(cost.shape[0]):
+        r = 0
+        for q in range(1, R):
+            if loads[q] < loads[r]:
+                r = q
+        out[j] = r
+        loads[r] = loads[r] + cost[j]
+    return out, loads
