@@ -65,20 +65,25 @@ def test_csr_without_edges() -> None:
     assert same_csr(a, b) and a.dst.numel() == 0
 
 
-@pytest.mark.parametrize("case", ["plain", "cap", "cap_ties", "float", "refine_floor", "priority"])
+@pytest.mark.parametrize("case", ["plain", "cap", "cap_ties", "float", "refine_floor", "priority", "float_nodes",
+                                  "float_floor"])
 def test_label_propagation_identical(case: str) -> None:
     n = 400
     src, dst, w = random_edges(n, 2000, seed=3, float_weights=case == "float")
     g = CSRGraph.from_edges(n, src, dst, w)
     nw = torch.randint(1, 4, (n,), generator=torch.Generator().manual_seed(4)).double()
+    if case.startswith("float_"):  # non-integral node weights: budgets in integer units (budget_scale)
+        nw = nw * 0.7 + torch.rand(n, generator=torch.Generator().manual_seed(5), dtype=torch.float64) / 3
     kw: dict = {"node_weight": nw, "seed": 5, "max_rounds": 25}
+    if case == "float_nodes":
+        kw.update(cap=float(nw.sum()) / 40, tie_moves=True)
     if case in ("cap", "cap_ties", "float"):
         kw["cap"] = 30.0
     if case == "cap_ties":
         kw["tie_moves"] = True
     if case == "priority":
         kw.update(priority=g.weighted_degree(), tie_moves=True, cap=60.0, gain_tol=1e-3, min_rounds=4)
-    if case == "refine_floor":
+    if case in ("refine_floor", "float_floor"):
         P = 4
         kw.update(init=torch.arange(n) % P, num_labels=P, cap=float(nw.sum()) / P * 1.05,
                   floor=float(nw.sum()) / P * 0.95, boundary_only=True)
@@ -254,6 +259,18 @@ def test_symmetry_tests() -> None:
     assert csr_kernels.maybe_symmetric(3, s, t)
     assert not csr_kernels.maybe_symmetric(3, s[:3], t[:3])  # 2 -> 1 has no 1 -> 2
     assert not csr_kernels.maybe_symmetric(4, np.array([0, 1, 2]), np.array([1, 2, 0]))  # a cycle: degrees agree
+
+
+def test_stable_argsort_is_torch_stable_sort() -> None:
+    """The radix sort behind label priorities: the same permutation as a
+    stable torch sort (ties in input order, -0.0 == 0.0, both digit widths)."""
+    for n in (0, 1, 7, 3000, 140_000):
+        g = torch.Generator().manual_seed(n)
+        for keys in (torch.randint(0, 9, (n,), generator=g).double() * 2.5 - 7.0,
+                     torch.randn(n, generator=g, dtype=torch.float64) * 1e300):
+            if n > 3:
+                keys[:3] = torch.tensor([-0.0, 0.0, -0.0])
+            assert torch.equal(torch.from_numpy(kernels.stable_argsort(keys.numpy())), torch.sort(keys, stable=True).indices)
 
 
 def test_half_masks_identical_and_balanced() -> None:

@@ -12,6 +12,7 @@ from pyg_dynscale.partition.assign import ChunkGraph, assign_chunks, divergence,
 from pyg_dynscale.partition.label_propagation import (
     CSRGraph,
     _accept_by_budget,
+    budget_scale,
     compact_labels,
     contract,
     label_propagation,
@@ -144,9 +145,16 @@ def test_accept_by_budget_ranks_by_gain() -> None:
     room = torch.tensor([2.0, 3.0], dtype=torch.float64)
     gain = torch.tensor([1.0, 3.0, 2.0, 5.0, 1.0], dtype=torch.float64)
     tie = torch.arange(5)
-    acc = _accept_by_budget(group, amount, room, gain, tie)
+    acc = _accept_by_budget(group, amount, room, gain, tie, budget_scale(float(amount.sum())))
     # group 0: the two best gains (items 1, 2) fit into room 2; group 1: only item 3
     assert acc.tolist() == [False, True, True, True, False]
+    # integer budget units: a running total is exact and ignores the other groups' sums
+    scale = budget_scale(1e6)
+    assert scale == 2.0 ** (60 - 20) and budget_scale(0.0) == 1.0
+    g2 = torch.tensor([0, 1, 1, 1])
+    a2 = torch.tensor([1e6 / 3, 0.1, 0.2, 0.3], dtype=torch.float64)
+    acc = _accept_by_budget(g2, a2, torch.tensor([1.0, 0.6], dtype=torch.float64), torch.zeros(4), torch.arange(4), scale)
+    assert acc.tolist() == [False, True, True, True]  # 0.1 + 0.2 + 0.3 fits 0.6 exactly
 
 
 def test_floor_is_respected() -> None:

@@ -120,6 +120,9 @@ if HAVE_NUMBA:
         """CSR of the label-level graph (:func:`.csr_kernels.contract_csr`)."""
         return csr_kernels.contract_csr(ptr, dst, weight, labels, int(num_labels), threads())
 
+    #: budget units: a label's room is clamped to this many units
+    BUDGET_LIMIT = float(2 ** 62)
+
     #: the compiled driver splits a round over threads only on graphs with
     #: more CSR entries than this (a parallel region costs ~10 us)
     PARALLEL_MIN_ENTRIES = 50_000
@@ -202,6 +205,43 @@ if HAVE_NUMBA:
         return k
 
     @_jit
+    def stable_argsort(keys):  # pragma: no cover
+        """``torch.sort(keys, stable=True).indices`` for float64 ``keys``
+        without NaN: an LSD radix sort (11-bit digits, 16-bit above 2^17
+        keys) of the order-preserving
+        integer image of each key (``-0.0`` counts as ``0.0``); digits equal
+        for all keys are skipped. :math:`O(n)`, several times faster than a
+        comparison sort on the priority keys of label propagation."""
+        n = keys.shape[0]
+        bits = (keys + 0.0).view(np.int64)  # (+ 0.0: -0.0 -> 0.0)
+        u = np.empty(n, np.uint64)
+        sign = np.uint64(1) << np.uint64(63)
+        for i in range(n):
+            b = bits[i]
+            u[i] = np.uint64(~b) if b < 0 else np.uint64(b) | sign
+        idx = np.arange(n)
+        tmp = np.empty(n, np.int64)
+        width = 16 if n > 131072 else 11
+        nd = 1 << width
+        count = np.empty(nd + 1, np.int64)
+        mask = np.uint64(nd - 1)
+        for shift in range(0, 64, width):
+            sh = np.uint64(shift)
+            count[:] = 0
+            for i in range(n):
+                count[np.int64((u[idx[i]] >> sh) & mask) + 1] += 1
+            if n == 0 or count[np.int64((u[idx[0]] >> sh) & mask) + 1] == n:
+                continue  # every key has this digit
+            for d in range(nd):
+                count[d + 1] += count[d]
+            for i in range(n):
+                d = np.int64((u[idx[i]] >> sh) & mask)
+                tmp[count[d]] = idx[i]
+                count[d] += 1
+            idx, tmp = tmp, idx
+        return idx
+
+    @_jit
     def half_mask(seed, pair, n, out):  # pragma: no cover
         """``out[v] = half_bit(seed, pair, v)`` (see :func:`half_bits`)."""
         s = (seed & 0xFFFFFFFF) * 0x27D4EB2F + pair * 0x165667B1
@@ -215,55 +255,104 @@ if HAVE_NUMBA:
             out[v] = (x & 1) == 1
 
     @_jit
-    def _accept_by_budget(group, amount, room, gain, tiebreak, acc):  # pragma: no cover
-        """As :func:`.label_propagation._accept_by_budget` (same order, same
-        float arithmetic): ``acc[i] &= accepted`` for the ``k`` movers."""
-        k = group.shape[0]
-        o = np.argsort(tiebreak)
-        o = o[np.argsort(-gain[o], kind="mergesort")]
-        o = o[np.argsort(group[o], kind="mergesort")]
-        csum = 0.0
-        before = 0.0
-        prev = -1
-        for i in range(k):
-            j = o[i]
-            g = group[j]
-            a = amount[j]
-            csum += a
-            if i == 0 or g != prev:
-                before = max(before, csum - a)
-            prev = g
-            r = room[g]
-            if not (csum - before <= r + 1e-9 * max(abs(r), 1.0)):
-                acc[j] = False
+    def _ranks_before(gain, tiebreak, i, j):  # pragma: no cover
+        """Whether mover ``i`` ranks before mover ``j``: larger gain, then smaller tiebreak."""
+        return gain[i] > gain[j] or (gain[i] == gain[j] and tiebreak[i] < tiebreak[j])
 
     @_jit
-    def _enforce_budget(group, m_w, size, bound, upper, incoming, room, gain, node_pri, m_node,
-                        acc):  # pragma: no cover
-        """Step 4 of :mod:`.label_propagation` for one side: if the movers
-        (``m_w`` into labels ``group``) would take some label past ``bound``
-        -- above it when ``upper`` (cap), below it otherwise (floor) -- accept
-        them by budget (:func:`_accept_by_budget`); ``incoming`` (all zero,
-        left so) and ``room`` are ``[L]`` scratch."""
+    def _sort_bucket(idx, lo, hi, gain, tiebreak):  # pragma: no cover
+        """Order ``idx[lo:hi]`` by rank (:func:`_ranks_before`; tiebreaks are distinct)."""
+        if hi - lo <= 32:  # insertion sort
+            for t in range(lo + 1, hi):
+                x = idx[t]
+                u = t - 1
+                while u >= lo and _ranks_before(gain, tiebreak, x, idx[u]):
+                    idx[u + 1] = idx[u]
+                    u -= 1
+                idx[u + 1] = x
+            return
+        part = idx[lo:hi].copy()
+        o = np.argsort(tiebreak[part])
+        part = part[o]
+        o = np.argsort(-gain[part], kind="mergesort")
+        idx[lo:hi] = part[o]
+
+    @_jit
+    def _accept_by_budget(group, amount, room, gain, tiebreak, acc, scale, gcount):  # pragma: no cover
+        """As :func:`.label_propagation._accept_by_budget` (same ranks, same
+        integer budget units): ``acc[i] &= accepted`` for the ``k`` movers.
+        Running totals are per group and exact, so the groups need no order
+        among themselves: the movers are bucketed by group (a counting sort
+        over the groups present; ``gcount`` is ``[L]`` scratch, all zero and
+        left so) and only each bucket is ranked."""
+        k = group.shape[0]
+        groups = np.empty(k, np.int64)
+        ng = 0
+        for i in range(k):
+            g = group[i]
+            if gcount[g] == 0:
+                groups[ng] = g
+                ng += 1
+            gcount[g] += 1
+        start = np.empty(ng + 1, np.int64)
+        start[0] = 0
+        for t in range(ng):  # gcount[g] becomes the bucket's fill cursor
+            g = groups[t]
+            start[t + 1] = start[t] + gcount[g]
+            gcount[g] = start[t]
+        idx = np.empty(k, np.int64)
+        for i in range(k):
+            g = group[i]
+            idx[gcount[g]] = i
+            gcount[g] += 1
+        for t in range(ng):
+            g = groups[t]
+            gcount[g] = 0
+            _sort_bucket(idx, start[t], start[t + 1], gain, tiebreak)
+            r = room[g]
+            rq = min(max(np.floor((r + 1e-9 * max(abs(r), 1.0)) * scale), -BUDGET_LIMIT), BUDGET_LIMIT)
+            run = 0
+            for u in range(start[t], start[t + 1]):
+                j = idx[u]
+                run += np.int64(np.ceil(amount[j] * scale))
+                if run > np.int64(rq):
+                    acc[j] = False
+
+    @_jit
+    def _enforce_budget(group, m_w, size, bound, upper, incoming, room, gain, node_pri, m_node, acc,
+                        scale, gcount):  # pragma: no cover
+        """Step 4 of :mod:`.label_propagation` for one side: the movers
+        (``m_w`` into labels ``group``) of every label they would take past
+        ``bound`` -- above it when ``upper`` (cap), below it otherwise
+        (floor) -- are accepted by budget (:func:`_accept_by_budget`; only
+        those movers are ranked, the others are all accepted); ``incoming``
+        and ``gcount`` (all zero, left so) and ``room`` are ``[L]`` scratch."""
         k = group.shape[0]
         for i in range(k):
             incoming[group[i]] += m_w[i]
-        violated = False
+        sub = np.empty(k, np.int64)
+        nv = 0
         for i in range(k):
             g = group[i]
             if (size[g] + incoming[g] > bound) if upper else (size[g] - incoming[g] < bound):
-                violated = True
+                sub[nv] = i
+                nv += 1
         for i in range(k):
             incoming[group[i]] = 0.0
-        if violated:
-            for i in range(k):
+        if nv:
+            sub = sub[:nv]
+            for i in sub:
                 room[group[i]] = bound - size[group[i]] if upper else size[group[i]] - bound
-            _accept_by_budget(group, m_w, room, gain, node_pri[m_node], acc)
+            ok = np.ones(nv, np.bool_)
+            _accept_by_budget(group[sub], m_w[sub], room, gain[sub], node_pri[m_node[sub]], ok, scale, gcount)
+            for t in range(nv):
+                if not ok[t]:
+                    acc[sub[t]] = False
 
     @_jit
     def lp_rounds(ptr, dst, weight, labels, nw, node_pri, dirty, num_labels, cap, has_cap, floor, has_floor,
                   max_rounds, tol, gain_tol, total_w, min_rounds, tie_moves, seed, moved_hist,
-                  gain_hist, blocks):  # pragma: no cover
+                  gain_hist, blocks, scale):  # pragma: no cover
         r"""All rounds of :func:`.label_propagation.label_propagation` in one
         compiled call (steps 1-5 of its module doc, same stopping rules):
         ``labels`` (priority space) and ``dirty`` are updated in place; the
@@ -280,6 +369,7 @@ if HAVE_NUMBA:
         size = np.empty(L, np.float64)
         incoming = np.zeros(L, np.float64)
         room = np.empty(L, np.float64)
+        gcount = np.zeros(L, np.int64)
         out_node = np.empty(n, np.int64)
         out_to = np.empty(n, np.int64)
         out_gain = np.empty(n, np.float64)
@@ -321,12 +411,14 @@ if HAVE_NUMBA:
                 for i in range(k):
                     m_w[i] = nw[m_node[i]]
                 if has_cap and k:  # arrivals may not lift a label above the cap
-                    _enforce_budget(m_to, m_w, size, cap, True, incoming, room, gain, node_pri, m_node, acc)
+                    _enforce_budget(m_to, m_w, size, cap, True, incoming, room, gain, node_pri, m_node, acc, scale,
+                                    gcount)
                 if has_floor and k:  # departures may not drop a label below the floor
                     m_from = np.empty(k, np.int64)
                     for i in range(k):
                         m_from[i] = labels[m_node[i]]
-                    _enforce_budget(m_from, m_w, size, floor, False, incoming, room, gain, node_pri, m_node, acc)
+                    _enforce_budget(m_from, m_w, size, floor, False, incoming, room, gain, node_pri, m_node, acc,
+                                    scale, gcount)
                 for i in range(A):
                     dirty[act[i]] = False
                 for i in range(k):

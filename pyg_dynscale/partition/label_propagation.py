@@ -56,6 +56,7 @@ node's label priority, so ties cannot cycle.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -242,21 +243,50 @@ def _rank_within_groups(group: Tensor, gain: Tensor, tiebreak: Tensor) -> Tensor
     return order[torch.sort(group[order], stable=True).indices]
 
 
-def _accept_by_budget(group: Tensor, amount: Tensor, room: Tensor, gain: Tensor, tiebreak: Tensor) -> Tensor:
+def budget_scale(total: float) -> float:
+    r"""Budget units of step 4: node weights are counted in units of
+    :math:`2^{e - 60}` with :math:`2^{e-1} \le W < 2^e` (``W`` = ``total``,
+    the summed node weight), i.e. multiplied by the returned power of two,
+    so every running total is an exact int64 below :math:`2^{61}` and does
+    not depend on the order in which other labels were summed."""
+    if not math.isfinite(total) or total <= 0:
+        return 1.0
+    return math.ldexp(1.0, 60 - math.frexp(total)[1])
+
+
+def _accept_by_budget(group: Tensor, amount: Tensor, room: Tensor, gain: Tensor, tiebreak: Tensor,
+                      scale: float) -> Tensor:
     r"""Boolean mask: accept items in rank order while the running total of
-    ``amount`` inside their group stays ``<= room[group]``."""
+    ``amount`` inside their group stays ``<= room[group]`` -- in integer
+    budget units (:func:`budget_scale`): amounts rounded up, rooms (with a
+    relative tolerance of 1e-9) rounded down."""
     acc = torch.zeros(group.numel(), dtype=torch.bool, device=group.device)
     if group.numel() == 0:
         return acc
     order = _rank_within_groups(group, gain, tiebreak)
-    g, a = group[order], amount[order]
+    g = group[order]
+    a = torch.ceil(amount[order] * scale).to(torch.long)
+    rq = torch.floor((room + 1e-9 * room.abs().clamp(min=1.0)) * scale).clamp(-2.0 ** 62, 2.0 ** 62).to(torch.long)
     csum = torch.cumsum(a, 0)
     starts = torch.ones_like(g, dtype=torch.bool)
     starts[1:] = g[1:] != g[:-1]
-    # running total inside the group = global cumsum minus cumsum before the group
+    # running total inside the group = global cumsum minus cumsum before the group (exact in int64)
     before = torch.where(starts, csum - a, torch.zeros_like(csum))
     before = torch.cummax(before, 0).values  # broadcast each group's offset forward
-    acc[order] = (csum - before) <= room[g] + 1e-9 * room[g].abs().clamp(min=1.0)
+    acc[order] = (csum - before) <= rq[g]
+    return acc
+
+
+def _accept_over(group: Tensor, over: Tensor, amount: Tensor, room: Tensor, gain: Tensor, tiebreak: Tensor,
+                 scale: float) -> Tensor:
+    """Step 4 for one side: movers into a group flagged ``over`` (``[L]``:
+    its bound would be crossed) are accepted by :func:`_accept_by_budget`,
+    every other mover is accepted."""
+    acc = torch.ones(group.numel(), dtype=torch.bool, device=group.device)
+    sub = _take(over, group).nonzero().flatten()
+    if sub.numel():
+        acc[sub] = _accept_by_budget(_take(group, sub), _take(amount, sub), room, _take(gain, sub),
+                                     _take(tiebreak, sub), scale)
     return acc
 
 
@@ -325,7 +355,13 @@ def label_propagation(
         # rank by (priority, random): stable sort of the random order by the key
         by_rand = torch.empty_like(label_pri)
         by_rand[label_pri] = torch.arange(L, device=dev)  # labels in random-priority order
-        order = _take(by_rand, torch.sort(_take(priority.to(dev), by_rand), stable=True).indices)
+        key = _take(priority.to(dev), by_rand)
+        if (kernels.backend() == "numba" and dev.type == "cpu" and key.dtype == torch.float64
+                and not bool(torch.isnan(key).any())):  # a radix sort, same permutation
+            idx = torch.from_numpy(kernels.stable_argsort(_np(key)))
+        else:
+            idx = torch.sort(key, stable=True).indices
+        order = _take(by_rand, idx)
         label_pri = torch.empty_like(label_pri)
         label_pri[order] = torch.arange(L, device=dev)
     # work in "priority space": internal label = priority of the label, so the
@@ -346,6 +382,7 @@ def label_propagation(
         dirty[srcs[_take(labels, srcs) != _take(labels, dst)]] = True
         del srcs
     total_w = float(weight.double().sum()) / 2.0 if gain_tol > 0 else 0.0
+    scale = budget_scale(float(nw.sum())) if (cap is not None or floor is not None) else 1.0
     if compiled:
         moved_np = np.zeros(max(0, max_rounds), np.int64)
         gains_np = np.zeros(max(0, max_rounds), np.float64)
@@ -353,7 +390,7 @@ def label_propagation(
             ptr_np, dst_np, w_np, _np(labels), nw_np, _np(node_pri, torch.long), _np(dirty), L, cap_t, has_cap,
             float(floor) if floor is not None else 0.0, floor is not None, int(max_rounds), float(tol),
             float(gain_tol), total_w, int(min_rounds), bool(tie_moves), int(seed), moved_np, gains_np,
-            kernels.threads())
+            kernels.threads(), scale)
         moved_hist, gain_hist = moved_np[:r].tolist(), gains_np[:r].tolist()
         if progress:
             for i, (m, g_) in enumerate(zip(moved_hist, gain_hist)):
@@ -361,7 +398,7 @@ def label_propagation(
     else:
         r, converged, moved_hist, gain_hist = _rounds_torch(
             graph, labels, nw, node_pri, dirty, L, cap_t, has_cap, floor, max_rounds, tol, gain_tol, total_w,
-            min_rounds, tie_moves, init is None, seed, progress)
+            min_rounds, tie_moves, init is None, seed, progress, scale)
     out = torch.empty(L, dtype=torch.long, device=dev)
     out[label_pri] = torch.arange(L, device=dev)  # priority -> label
     return LabelPropagationResult(labels=_take(out, labels), rounds=r, converged=converged, moved=moved_hist,
@@ -387,7 +424,7 @@ def half_bits(seed: int, pair: int, n: int) -> Tensor:
 def _rounds_torch(graph: CSRGraph, labels: Tensor, nw: Tensor, node_pri: Tensor, dirty: Tensor, L: int, cap_t: float,
                   has_cap: bool, floor: Optional[float], max_rounds: int, tol: float, gain_tol: float, total_w: float,
                   min_rounds: int, tie_moves: bool, unique_labels: bool, seed: int,
-                  progress: bool) -> tuple[int, bool, list[int], list[float]]:
+                  progress: bool, scale: float = 1.0) -> tuple[int, bool, list[int], list[float]]:
     """The rounds of :func:`label_propagation`, vectorized (the reference the
     compiled :func:`.kernels.lp_rounds` matches bit for bit); ``labels`` and
     ``dirty`` are updated in place. Returns ``(rounds, converged, moved, gains)``."""
@@ -418,13 +455,13 @@ def _rounds_torch(graph: CSRGraph, labels: Tensor, nw: Tensor, node_pri: Tensor,
             m_w = _take(nw, m_node)
             if has_cap and m_node.numel():
                 incoming = torch.zeros(L, dtype=torch.float64, device=dev).index_add_(0, m_to, m_w)
-                if bool((size + incoming > cap_t).any()):
-                    acc &= _accept_by_budget(m_to, m_w, cap_t - size, gain, _take(node_pri, m_node))
+                acc &= _accept_over(m_to, size + incoming > cap_t, m_w, cap_t - size, gain, _take(node_pri, m_node),
+                                    scale)
             m_from = _take(labels, m_node)
-            if floor is not None and m_node.numel() and bool(
-                    (size - torch.zeros(L, dtype=torch.float64, device=dev).index_add_(0, m_from, m_w) < float(floor)).any()):
-                # (when every label keeps its floor after all departures, every mover is accepted)
-                acc &= _accept_by_budget(m_from, m_w, size - float(floor), gain, _take(node_pri, m_node))
+            if floor is not None and m_node.numel():
+                outgoing = torch.zeros(L, dtype=torch.float64, device=dev).index_add_(0, m_from, m_w)
+                acc &= _accept_over(m_from, size - outgoing < float(floor), m_w, size - float(floor), gain,
+                                    _take(node_pri, m_node), scale)
             # evaluated nodes are clean unless their move was rejected (they retry)
             dirty[act] = False
             dirty[m_node[~acc]] = True

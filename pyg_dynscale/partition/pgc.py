@@ -411,13 +411,16 @@ def partition_pgc(
 
 
 def _refine(levels: list[Level], chunk_owner: np.ndarray, P: int, total: float, slack: float, rounds: int,
-            tol: float, gain_tol: float, seed: int, progress: bool) -> tuple[Tensor, list[int]]:
+            tol: float, gain_tol: float, seed: int, progress: bool,
+            stats: Optional[dict] = None) -> tuple[Tensor, list[int]]:
     """Project the chunk owners down the hierarchy, refining on each level
-    (step 6): ``(owner of the finest level's nodes, moves per level)``."""
+    (step 6): ``(owner of the finest level's nodes, moves per level)``;
+    ``stats`` (if given) gets the rounds and seconds per level, coarsest first."""
     own = torch.from_numpy(chunk_owner)
     moved_per_level = []
     mean = total / P
     for depth, lvl in enumerate(reversed(levels)):
+        t0 = time.perf_counter()
         own = own[lvl.up]
         if rounds > 0 and P > 1 and lvl.graph.dst.numel():
             loads = torch.zeros(P, dtype=torch.float64).index_add_(0, own, lvl.node_w)
@@ -428,6 +431,9 @@ def _refine(levels: list[Level], chunk_owner: np.ndarray, P: int, total: float, 
                                   boundary_only=True, progress=progress)
             moved_per_level.append(int((r.labels != own).sum()))
             own = r.labels
+            if stats is not None:
+                stats.setdefault("refine_rounds", []).append(r.rounds)
+                stats.setdefault("refine_seconds", []).append(time.perf_counter() - t0)
     return own, moved_per_level
 
 
@@ -561,7 +567,8 @@ def _partition_pgc(signal: "DynamicGraphSignal", P: int, pattern: Any, *, seed: 
 
     # step 6: uncoarsening -- project the owner down the hierarchy, refining on each level
     t0 = time.perf_counter()
-    owner, moved_per_level = _refine(levels, chunk_owner, P, total, slack, refine_rounds, refine_tol, gain_tol, seed, progress)
+    owner, moved_per_level = _refine(levels, chunk_owner, P, total, slack, refine_rounds, refine_tol, gain_tol, seed, progress,
+                                     stats=info)
     if any(moved_per_level):
         chunk, C = compact_labels(chunk * P + owner)  # split chunks that straddle ranks
     timings["refinement"] = time.perf_counter() - t0
