@@ -273,6 +273,21 @@ def test_stable_argsort_is_torch_stable_sort() -> None:
             assert torch.equal(torch.from_numpy(kernels.stable_argsort(keys.numpy())), torch.sort(keys, stable=True).indices)
 
 
+def test_compact_labels_identical() -> None:
+    """compact_labels: the presence-array kernel == torch.unique (and its
+    fallback for sparse label ranges)."""
+    from pyg_dynscale.partition.label_propagation import compact_labels
+
+    g = torch.Generator().manual_seed(0)
+    for labels in (torch.randint(0, 50, (300,), generator=g), torch.randint(0, 5, (7,), generator=g) * 1000,
+                   torch.tensor([3]), torch.randint(0, 2 ** 40, (20,), generator=g)):
+        uniq, inv = torch.unique(labels, return_inverse=True)
+        for be in ("numba", "torch"):
+            with use_backend(be):
+                got, C = compact_labels(labels)
+            assert torch.equal(got, inv) and C == uniq.numel()
+
+
 def test_half_masks_identical_and_balanced() -> None:
     import numpy as np
 

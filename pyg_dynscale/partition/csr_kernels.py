@@ -197,6 +197,43 @@ def transpose_merge(ptr, b, w, nb):  # pragma: no cover
     return _compact_rows(out, b2, w2, length, obounds)
 
 
+#: :func:`edges_to_csr` merges equal entries before the transpose when a
+#: node map is given (segment quotients: many supergraph edges land on the
+#: same segment pair) and the graph has at most this many nodes (one
+#: ``[n]`` mark array per thread)
+PREMERGE_MAX_NODES = 1 << 21
+
+
+@_pjit
+def _premerge_rows(ptr, b, w, nb):  # pragma: no cover
+    """Merge equal entries inside every row of ``(ptr, b, w)`` without
+    sorting: each value keeps its first position and its weights are summed
+    in entry order; returns the compacted ``(ptr, b, w)`` (rows unsorted).
+    A mark array per block of rows remembers where a value was put; a stale
+    mark (from an earlier row) points before the row's start."""
+    n = ptr.shape[0] - 1
+    nbk = max(1, min(nb, ptr[n] // 4096 + 1))
+    bounds = _row_blocks(ptr, nbk)
+    length = np.empty(n, np.int64)
+    for t in numba.prange(nbk):
+        mark = np.full(n, -1, np.int64)
+        for v in range(bounds[t], bounds[t + 1]):
+            lo = ptr[v]
+            k = lo
+            for e in range(lo, ptr[v + 1]):
+                x = b[e]
+                m = mark[x]
+                if m >= lo and m < k and b[m] == x:
+                    w[m] += w[e]
+                else:
+                    mark[x] = k
+                    b[k] = x
+                    w[k] = w[e]
+                    k += 1
+            length[v] = k - lo
+    return _compact_rows(ptr, b, w, length, bounds)
+
+
 @_pjit
 def edges_to_csr(n, node_map, s1, d1, w1, c1, both1, s2, d2, w2, nb):  # pragma: no cover
     r"""Undirected CSR on ``n`` nodes from two edge lists, as
@@ -266,6 +303,11 @@ def edges_to_csr(n, node_map, s1, d1, w1, c1, both1, s2, d2, w2, nb):  # pragma:
                     b[p] = c
                     w[p] = x
                     counts[1, t, a] = p + 1
+    if node_map.shape[0] and n <= PREMERGE_MAX_NODES:
+        # a row (= column) holds the copies of an entry in the reference's
+        # summation order (forward ones in edge order, then backward ones),
+        # so merging them here sums the same way and shrinks the transpose
+        ptr, b, w = _premerge_rows(ptr, b, w, nb)
     return transpose_merge(ptr, b, w, nb)
 
 

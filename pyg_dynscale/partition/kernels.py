@@ -242,6 +242,21 @@ if HAVE_NUMBA:
         return idx
 
     @_jit
+    def compact(labels, bound):  # pragma: no cover
+        """``torch.unique(labels, return_inverse=True)`` for labels in
+        ``[0, bound)``: ``(inverse [n], count)`` through a presence array
+        (:math:`O(n + \text{bound})`, no sort)."""
+        slot = np.zeros(bound + 1, np.int64)
+        for i in range(labels.shape[0]):
+            slot[labels[i] + 1] = 1
+        for x in range(bound):  # slot[x + 1] = number of present labels <= x
+            slot[x + 1] += slot[x]
+        out = np.empty(labels.shape[0], np.int64)
+        for i in range(labels.shape[0]):
+            out[i] = slot[labels[i]]
+        return out, slot[bound]
+
+    @_jit
     def half_mask(seed, pair, n, out):  # pragma: no cover
         """``out[v] = half_bit(seed, pair, v)`` (see :func:`half_bits`)."""
         s = (seed & 0xFFFFFFFF) * 0x27D4EB2F + pair * 0x165667B1

@@ -590,6 +590,12 @@ def _ranges(ptr: Tensor, nodes: Tensor) -> tuple[Tensor, Tensor]:
 
 def compact_labels(labels: Tensor) -> tuple[Tensor, int]:
     """Relabel to ``0..C-1`` (in increasing order of the old label): ``(labels, C)``."""
+    n = labels.numel()
+    if kernels.backend() == "numba" and labels.device.type == "cpu" and n:
+        lo, hi = int(labels.min()), int(labels.max())
+        if lo >= 0 and hi < 4 * n + 1024:  # a presence array, no sort (same result)
+            inv, C = kernels.compact(_np(labels, torch.long), hi + 1)
+            return torch.from_numpy(inv), int(C)
     uniq, inv = torch.unique(labels, return_inverse=True)
     return inv, int(uniq.numel())
 

@@ -96,7 +96,7 @@ HUB_PRIORITY = True
 #: is for big graphs without much structure, where every round is a pass over
 #: tens of millions of entries and mostly churns (docs/pgc.md, "Speed and quality")
 EFFORT = {
-    "thorough": {"max_rounds": 30, "coarse_rounds": 15, "max_levels": 6, "refine_rounds": 30},
+    "thorough": {"max_rounds": 8, "coarse_rounds": 15, "max_levels": 6, "refine_rounds": 30},
     "fast": {"max_rounds": 4, "coarse_rounds": 2, "max_levels": 3, "refine_rounds": 6},
 }
 #: ``effort="auto"`` picks "fast" above this many level-0 CSR entries
