@@ -217,19 +217,26 @@ def symmetric_signal(seed: int = 0, T: int = 6, V: int = 50, deg: int = 3):
 
 
 @pytest.mark.parametrize("symmetric", [True, False])
-@pytest.mark.parametrize("segments", [True, False])
+@pytest.mark.parametrize("segments", ["none", "short", "whole"])
 @pytest.mark.parametrize("weights", ["tgcn", "dysat", "float"])
-def test_supergraph_csr_matches_reference(symmetric: bool, segments: bool, weights: str) -> None:
+def test_supergraph_csr_matches_reference(symmetric: bool, segments: str, weights: str) -> None:
     """The level-0 builder (segment map applied on the fly, symmetric fast
-    path) equals CSRGraph.from_edges over the explicit edge lists."""
+    path, entries pre-merged before the transpose when segments collapse
+    many edges: "whole" sequences of 12 vertices over 20 snapshots) equals
+    CSRGraph.from_edges over the explicit edge lists."""
+    from pyg_dynscale.partition import csr_kernels
     from pyg_dynscale.partition.coarsen import segment_sequences, supergraph_csr, temporal_edge_weights
     from pyg_dynscale.partition.pgc import edge_weights
 
-    s = symmetric_signal(3) if symmetric else random_signal(3, T=6, V=50)
+    V, T = (12, 20) if segments == "whole" else (50, 6)
+    s = symmetric_signal(3, T=T, V=V) if symmetric else random_signal(3, T=T, V=V)
     sg = s.supergraph()
     pat = (0.1, 0.3) if weights == "float" else DependencyPattern.preset(weights, 1, 16)
     ws, tw = edge_weights(pat)[0], temporal_edge_weights(sg, pat)
-    seg, S = segment_sequences(sg, torch.ones(sg.num_nodes, dtype=torch.float64), 2.5) if segments else (None, None)
+    seg, S = None, None
+    if segments != "none":
+        seg, S = segment_sequences(sg, torch.ones(sg.num_nodes, dtype=torch.float64),
+                                   2.5 if segments == "short" else float("inf"))
     got = supergraph_csr(sg, ws, tw, seg, S)
     m = (lambda x: x) if seg is None else (lambda x: seg[x])
     src = torch.cat([m(sg.spatial_edge_index[0]), m(sg.temporal_edge_index[0])])
@@ -239,6 +246,32 @@ def test_supergraph_csr_matches_reference(symmetric: bool, segments: bool, weigh
         ref = CSRGraph.from_edges(sg.num_nodes if seg is None else S, src, dst, w)
         ref_torch_path = supergraph_csr(sg, ws, tw, seg, S)
     assert same_csr(got, ref) and same_csr(ref_torch_path, ref)
+    if segments == "whole":  # the pre-merge branch ran: rows keep few distinct neighbours
+        assert got.dst.numel() < 0.5 * csr_kernels.PREMERGE_MAX_KEPT * src.numel()
+
+
+def test_premerge_rows_sums_in_entry_order() -> None:
+    """_premerge_rows keeps each value's first position and sums its weights
+    in entry order: after a per-row sort it equals merge_rows."""
+    import numpy as np
+
+    from pyg_dynscale.partition import csr_kernels
+
+    rng = np.random.default_rng(0)
+    n = 30
+    deg = rng.integers(0, 40, n)
+    ptr = np.concatenate([[0], np.cumsum(deg)]).astype(np.int64)
+    b = rng.integers(0, n, ptr[-1]).astype(np.int64)
+    w = rng.random(ptr[-1]) * 10
+    ref = csr_kernels.merge_rows(ptr, b.copy(), w.copy(), n, 2)
+    p2, b2, w2 = csr_kernels._premerge_rows(ptr, b.copy(), w.copy(), 2)
+    first = [list(dict.fromkeys(b[ptr[v]:ptr[v + 1]].tolist())) for v in range(n)]
+    for v in range(n):
+        row = b2[p2[v]:p2[v + 1]].tolist()
+        assert row == first[v]  # first-occurrence order, no duplicates
+        o = np.argsort(row, kind="stable")
+        assert b2[p2[v]:p2[v + 1]][o].tolist() == ref[1][ref[0][v]:ref[0][v + 1]].tolist()
+        assert w2[p2[v]:p2[v + 1]][o].tolist() == ref[2][ref[0][v]:ref[0][v + 1]].tolist()  # bit-equal sums
 
 
 def test_symmetry_tests() -> None:

@@ -198,10 +198,29 @@ def transpose_merge(ptr, b, w, nb):  # pragma: no cover
 
 
 #: :func:`edges_to_csr` merges equal entries before the transpose when a
-#: node map is given (segment quotients: many supergraph edges land on the
-#: same segment pair) and the graph has at most this many nodes (one
-#: ``[n]`` mark array per thread)
+#: node map is given (segment quotients: many supergraph edges can land on
+#: the same segment pair), the graph has at most this many nodes (one
+#: ``[n]`` mark array per thread) and a sample of the rows (every 64th)
+#: keeps at most ``PREMERGE_MAX_KEPT`` of its entries
 PREMERGE_MAX_NODES = 1 << 21
+PREMERGE_MAX_KEPT = 0.7
+
+
+@_jit
+def _distinct_fraction(ptr, b, step):  # pragma: no cover
+    """Distinct values / entries over every ``step``-th row (1.0 when empty)."""
+    n = ptr.shape[0] - 1
+    mark = np.full(n, -1, np.int64)
+    total = 0
+    distinct = 0
+    for v in range(0, n, step):
+        for e in range(ptr[v], ptr[v + 1]):
+            x = b[e]
+            if mark[x] != v:
+                mark[x] = v
+                distinct += 1
+            total += 1
+    return distinct / total if total else 1.0
 
 
 @_pjit
@@ -303,7 +322,7 @@ def edges_to_csr(n, node_map, s1, d1, w1, c1, both1, s2, d2, w2, nb):  # pragma:
                     b[p] = c
                     w[p] = x
                     counts[1, t, a] = p + 1
-    if node_map.shape[0] and n <= PREMERGE_MAX_NODES:
+    if node_map.shape[0] and n <= PREMERGE_MAX_NODES and _distinct_fraction(ptr, b, 64) <= PREMERGE_MAX_KEPT:
         # a row (= column) holds the copies of an entry in the reference's
         # summation order (forward ones in edge order, then backward ones),
         # so merging them here sums the same way and shrinks the transpose
