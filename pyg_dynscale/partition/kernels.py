@@ -220,7 +220,8 @@ if HAVE_NUMBA:
             b = bits[i]
             u[i] = np.uint64(~b) if b < 0 else np.uint64(b) | sign
         idx = np.arange(n)
-        tmp = np.empty(n, np.int64)
+        u2 = np.empty(n, np.uint64)  # keys travel with their indices: every pass reads sequentially
+        idx2 = np.empty(n, np.int64)
         width = 16 if n > 131072 else 11
         nd = 1 << width
         count = np.empty(nd + 1, np.int64)
@@ -229,21 +230,24 @@ if HAVE_NUMBA:
             sh = np.uint64(shift)
             count[:] = 0
             for i in range(n):
-                count[np.int64((u[idx[i]] >> sh) & mask) + 1] += 1
-            if n == 0 or count[np.int64((u[idx[0]] >> sh) & mask) + 1] == n:
+                count[np.int64((u[i] >> sh) & mask) + 1] += 1
+            if n == 0 or count[np.int64((u[0] >> sh) & mask) + 1] == n:
                 continue  # every key has this digit
             for d in range(nd):
                 count[d + 1] += count[d]
             for i in range(n):
-                d = np.int64((u[idx[i]] >> sh) & mask)
-                tmp[count[d]] = idx[i]
-                count[d] += 1
-            idx, tmp = tmp, idx
+                d = np.int64((u[i] >> sh) & mask)
+                p = count[d]
+                u2[p] = u[i]
+                idx2[p] = idx[i]
+                count[d] = p + 1
+            u, u2 = u2, u
+            idx, idx2 = idx2, idx
         return idx
 
     @_jit
     def compact(labels, bound):  # pragma: no cover
-        """``torch.unique(labels, return_inverse=True)`` for labels in
+        r"""``torch.unique(labels, return_inverse=True)`` for labels in
         ``[0, bound)``: ``(inverse [n], count)`` through a presence array
         (:math:`O(n + \text{bound})`, no sort)."""
         slot = np.zeros(bound + 1, np.int64)
