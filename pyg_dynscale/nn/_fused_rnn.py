@@ -24,6 +24,19 @@ from torch.autograd.function import once_differentiable
 from .packing import SequencePacking
 
 
+def _steps(packing: SequencePacking) -> list[tuple[int, int, int, int]]:
+    """``(t, active rows, lo, hi)`` of every non-empty time step, in time order
+    (step ``t`` is rows ``lo:hi`` of the time-major buffers; ``active`` never
+    grows with ``t``, so the steps end at the first empty one)."""
+    active, steps = packing.active_list, packing.step_list
+    out = []
+    for t in range(packing.row_len):
+        if active[t] == 0:
+            break
+        out.append((t, active[t], steps[t], steps[t + 1]))
+    return out
+
+
 def _initial(state_prev: Optional[Tensor], h0: Tensor, a: int, rows: Tensor, seqs: Tensor, t: int) -> Tensor:
     """State entering step ``t``: the first ``a`` rows of the previous state, with
     rows that start a sequence replaced by its initial state (DGC Eq. 4-5)."""
@@ -40,7 +53,6 @@ class FusedGRUScan(torch.autograd.Function):
     @staticmethod
     def forward(ctx, gi: Tensor, h0: Tensor, w_hh: Tensor, b_hh: Optional[Tensor], packing: SequencePacking, resets):
         M, H = gi.shape[0], h0.shape[1]
-        active, steps = packing.active_list, packing.step_list
         h_in = gi.new_empty(M, H)
         out = gi.new_empty(M, H)
         rz = gi.new_empty(M, 2 * H)
@@ -48,11 +60,7 @@ class FusedGRUScan(torch.autograd.Function):
         ghn_all = gi.new_empty(M, H)
         w_t = w_hh.t()
         prev = None
-        for t in range(packing.row_len):
-            a = active[t]
-            if a == 0:
-                break
-            lo, hi = steps[t], steps[t + 1]
+        for t, a, lo, hi in _steps(packing):
             rows, seqs = resets[t]
             h = _initial(prev, h0, a, rows, seqs, t)
             h_in[lo:hi] = h
@@ -78,15 +86,12 @@ class FusedGRUScan(torch.autograd.Function):
     def backward(ctx, dout: Tensor):
         h_in, rz, n_all, ghn_all, w_hh = ctx.saved_tensors
         packing, resets = ctx.packing, ctx.resets
-        active, steps = packing.active_list, packing.step_list
         M, H = h_in.shape
         dgi = dout.new_empty(M, 3 * H)
         dgh = dout.new_empty(M, 3 * H)
         dh0 = dout.new_zeros(ctx.S, H)
         carry: Optional[Tensor] = None
-        last = max((t for t in range(packing.row_len) if active[t] > 0), default=-1)
-        for t in range(last, -1, -1):
-            lo, hi = steps[t], steps[t + 1]
+        for t, a, lo, hi in reversed(_steps(packing)):
             dh = dout[lo:hi]
             if carry is not None:
                 dh = dh.clone()
@@ -121,7 +126,6 @@ class FusedLSTMScan(torch.autograd.Function):
     def forward(ctx, gi: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor, b_hh: Optional[Tensor], packing: SequencePacking, resets):
         ctx.set_materialize_grads(False)
         M, H = gi.shape[0], h0.shape[1]
-        active, steps = packing.active_list, packing.step_list
         h_in = gi.new_empty(M, H)
         c_in = gi.new_empty(M, H)
         gates = gi.new_empty(M, 4 * H)  # sigmoid(i), sigmoid(f), tanh(g), sigmoid(o)
@@ -130,11 +134,7 @@ class FusedLSTMScan(torch.autograd.Function):
         out_c = gi.new_empty(M, H)
         w_t = w_hh.t()
         hp = cp = None
-        for t in range(packing.row_len):
-            a = active[t]
-            if a == 0:
-                break
-            lo, hi = steps[t], steps[t + 1]
+        for t, a, lo, hi in _steps(packing):
             rows, seqs = resets[t]
             h = _initial(hp, h0, a, rows, seqs, t)
             c = _initial(cp, c0, a, rows, seqs, t)
@@ -162,7 +162,6 @@ class FusedLSTMScan(torch.autograd.Function):
     def backward(ctx, dout_h: Tensor, dout_c: Optional[Tensor]):
         h_in, c_in, gates, tc_all, w_hh = ctx.saved_tensors
         packing, resets = ctx.packing, ctx.resets
-        active, steps = packing.active_list, packing.step_list
         M, H = h_in.shape
         if dout_h is None:
             dout_h = h_in.new_zeros(M, H)
@@ -171,9 +170,7 @@ class FusedLSTMScan(torch.autograd.Function):
         dc0 = h_in.new_zeros(ctx.S, H)
         carry_h: Optional[Tensor] = None
         carry_c: Optional[Tensor] = None
-        last = max((t for t in range(packing.row_len) if active[t] > 0), default=-1)
-        for t in range(last, -1, -1):
-            lo, hi = steps[t], steps[t + 1]
+        for t, a, lo, hi in reversed(_steps(packing)):
             dh = dout_h[lo:hi]
             dc = dout_c[lo:hi].clone() if dout_c is not None else None
             if carry_h is not None:
@@ -244,17 +241,12 @@ class FusedTGCNScan(torch.autograd.Function):
     def forward(ctx, x: Tensor, w_in: Optional[Tensor], b_in: Optional[Tensor], h0: Tensor, w_zr: Tensor,
                 w_h: Tensor, packing: SequencePacking, resets):
         M, H = x.shape[0], h0.shape[1]
-        active, steps = packing.active_list, packing.step_list
         gates = x.new_empty(M, 3 * H)  # u, then [Z | R | H~] in place
         out = x.new_empty(M, H)
         w_zr_t, w_h_t = w_zr.t(), w_h.t()
         w_in_t = w_in.t() if w_in is not None else None
         prev: Optional[Tensor] = None
-        for t in range(packing.row_len):
-            a = active[t]
-            if a == 0:
-                break
-            lo, hi = steps[t], steps[t + 1]
+        for t, a, lo, hi in _steps(packing):
             h = _initial(prev, h0, a, *resets[t], t)
             g = gates[lo:hi]
             if w_in_t is None:
@@ -279,7 +271,7 @@ class FusedTGCNScan(torch.autograd.Function):
     def backward(ctx, dout: Tensor):
         x, w_in, h0, w_zr, w_h, gates, out = ctx.saved_tensors
         packing, resets = ctx.packing, ctx.resets
-        active, steps = packing.active_list, packing.step_list
+        steps = packing.step_list
         M, H = out.shape
         need_x = ctx.needs_input_grad[0]
         proj = w_in is not None
@@ -290,10 +282,7 @@ class FusedTGCNScan(torch.autograd.Function):
         dw_zr = dout.new_zeros(w_zr.shape)
         dw_h = dout.new_zeros(w_h.shape)
         carry: Optional[Tensor] = None
-        last = max((t for t in range(packing.row_len) if active[t] > 0), default=-1)
-        for t in range(last, -1, -1):
-            lo, hi = steps[t], steps[t + 1]
-            a = hi - lo
+        for t, a, lo, hi in reversed(_steps(packing)):
             rows, seqs = resets[t]
             # the state that entered step t (previous step's output, resets replaced)
             h = _initial(out[steps[t - 1]:steps[t]] if t > 0 else None, h0, a, rows, seqs, t)
