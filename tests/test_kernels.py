@@ -66,10 +66,12 @@ def test_csr_without_edges() -> None:
 
 
 @pytest.mark.parametrize("case", ["plain", "cap", "cap_ties", "float", "refine_floor", "priority", "float_nodes",
-                                  "float_floor"])
+                                  "float_floor", "refine_zero_edges", "refine_float_edges"])
 def test_label_propagation_identical(case: str) -> None:
     n = 400
-    src, dst, w = random_edges(n, 2000, seed=3, float_weights=case == "float")
+    src, dst, w = random_edges(n, 2000, seed=3, float_weights=case in ("float", "refine_float_edges"))
+    if case == "refine_zero_edges":  # labels of weight 0 are candidates that never win a move
+        w[::3] = 0.0
     g = CSRGraph.from_edges(n, src, dst, w)
     nw = torch.randint(1, 4, (n,), generator=torch.Generator().manual_seed(4)).double()
     if case.startswith("float_"):  # non-integral node weights: budgets in integer units (budget_scale)
@@ -83,7 +85,7 @@ def test_label_propagation_identical(case: str) -> None:
         kw["tie_moves"] = True
     if case == "priority":
         kw.update(priority=g.weighted_degree(), tie_moves=True, cap=60.0, gain_tol=1e-3, min_rounds=4)
-    if case in ("refine_floor", "float_floor"):
+    if case.startswith("refine") or case == "float_floor":
         P = 4
         kw.update(init=torch.arange(n) % P, num_labels=P, cap=float(nw.sum()) / P * 1.05,
                   floor=float(nw.sum()) / P * 0.95, boundary_only=True)
@@ -91,6 +93,27 @@ def test_label_propagation_identical(case: str) -> None:
     assert torch.equal(a.labels, b.labels)
     assert (a.rounds, a.converged, a.moved, a.gains) == (b.rounds, b.converged, b.moved, b.gains)
     assert sum(a.moved) > 0  # the comparison exercised real moves
+    # few labels and integral edge weights: the compiled driver's dense label-weight table
+    assert b.dense == (case in ("refine_floor", "float_floor", "refine_zero_edges")) and not a.dense
+
+
+def test_dense_label_table_matches_row_scan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The dense [n, L] table and the row scan of the compiled driver give the
+    same rounds (rank-level refinement of a PGC-like start)."""
+    n, P = 500, 6
+    src, dst, w = random_edges(n, 4000, seed=8)
+    g = CSRGraph.from_edges(n, src, dst, w * 64)
+    nw = torch.randint(1, 9, (n,), generator=torch.Generator().manual_seed(9)).double()
+    kw = dict(node_weight=nw, init=torch.randperm(n, generator=torch.Generator().manual_seed(1)) % P, num_labels=P,
+              cap=float(nw.sum()) / P * 1.04, floor=float(nw.sum()) / P * 0.96, boundary_only=True, seed=3,
+              max_rounds=30, tie_moves=True)
+    with use_backend("numba"):
+        dense = label_propagation(g, **kw)
+        monkeypatch.setattr(kernels, "DENSE_MAX_LABELS", 0)
+        rows = label_propagation(g, **kw)
+    assert dense.dense and not rows.dense and sum(dense.moved) > 50
+    assert torch.equal(dense.labels, rows.labels)
+    assert (dense.rounds, dense.moved, dense.gains) == (rows.rounds, rows.moved, rows.gains)
 
 
 @pytest.mark.parametrize("coarsen", [True, False])

@@ -126,6 +126,13 @@ if HAVE_NUMBA:
     #: the compiled driver splits a round over threads only on graphs with
     #: more CSR entries than this (a parallel region costs ~10 us)
     PARALLEL_MIN_ENTRIES = 50_000
+    #: :func:`lp_rounds` keeps a dense ``[n, L]`` label-weight table (``dense``)
+    #: for at most this many labels (the rank-level refinement), when the
+    #: table has at most ``DENSE_MAX_FILL`` times as many cells as the graph
+    #: has CSR entries
+    DENSE_MAX_LABELS = 64
+    DENSE_MAX_FILL = 4
+
     @_jit
     def round_candidates(ptr, dst, weight, labels, act, nw, size, cap, tie_moves, score, out_node, out_to,
                          out_gain):  # pragma: no cover
@@ -167,6 +174,7 @@ if HAVE_NUMBA:
             for j in range(d):
                 lab = tl[j]
                 sc = score[lab]
+                # "&", not "and"/"or": selects instead of jumps (a random label order mispredicts)
                 if (sc > best or (sc == best and lab > bl)) and lab != cl and size[lab] + nv <= cap:
                     best = sc
                     bl = lab
@@ -174,6 +182,37 @@ if HAVE_NUMBA:
                 continue
             gain = best - cur
             if gain > 0 or (tie_moves and gain == 0 and best > 0 and bl > cl):
+                out_node[k] = v
+                out_to[k] = bl
+                out_gain[k] = gain
+                k += 1
+        return k
+
+    @_jit
+    def dense_candidates(conn, labels, act, nw, size, cap, tie_moves, out_node, out_to, out_gain):  # pragma: no cover
+        r""":func:`round_candidates` from the ``[n, L]`` table ``conn`` of
+        every node's summed edge weight per label (kept exact by
+        :func:`lp_rounds` when ``dense``): :math:`O(L)` per active node instead
+        of :math:`O(\deg v)`. Labels of weight 0 are skipped: in
+        :func:`round_candidates` they can be chosen only when no positive
+        label fits, and then never move a node, so the moves are the same."""
+        L = conn.shape[1]
+        k = 0
+        for i in range(act.shape[0]):
+            v = act[i]
+            cl = labels[v]
+            nv = nw[v]
+            best = 0.0
+            bl = -1
+            for lab in range(L):  # ascending: ">=" breaks ties towards the larger label
+                sc = conn[v, lab]
+                if sc > 0.0 and sc >= best and lab != cl and size[lab] + nv <= cap:
+                    best = sc
+                    bl = lab
+            if bl < 0:
+                continue
+            gain = best - conn[v, cl]
+            if gain > 0 or (tie_moves and gain == 0 and bl > cl):
                 out_node[k] = v
                 out_to[k] = bl
                 out_gain[k] = gain
@@ -279,22 +318,41 @@ if HAVE_NUMBA:
         return gain[i] > gain[j] or (gain[i] == gain[j] and tiebreak[i] < tiebreak[j])
 
     @_jit
-    def _sort_bucket(idx, lo, hi, gain, tiebreak):  # pragma: no cover
-        """Order ``idx[lo:hi]`` by rank (:func:`_ranks_before`; tiebreaks are distinct)."""
-        if hi - lo <= 32:  # insertion sort
-            for t in range(lo + 1, hi):
-                x = idx[t]
-                u = t - 1
-                while u >= lo and _ranks_before(gain, tiebreak, x, idx[u]):
-                    idx[u + 1] = idx[u]
-                    u -= 1
-                idx[u + 1] = x
-            return
-        part = idx[lo:hi].copy()
-        o = np.argsort(tiebreak[part])
-        part = part[o]
-        o = np.argsort(-gain[part], kind="mergesort")
-        idx[lo:hi] = part[o]
+    def _sift_down(h, i, m, gain, tiebreak):  # pragma: no cover
+        """Restore the heap ``h[:m]`` (root = the best-ranked mover) below slot ``i``."""
+        x = h[i]
+        while True:
+            c = 2 * i + 1
+            if c >= m:
+                break
+            if c + 1 < m and _ranks_before(gain, tiebreak, h[c + 1], h[c]):
+                c += 1
+            if not _ranks_before(gain, tiebreak, h[c], x):
+                break
+            h[i] = h[c]
+            i = c
+        h[i] = x
+
+    @_jit
+    def _accept_heap(h, amount, rq, scale, acc, gain, tiebreak):  # pragma: no cover
+        r"""Accept the movers of one bucket (``h``) in rank order while their
+        running total stays ``<= rq`` budget units. Amounts are ``>= 0``, so
+        the first refusal refuses all the rest: a heap pops only the accepted
+        movers (:math:`O(m + a \log m)`, most of a crowded bucket is refused),
+        instead of sorting the whole bucket."""
+        m = h.shape[0]
+        for i in range(m // 2 - 1, -1, -1):
+            _sift_down(h, i, m, gain, tiebreak)
+        run = 0
+        while m > 0:
+            run += np.int64(np.ceil(amount[h[0]] * scale))
+            if run > rq:
+                break
+            m -= 1
+            h[0] = h[m]
+            _sift_down(h, 0, m, gain, tiebreak)
+        for u in range(m):
+            acc[h[u]] = False
 
     @_jit
     def _accept_by_budget(group, amount, room, gain, tiebreak, acc, scale, gcount):  # pragma: no cover
@@ -303,7 +361,8 @@ if HAVE_NUMBA:
         Running totals are per group and exact, so the groups need no order
         among themselves: the movers are bucketed by group (a counting sort
         over the groups present; ``gcount`` is ``[L]`` scratch, all zero and
-        left so) and only each bucket is ranked."""
+        left so) and each bucket is ranked only as far as it is accepted
+        (:func:`_accept_heap`)."""
         k = group.shape[0]
         groups = np.empty(k, np.int64)
         ng = 0
@@ -327,15 +386,9 @@ if HAVE_NUMBA:
         for t in range(ng):
             g = groups[t]
             gcount[g] = 0
-            _sort_bucket(idx, start[t], start[t + 1], gain, tiebreak)
             r = room[g]
-            rq = min(max(np.floor((r + 1e-9 * max(abs(r), 1.0)) * scale), -BUDGET_LIMIT), BUDGET_LIMIT)
-            run = 0
-            for u in range(start[t], start[t + 1]):
-                j = idx[u]
-                run += np.int64(np.ceil(amount[j] * scale))
-                if run > np.int64(rq):
-                    acc[j] = False
+            rq = np.int64(min(max(np.floor((r + 1e-9 * max(abs(r), 1.0)) * scale), -BUDGET_LIMIT), BUDGET_LIMIT))
+            _accept_heap(idx[start[t]:start[t + 1]], amount, rq, scale, acc, gain, tiebreak)
 
     @_jit
     def _enforce_budget(group, m_w, size, bound, upper, incoming, room, gain, node_pri, m_node, acc,
@@ -371,16 +424,31 @@ if HAVE_NUMBA:
     @_jit
     def lp_rounds(ptr, dst, weight, labels, nw, node_pri, dirty, num_labels, cap, has_cap, floor, has_floor,
                   max_rounds, tol, gain_tol, total_w, min_rounds, tie_moves, seed, moved_hist,
-                  gain_hist, blocks, scale):  # pragma: no cover
+                  gain_hist, blocks, scale, dense):  # pragma: no cover
         r"""All rounds of :func:`.label_propagation.label_propagation` in one
         compiled call (steps 1-5 of its module doc, same stopping rules):
         ``labels`` (priority space) and ``dirty`` are updated in place; the
         moves and summed gains of every round go to ``moved_hist`` /
         ``gain_hist``. ``blocks > 1`` evaluates the active nodes of a round in
         that many parallel blocks (:func:`candidates_parallel`; same result).
+
+        ``dense`` (few labels, integral weights summing below :math:`2^{53}`:
+        the caller checks) keeps the ``[n, L]`` table of every node's weight
+        per label, built in one pass and updated along the rows of the nodes
+        that move; a round then costs :math:`O(L)` per active node
+        (:func:`dense_candidates`) instead of a pass over its row -- the
+        rank-level refinement evaluates the same boundary nodes round after
+        round. Every table entry is an integer below :math:`2^{53}`, so the
+        scores equal the row sums exactly.
         Returns ``(rounds, converged)``."""
         n = ptr.shape[0] - 1
         L = num_labels
+        conn = np.zeros((n if dense else 0, L if dense else 0), np.float64)
+        if dense:
+            for v in range(n):
+                for e in range(ptr[v], ptr[v + 1]):
+                    conn[v, labels[dst[e]]] += np.float64(weight[e])
+        old = np.empty(n, np.int64)
         half = np.zeros(n, np.bool_)
         act = np.empty(n, np.int64)
         nb = max(1, blocks)
@@ -416,7 +484,9 @@ if HAVE_NUMBA:
                 size[:] = 0.0
                 for v in range(n):
                     size[labels[v]] += nw[v]
-                if nb > 1 and ptr[n] > PARALLEL_MIN_ENTRIES and A > 4 * nb:
+                if dense:
+                    k = dense_candidates(conn, labels, act[:A], nw, size, cap, tie_moves, out_node, out_to, out_gain)
+                elif nb > 1 and ptr[n] > PARALLEL_MIN_ENTRIES and A > 4 * nb:
                     k = candidates_parallel(ptr, dst, weight, labels, act[:A], nw, size, cap, tie_moves, score, out_node,
                                             out_to, out_gain)
                 else:
@@ -443,6 +513,7 @@ if HAVE_NUMBA:
                 for i in range(k):
                     v = m_node[i]
                     if acc[i]:
+                        old[i] = labels[v]
                         labels[v] = m_to[i]
                         moved += 1
                         gained += gain[i]
@@ -452,7 +523,11 @@ if HAVE_NUMBA:
                     if acc[i]:
                         v = m_node[i]
                         for e in range(ptr[v], ptr[v + 1]):
-                            dirty[dst[e]] = True
+                            u = dst[e]
+                            dirty[u] = True
+                            if dense:
+                                conn[u, old[i]] -= np.float64(weight[e])
+                                conn[u, m_to[i]] += np.float64(weight[e])
             moved_hist[r] = moved
             gain_hist[r] = gained
             if r % 2 == 1 and r + 1 >= min_rounds and (moved_hist[r] + moved_hist[r - 1] <= tol * n or (

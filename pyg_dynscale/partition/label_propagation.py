@@ -80,6 +80,9 @@ class LabelPropagationResult:
         moved (list[int]): nodes that changed label in each round.
         gains (list[float]): summed Eq. 2 gain of the accepted moves in each
             round (their weight to the new label minus to the old one).
+        dense (bool): whether the compiled driver kept a dense
+            ``[n, L]`` label-weight table (few labels, integral weights; see
+            :func:`.kernels.lp_rounds`). Results are the same either way.
     """
 
     labels: Tensor
@@ -87,6 +90,7 @@ class LabelPropagationResult:
     converged: bool
     moved: list[int] = field(default_factory=list)
     gains: list[float] = field(default_factory=list)
+    dense: bool = False
 
 
 def undirected_entries(src: Tensor, dst: Tensor, weight: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -381,7 +385,13 @@ def label_propagation(
         dirty = torch.zeros(n, dtype=torch.bool, device=dev)
         dirty[srcs[_take(labels, srcs) != _take(labels, dst)]] = True
         del srcs
-    total_w = float(weight.double().sum()) / 2.0 if gain_tol > 0 else 0.0
+    entries = int(dst.numel())
+    dense = (compiled and L <= kernels.DENSE_MAX_LABELS and n * L <= kernels.DENSE_MAX_FILL * entries
+             and graph.integral())
+    total_w = float(weight.double().sum()) / 2.0 if (gain_tol > 0 or dense) else 0.0
+    # dense label weights are exact while every sum is an integer below 2^53
+    dense = dense and 2.0 * total_w < 2.0 ** 53
+    total_w = total_w if gain_tol > 0 else 0.0
     scale = budget_scale(float(nw.sum())) if (cap is not None or floor is not None) else 1.0
     if compiled:
         moved_np = np.zeros(max(0, max_rounds), np.int64)
@@ -390,7 +400,7 @@ def label_propagation(
             ptr_np, dst_np, w_np, _np(labels), nw_np, _np(node_pri, torch.long), _np(dirty), L, cap_t, has_cap,
             float(floor) if floor is not None else 0.0, floor is not None, int(max_rounds), float(tol),
             float(gain_tol), total_w, int(min_rounds), bool(tie_moves), int(seed), moved_np, gains_np,
-            kernels.threads(), scale)
+            kernels.threads(), scale, dense)
         moved_hist, gain_hist = moved_np[:r].tolist(), gains_np[:r].tolist()
         if progress:
             for i, (m, g_) in enumerate(zip(moved_hist, gain_hist)):
@@ -402,7 +412,7 @@ def label_propagation(
     out = torch.empty(L, dtype=torch.long, device=dev)
     out[label_pri] = torch.arange(L, device=dev)  # priority -> label
     return LabelPropagationResult(labels=_take(out, labels), rounds=r, converged=converged, moved=moved_hist,
-                                  gains=gain_hist)
+                                  gains=gain_hist, dense=dense)
 
 
 def half_bits(seed: int, pair: int, n: int) -> Tensor:
