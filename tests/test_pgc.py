@@ -1,6 +1,8 @@
 """PGC: label propagation (DGC §4.1), chunk assignment (Algorithm 1) and partition_pgc."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -18,7 +20,9 @@ from pyg_dynscale.partition.label_propagation import (
     label_propagation,
     undirected_entries,
 )
+from pyg_dynscale.partition import pgc as pgc_mod
 from pyg_dynscale.partition.pgc import edge_weights, partition_pgc, weighted_supergraph
+from pyg_dynscale.partition.plan_count import plan_bytes
 from pyg_dynscale.partition.workload import LinearWorkload
 
 
@@ -635,8 +639,21 @@ def test_start_margin_prunes_starts_far_above_the_lp_cut() -> None:
     assert pruned.meta["candidates_raw"] == raw and pruned.meta["start"] == "lp"
     single = partition_pgc(s, 4, pat, seed=0, starts=("lp",))
     assert torch.equal(pruned.owner, single.owner)
-    # a margin above both ratios refines both, as start_margin=None does
-    loose = partition_pgc(s, 4, pat, seed=0, start_margin=max(raw["pss"], raw["pts"]) / lp * 1.01)
+    # a cut margin above both ratios leaves the bytes test: a start whose raw
+    # plan bytes exceed START_BYTES_MARGIN x LP's is pruned, the other refined
+    loose_margin = max(raw["pss"], raw["pts"]) / lp * 1.01
+    loose = partition_pgc(s, 4, pat, seed=0, start_margin=loose_margin)
+    lp_bytes, raw_bytes = loose.meta["candidate_bytes"]["lp"], loose.meta["candidates_raw_bytes"]
+    assert set(raw_bytes) == {"pss", "pts"}
+    for st in ("pss", "pts"):
+        assert raw_bytes[st] == plan_bytes(s.supergraph(), partition(s, st, 4, balanced=True).owner, 4, pat)
+        far = raw_bytes[st] > pgc_mod.START_BYTES_MARGIN * lp_bytes
+        assert loose.meta["candidates"][st] == (None if far else full.meta["candidates"][st])
+    assert any(raw_bytes[st] > pgc_mod.START_BYTES_MARGIN * lp_bytes for st in raw_bytes)  # the test bites
+    # ... and with the bytes test out of the way both are refined, as start_margin=None does
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(pgc_mod, "START_BYTES_MARGIN", math.inf)
+        loose = partition_pgc(s, 4, pat, seed=0, start_margin=loose_margin)
     assert loose.meta["candidates"] == full.meta["candidates"] and torch.equal(loose.owner, full.owner)
     for bad in (0, -1.0, float("inf"), "1.1"):
         with pytest.raises(PartitionError, match="start_margin"):

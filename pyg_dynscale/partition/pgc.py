@@ -49,7 +49,8 @@ Pipeline (all steps vectorized except the greedy loop over chunks):
    The balanced PSS and PTS partitions are therefore refined the same way
    (step 6, on level-0 nodes split where the start's owner changes,
    :func:`_refined_start`) when their unrefined cut is within
-   ``start_margin`` of the LP cut. Among the candidates with :math:`\lambda`
+   ``start_margin`` of the LP cut and their unrefined plan bytes within
+   :data:`START_BYTES_MARGIN` of LP's. Among the candidates with :math:`\lambda`
    within ``max_divergence`` (default PGC's band ``max((1 + slack) / (1 -
    slack), lambda_lp)``) the one whose communication plan moves the fewest
    bytes wins (the lowest cut weight when ``pattern`` is a bare weight pair).
@@ -116,6 +117,14 @@ MULTI_START_MAX_ENTRIES = FAST_ABOVE
 #: LP before refinement, while refining a start costs a full rank-level label
 #: propagation on the level-0 graph
 START_MARGIN = 1.1
+#: ... and, with a ``DependencyPattern``, only when its unrefined plan bytes
+#: are at most this factor above the LP candidate's: on the 72 dataset x
+#: model x parts rows of ``benchmarks/bench_schemes.py`` (every start
+#: refined) the refinement lowered a start's plan bytes by at most 21%
+#: (x 0.79, i.e. a start more than 1 / 0.79 = 1.27x above LP never won);
+#: e.g. email-Eu-core (7-day snapshots, 4 ranks) skips refining a PSS start
+#: that would lose, 40% of its run
+START_BYTES_MARGIN = 1.3
 TIE_MOVES = True  # label propagation moves on ties towards higher-priority labels (see label_propagation)
 
 
@@ -351,8 +360,11 @@ def partition_pgc(
             ranks: 1.14); ``max_divergence=1.15`` lets it win.
         start_margin (float, optional): a non-LP start is refined only when
             its unrefined cut weight is at most ``start_margin`` times the LP
-            candidate's cut (module doc, step 7); ``meta["candidates_raw"]``
-            holds the unrefined cuts. ``None`` refines every start.
+            candidate's cut and, when ``pattern`` is a ``DependencyPattern``,
+            its unrefined plan bytes are at most :data:`START_BYTES_MARGIN`
+            times the LP candidate's (module doc, step 7);
+            ``meta["candidates_raw"]`` / ``meta["candidates_raw_bytes"]``
+            hold the unrefined cuts / bytes. ``None`` refines every start.
         backend (str, optional): label-propagation backend, ``"numba"``,
             ``"torch"`` or ``"auto"`` (:mod:`.kernels`; identical results).
             ``None``: the current one (``"auto"`` unless set by
@@ -437,36 +449,37 @@ def _refine(levels: list[Level], chunk_owner: np.ndarray, P: int, total: float, 
     return own, moved_per_level
 
 
-def _refined_start(start: str, signal: "DynamicGraphSignal", P: int, sg: Any, node_w: Tensor, ws: float, tw: Tensor,
-                   seg: Optional[Tensor], graph: CSRGraph, slack: float, total: float, rounds: int, tol: float,
-                   gain_tol: float, seed: int, progress: bool, prune_above: float) -> Optional[tuple]:
-    r"""Refine one non-LP starting assignment (module doc, step 7).
+def _start_owner(start: str, signal: "DynamicGraphSignal", P: int, node_w: Tensor) -> Optional[Tensor]:
+    """``[N]`` owner of the balanced PSS or PTS start (module doc, step 7),
+    ``None`` if it does not exist for this graph (e.g. fewer non-empty
+    snapshots than ranks). ``node_w`` is already validated, so the scheme's
+    owner function is called directly (no :class:`Partition` to build)."""
+    from .schemes import _pss_owner, _pts_owner
 
-    The start (balanced PSS or PTS owner over the :math:`N` vertex-time
-    nodes) is cut into *pieces* -- the level-0 nodes (segments) split where
-    the start's owner changes, so a piece never straddles ranks and stays
-    contiguous in time -- and the pieces are refined by the same rank-level
-    label propagation as step 6 (boundary nodes, loads kept inside
-    ``[min(floor, (1 - slack) mean), max(cap, (1 + slack) mean)]``).
-
-    Returns:
-        ``None`` if the start does not exist for this graph, else ``(cut,
-        divergence, owner [N], chunk [N], C, raw_cut)`` with the cut weight on
-        the weighted supergraph and ``chunk`` = the pair (start rank, final
-        rank), so ``owner`` is constant inside a chunk. A start whose
-        unrefined cut ``raw_cut`` exceeds ``prune_above`` is not refined:
-        ``(None, None, None, None, None, raw_cut)``.
-    """
-    from .schemes import partition_pss, partition_pts
-
-    fn = partition_pss if start == "pss" else partition_pts
+    fn = _pss_owner if start == "pss" else _pts_owner
     try:
-        start_owner = fn(signal, P, balanced=True, workload=node_w).owner
+        return fn(signal, P, True, node_w)[0]
     except PartitionError:
         return None
-    raw = supergraph_cut(sg, start_owner, ws, tw)
-    if raw > prune_above:
-        return None, None, None, None, None, raw
+
+
+def _refined_start(start_owner: Tensor, P: int, sg: Any, node_w: Tensor, ws: float, tw: Tensor,
+                   seg: Optional[Tensor], graph: CSRGraph, slack: float, total: float, rounds: int, tol: float,
+                   gain_tol: float, seed: int, progress: bool) -> tuple:
+    r"""Refine one non-LP starting assignment (module doc, step 7).
+
+    The start (``start_owner [N]``, balanced PSS or PTS) is cut into
+    *pieces* -- the level-0 nodes (segments) split where the start's owner
+    changes, so a piece never straddles ranks and stays contiguous in time --
+    and the pieces are refined by the same rank-level label propagation as
+    step 6 (boundary nodes, loads kept inside ``[min(floor, (1 - slack)
+    mean), max(cap, (1 + slack) mean)]``).
+
+    Returns:
+        ``(cut, divergence, owner [N], chunk [N], C)`` with the cut weight on
+        the weighted supergraph and ``chunk`` = the pair (start rank, final
+        rank), so ``owner`` is constant inside a chunk.
+    """
     if seg is None:
         piece, n, g = torch.arange(start_owner.numel()), start_owner.numel(), graph
     else:
@@ -482,7 +495,7 @@ def _refined_start(start: str, signal: "DynamicGraphSignal", P: int, sg: Any, no
     loads = torch.zeros(P, dtype=torch.float64).index_add_(0, own, pw)
     owner = own.index_select(0, piece)
     chunk, C = compact_labels(start_owner * P + owner)
-    return cut, divergence(loads.numpy()), owner, chunk, C, raw
+    return cut, divergence(loads.numpy()), owner, chunk, C
 
 
 def _partition_pgc(signal: "DynamicGraphSignal", P: int, pattern: Any, *, seed: int, cap: Optional[float],
@@ -588,27 +601,42 @@ def _partition_pgc(signal: "DynamicGraphSignal", P: int, pattern: Any, *, seed: 
     tolerance = max((1 + slack) / (1 - slack), lp_div) if max_divergence is None else float(max_divergence)
     winner, best = "lp", None
     eligible: dict[str, tuple] = {}  # refined starts within the balance tolerance
+    # the plan sends each (row, destination rank) once, so the cut weight
+    # over-counts nodes with many edges into one rank: with a pattern the
+    # candidates are ranked (and far starts pruned) by the bytes the
+    # communication plan actually moves
+    by_bytes = isinstance(pattern, DependencyPattern)
+    cand_bytes: dict[str, int] = {}
+    raw_bytes: dict[str, int] = {}
+
+    def lp_bytes() -> int:
+        if "lp" not in cand_bytes:
+            cand_bytes["lp"] = plan_bytes(sg, owner if seg is None else owner.index_select(0, seg), P, pattern)
+        return cand_bytes["lp"]
+
     for st in starts:
         if st == "lp" or st in skipped or P == 1:
             continue
-        res = _refined_start(st, signal, P, sg, node_w, ws, tw, seg, graph, slack, total, refine_rounds,
-                             refine_tol, gain_tol, seed, progress, prune_above)
-        if res is None:  # e.g. fewer non-empty snapshots than ranks
+        start_owner = _start_owner(st, signal, P, node_w)
+        if start_owner is None:  # e.g. fewer non-empty snapshots than ranks
             candidates[st] = cand_div[st] = cand_raw[st] = None
             continue
-        candidates[st], cand_div[st], cand_raw[st] = res[0], res[1], res[5]
-        if res[0] is None:  # pruned: its unrefined cut is far above the LP cut
+        candidates[st] = cand_div[st] = None  # until refined
+        cand_raw[st] = supergraph_cut(sg, start_owner, ws, tw)
+        if cand_raw[st] > prune_above:  # pruned: its unrefined cut is far above the LP cut
             continue
+        if by_bytes and start_margin is not None:
+            raw_bytes[st] = plan_bytes(sg, start_owner, P, pattern)
+            if raw_bytes[st] > START_BYTES_MARGIN * lp_bytes():  # refining cannot close that gap
+                continue
+        res = _refined_start(start_owner, P, sg, node_w, ws, tw, seg, graph, slack, total, refine_rounds,
+                             refine_tol, gain_tol, seed, progress)
+        candidates[st], cand_div[st] = res[0], res[1]
         if res[1] <= tolerance * (1 + 1e-12):
             eligible[st] = res
     del tw
-    cand_bytes: dict[str, int] = {}
-    if eligible and isinstance(pattern, DependencyPattern):
-        # the plan sends each (row, destination rank) once, so the cut weight
-        # over-counts nodes with many edges into one rank: rank the
-        # candidates by the bytes the communication plan actually moves
-        lp_owner = owner if seg is None else owner.index_select(0, seg)
-        cand_bytes["lp"] = plan_bytes(sg, lp_owner, P, pattern)
+    if eligible and by_bytes:
+        lp_bytes()
         for st, res in eligible.items():
             cand_bytes[st] = plan_bytes(sg, res[2], P, pattern)
         key = {st: (cand_bytes[st], candidates[st]) for st in cand_bytes}
@@ -651,6 +679,7 @@ def _partition_pgc(signal: "DynamicGraphSignal", P: int, pattern: Any, *, seed: 
         "candidates": candidates,
         "candidate_divergence": cand_div,
         "candidates_raw": cand_raw,
+        "candidates_raw_bytes": raw_bytes,
         "candidate_bytes": cand_bytes,
         "start_margin": start_margin,
         "start": winner,
