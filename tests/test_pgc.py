@@ -717,3 +717,19 @@ def test_multistart_ranks_candidates_by_plan_bytes() -> None:
     assert by_bytes.meta["start"] == min(cb, key=cb.get) != by_cut.meta["start"]
     assert _bytes(s, by_bytes, pat) == cb[by_bytes.meta["start"]] < _bytes(s, by_cut, pat)
     assert _chunk_owner_constant(by_bytes)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -1.0])
+def test_bad_node_costs_are_a_clear_error(bad: float) -> None:
+    """A workload model whose node costs are NaN, infinite or negative is
+    rejected before partitioning (the check reuses the cost sum and minimum)."""
+
+    class Broken(LinearWorkload):
+        def node_costs(self, signal):  # type: ignore[override]
+            c = super().node_costs(signal).clone()
+            c[3] = bad
+            return c
+
+    s = random_signal(1)
+    with pytest.raises(PartitionError, match="node costs must be finite and >= 0"):
+        partition_pgc(s, 2, PATTERN, workload=Broken())

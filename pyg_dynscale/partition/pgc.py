@@ -452,13 +452,13 @@ def _refine(levels: list[Level], chunk_owner: np.ndarray, P: int, total: float, 
 def _start_owner(start: str, signal: "DynamicGraphSignal", P: int, node_w: Tensor) -> Optional[Tensor]:
     """``[N]`` owner of the balanced PSS or PTS start (module doc, step 7),
     ``None`` if it does not exist for this graph (e.g. fewer non-empty
-    snapshots than ranks). ``node_w`` is already validated, so the scheme's
-    owner function is called directly (no :class:`Partition` to build)."""
+    snapshots than ranks). ``node_w`` is already validated: the scheme's owner
+    function takes it as is (no second check, no :class:`Partition` to build)."""
     from .schemes import _pss_owner, _pts_owner
 
     fn = _pss_owner if start == "pss" else _pts_owner
     try:
-        return fn(signal, P, True, node_w)[0]
+        return fn(signal, P, True, None, cost=node_w)[0]
     except PartitionError:
         return None
 
@@ -515,10 +515,12 @@ def _partition_pgc(signal: "DynamicGraphSignal", P: int, pattern: Any, *, seed: 
     ws, _ = edge_weights(pattern)
     tw = temporal_edge_weights(sg, pattern)
     node_w = model.node_costs(signal).to(torch.float64)
-    if bool((node_w < 0).any()) or not bool(torch.isfinite(node_w).all()):
-        raise PartitionError("workload", "node costs must be finite and >= 0.", "check the workload model.")
+    lowest, highest = torch.aminmax(node_w)
     total = float(node_w.sum())
-    biggest = float(node_w.max())
+    # a finite sum of costs >= 0 means every cost is finite (NaN fails both tests)
+    if not (float(lowest) >= 0.0 and math.isfinite(total)):
+        raise PartitionError("workload", "node costs must be finite and >= 0.", "check the workload model.")
+    biggest = float(highest)
     if cap is None:
         cap_v = max(total / (P * max(1, chunks_per_part)), biggest)
     else:

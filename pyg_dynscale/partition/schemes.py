@@ -166,7 +166,10 @@ def _signal_info(signal: "DynamicGraphSignal") -> tuple[int, int]:
     return signal.num_vertex_time_nodes, signal.num_snapshots
 
 
-def _pss_owner(signal: "DynamicGraphSignal", R: int, balanced: bool, workload: Any) -> tuple[Tensor, dict]:
+def _pss_owner(signal: "DynamicGraphSignal", R: int, balanced: bool, workload: Any,
+               cost: Optional[Tensor] = None) -> tuple[Tensor, dict]:
+    """PSS owner; ``cost`` (``[N]`` float64, already validated) replaces
+    ``workload`` for callers that resolved it before (PGC's multi-start)."""
     N, T = _signal_info(signal)
     check_num_parts(R, N)
     nodes = (signal.node_ptr[1:] - signal.node_ptr[:-1]).cpu()
@@ -175,7 +178,7 @@ def _pss_owner(signal: "DynamicGraphSignal", R: int, balanced: bool, workload: A
         raise PartitionError("num_parts", f"PSS splits by snapshot but only {nonempty.numel()} snapshots are non-empty "
                              f"for {R} parts.", "Use fewer parts, or the 'pts'/'pgc' scheme.")
     if balanced:
-        cost = resolve_node_cost(signal, workload)
+        cost = resolve_node_cost(signal, workload) if cost is None else cost
         snap = torch.repeat_interleave(torch.arange(T), nodes, output_size=N)
         per_snap = torch.zeros(T, dtype=torch.float64).index_add_(0, snap, cost)[nonempty]
         bounds = _linear_partition(per_snap, R)
@@ -190,7 +193,9 @@ def _pss_owner(signal: "DynamicGraphSignal", R: int, balanced: bool, workload: A
     return owner, {"balanced": bool(balanced), "snapshot_ranges": ranges}
 
 
-def _pts_owner(signal: "DynamicGraphSignal", R: int, balanced: bool, workload: Any) -> tuple[Tensor, dict]:
+def _pts_owner(signal: "DynamicGraphSignal", R: int, balanced: bool, workload: Any,
+               cost: Optional[Tensor] = None) -> tuple[Tensor, dict]:
+    """PTS owner; ``cost`` as in :func:`_pss_owner`."""
     N, _ = _signal_info(signal)
     check_num_parts(R, N)
     sg = signal.supergraph()
@@ -200,7 +205,7 @@ def _pts_owner(signal: "DynamicGraphSignal", R: int, balanced: bool, workload: A
                              "Use fewer parts, or the 'pss'/'pgc' scheme.")
     lengths = sg.sequence_lengths.cpu()
     if balanced:
-        cost = resolve_node_cost(signal, workload)
+        cost = resolve_node_cost(signal, workload) if cost is None else cost
         seq_id = torch.repeat_interleave(torch.arange(S), lengths, output_size=N)
         seq_cost = torch.zeros(S, dtype=torch.float64).index_add_(0, seq_id, cost[sg.sequence_order.cpu()])
         seq_rank = _lpt(seq_cost, R)
