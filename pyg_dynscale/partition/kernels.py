@@ -630,6 +630,40 @@ if HAVE_NUMBA:
         return owner
 
     @_jit
+    def _rows_by_neighbour(ptr, nbr, w):  # pragma: no cover
+        """Copies of ``nbr`` / ``w`` with every row stably sorted by neighbour
+        (rows of a contracted CSR already are: then a plain copy)."""
+        snbr = nbr.copy()
+        sw = w.copy()
+        for c in range(ptr.shape[0] - 1):
+            lo, hi = ptr[c], ptr[c + 1]
+            ordered = True
+            for e in range(lo + 1, hi):
+                if nbr[e] < nbr[e - 1]:
+                    ordered = False
+                    break
+            if not ordered:
+                o = np.argsort(nbr[lo:hi], kind="mergesort")
+                for t in range(hi - lo):
+                    snbr[lo + t] = nbr[lo + o[t]]
+                    sw[lo + t] = w[lo + o[t]]
+        return snbr, sw
+
+    @_jit
+    def _pair_bytes(ptr, snbr, sw, a, b):  # pragma: no cover
+        """:math:`h(a, b)`: the weight of the first entry ``b`` in row ``a``
+        (rows sorted by neighbour; binary search), 0 if not adjacent -- as the
+        ``searchsorted`` of :func:`.assign.refine_chunks`."""
+        lo, hi = ptr[a], ptr[a + 1]
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if snbr[mid] < b:
+                lo = mid + 1
+            else:
+                hi = mid
+        return sw[lo] if lo < ptr[a + 1] and snbr[lo] == b else 0.0
+
+    @_jit
     def refine_chunks(ptr, nbr, w, cost, owner, A, loads, num_parts, hi_lim, lo_lim, max_moves, swaps):  # pragma: no cover
         """The balance and cut phases of :func:`.assign.refine_chunks` (same
         arithmetic and tie-breaks); ``owner`` / ``A`` (``[C, P]`` chunk-rank
@@ -657,7 +691,9 @@ if HAVE_NUMBA:
         k_sw = max(1, swaps)
         top = np.empty((P, P, k_sw), np.int64)
         ntop = np.zeros((P, P), np.int64)
-        hrow = np.zeros(C, np.float64)
+        # h(a, b) by binary search in a's sorted row: only the few pairs that
+        # survive the gain bounds pay for it (a dense row per candidate paid deg(a))
+        snbr, sw_ = _rows_by_neighbour(ptr, nbr, w)
         # only chunks with some positive single-move gain can win the move
         # scan (the winner must gain > 1e-12): flag them, and re-flag a moved
         # chunk and its neighbours -- the only rows of A a move changes
@@ -710,8 +746,6 @@ if HAVE_NUMBA:
                         # pair can beat best_gain once the two gains cannot
                         if gain[a, rb] + gain[top[rb, ra, 0], ra] <= best_gain:
                             break
-                        for e in range(ptr[a], ptr[a + 1]):  # h(a, .) through a dense row
-                            hrow[nbr[e]] = w[e]
                         for j in range(nb_):
                             b = top[rb, ra, j]
                             if gain[a, rb] + gain[b, ra] <= best_gain:
@@ -720,13 +754,11 @@ if HAVE_NUMBA:
                             if not (loads[ra] - d >= lo and loads[ra] - d <= hi and loads[rb] + d >= lo
                                     and loads[rb] + d <= hi):
                                 continue
-                            sw = gain[a, rb] + gain[b, ra] - 2.0 * hrow[b]
+                            sw = gain[a, rb] + gain[b, ra] - 2.0 * _pair_bytes(ptr, snbr, sw_, a, b)
                             if sw > best_gain:
                                 best_gain = sw
                                 sa = a
                                 sb = b
-                        for e in range(ptr[a], ptr[a + 1]):
-                            hrow[nbr[e]] = 0.0
             if sa < 0:
                 break
             oa = owner[sa]
