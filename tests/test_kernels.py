@@ -97,6 +97,22 @@ def test_label_propagation_identical(case: str) -> None:
     assert b.dense == (case in ("refine_floor", "float_floor", "refine_zero_edges")) and not a.dense
 
 
+@pytest.mark.parametrize("key", ["nan", "int"])
+def test_label_priorities_identical_for_odd_keys(key: str) -> None:
+    """The compiled set-up ranks labels by (key, random) as torch's stable
+    sort does, also for NaN keys (last) and integer keys."""
+    n = 300
+    src, dst, w = random_edges(n, 1500, seed=6)
+    g = CSRGraph.from_edges(n, src, dst, w)
+    pri = g.weighted_degree()
+    if key == "nan":
+        pri[::7] = float("nan")
+    else:
+        pri = (pri // 3).to(torch.long)  # many ties: the random order decides
+    a, b = both(lambda: label_propagation(g, seed=2, max_rounds=10, cap=25.0, tie_moves=True, priority=pri))
+    assert torch.equal(a.labels, b.labels) and a.moved == b.moved and sum(a.moved) > 0
+
+
 def test_dense_label_table_matches_row_scan(monkeypatch: pytest.MonkeyPatch) -> None:
     """The dense [n, L] table and the row scan of the compiled driver give the
     same rounds (rank-level refinement of a PGC-like start)."""

@@ -536,6 +536,70 @@ if HAVE_NUMBA:
         return max_rounds, False
 
     @_jit
+    def priority_space(label_pri, key, init):  # pragma: no cover
+        r"""Steps of :func:`.label_propagation.label_propagation` before the
+        rounds, in one call: with a ``key`` (``[L]`` float64, or empty) the
+        seeded random priorities ``label_pri`` are re-ranked by (key, random)
+        -- a stable sort of the labels in random order by their key (the
+        radix :func:`stable_argsort`; NaN keys: a stable merge sort, NaN
+        last, as torch) -- and the labels of the nodes (``init``, or empty
+        for the unique labels of Eq. 1) are mapped to priority space.
+        Returns ``(label_pri [L], labels [n])``."""
+        L = label_pri.shape[0]
+        if key.shape[0]:
+            by_rand = np.empty(L, np.int64)  # labels in random-priority order
+            for lab in range(L):
+                by_rand[label_pri[lab]] = lab
+            k = np.empty(L, np.float64)
+            nan = False
+            for i in range(L):
+                k[i] = key[by_rand[i]]
+                nan = nan or np.isnan(k[i])
+            idx = np.argsort(k, kind="mergesort") if nan else stable_argsort(k)
+            label_pri = np.empty(L, np.int64)
+            for i in range(L):
+                label_pri[by_rand[idx[i]]] = i
+        if init.shape[0]:
+            labels = np.empty(init.shape[0], np.int64)
+            for v in range(init.shape[0]):
+                labels[v] = label_pri[init[v]]
+        else:
+            labels = label_pri.copy()
+        return label_pri, labels
+
+    @_jit
+    def from_priority_space(label_pri, labels):  # pragma: no cover
+        """Map internal (priority) labels back: ``out[v] = l`` where
+        ``label_pri[l] == labels[v]``."""
+        inv = np.empty(label_pri.shape[0], np.int64)
+        for lab in range(label_pri.shape[0]):
+            inv[label_pri[lab]] = lab
+        out = np.empty(labels.shape[0], np.int64)
+        for v in range(labels.shape[0]):
+            out[v] = inv[labels[v]]
+        return out
+
+    @_jit
+    def initial_dirty(ptr, dst, labels, boundary_only):  # pragma: no cover
+        """``[n]`` nodes evaluated first: those with a neighbour, or (``boundary_only``)
+        with a neighbour of another label."""
+        if boundary_only:
+            return boundary_mask(ptr, dst, labels)
+        n = ptr.shape[0] - 1
+        out = np.empty(n, np.bool_)
+        for v in range(n):
+            out[v] = ptr[v + 1] > ptr[v]
+        return out
+
+    @_jit
+    def is_integral(w):  # pragma: no cover
+        """Whether every weight is a whole number."""
+        for i in range(w.shape[0]):
+            if np.floor(w[i]) != w[i]:
+                return False
+        return True
+
+    @_jit
     def boundary_mask(ptr, dst, labels):  # pragma: no cover
         """``[n]`` whether a node has a neighbour of another label."""
         n = ptr.shape[0] - 1

@@ -125,7 +125,10 @@ class CSRGraph:
         """Whether every weight is a whole number (cached): then Eq. 2 sums are
         exact integers and label propagation packs them with the label."""
         if self._integral is None:
-            self._integral = bool((self.weight == torch.round(self.weight)).all()) if self.weight.numel() else True
+            if kernels.backend() == "numba" and self.weight.device.type == "cpu":
+                self._integral = bool(kernels.is_integral(_np(self.weight)))
+            else:
+                self._integral = bool((self.weight == torch.round(self.weight)).all()) if self.weight.numel() else True
         return self._integral
 
     @classmethod
@@ -355,16 +358,16 @@ def label_propagation(
     gen = torch.Generator(device="cpu").manual_seed(int(seed))
     label_pri = torch.randperm(L, generator=gen).to(dev)
     node_pri = torch.randperm(n, generator=gen).to(dev)
+    compiled = kernels.backend() == "numba" and dev.type == "cpu"
+    if compiled:  # the same set-up in two compiled calls (these small steps add up on small graphs)
+        return _label_propagation_compiled(graph, nw, label_pri, node_pri, init, priority, L, cap, floor, seed,
+                                           max_rounds, tol, progress, boundary_only, tie_moves, gain_tol,
+                                           min_rounds)
     if priority is not None:
         # rank by (priority, random): stable sort of the random order by the key
         by_rand = torch.empty_like(label_pri)
         by_rand[label_pri] = torch.arange(L, device=dev)  # labels in random-priority order
-        key = _take(priority.to(dev), by_rand)
-        if (kernels.backend() == "numba" and dev.type == "cpu" and key.dtype == torch.float64
-                and not bool(torch.isnan(key).any())):  # a radix sort, same permutation
-            idx = torch.from_numpy(kernels.stable_argsort(_np(key)))
-        else:
-            idx = torch.sort(key, stable=True).indices
+        idx = torch.sort(_take(priority.to(dev), by_rand), stable=True).indices
         order = _take(by_rand, idx)
         label_pri = torch.empty_like(label_pri)
         label_pri[order] = torch.arange(L, device=dev)
@@ -372,47 +375,68 @@ def label_propagation(
     # tie-break "largest priority" is "largest internal label" and needs no gather
     labels = label_pri.clone() if init is None else _take(label_pri, init.to(torch.long))
     cap_t = float("inf") if cap is None else float(cap)
-    has_cap = cap is not None
-    compiled = kernels.backend() == "numba" and dev.type == "cpu"
-    deg = graph.degree
-    dirty = deg > 0
-    if compiled:  # numpy views sharing memory with the tensors (labels, dirty are updated in place)
-        ptr_np, dst_np, w_np, nw_np = _np(ptr, torch.long), _np(dst, torch.long), _np(weight), _np(nw)
-    if boundary_only and compiled:
-        dirty = torch.from_numpy(kernels.boundary_mask(ptr_np, dst_np, _np(labels)))
-    elif boundary_only:
+    dirty = graph.degree > 0
+    if boundary_only:
         srcs = graph.sources()
         dirty = torch.zeros(n, dtype=torch.bool, device=dev)
         dirty[srcs[_take(labels, srcs) != _take(labels, dst)]] = True
         del srcs
-    entries = int(dst.numel())
-    dense = (compiled and L <= kernels.DENSE_MAX_LABELS and n * L <= kernels.DENSE_MAX_FILL * entries
-             and graph.integral())
-    total_w = float(weight.double().sum()) / 2.0 if (gain_tol > 0 or dense) else 0.0
-    # dense label weights are exact while every sum is an integer below 2^53
-    dense = dense and 2.0 * total_w < 2.0 ** 53
-    total_w = total_w if gain_tol > 0 else 0.0
+    total_w = _total_weight(graph) if gain_tol > 0 else 0.0
     scale = budget_scale(float(nw.sum())) if (cap is not None or floor is not None) else 1.0
-    if compiled:
-        moved_np = np.zeros(max(0, max_rounds), np.int64)
-        gains_np = np.zeros(max(0, max_rounds), np.float64)
-        r, converged = kernels.lp_rounds(
-            ptr_np, dst_np, w_np, _np(labels), nw_np, _np(node_pri, torch.long), _np(dirty), L, cap_t, has_cap,
-            float(floor) if floor is not None else 0.0, floor is not None, int(max_rounds), float(tol),
-            float(gain_tol), total_w, int(min_rounds), bool(tie_moves), int(seed), moved_np, gains_np,
-            kernels.threads(), scale, dense)
-        moved_hist, gain_hist = moved_np[:r].tolist(), gains_np[:r].tolist()
-        if progress:
-            for i, (m, g_) in enumerate(zip(moved_hist, gain_hist)):
-                print(f"[label_propagation] round {i}: moved={m} gain={g_:.4g}")
-    else:
-        r, converged, moved_hist, gain_hist = _rounds_torch(
-            graph, labels, nw, node_pri, dirty, L, cap_t, has_cap, floor, max_rounds, tol, gain_tol, total_w,
-            min_rounds, tie_moves, init is None, seed, progress, scale)
+    r, converged, moved_hist, gain_hist = _rounds_torch(
+        graph, labels, nw, node_pri, dirty, L, cap_t, cap is not None, floor, max_rounds, tol, gain_tol, total_w,
+        min_rounds, tie_moves, init is None, seed, progress, scale)
     out = torch.empty(L, dtype=torch.long, device=dev)
     out[label_pri] = torch.arange(L, device=dev)  # priority -> label
     return LabelPropagationResult(labels=_take(out, labels), rounds=r, converged=converged, moved=moved_hist,
-                                  gains=gain_hist, dense=dense)
+                                  gains=gain_hist)
+
+
+def _total_weight(graph: CSRGraph) -> float:
+    """Summed edge weight (each undirected edge once), as both backends compute it."""
+    return float(graph.weight.sum(dtype=torch.float64)) / 2.0
+
+
+def _label_propagation_compiled(graph: CSRGraph, nw: Tensor, label_pri: Tensor, node_pri: Tensor,
+                                init: Optional[Tensor], priority: Optional[Tensor], L: int, cap: Optional[float],
+                                floor: Optional[float], seed: int, max_rounds: int, tol: float, progress: bool,
+                                boundary_only: bool, tie_moves: bool, gain_tol: float,
+                                min_rounds: int) -> LabelPropagationResult:
+    """:func:`label_propagation` on the numba backend: the set-up and the
+    mapping back are compiled too (:func:`.kernels.priority_space`,
+    :func:`.kernels.initial_dirty`, :func:`.kernels.from_priority_space`),
+    the rounds are :func:`.kernels.lp_rounds`; same values as the torch steps."""
+    n = int(graph.num_nodes)
+    ptr_np, dst_np, w_np = _np(graph.ptr, torch.long), _np(graph.dst, torch.long), _np(graph.weight)
+    key = _np(priority, torch.float64) if priority is not None else _EMPTY_F
+    label_pri_np, labels = kernels.priority_space(_np(label_pri, torch.long), key,
+                                                  _np(init, torch.long) if init is not None else _EMPTY_I)
+    dirty = kernels.initial_dirty(ptr_np, dst_np, labels, bool(boundary_only))
+    dense = (L <= kernels.DENSE_MAX_LABELS and n * L <= kernels.DENSE_MAX_FILL * int(dst_np.shape[0])
+             and graph.integral())
+    total_w = _total_weight(graph) if (gain_tol > 0 or dense) else 0.0
+    # dense label weights are exact while every sum is an integer below 2^53
+    dense = dense and 2.0 * total_w < 2.0 ** 53
+    scale = budget_scale(float(nw.sum())) if (cap is not None or floor is not None) else 1.0
+    moved_np = np.zeros(max(0, max_rounds), np.int64)
+    gains_np = np.zeros(max(0, max_rounds), np.float64)
+    r, converged = kernels.lp_rounds(
+        ptr_np, dst_np, w_np, labels, _np(nw), _np(node_pri, torch.long), dirty, L,
+        float("inf") if cap is None else float(cap), cap is not None,
+        float(floor) if floor is not None else 0.0, floor is not None, int(max_rounds), float(tol),
+        float(gain_tol), total_w if gain_tol > 0 else 0.0, int(min_rounds), bool(tie_moves), int(seed), moved_np,
+        gains_np, kernels.threads(), scale, dense)
+    moved_hist, gain_hist = moved_np[:r].tolist(), gains_np[:r].tolist()
+    if progress:
+        for i, (m, g_) in enumerate(zip(moved_hist, gain_hist)):
+            print(f"[label_propagation] round {i}: moved={m} gain={g_:.4g}")
+    out = torch.from_numpy(kernels.from_priority_space(label_pri_np, labels))
+    return LabelPropagationResult(labels=out, rounds=r, converged=converged, moved=moved_hist, gains=gain_hist,
+                                  dense=dense)
+
+
+_EMPTY_I = np.zeros(0, np.int64)
+_EMPTY_F = np.zeros(0, np.float64)
 
 
 def half_bits(seed: int, pair: int, n: int) -> Tensor:
