@@ -289,6 +289,19 @@ def test_supergraph_csr_matches_reference(symmetric: bool, segments: str, weight
         assert got.dst.numel() < 0.5 * csr_kernels.PREMERGE_MAX_KEPT * src.numel()
 
 
+@pytest.mark.parametrize("cap", [0.35, 2.5, 7.0, float("inf")])
+def test_segment_sequences_identical(cap: float) -> None:
+    """The one-pass compiled segmentation equals the torch steps (same
+    float prefix arithmetic) for fractional node costs and any cap."""
+    from pyg_dynscale.partition.coarsen import segment_sequences
+
+    sg = random_signal(5, T=12, V=40).supergraph()
+    cost = torch.rand(sg.num_nodes, generator=torch.Generator().manual_seed(3), dtype=torch.float64) * 1.7 + 0.01
+    a, b = both(lambda: segment_sequences(sg, cost, cap))
+    assert a[1] == b[1] and torch.equal(a[0], b[0])
+    assert (a[1] == sg.sequence_ptr.numel() - 1) == (cap == float("inf")) and a[1] > 1
+
+
 def test_premerge_rows_sums_in_entry_order() -> None:
     """_premerge_rows keeps each value's first position and sums its weights
     in entry order: after a per-row sort it equals merge_rows."""

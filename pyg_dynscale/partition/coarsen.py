@@ -119,11 +119,18 @@ def segment_sequences(supergraph: "Supergraph", node_w: Tensor, segment_cap: flo
     r"""``(seg [N], S)``: cut every sequence into runs of summed node cost
     below ``segment_cap`` (module doc); ``segment_cap = inf`` keeps every
     sequence whole."""
+    from . import kernels
+    from .label_propagation import _np
+
     order, ptr = supergraph.sequence_order, supergraph.sequence_ptr
     N = order.numel()
     dev = order.device
     if N == 0:
         return torch.zeros(0, dtype=torch.long, device=dev), 0
+    if kernels.backend() == "numba" and dev.type == "cpu":  # one compiled pass, same segments
+        seg_np, S = kernels.csr_kernels.segment_ids(_np(order, torch.long), _np(ptr, torch.long),
+                                                    _np(node_w, torch.float64), float(segment_cap))
+        return torch.from_numpy(seg_np), int(S)
     starts = torch.zeros(N, dtype=torch.bool, device=dev)
     starts[ptr[:-1]] = True
     if segment_cap != float("inf"):

@@ -453,3 +453,36 @@ def maybe_symmetric(n, src, dst):  # pragma: no cover
         if bal[v] != 0 or acc[v] != 0:
             return False
     return True
+
+
+@_jit
+def segment_ids(order, ptr, node_w, segment_cap):  # pragma: no cover
+    r""":func:`.coarsen.segment_sequences` in one pass: walking the
+    sequences (``order`` / ``ptr``), a new segment starts at every sequence
+    start and wherever :math:`\lfloor e / \text{cap} \rfloor` changes, with
+    :math:`e` the node's exclusive prefix cost inside its sequence, computed
+    exactly as the torch steps do (a global running sum minus the node's
+    cost, minus that value at the sequence start). Returns ``(seg [N], S)``."""
+    N = order.shape[0]
+    seg = np.empty(N, np.int64)
+    finite = segment_cap != np.inf
+    run = 0.0
+    count = -1
+    for s in range(ptr.shape[0] - 1):
+        base = 0.0
+        prev = -1
+        for i in range(ptr[s], ptr[s + 1]):
+            w = node_w[order[i]]
+            run += w
+            excl = run - w
+            if i == ptr[s]:
+                base = excl
+                count += 1
+                prev = np.int64(np.floor((excl - base) / segment_cap)) if finite else 0
+            elif finite:
+                piece = np.int64(np.floor((excl - base) / segment_cap))
+                if piece != prev:
+                    count += 1
+                prev = piece
+            seg[order[i]] = count
+    return seg, count + 1
