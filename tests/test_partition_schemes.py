@@ -115,6 +115,24 @@ def test_compiled_lpt_and_linear_partition_match_python(ints: bool):
         assert torch.equal(res["numba"][1], res["torch"][1]), (T, R)
 
 
+@pytest.mark.parametrize("scheme", ["pss", "pts"])
+@pytest.mark.parametrize("balanced", [False, True])
+def test_schemes_identical_across_backends(scheme: str, balanced: bool):
+    """The compiled per-snapshot / per-sequence passes of PSS and PTS give
+    the torch steps' owners, also for fractional costs (same summation order)."""
+    pytest.importorskip("numba")
+    from pyg_dynscale.partition.kernels import use_backend
+
+    s = make_dynamic_signal(seed=7, T=14, V=60)
+    cost = torch.rand(s.num_vertex_time_nodes, generator=torch.Generator().manual_seed(2), dtype=torch.float64) * 3
+    owners = {}
+    for be in ("numba", "torch"):
+        with use_backend(be):
+            owners[be] = partition(s, scheme, 4, balanced=balanced, workload=cost).owner
+    assert torch.equal(owners["numba"], owners["torch"])
+    assert set(owners["numba"].tolist()) == {0, 1, 2, 3}
+
+
 def test_pss_ts_owners(sig):
     p = partition_pss_ts(sig, 3, balanced=True)
     assert torch.equal(p.owner, partition_pss(sig, 3, balanced=True).owner)

@@ -79,3 +79,41 @@ def lpt_greedy(cost, R):  # pragma: no cover
         out[j] = r
         loads[r] = loads[r] + cost[j]
     return out, loads
+
+
+@_jit
+def sequence_costs(order, seq_ptr, cost):  # pragma: no cover
+    """``[S]`` summed cost of every temporal sequence, each summed in
+    sequence order (the order of torch's ``index_add_``)."""
+    S = seq_ptr.shape[0] - 1
+    out = np.zeros(S, np.float64)
+    for s in range(S):
+        acc = 0.0
+        for i in range(seq_ptr[s], seq_ptr[s + 1]):
+            acc += cost[order[i]]
+        out[s] = acc
+    return out
+
+
+@_jit
+def sequence_owner(order, seq_ptr, seq_rank):  # pragma: no cover
+    """``[N]`` owner of every vertex-time node: the rank of its sequence."""
+    owner = np.empty(order.shape[0], np.int64)
+    for s in range(seq_ptr.shape[0] - 1):
+        r = seq_rank[s]
+        for i in range(seq_ptr[s], seq_ptr[s + 1]):
+            owner[order[i]] = r
+    return owner
+
+
+@_jit
+def snapshot_costs(node_ptr, cost):  # pragma: no cover
+    """``[T]`` summed cost of every snapshot (its gids are contiguous), in gid order."""
+    T = node_ptr.shape[0] - 1
+    out = np.zeros(T, np.float64)
+    for t in range(T):
+        acc = 0.0
+        for v in range(node_ptr[t], node_ptr[t + 1]):
+            acc += cost[v]
+        out[t] = acc
+    return out

@@ -26,6 +26,7 @@ from torch import Tensor
 
 from ..errors import PartitionError
 from . import kernels
+from .label_propagation import _np
 from .partition import Partition, check_num_parts
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -179,8 +180,12 @@ def _pss_owner(signal: "DynamicGraphSignal", R: int, balanced: bool, workload: A
                              f"for {R} parts.", "Use fewer parts, or the 'pts'/'pgc' scheme.")
     if balanced:
         cost = resolve_node_cost(signal, workload) if cost is None else cost
-        snap = torch.repeat_interleave(torch.arange(T), nodes, output_size=N)
-        per_snap = torch.zeros(T, dtype=torch.float64).index_add_(0, snap, cost)[nonempty]
+        if kernels.backend() == "numba":  # one compiled pass, the same sums
+            per_snap = torch.from_numpy(kernels.scheme_kernels.snapshot_costs(
+                _np(signal.node_ptr.cpu(), torch.long), _np(cost, torch.float64)))[nonempty]
+        else:
+            snap = torch.repeat_interleave(torch.arange(T), nodes, output_size=N)
+            per_snap = torch.zeros(T, dtype=torch.float64).index_add_(0, snap, cost)[nonempty]
         bounds = _linear_partition(per_snap, R)
     else:  # DGC's baseline: equal numbers of (non-empty) snapshots
         bounds = (torch.arange(R + 1) * nonempty.numel()) // R
@@ -204,15 +209,24 @@ def _pts_owner(signal: "DynamicGraphSignal", R: int, balanced: bool, workload: A
         raise PartitionError("num_parts", f"PTS splits by temporal sequence but there are only {S} sequences for {R} parts.",
                              "Use fewer parts, or the 'pss'/'pgc' scheme.")
     lengths = sg.sequence_lengths.cpu()
+    compiled = kernels.backend() == "numba"  # the N-sized passes compiled, the same numbers
+    if compiled:
+        order, seq_ptr = _np(sg.sequence_order.cpu(), torch.long), _np(sg.sequence_ptr.cpu(), torch.long)
     if balanced:
         cost = resolve_node_cost(signal, workload) if cost is None else cost
-        seq_id = torch.repeat_interleave(torch.arange(S), lengths, output_size=N)
-        seq_cost = torch.zeros(S, dtype=torch.float64).index_add_(0, seq_id, cost[sg.sequence_order.cpu()])
+        if compiled:
+            seq_cost = torch.from_numpy(kernels.scheme_kernels.sequence_costs(order, seq_ptr, _np(cost, torch.float64)))
+        else:
+            seq_id = torch.repeat_interleave(torch.arange(S), lengths, output_size=N)
+            seq_cost = torch.zeros(S, dtype=torch.float64).index_add_(0, seq_id, cost[sg.sequence_order.cpu()])
         seq_rank = _lpt(seq_cost, R)
     else:  # equal numbers of sequences, in vertex-id order
         seq_rank = (torch.arange(S) * R) // S
-    owner = torch.empty(N, dtype=torch.long)
-    owner[sg.sequence_order.cpu()] = torch.repeat_interleave(seq_rank, lengths, output_size=N)
+    if compiled:
+        owner = torch.from_numpy(kernels.scheme_kernels.sequence_owner(order, seq_ptr, _np(seq_rank, torch.long)))
+    else:
+        owner = torch.empty(N, dtype=torch.long)
+        owner[sg.sequence_order.cpu()] = torch.repeat_interleave(seq_rank, lengths, output_size=N)
     return owner, {"balanced": bool(balanced)}
 
 
