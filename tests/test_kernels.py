@@ -59,6 +59,20 @@ def test_csr_from_edges_and_contract_identical(float_weights: bool, hub: bool) -
     assert ca.weight.sum() == pytest.approx(float(a.weight[labels[a.sources()] != labels[a.dst]].double().sum()))
 
 
+@pytest.mark.parametrize("num_labels", [40, 250, 600])
+def test_contract_long_rows_identical(num_labels: int) -> None:
+    """Contracted rows with few distinct labels (insertion sort), with more
+    than 4 * SHORT_ROW (argsort) and with float weights sum in entry order."""
+    n = 600
+    src, dst, w = random_edges(n, 6000, seed=4, float_weights=True)
+    g = CSRGraph.from_edges(n, src, dst, w)
+    labels = torch.randperm(n, generator=torch.Generator().manual_seed(1)) % num_labels
+    a, b = both(lambda: g.contract(labels, num_labels))
+    assert same_csr(a, b)
+    longest = int((a.ptr[1:] - a.ptr[:-1]).max())
+    assert longest > (4 * 32 if num_labels > 128 else 32)
+
+
 def test_csr_without_edges() -> None:
     e = torch.zeros(0, dtype=torch.long)
     a, b = both(lambda: CSRGraph.from_edges(5, e, e, torch.zeros(0, dtype=torch.float64)))

@@ -71,6 +71,21 @@ def _merge_row(b, w, lo, hi, mark, acc, tmp_b, tmp_w):  # pragma: no cover
             nd += 1
         else:
             acc[mark[x]] += w[t]
+    if nd <= 4 * SHORT_ROW:  # distinct values are unique keys: an insertion sort, no allocation
+        for t in range(nd):
+            mark[b[lo + t]] = -1
+        for t in range(1, nd):
+            kb, kw = b[lo + t], acc[t]
+            j = t - 1
+            while j >= 0 and b[lo + j] > kb:
+                b[lo + j + 1] = b[lo + j]
+                acc[j + 1] = acc[j]
+                j -= 1
+            b[lo + j + 1] = kb
+            acc[j + 1] = kw
+        for t in range(nd):
+            w[lo + t] = acc[t]
+        return nd
     o = np.argsort(b[lo:lo + nd])
     for t in range(nd):
         x = b[lo + o[t]]

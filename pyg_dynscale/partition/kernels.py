@@ -125,7 +125,7 @@ if HAVE_NUMBA:
 
     #: the compiled driver splits a round over threads only on graphs with
     #: more CSR entries than this (a parallel region costs ~10 us)
-    PARALLEL_MIN_ENTRIES = 50_000
+    PARALLEL_MIN_ENTRIES = 10_000
     #: :func:`lp_rounds` keeps a dense ``[n, L]`` label-weight table (``dense``)
     #: for at most this many labels (the rank-level refinement), when the
     #: table has at most ``DENSE_MAX_FILL`` times as many cells as the graph
