@@ -159,11 +159,14 @@ def refine_chunks(
        loses the fewest bytes.
     2. *Cut*: repeatedly apply the single chunk move with the largest positive
        byte gain :math:`A[c, m] - A[c, \mathrm{own}(c)]` that keeps both ranks
-       inside the band; when none exists, the best *swap* of two chunks on two
-       ranks (among the ``swaps`` best candidates per rank pair, see
-       :func:`_best_swap`): a chunk larger than the band cannot move alone but
-       can trade places with one of similar cost. Each step strictly lowers
-       the cut. ``swaps=0`` disables swaps.
+       inside the band; when none exists, *swaps* of two chunks on two ranks
+       (the best of every rank pair among the ``swaps`` best candidates per
+       rank, see :func:`_pair_swaps`): a chunk larger than the band cannot
+       move alone but can trade places with one of similar cost. The swaps
+       are applied largest gain first, each rank at most once per round: a
+       swap changes only the gains towards its own two ranks, so the gains
+       of swaps on other ranks stay exact (each is re-checked against the
+       band). Each step strictly lowers the cut. ``swaps=0`` disables swaps.
 
     Returns:
         ``[C]`` refined owner (a new array).
@@ -231,26 +234,35 @@ def refine_chunks(
             continue
         if swaps <= 0 or num_parts < 2:
             break
-        best = _best_swap(gain, owner, cost, loads, hi, lo, h, swaps)
-        if best is None:
+        cands = _pair_swaps(gain, owner, cost, loads, hi, lo, h, swaps)
+        if not cands:
             break
-        a, b = best
-        oa, ob = owner[a], owner[b]
-        move(a, ob)
-        move(b, oa)
+        # largest gain first (stable: pair order on ties), each rank at most once
+        used = np.zeros(num_parts, dtype=bool)
+        for _, ra, rb, a, b in sorted(cands, key=lambda t: -t[0]):
+            if used[ra] or used[rb]:
+                continue
+            hi, lo = max(hi_lim, loads.max()), min(lo_lim, loads.min())
+            d = cost[a] - cost[b]
+            if not (lo <= loads[ra] - d <= hi and lo <= loads[rb] + d <= hi):
+                continue
+            move(a, rb)
+            move(b, ra)
+            used[ra] = used[rb] = True
     return owner
 
 
-def _best_swap(gain: np.ndarray, owner: np.ndarray, cost: np.ndarray, loads: np.ndarray, hi: float, lo: float,
-               h, k: int) -> tuple[int, int] | None:
-    r"""The best exchange of a chunk :math:`a` on rank :math:`A` with a chunk
-    :math:`b` on rank :math:`B`: gain :math:`g_{aB} + g_{bA} - 2 h(a, b)`
-    (both single-move gains count the edge between them as saved), among the
-    ``k`` chunks of each rank with the largest single-move gain towards the
-    other; both ranks must stay within ``[lo, hi]``. ``None`` if no swap has
-    a positive gain."""
+def _pair_swaps(gain: np.ndarray, owner: np.ndarray, cost: np.ndarray, loads: np.ndarray, hi: float, lo: float,
+                h, k: int) -> list[tuple[float, int, int, int, int]]:
+    r"""For every rank pair :math:`A < B` the best exchange of a chunk
+    :math:`a` on :math:`A` with a chunk :math:`b` on :math:`B`: gain
+    :math:`g_{aB} + g_{bA} - 2 h(a, b)` (both single-move gains count the
+    edge between them as saved), among the ``k`` chunks of each rank with the
+    largest single-move gain towards the other; both ranks must stay within
+    ``[lo, hi]``. Returns ``(gain, A, B, a, b)`` for the pairs whose best gain
+    exceeds 1e-12, in pair order."""
     P = gain.shape[1]
-    best_gain, best = 1e-12, None
+    out = []
     for ra in range(P):  # loops over rank pairs only (P^2 / 2 small numpy steps)
         on_a = np.flatnonzero(owner == ra)
         if on_a.size == 0:
@@ -266,6 +278,6 @@ def _best_swap(gain: np.ndarray, owner: np.ndarray, cost: np.ndarray, loads: np.
             ok = (loads[ra] - d >= lo) & (loads[ra] - d <= hi) & (loads[rb] + d >= lo) & (loads[rb] + d <= hi)
             sw = np.where(ok, sw, -np.inf)
             i = int(np.argmax(sw))
-            if sw.flat[i] > best_gain:
-                best_gain, best = float(sw.flat[i]), (int(ca[i // cb.size]), int(cb[i % cb.size]))
-    return best
+            if sw.flat[i] > 1e-12:
+                out.append((float(sw.flat[i]), ra, rb, int(ca[i // cb.size]), int(cb[i % cb.size])))
+    return out

@@ -664,6 +664,38 @@ if HAVE_NUMBA:
                     ntop[r, m] = cnt + 1
 
     @_jit
+    def _best_pair_swap(ra, rb, gain, top, ntop, cost, loads, lo, hi, ptr, snbr, sw_):  # pragma: no cover
+        """The best swap between ranks ``ra < rb`` among their top lists:
+        ``(gain, a, b)``, the first candidate (list order) of the largest gain
+        above 1e-12 -- the argmax of :func:`.assign._pair_swaps` -- or ``a =
+        -1``. Both lists are sorted by gain and ``h >= 0``: a candidate whose
+        two gains cannot beat the best so far ends the scan."""
+        best = 1e-12
+        sa = -1
+        sb = -1
+        na = ntop[ra, rb]
+        nb_ = ntop[rb, ra]
+        if na == 0 or nb_ == 0:
+            return best, sa, sb
+        for i in range(na):
+            a = top[ra, rb, i]
+            if gain[a, rb] + gain[top[rb, ra, 0], ra] <= best:
+                break
+            for j in range(nb_):
+                b = top[rb, ra, j]
+                if gain[a, rb] + gain[b, ra] <= best:
+                    break
+                d = cost[a] - cost[b]
+                if not (loads[ra] - d >= lo and loads[ra] - d <= hi and loads[rb] + d >= lo and loads[rb] + d <= hi):
+                    continue
+                val = gain[a, rb] + gain[b, ra] - 2.0 * _pair_bytes(ptr, snbr, sw_, a, b)
+                if val > best:
+                    best = val
+                    sa = a
+                    sb = b
+        return best, sa, sb
+
+    @_jit
     def assign_chunks(ptr, nbr, w, cost, order, num_parts, gbar, limit, eps):  # pragma: no cover
         """Algorithm 1 / Eq. 3 (:func:`.assign.assign_chunks`, same arithmetic
         and tie-breaks): chunks in ``order``; returns ``[C]`` ranks."""
@@ -755,6 +787,14 @@ if HAVE_NUMBA:
         k_sw = max(1, swaps)
         top = np.empty((P, P, k_sw), np.int64)
         ntop = np.zeros((P, P), np.int64)
+        npairs = P * (P - 1) // 2
+        cval = np.empty(npairs, np.float64)
+        cra = np.empty(npairs, np.int64)
+        crb = np.empty(npairs, np.int64)
+        ca = np.empty(npairs, np.int64)
+        cb = np.empty(npairs, np.int64)
+        done = np.zeros(npairs, np.bool_)
+        used = np.zeros(P, np.bool_)
         # h(a, b) by binary search in a's sorted row: only the few pairs that
         # survive the gain bounds pay for it (a dense row per candidate paid deg(a))
         snbr, sw_ = _rows_by_neighbour(ptr, nbr, w)
@@ -764,7 +804,7 @@ if HAVE_NUMBA:
         movable = np.zeros(C, np.bool_)
         for c in range(C):
             movable[c] = _can_gain(A, owner, c, P)
-        for _ in range(max_moves):  # cut phase: best single move, else best swap
+        for _ in range(max_moves):  # cut phase: best single move, else the best swaps of disjoint rank pairs
             hi = max(hi_lim, loads.max())
             lo = min(lo_lim, loads.min())
             best = -np.inf
@@ -793,44 +833,48 @@ if HAVE_NUMBA:
             if swaps <= 0 or P < 2:
                 break
             _top_k_all(gain, owner, P, swaps, top, ntop)
-            best_gain = 1e-12
-            sa = -1
-            sb = -1
+            ns = 0  # the best swap of every rank pair, in pair order
             for ra in range(P):
                 for rb in range(ra + 1, P):
-                    na = ntop[ra, rb]
-                    if na == 0:
-                        break
-                    nb_ = ntop[rb, ra]
-                    if nb_ == 0:
-                        continue
-                    for i in range(na):
-                        a = top[ra, rb, i]
-                        # h >= 0 and both lists are sorted by gain: no later
-                        # pair can beat best_gain once the two gains cannot
-                        if gain[a, rb] + gain[top[rb, ra, 0], ra] <= best_gain:
-                            break
-                        for j in range(nb_):
-                            b = top[rb, ra, j]
-                            if gain[a, rb] + gain[b, ra] <= best_gain:
-                                break
-                            d = cost[a] - cost[b]
-                            if not (loads[ra] - d >= lo and loads[ra] - d <= hi and loads[rb] + d >= lo
-                                    and loads[rb] + d <= hi):
-                                continue
-                            sw = gain[a, rb] + gain[b, ra] - 2.0 * _pair_bytes(ptr, snbr, sw_, a, b)
-                            if sw > best_gain:
-                                best_gain = sw
-                                sa = a
-                                sb = b
-            if sa < 0:
+                    v, a, b = _best_pair_swap(ra, rb, gain, top, ntop, cost, loads, lo, hi, ptr, snbr, sw_)
+                    if a >= 0:
+                        cval[ns] = v
+                        cra[ns] = ra
+                        crb[ns] = rb
+                        ca[ns] = a
+                        cb[ns] = b
+                        ns += 1
+            if ns == 0:
                 break
-            oa = owner[sa]
-            ob = owner[sb]
-            _move_chunk(ptr, nbr, w, A, loads, owner, cost, sa, ob)
-            _move_chunk(ptr, nbr, w, A, loads, owner, cost, sb, oa)
-            _reflag(ptr, nbr, A, owner, sa, P, movable)
-            _reflag(ptr, nbr, A, owner, sb, P, movable)
+            # apply them largest gain first (ties: pair order), each rank at
+            # most once: a swap changes only the gains towards its own two
+            # ranks, so swaps of disjoint rank pairs keep their exact gains;
+            # each is re-checked against the band of the current loads
+            used[:] = False
+            done[:ns] = False
+            for _ in range(ns):
+                q = -1
+                for t in range(ns):
+                    if not done[t] and (q < 0 or cval[t] > cval[q]):
+                        q = t
+                done[q] = True
+                ra = cra[q]
+                rb = crb[q]
+                if used[ra] or used[rb]:
+                    continue
+                hi = max(hi_lim, loads.max())
+                lo = min(lo_lim, loads.min())
+                a = ca[q]
+                b = cb[q]
+                d = cost[a] - cost[b]
+                if not (loads[ra] - d >= lo and loads[ra] - d <= hi and loads[rb] + d >= lo and loads[rb] + d <= hi):
+                    continue
+                _move_chunk(ptr, nbr, w, A, loads, owner, cost, a, rb)
+                _move_chunk(ptr, nbr, w, A, loads, owner, cost, b, ra)
+                _reflag(ptr, nbr, A, owner, a, P, movable)
+                _reflag(ptr, nbr, A, owner, b, P, movable)
+                used[ra] = True
+                used[rb] = True
 
     @_jit
     def exact_in_float32(w):  # pragma: no cover
