@@ -224,18 +224,35 @@ if HAVE_NUMBA:
                             out_gain):  # pragma: no cover
         """:func:`round_candidates` on ``score.shape[0]`` contiguous blocks of
         ``act`` in parallel (one scratch row per block), compacted in ``act``
-        order: the same output as one serial call, whatever the thread count."""
+        order: the same output as one serial call, whatever the thread count.
+        Blocks hold about equal numbers of CSR entries (not of nodes): hubs
+        would otherwise leave a thread idle."""
         nb = score.shape[0]
         A = act.shape[0]
+        cut = np.empty(nb + 1, np.int64)  # block b = act[cut[b]:cut[b + 1]]
+        total = 0
+        for i in range(A):
+            total += ptr[act[i] + 1] - ptr[act[i]]
+        cut[0] = 0
+        b = 1
+        run = 0
+        for i in range(A):
+            while b < nb and run >= total * b // nb:
+                cut[b] = i
+                b += 1
+            run += ptr[act[i] + 1] - ptr[act[i]]
+        while b <= nb:
+            cut[b] = A
+            b += 1
         counts = np.zeros(nb, np.int64)
         for b in _numba.prange(nb):
-            lo = A * b // nb
-            hi = A * (b + 1) // nb
+            lo = cut[b]
+            hi = cut[b + 1]
             counts[b] = round_candidates(ptr, dst, weight, labels, act[lo:hi], nw, size, cap, tie_moves, score[b],
                                          out_node[lo:hi], out_to[lo:hi], out_gain[lo:hi])
         k = counts[0]
         for b in range(1, nb):  # blocks move left only: k <= the block's start
-            lo = A * b // nb
+            lo = cut[b]
             for j in range(counts[b]):
                 out_node[k + j] = out_node[lo + j]
                 out_to[k + j] = out_to[lo + j]
