@@ -174,7 +174,6 @@ if HAVE_NUMBA:
             for j in range(d):
                 lab = tl[j]
                 sc = score[lab]
-                # "&", not "and"/"or": selects instead of jumps (a random label order mispredicts)
                 if (sc > best or (sc == best and lab > bl)) and lab != cl and size[lab] + nv <= cap:
                     best = sc
                     bl = lab
