@@ -660,7 +660,19 @@ if HAVE_NUMBA:
         """For every rank pair ``(r, m)``: ``top[r, m, :ntop[r, m]]`` = the
         chunks on rank ``r`` with the ``k`` largest ``gain[:, m]``, best first,
         ties in chunk order -- ``np.argsort(-g, kind="stable")[:k]`` for all
-        pairs in one pass over the chunks (insertion into short sorted lists)."""
+        pairs in one pass over the chunks (insertion into short sorted lists)
+        -- cut before the first chunk that cannot be part of a positive swap:
+        ``gain[c, m] + best[m, r] <= 1e-12``, with ``best[m, r]`` the largest
+        gain towards ``r`` of a chunk on ``m`` (``h >= 0``, so no partner can
+        lift it). The lists are sorted, so only a useless tail is dropped and
+        the swaps found are the same; most (chunk, rank) pairs are dropped
+        once no single move gains, which spares their insertions."""
+        best = np.full((P, P), -np.inf)
+        for c in range(owner.shape[0]):
+            r = owner[c]
+            for m in range(P):
+                if gain[c, m] > best[r, m]:
+                    best[r, m] = gain[c, m]
         ntop[:, :] = 0
         for c in range(owner.shape[0]):
             r = owner[c]
@@ -668,6 +680,8 @@ if HAVE_NUMBA:
                 if m == r:
                     continue
                 g = gain[c, m]
+                if g + best[m, r] <= 1e-12:
+                    continue
                 cnt = ntop[r, m]
                 if cnt == k and gain[top[r, m, k - 1], m] >= g:
                     continue  # not better than the k-th (ties keep the earlier chunk)
