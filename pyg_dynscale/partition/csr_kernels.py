@@ -160,6 +160,22 @@ def _distinct_fraction(ptr, b, step):  # pragma: no cover
     return distinct / total if total else 1.0
 
 
+@_jit
+def _merge_entry(mark, b, w, lo, k, x, wx):  # pragma: no cover
+    """Add the entry ``(x, wx)`` to the row being merged into ``b/w[lo:k]``:
+    summed into ``x``'s slot if it has one -- ``mark[x]``, stale when it
+    points below ``lo`` (an earlier row) or at another value -- else
+    appended. Returns the new end ``k``."""
+    m = mark[x]
+    if m >= lo and m < k and b[m] == x:
+        w[m] += wx
+        return k
+    mark[x] = k
+    b[k] = x
+    w[k] = wx
+    return k + 1
+
+
 @_pjit
 def _premerge_rows(ptr, b, w, nb):  # pragma: no cover
     """Merge equal entries inside every row of ``(ptr, b, w)`` without
@@ -177,15 +193,7 @@ def _premerge_rows(ptr, b, w, nb):  # pragma: no cover
             lo = ptr[v]
             k = lo
             for e in range(lo, ptr[v + 1]):
-                x = b[e]
-                m = mark[x]
-                if m >= lo and m < k and b[m] == x:
-                    w[m] += w[e]
-                else:
-                    mark[x] = k
-                    b[k] = x
-                    w[k] = w[e]
-                    k += 1
+                k = _merge_entry(mark, b, w, lo, k, b[e], w[e])
             length[v] = k - lo
     return _compact_rows(ptr, b, w, length, bounds)
 
@@ -365,16 +373,8 @@ def contract_csr(ptr, dst, weight, labels, num_labels, nb):  # pragma: no cover
                 v = members[i]
                 for e in range(ptr[v], ptr[v + 1]):
                     lu = labels[dst[e]]
-                    if lu == c:
-                        continue
-                    m = slot[lu]
-                    if m >= base and m < k:  # slots of earlier rows lie below base
-                        w[m] += weight[e]
-                    else:
-                        slot[lu] = k
-                        b[k] = lu
-                        w[k] = weight[e]
-                        k += 1
+                    if lu != c:
+                        k = _merge_entry(slot, b, w, base, k, lu, weight[e])
     if exact:
         symmetric, b2, w2 = _transpose_rows(out, b, w, nb)
         if symmetric:
