@@ -80,9 +80,9 @@ def test_contract_long_rows_identical(num_labels: int, float_weights: bool) -> N
 
 @pytest.mark.parametrize("weights", ["integral", "float"])
 def test_contract_of_a_directed_csr_identical(weights: str) -> None:
-    """A CSR that is not symmetric (built by hand) contracts like the torch
-    reference: the transpose shortcut for whole-number weights notices the
-    asymmetry and falls back to sorting the rows."""
+    """A CSR that is not symmetric (built by hand, so not marked symmetric)
+    contracts like the torch reference: rows are sorted one by one, not by
+    the transpose shortcut that only symmetric builders' graphs take."""
     n = 200
     g = torch.Generator().manual_seed(11)
     src = torch.randint(0, n, (1500,), generator=g)
@@ -97,6 +97,22 @@ def test_contract_of_a_directed_csr_identical(weights: str) -> None:
     directed = CSRGraph(n, ptr, dst, w)
     labels = torch.randint(0, 30, (n,), generator=g)
     a, b = both(lambda: directed.contract(labels, 30))
+    assert same_csr(a, b) and not directed.symmetric and not b.symmetric
+    undirected = CSRGraph.from_edges(n, src, dst, w)  # builders mark their graphs
+    assert undirected.symmetric and undirected.contract(labels, 30).symmetric
+
+
+def test_contract_of_a_directed_cycle_identical() -> None:
+    """Every row of a directed cycle keeps its length under transposition,
+    yet the transpose is another graph: a hand-built CSR never takes the
+    transpose shortcut."""
+    n = 12
+    src = torch.arange(n)
+    dst = (src + 1) % n
+    ptr = torch.arange(n + 1)
+    cycle = CSRGraph(n, ptr, dst, torch.full((n,), 3.0))
+    labels = torch.arange(n) // 2 % 5  # pairs of nodes, 5 labels
+    a, b = both(lambda: cycle.contract(labels, 5))
     assert same_csr(a, b)
 
 

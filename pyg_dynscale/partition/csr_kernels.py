@@ -309,7 +309,7 @@ def _sort_pairs(b, w, lo, hi):  # pragma: no cover
 
 
 @_pjit
-def contract_csr(ptr, dst, weight, labels, num_labels, nb):  # pragma: no cover
+def contract_csr(ptr, dst, weight, labels, num_labels, nb, symmetric):  # pragma: no cover
     """CSR of the label-level graph (:meth:`.label_propagation.CSRGraph.contract`):
     entries ``(label[v], label[u])`` of every entry ``v -> u`` with distinct
     labels, in entry order, rows sorted, equal pairs merged.
@@ -320,15 +320,17 @@ def contract_csr(ptr, dst, weight, labels, num_labels, nb):  # pragma: no cover
     in entry order, as the reference's stable sort does. A first pass counts
     every row's distinct labels, so the output is written in place (no
     intermediate array of all the entries). The merged rows are then sorted:
-    with whole-number weights (exact sums, :func:`_exact_sums`) by
-    transposing the symmetric result (a counting sort, :func:`_transpose_rows`:
-    row ``u`` receives ``(u, v)`` from row ``v`` with the same exact sum),
-    else row by row (:func:`_sort_pairs`; a sort of ~40 random keys cost
-    ~1 us per row on the 2-core VM, 3x the transpose). ``nb`` blocks of
-    output rows of about equal work run in parallel."""
+    when the input is ``symmetric`` (both directions of every edge, same
+    weight: the library's builders) and the weights are whole numbers (exact
+    sums, :func:`_exact_sums`), by transposing the -- then symmetric --
+    result (a counting sort, :func:`_transpose_rows`: row ``u`` receives
+    ``(u, v)`` from row ``v`` with the same exact sum); else row by row
+    (:func:`_sort_pairs`; a sort of ~40 random keys cost ~1 us per row on the
+    2-core VM, 3x the transpose). ``nb`` blocks of output rows of about equal
+    work run in parallel."""
     n = ptr.shape[0] - 1
     C = num_labels
-    exact = _exact_sums(weight)
+    exact = symmetric and _exact_sums(weight)
     mptr = np.zeros(C + 1, np.int64)
     for v in range(n):
         mptr[labels[v] + 1] += 1
@@ -376,10 +378,9 @@ def contract_csr(ptr, dst, weight, labels, num_labels, nb):  # pragma: no cover
                     if lu != c:
                         k = _merge_entry(slot, b, w, base, k, lu, weight[e])
     if exact:
-        symmetric, b2, w2 = _transpose_rows(out, b, w, nb)
-        if symmetric:
-            return out, b2, w2
-    for t in numba.prange(nbk):  # general weights (or a CSR that was not symmetric): sort each row
+        b2, w2 = _transpose_rows(out, b, w, nb)
+        return out, b2, w2
+    for t in numba.prange(nbk):  # general weights or input: sort each row
         for c in range(bounds[t], bounds[t + 1]):
             _sort_pairs(b, w, out[c], out[c + 1])
     return out, b, w
@@ -400,11 +401,10 @@ def _exact_sums(w):  # pragma: no cover
 
 @_pjit
 def _transpose_rows(ptr, b, w, nb):  # pragma: no cover
-    """``(symmetric, b, w)``: the transpose of a CSR with distinct entries
+    """``(b, w)`` of the transpose of a symmetric CSR with distinct entries
     per row -- entry ``v -> u`` goes to row ``u``, rows visited in increasing
-    ``v``, so every output row comes out sorted (a counting sort). When the
-    input is structurally symmetric (every row keeps its length: ``ptr`` is
-    unchanged) ``symmetric`` is True; otherwise the result is not used."""
+    ``v`` -- i.e. the same graph with every row sorted (a counting sort;
+    ``ptr`` is unchanged)."""
     n = ptr.shape[0] - 1
     m = ptr[n]
     nbk = max(1, min(nb, m // 4096 + 1))
@@ -413,12 +413,9 @@ def _transpose_rows(ptr, b, w, nb):  # pragma: no cover
     for t in numba.prange(nbk):
         for e in range(ptr[bounds[t]], ptr[bounds[t + 1]]):
             counts[t, b[e]] += 1
-    start = _block_offsets(counts)
+    _block_offsets(counts)
     b2 = np.empty(m, np.int64)
     w2 = np.empty(m, np.float64)
-    for v in range(n + 1):
-        if start[v] != ptr[v]:
-            return False, b2, w2
     for t in numba.prange(nbk):
         for v in range(bounds[t], bounds[t + 1]):
             for e in range(ptr[v], ptr[v + 1]):
@@ -427,7 +424,7 @@ def _transpose_rows(ptr, b, w, nb):  # pragma: no cover
                 b2[p] = v
                 w2[p] = w[e]
                 counts[t, u] = p + 1
-    return True, b2, w2
+    return b2, w2
 
 
 @_pjit

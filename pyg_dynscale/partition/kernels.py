@@ -116,9 +116,10 @@ if HAVE_NUMBA:
                                         threads())
 
     def contract_csr(ptr: np.ndarray, dst: np.ndarray, weight: np.ndarray, labels: np.ndarray,
-                     num_labels: int) -> tuple[np.ndarray, ...]:
-        """CSR of the label-level graph (:func:`.csr_kernels.contract_csr`)."""
-        return csr_kernels.contract_csr(ptr, dst, weight, labels, int(num_labels), threads())
+                     num_labels: int, symmetric: bool = False) -> tuple[np.ndarray, ...]:
+        """CSR of the label-level graph (:func:`.csr_kernels.contract_csr`;
+        ``symmetric``: the input stores both directions of every edge)."""
+        return csr_kernels.contract_csr(ptr, dst, weight, labels, int(num_labels), threads(), bool(symmetric))
 
     #: budget units: a label's room is clamped to this many units
     BUDGET_LIMIT = float(2 ** 62)

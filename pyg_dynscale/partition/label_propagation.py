@@ -113,12 +113,20 @@ class CSRGraph:
     Built once per graph (one stable sort by source) and shared by chunk
     generation and refinement, so that a round touches only the entries of its
     active nodes.
+
+    ``symmetric`` marks a graph made by the library's builders
+    (:meth:`from_edges`, :func:`.coarsen.supergraph_csr`, :meth:`contract`
+    of a marked graph), which store every edge in both directions with the
+    same weight; contraction then sorts its rows by transposition
+    (:func:`.csr_kernels.contract_csr`). A graph built by hand is not marked
+    (the general path, correct for any CSR).
     """
 
     num_nodes: int
     ptr: Tensor
     dst: Tensor
     weight: Tensor
+    symmetric: bool = field(default=False, compare=False)
     _integral: Optional[bool] = field(default=None, repr=False, compare=False)
 
     def integral(self) -> bool:
@@ -158,10 +166,11 @@ class CSRGraph:
 
     @classmethod
     def _finish(cls, n: int, ptr: Tensor, d: Tensor, w: Tensor) -> "CSRGraph":
+        """A graph from a symmetric builder (both directions of every edge)."""
         # integer byte weights are exact in float32: halve the memory traffic
         if w.dtype == torch.float64 and _exact_in_float32(w):
             w = w.float()
-        return cls(n, ptr, d, w)
+        return cls(n, ptr, d, w, symmetric=True)
 
     @property
     def degree(self) -> Tensor:
@@ -197,8 +206,9 @@ class CSRGraph:
         C = int(num_labels)
         if kernels.backend() == "numba" and self.ptr.device.type == "cpu":
             ptr, d, wsum = (torch.from_numpy(a) for a in kernels.contract_csr(
-                _np(self.ptr, torch.long), _np(self.dst, torch.long), _np(self.weight), _np(labels, torch.long), C))
-            return CSRGraph(C, ptr, d, self._contracted_weights(wsum))
+                _np(self.ptr, torch.long), _np(self.dst, torch.long), _np(self.weight), _np(labels, torch.long), C,
+                self.symmetric))
+            return CSRGraph(C, ptr, d, self._contracted_weights(wsum), self.symmetric)
         lu = torch.repeat_interleave(labels, self.degree, output_size=self.dst.numel())
         lv = _take(labels, self.dst)
         keep = lu != lv
@@ -214,7 +224,7 @@ class CSRGraph:
         s, d = ukey // C, ukey % C
         ptr = torch.zeros(C + 1, dtype=torch.long, device=ukey.device)
         torch.cumsum(torch.bincount(s, minlength=C), 0, out=ptr[1:])
-        return CSRGraph(C, ptr, d, self._contracted_weights(wsum))
+        return CSRGraph(C, ptr, d, self._contracted_weights(wsum), self.symmetric)
 
     def _contracted_weights(self, wsum: Tensor) -> Tensor:
         """float32 again when this graph's weights were and the sums stay exact."""
