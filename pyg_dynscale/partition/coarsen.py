@@ -242,10 +242,12 @@ def supergraph_csr(supergraph: "Supergraph", spatial_weight: float, temporal_wei
         none = np.zeros(0, np.float64)
         integral = ws == round(ws) and bool(torch.equal(tw, torch.round(tw)))
         if ws > 0 and integral and se.shape[1] > 0 and _maybe_symmetric(supergraph):
-            ptr, d, w = csr_kernels.edges_to_csr(n, node_map, s1, d1, none, 2.0 * ws, False, s2, d2, w2, kernels.threads())
+            ptr, d, w = csr_kernels.edges_to_csr(n, node_map, s1, d1, none, 2.0 * ws, False, s2, d2, w2, kernels.threads(),
+                                                 *csr_kernels.placement_types(n, 2.0 * ws, w2))
             if csr_kernels.is_symmetric(ptr, d, w, kernels.threads()):
                 return CSRGraph._finish(n, torch.from_numpy(ptr), torch.from_numpy(d), torch.from_numpy(w))
-        ptr, d, w = csr_kernels.edges_to_csr(n, node_map, s1, d1, none, ws, True, s2, d2, w2, kernels.threads())
+        ptr, d, w = csr_kernels.edges_to_csr(n, node_map, s1, d1, none, ws, True, s2, d2, w2, kernels.threads(),
+                                             *csr_kernels.placement_types(n, ws, w2))
         return CSRGraph._finish(n, torch.from_numpy(ptr), torch.from_numpy(d), torch.from_numpy(w))
     return CSRGraph.from_edges(n, *mapped_edges(supergraph, ws, tw, seg))
 

@@ -29,40 +29,6 @@ _pjit = numba.njit(cache=True, nogil=True, parallel=True)
 
 
 @_jit
-def _merge_adjacent(b, w, lo, hi):  # pragma: no cover
-    """Merge runs of equal ``b`` in the sorted slice ``[lo, hi)`` (weights
-    summed in order) into ``[lo, lo + k)``; returns ``k``."""
-    k = lo
-    for t in range(lo, hi):
-        if k > lo and b[k - 1] == b[t]:
-            w[k - 1] += w[t]
-        else:
-            b[k] = b[t]
-            w[k] = w[t]
-            k += 1
-    return k - lo
-
-
-@_pjit
-def _compact_rows(ptr, b, w, length, bounds):  # pragma: no cover
-    """New ``(ptr, b, w)`` keeping the first ``length[v]`` entries of every
-    row ``v``; blocks of rows (``bounds``) are copied in parallel."""
-    n = ptr.shape[0] - 1
-    out = np.zeros(n + 1, np.int64)
-    for v in range(n):
-        out[v + 1] = out[v] + length[v]
-    b2 = np.empty(out[n], np.int64)
-    w2 = np.empty(out[n], np.float64)
-    for t in numba.prange(bounds.shape[0] - 1):
-        for v in range(bounds[t], bounds[t + 1]):
-            s, d = ptr[v], out[v]
-            for j in range(length[v]):
-                b2[d + j] = b[s + j]
-                w2[d + j] = w[s + j]
-    return out, b2, w2
-
-
-@_jit
 def _mapped(node_map, x):  # pragma: no cover
     return node_map[x] if node_map.shape[0] else x
 
@@ -115,8 +81,8 @@ def transpose_merge(ptr, b, w, nb):  # pragma: no cover
         for e in range(ptr[bounds[t]], ptr[bounds[t + 1]]):
             counts[t, b[e]] += 1
     out = _block_offsets(counts)
-    b2 = np.empty(m, np.int64)
-    w2 = np.empty(m, np.float64)
+    b2 = np.empty(m, b.dtype)  # the input's (narrow) types: fewer fresh pages to touch
+    w2 = np.empty(m, w.dtype)
     for t in numba.prange(nbk):
         for v in range(bounds[t], bounds[t + 1]):
             for e in range(ptr[v], ptr[v + 1]):
@@ -125,13 +91,31 @@ def transpose_merge(ptr, b, w, nb):  # pragma: no cover
                 b2[p] = v
                 w2[p] = w[e]
                 counts[t, u] = p + 1
-    # merge equal neighbours (adjacent now) and compact
-    length = np.empty(n, np.int64)
+    # equal neighbours are adjacent now: count each row's distinct ones, then
+    # write them merged (float64 sums in order) straight into the output
+    length = np.zeros(n, np.int64)
     obounds = _row_blocks(out, nbk)
     for t in numba.prange(nbk):
         for u in range(obounds[t], obounds[t + 1]):
-            length[u] = _merge_adjacent(b2, w2, out[u], out[u + 1])
-    return _compact_rows(out, b2, w2, length, obounds)
+            for e in range(out[u], out[u + 1]):
+                if e == out[u] or b2[e] != b2[e - 1]:
+                    length[u] += 1
+    optr = np.zeros(n + 1, np.int64)
+    for u in range(n):
+        optr[u + 1] = optr[u] + length[u]
+    bo = np.empty(optr[n], np.int64)
+    wo = np.empty(optr[n], np.float64)
+    for t in numba.prange(nbk):
+        for u in range(obounds[t], obounds[t + 1]):
+            k = optr[u] - 1
+            for e in range(out[u], out[u + 1]):
+                if e == out[u] or b2[e] != b2[e - 1]:
+                    k += 1
+                    bo[k] = b2[e]
+                    wo[k] = np.float64(w2[e])
+                else:
+                    wo[k] += np.float64(w2[e])
+    return optr, bo, wo
 
 
 #: :func:`edges_to_csr` merges equal entries before the transpose when a
@@ -180,26 +164,62 @@ def _merge_entry(mark, b, w, lo, k, x, wx):  # pragma: no cover
 def _premerge_rows(ptr, b, w, nb):  # pragma: no cover
     """Merge equal entries inside every row of ``(ptr, b, w)`` without
     sorting: each value keeps its first position and its weights are summed
-    in entry order; returns the compacted ``(ptr, b, w)`` (rows unsorted).
-    A mark array per block of rows remembers where a value was put; a stale
-    mark (from an earlier row) points before the row's start."""
+    in entry order (in float64); returns the new ``(ptr, b, w float64)``
+    (rows unsorted, ``b`` of the input's type). A first pass counts each
+    row's distinct values, a second writes them through a mark array per
+    block of rows (:func:`_merge_entry`)."""
     n = ptr.shape[0] - 1
     nbk = max(1, min(nb, ptr[n] // 4096 + 1))
     bounds = _row_blocks(ptr, nbk)
-    length = np.empty(n, np.int64)
+    length = np.zeros(n, np.int64)
+    for t in numba.prange(nbk):
+        seen = np.full(n, -1, np.int64)
+        for v in range(bounds[t], bounds[t + 1]):
+            for e in range(ptr[v], ptr[v + 1]):
+                if seen[b[e]] != v:
+                    seen[b[e]] = v
+                    length[v] += 1
+    optr = np.zeros(n + 1, np.int64)
+    for v in range(n):
+        optr[v + 1] = optr[v] + length[v]
+    b2 = np.empty(optr[n], b.dtype)
+    w2 = np.empty(optr[n], np.float64)
     for t in numba.prange(nbk):
         mark = np.full(n, -1, np.int64)
         for v in range(bounds[t], bounds[t + 1]):
-            lo = ptr[v]
-            k = lo
-            for e in range(lo, ptr[v + 1]):
-                k = _merge_entry(mark, b, w, lo, k, b[e], w[e])
-            length[v] = k - lo
-    return _compact_rows(ptr, b, w, length, bounds)
+            k = optr[v]
+            for e in range(ptr[v], ptr[v + 1]):
+                k = _merge_entry(mark, b2, w2, optr[v], k, b[e], np.float64(w[e]))
+    return optr, b2, w2
+
+
+_ID32 = np.zeros(0, np.int32)
+_ID64 = np.zeros(0, np.int64)
+_W32 = np.zeros(0, np.float32)
+_W64 = np.zeros(0, np.float64)
+
+
+def placement_types(n: int, constant: float, *weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Empty arrays whose dtypes :func:`edges_to_csr` places entries with:
+    int32 node ids below 2^31 nodes, float32 weights when ``constant`` and
+    every array of ``weights`` survive a float32 round trip (byte weights
+    do), else int64 / float64."""
+    narrow = bool(np.float32(constant) == constant) and all(exact_in_float32(np.ascontiguousarray(w, np.float64))
+                                                            for w in weights if w.shape[0])
+    return (_ID32 if n < 2 ** 31 else _ID64), (_W32 if narrow else _W64)
+
+
+@_jit
+def exact_in_float32(w):  # pragma: no cover
+    """Whether every weight survives a round trip through float32."""
+    for i in range(w.shape[0]):
+        if np.float64(np.float32(w[i])) != w[i]:
+            return False
+    return True
 
 
 @_pjit
-def edges_to_csr(n, node_map, s1, d1, w1, c1, both1, s2, d2, w2, nb):  # pragma: no cover
+def edges_to_csr(n, node_map, s1, d1, w1, c1, both1, s2, d2, w2, nb, itype, wtype):  # pragma: no cover
     r"""Undirected CSR on ``n`` nodes from two edge lists, as
     :meth:`~pyg_dynscale.partition.label_propagation.CSRGraph.from_edges` on
     their concatenation:
@@ -220,7 +240,11 @@ def edges_to_csr(n, node_map, s1, d1, w1, c1, both1, s2, d2, w2, nb):  # pragma:
     Two counting sorts, no comparison sort: the entries are placed in the row
     of their *column*, forward entries first, and :func:`transpose_merge`
     turns that into sorted rows: the copies of ``(r, c)`` come from row
-    ``c``, forward ones (edges ``r -> c``) before backward ones.
+    ``c``, forward ones (edges ``r -> c``) before backward ones. The placed
+    and transposed entries use the types of the empty arrays ``itype`` /
+    ``wtype`` (:func:`placement_types`: int32 ids, float32 weights when they
+    are exact), halving the fresh memory these passes touch; sums are taken
+    in float64 either way.
     """
     E1 = s1.shape[0]
     E2 = s2.shape[0]
@@ -247,8 +271,8 @@ def edges_to_csr(n, node_map, s1, d1, w1, c1, both1, s2, d2, w2, nb):  # pragma:
                 counts[dd, t, v] = run
                 run += k
         ptr[v + 1] = run
-    b = np.empty(ptr[n], np.int64)
-    w = np.empty(ptr[n], np.float64)
+    b = np.empty(ptr[n], itype.dtype)
+    w = np.empty(ptr[n], wtype.dtype)
     for t in numba.prange(nbk):
         for i in range(E * t // nbk, E * (t + 1) // nbk):
             if i < E1:
@@ -271,7 +295,8 @@ def edges_to_csr(n, node_map, s1, d1, w1, c1, both1, s2, d2, w2, nb):  # pragma:
         # a row (= column) holds the copies of an entry in the reference's
         # summation order (forward ones in edge order, then backward ones),
         # so merging them here sums the same way and shrinks the transpose
-        ptr, b, w = _premerge_rows(ptr, b, w, nb)
+        p2, b2, w2 = _premerge_rows(ptr, b, w, nb)  # float64 sums: new names, new types
+        return transpose_merge(p2, b2, w2, nb)
     return transpose_merge(ptr, b, w, nb)
 
 

@@ -113,7 +113,7 @@ if HAVE_NUMBA:
         pairs merged -- as :meth:`.label_propagation.CSRGraph.from_edges`
         (:func:`.csr_kernels.edges_to_csr`, multi-threaded)."""
         return csr_kernels.edges_to_csr(int(n), _EMPTY_I, src, dst, weight, 0.0, True, _EMPTY_I, _EMPTY_I, _EMPTY_F,
-                                        threads())
+                                        threads(), *csr_kernels.placement_types(int(n), 0.0, weight))
 
     def contract_csr(ptr: np.ndarray, dst: np.ndarray, weight: np.ndarray, labels: np.ndarray,
                      num_labels: int, symmetric: bool = False) -> tuple[np.ndarray, ...]:
@@ -907,11 +907,6 @@ if HAVE_NUMBA:
                 used[ra] = True
                 used[rb] = True
 
-    @_jit
-    def exact_in_float32(w):  # pragma: no cover
-        """Whether every float64 weight survives a round trip through float32
-        (no temporaries, unlike ``(w.float().double() == w).all()``)."""
-        for i in range(w.shape[0]):
-            if np.float64(np.float32(w[i])) != w[i]:
-                return False
-        return True
+    #: whether every weight survives a float32 round trip (no temporaries,
+    #: unlike ``(w.float().double() == w).all()``)
+    exact_in_float32 = csr_kernels.exact_in_float32
