@@ -359,6 +359,39 @@ def test_segment_sequences_identical(cap: float) -> None:
     assert (a[1] == sg.sequence_ptr.numel() - 1) == (cap == float("inf")) and a[1] > 1
 
 
+def test_placement_types_narrow_only_when_exact() -> None:
+    """Entries are placed as int32 / float32 only when nothing is lost:
+    float32 weights need the constant and every weight array to survive a
+    float32 round trip."""
+    import numpy as np
+
+    from pyg_dynscale.partition import csr_kernels
+
+    ints = np.array([8.0, 256.0, 3.0 * 2 ** 20])
+    ids, ws = csr_kernels.placement_types(1000, 16.0, ints)
+    assert ids.dtype == np.int32 and ws.dtype == np.float32
+    assert csr_kernels.placement_types(1000, 0.1, ints)[1].dtype == np.float64  # 0.1 is not a float32
+    assert csr_kernels.placement_types(1000, 8.0, np.array([1.0, 1e-10]))[1].dtype == np.float64
+    assert csr_kernels.placement_types(1000, 8.0, np.zeros(0))[1].dtype == np.float32
+    assert csr_kernels.placement_types(2 ** 31, 8.0)[0].dtype == np.int64
+
+
+def test_supergraph_csr_with_a_fractional_spatial_weight() -> None:
+    """A spatial weight that is not a float32 (0.1) next to whole temporal
+    weights keeps float64 placement: the CSR equals the reference."""
+    from pyg_dynscale.partition.coarsen import segment_sequences, supergraph_csr
+
+    s = random_signal(4, T=6, V=50)
+    sg = s.supergraph()
+    tw = torch.full((sg.num_temporal_edges,), 2.0, dtype=torch.float64)
+    seg, S = segment_sequences(sg, torch.ones(sg.num_nodes, dtype=torch.float64), 2.5)
+    for m, n in ((None, None), (seg, S)):
+        got = supergraph_csr(sg, 0.1, tw, m, n)
+        with use_backend("torch"):
+            ref = supergraph_csr(sg, 0.1, tw, m, n)
+        assert same_csr(got, ref)
+
+
 def test_premerge_rows_sums_in_entry_order() -> None:
     """_premerge_rows keeps each value's first position and sums its weights
     in entry order: after a per-row sort it equals a sequential sort-and-merge."""

@@ -204,8 +204,10 @@ def placement_types(n: int, constant: float, *weights: np.ndarray) -> tuple[np.n
     int32 node ids below 2^31 nodes, float32 weights when ``constant`` and
     every array of ``weights`` survive a float32 round trip (byte weights
     do), else int64 / float64."""
-    narrow = bool(np.float32(constant) == constant) and all(exact_in_float32(np.ascontiguousarray(w, np.float64))
-                                                            for w in weights if w.shape[0])
+    # compare in float64: numpy would compare a float32 scalar with a Python
+    # float in float32 (0.1 would pass)
+    narrow = float(np.float32(constant)) == float(constant) and all(
+        exact_in_float32(np.ascontiguousarray(w, np.float64)) for w in weights if w.shape[0])
     return (_ID32 if n < 2 ** 31 else _ID64), (_W32 if narrow else _W64)
 
 
