@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from pyg_dynscale.errors import PartitionError
-from pyg_dynscale.partition import DependencyPattern, kernels
+from pyg_dynscale.partition import DependencyPattern, kernels, partition
 from pyg_dynscale.partition.kernels import use_backend
 from pyg_dynscale.partition.label_propagation import CSRGraph, label_propagation
 from pyg_dynscale.partition.pgc import partition_pgc
@@ -390,6 +390,30 @@ def test_supergraph_csr_with_a_fractional_spatial_weight() -> None:
         with use_backend("torch"):
             ref = supergraph_csr(sg, 0.1, tw, m, n)
         assert same_csr(got, ref)
+
+
+@pytest.mark.parametrize("start", ["pss", "pts"])
+@pytest.mark.parametrize("model", ["tgcn", "dysat"])
+def test_start_cut_by_units_equals_the_supergraph_cut(start: str, model: str) -> None:
+    """A multi-start candidate's unrefined cut counted between its units
+    (snapshots: temporal edges; vertices: spatial edges) equals the cut of
+    its expanded owner over all supergraph edges, on both backends."""
+    from pyg_dynscale.partition.coarsen import supergraph_cut, temporal_edge_weights
+    from pyg_dynscale.partition.pgc import _Start
+    from pyg_dynscale.partition.workload import LinearWorkload
+
+    s = random_signal(9, T=10, V=70)
+    sg = s.supergraph()
+    pat = DependencyPattern.preset(model, 1, 16)
+    ws, tw = pat.spatial_edge_weight(), temporal_edge_weights(sg, pat)
+    node_w = LinearWorkload().node_costs(s).double()
+    for be in ("torch", "numba"):
+        with use_backend(be):
+            st = _Start.make(start, s, 4, node_w)
+            owner = st.owner()
+            assert torch.equal(owner, partition(s, start, 4, balanced=True).owner)
+            full = supergraph_cut(sg, owner, ws, tw)
+            assert st.cut(sg, ws, tw) == pytest.approx(full, rel=1e-12) and full > 0
 
 
 def test_premerge_rows_sums_in_entry_order() -> None:

@@ -41,7 +41,7 @@ rank), so that edge weighs :math:`w_\text{rec} + (j + 1)\, w_\text{att}`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 import numpy as np
 import torch
@@ -250,6 +250,25 @@ def supergraph_csr(supergraph: "Supergraph", spatial_weight: float, temporal_wei
                                              *csr_kernels.placement_types(n, ws, w2))
         return CSRGraph._finish(n, torch.from_numpy(ptr), torch.from_numpy(d), torch.from_numpy(w))
     return CSRGraph.from_edges(n, *mapped_edges(supergraph, ws, tw, seg))
+
+
+def unit_cut(unit: Tensor, rank: Tensor, edge_index: Tensor, weight: Union[Tensor, float]) -> float:
+    """Bytes of the edges ``edge_index [2, E]`` cut when node ``v`` sits on
+    ``rank[unit[v]]`` (``unit``: each node's snapshot or vertex), at
+    ``weight`` (``[E]`` or one number per edge)."""
+    from . import kernels
+    from .label_propagation import _np
+
+    const = not isinstance(weight, Tensor)
+    if kernels.backend() == "numba" and edge_index.device.type == "cpu":
+        return float(kernels.csr_kernels.unit_cut(
+            _np(unit, torch.long), _np(rank, torch.long), _np(edge_index[0], torch.long), _np(edge_index[1], torch.long),
+            np.zeros(0, np.float64) if const else _np(weight, torch.float64), float(weight) if const else 0.0))
+    node_rank = rank.index_select(0, unit)
+    cut = node_rank.index_select(0, edge_index[0]) != node_rank.index_select(0, edge_index[1])
+    if const:
+        return float(weight) * float(cut.sum())
+    return float(weight[cut].to(torch.float64).sum())
 
 
 def supergraph_cut(supergraph: "Supergraph", owner: Tensor, spatial_weight: float, temporal_weight: Tensor) -> float:

@@ -525,6 +525,24 @@ def edge_list_cut(labels, s1, d1, c1, s2, d2, w2):  # pragma: no cover
     return c1 * cut1 + cut2
 
 
+@_pjit
+def unit_cut(unit, rank, src, dst, w, c):  # pragma: no cover
+    """Cut weight of the edges ``(src, dst)`` when node ``v`` sits on rank
+    ``rank[unit[v]]`` (``unit``: a node's snapshot or vertex), with weights
+    ``w`` or, when ``w`` is empty, the constant ``c``."""
+    if w.shape[0]:
+        total = 0.0
+        for i in numba.prange(src.shape[0]):
+            if rank[unit[src[i]]] != rank[unit[dst[i]]]:
+                total += w[i]
+        return total
+    count = 0
+    for i in numba.prange(src.shape[0]):
+        if rank[unit[src[i]]] != rank[unit[dst[i]]]:
+            count += 1
+    return c * count
+
+
 @_jit
 def maybe_symmetric(n, src, dst):  # pragma: no cover
     """A fast necessary test for an edge list being symmetric (every ``(u,

@@ -70,7 +70,7 @@ from torch import Tensor
 from ..errors import PartitionError
 from . import kernels
 from .assign import ChunkGraph, assign_chunks, divergence, rank_loads, refine_chunks
-from .coarsen import segment_sequences, supergraph_csr, supergraph_cut, temporal_edge_weights
+from .coarsen import segment_sequences, supergraph_csr, temporal_edge_weights
 from .label_propagation import CSRGraph, compact_labels, label_propagation
 from .pattern import DependencyPattern
 from .plan_count import plan_bytes
@@ -449,18 +449,47 @@ def _refine(levels: list[Level], chunk_owner: np.ndarray, P: int, total: float, 
     return own, moved_per_level
 
 
-def _start_owner(start: str, signal: "DynamicGraphSignal", P: int, node_w: Tensor) -> Optional[Tensor]:
-    """``[N]`` owner of the balanced PSS or PTS start (module doc, step 7),
-    ``None`` if it does not exist for this graph (e.g. fewer non-empty
-    snapshots than ranks). ``node_w`` is already validated: the scheme's owner
-    function takes it as is (no second check, no :class:`Partition` to build)."""
-    from .schemes import _pss_owner, _pts_owner
+@dataclass
+class _Start:
+    r"""A balanced PSS or PTS start of the multi-start (module doc, step 7)
+    as ranks of its units: ``rank [T]`` per snapshot (PSS, ``unit`` = each
+    node's snapshot) or ``rank [V]`` per vertex (PTS, ``unit`` = each node's
+    vertex). Its cut needs only the edges between units -- temporal edges
+    for PSS, spatial edges for PTS; the other kind stays inside a unit -- and
+    the ``[N]`` owner is built only for a start that is refined."""
 
-    fn = _pss_owner if start == "pss" else _pts_owner
-    try:
-        return fn(signal, P, True, None, cost=node_w)[0]
-    except PartitionError:
-        return None
+    name: str
+    unit: Tensor
+    rank: Tensor
+
+    @classmethod
+    def make(cls, name: str, signal: "DynamicGraphSignal", P: int, node_w: Tensor) -> Optional["_Start"]:
+        """``None`` if the start does not exist for this graph (e.g. fewer
+        non-empty snapshots than ranks); ``node_w`` is already validated."""
+        from .schemes import pss_snapshot_ranks, pts_sequence_ranks
+
+        sg = signal.supergraph()
+        try:
+            if name == "pss":
+                return cls(name, sg.time, pss_snapshot_ranks(signal, P, True, None, cost=node_w)[0])
+            seq_rank = pts_sequence_ranks(signal, P, True, None, cost=node_w)
+        except PartitionError:
+            return None
+        vertex_rank = torch.zeros(sg.num_vertices, dtype=torch.long)
+        vertex_rank[sg.sequence_vertex] = seq_rank
+        return cls(name, sg.vertex, vertex_rank)
+
+    def cut(self, sg: Any, ws: float, tw: Tensor) -> float:
+        """Cut weight on the weighted supergraph (as :func:`.coarsen.supergraph_cut` of :meth:`owner`)."""
+        from .coarsen import unit_cut
+
+        if self.name == "pss":
+            return unit_cut(self.unit, self.rank, sg.temporal_edge_index, tw)
+        return unit_cut(self.unit, self.rank, sg.spatial_edge_index, ws)
+
+    def owner(self) -> Tensor:
+        """``[N]`` rank of every vertex-time node."""
+        return self.rank.index_select(0, self.unit)
 
 
 def _refined_start(start_owner: Tensor, P: int, sg: Any, node_w: Tensor, ws: float, tw: Tensor,
@@ -619,14 +648,15 @@ def _partition_pgc(signal: "DynamicGraphSignal", P: int, pattern: Any, *, seed: 
     for st in starts:
         if st == "lp" or st in skipped or P == 1:
             continue
-        start_owner = _start_owner(st, signal, P, node_w)
-        if start_owner is None:  # e.g. fewer non-empty snapshots than ranks
+        start = _Start.make(st, signal, P, node_w)
+        if start is None:  # e.g. fewer non-empty snapshots than ranks
             candidates[st] = cand_div[st] = cand_raw[st] = None
             continue
         candidates[st] = cand_div[st] = None  # until refined
-        cand_raw[st] = supergraph_cut(sg, start_owner, ws, tw)
+        cand_raw[st] = start.cut(sg, ws, tw)
         if cand_raw[st] > prune_above:  # pruned: its unrefined cut is far above the LP cut
             continue
+        start_owner = start.owner()
         if by_bytes and start_margin is not None:
             raw_bytes[st] = plan_bytes(sg, start_owner, P, pattern)
             if raw_bytes[st] > START_BYTES_MARGIN * lp_bytes():  # refining cannot close that gap

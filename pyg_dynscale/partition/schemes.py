@@ -167,10 +167,22 @@ def _signal_info(signal: "DynamicGraphSignal") -> tuple[int, int]:
     return signal.num_vertex_time_nodes, signal.num_snapshots
 
 
-def _pss_owner(signal: "DynamicGraphSignal", R: int, balanced: bool, workload: Any,
-               cost: Optional[Tensor] = None) -> tuple[Tensor, dict]:
-    """PSS owner; ``cost`` (``[N]`` float64, already validated) replaces
-    ``workload`` for callers that resolved it before (PGC's multi-start)."""
+def _pss_owner(signal: "DynamicGraphSignal", R: int, balanced: bool, workload: Any) -> tuple[Tensor, dict]:
+    """PSS owner ``[N]`` and meta (snapshot ranges)."""
+    snap_rank, nonempty, bounds = pss_snapshot_ranks(signal, R, balanced, workload)
+    nodes = (signal.node_ptr[1:] - signal.node_ptr[:-1]).cpu()
+    owner = torch.repeat_interleave(snap_rank, nodes, output_size=signal.num_vertex_time_nodes)
+    ranges = [[int(nonempty[bounds[r]]), int(nonempty[bounds[r + 1] - 1]) + 1] for r in range(R)]
+    return owner, {"balanced": bool(balanced), "snapshot_ranges": ranges}
+
+
+def pss_snapshot_ranks(signal: "DynamicGraphSignal", R: int, balanced: bool, workload: Any,
+                       cost: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor]:
+    """PSS as ``(snap_rank [T], nonempty, bounds)``: the rank of every
+    snapshot (node ``v`` goes to ``snap_rank[time[v]]``), the non-empty
+    snapshots and the range bounds over them. ``cost`` (``[N]`` float64,
+    already validated) replaces ``workload`` for callers that resolved it
+    before (PGC's multi-start)."""
     N, T = _signal_info(signal)
     check_num_parts(R, N)
     nodes = (signal.node_ptr[1:] - signal.node_ptr[:-1]).cpu()
@@ -193,14 +205,27 @@ def _pss_owner(signal: "DynamicGraphSignal", R: int, balanced: bool, workload: A
     rank_of = torch.repeat_interleave(torch.arange(R), bounds[1:] - bounds[:-1])
     snap_rank = torch.zeros(T, dtype=torch.long)
     snap_rank[nonempty] = rank_of
-    owner = torch.repeat_interleave(snap_rank, nodes, output_size=N)
-    ranges = [[int(nonempty[bounds[r]]), int(nonempty[bounds[r + 1] - 1]) + 1] for r in range(R)]
-    return owner, {"balanced": bool(balanced), "snapshot_ranges": ranges}
+    return snap_rank, nonempty, bounds
 
 
-def _pts_owner(signal: "DynamicGraphSignal", R: int, balanced: bool, workload: Any,
-               cost: Optional[Tensor] = None) -> tuple[Tensor, dict]:
-    """PTS owner; ``cost`` as in :func:`_pss_owner`."""
+def _pts_owner(signal: "DynamicGraphSignal", R: int, balanced: bool, workload: Any) -> tuple[Tensor, dict]:
+    """PTS owner ``[N]``: every node on the rank of its sequence."""
+    seq_rank = pts_sequence_ranks(signal, R, balanced, workload)
+    sg = signal.supergraph()
+    if kernels.backend() == "numba":
+        owner = torch.from_numpy(kernels.scheme_kernels.sequence_owner(
+            _np(sg.sequence_order.cpu(), torch.long), _np(sg.sequence_ptr.cpu(), torch.long), _np(seq_rank, torch.long)))
+    else:
+        owner = torch.empty(signal.num_vertex_time_nodes, dtype=torch.long)
+        owner[sg.sequence_order.cpu()] = torch.repeat_interleave(seq_rank, sg.sequence_lengths.cpu(),
+                                                                 output_size=signal.num_vertex_time_nodes)
+    return owner, {"balanced": bool(balanced)}
+
+
+def pts_sequence_ranks(signal: "DynamicGraphSignal", R: int, balanced: bool, workload: Any,
+                       cost: Optional[Tensor] = None) -> Tensor:
+    """PTS as ``seq_rank [S]``: the rank of every temporal sequence (of
+    vertex ``sequence_vertex[s]``); ``cost`` as in :func:`pss_snapshot_ranks`."""
     N, _ = _signal_info(signal)
     check_num_parts(R, N)
     sg = signal.supergraph()
@@ -208,26 +233,16 @@ def _pts_owner(signal: "DynamicGraphSignal", R: int, balanced: bool, workload: A
     if R > S:
         raise PartitionError("num_parts", f"PTS splits by temporal sequence but there are only {S} sequences for {R} parts.",
                              "Use fewer parts, or the 'pss'/'pgc' scheme.")
-    lengths = sg.sequence_lengths.cpu()
-    compiled = kernels.backend() == "numba"  # the N-sized passes compiled, the same numbers
-    if compiled:
-        order, seq_ptr = _np(sg.sequence_order.cpu(), torch.long), _np(sg.sequence_ptr.cpu(), torch.long)
-    if balanced:
-        cost = resolve_node_cost(signal, workload) if cost is None else cost
-        if compiled:
-            seq_cost = torch.from_numpy(kernels.scheme_kernels.sequence_costs(order, seq_ptr, _np(cost, torch.float64)))
-        else:
-            seq_id = torch.repeat_interleave(torch.arange(S), lengths, output_size=N)
-            seq_cost = torch.zeros(S, dtype=torch.float64).index_add_(0, seq_id, cost[sg.sequence_order.cpu()])
-        seq_rank = _lpt(seq_cost, R)
-    else:  # equal numbers of sequences, in vertex-id order
-        seq_rank = (torch.arange(S) * R) // S
-    if compiled:
-        owner = torch.from_numpy(kernels.scheme_kernels.sequence_owner(order, seq_ptr, _np(seq_rank, torch.long)))
+    if not balanced:  # equal numbers of sequences, in vertex-id order
+        return (torch.arange(S) * R) // S
+    cost = resolve_node_cost(signal, workload) if cost is None else cost
+    if kernels.backend() == "numba":  # one compiled pass, the same sums
+        seq_cost = torch.from_numpy(kernels.scheme_kernels.sequence_costs(
+            _np(sg.sequence_order.cpu(), torch.long), _np(sg.sequence_ptr.cpu(), torch.long), _np(cost, torch.float64)))
     else:
-        owner = torch.empty(N, dtype=torch.long)
-        owner[sg.sequence_order.cpu()] = torch.repeat_interleave(seq_rank, lengths, output_size=N)
-    return owner, {"balanced": bool(balanced)}
+        seq_id = torch.repeat_interleave(torch.arange(S), sg.sequence_lengths.cpu(), output_size=N)
+        seq_cost = torch.zeros(S, dtype=torch.float64).index_add_(0, seq_id, cost[sg.sequence_order.cpu()])
+    return _lpt(seq_cost, R)
 
 
 def _finish(scheme: str, signal: "DynamicGraphSignal", R: int, owner: Tensor, t0: float, meta: dict,
