@@ -128,7 +128,12 @@ def _lpt(cost: Tensor, R: int) -> Tensor:
     at most about one small item.
     """
     S = cost.numel()
-    order = torch.argsort(cost, descending=True, stable=True)
+    cost_np = cost.to(torch.float64).numpy()
+    if kernels.backend() == "numba" and not np.isnan(cost_np).any():
+        # a stable ascending radix sort of -cost: the same order as torch's stable descending sort
+        order = torch.from_numpy(kernels.stable_argsort(-cost_np))
+    else:
+        order = torch.argsort(cost, descending=True, stable=True)
     assign = torch.empty(S, dtype=torch.long)
     k = min(S, LPT_EXACT_ITEMS)
     if kernels.backend() == "numba":  # the same loop compiled (identical bins)
