@@ -67,7 +67,13 @@ class ChunkGraph:
         return cls(num_chunks, ptr, dst[order], ww[order])
 
     def affinity(self, owner: np.ndarray, num_parts: int) -> np.ndarray:
-        """``[C, P]`` bytes between each chunk and the chunks on each rank."""
+        """``[C, P]`` bytes between each chunk and the chunks on each rank
+        (summed in entry order)."""
+        if kernels.backend() == "numba":  # the same sums in one compiled pass
+            return kernels.chunk_affinity(np.ascontiguousarray(self.ptr, dtype=np.int64),
+                                          np.ascontiguousarray(self.nbr, dtype=np.int64),
+                                          np.ascontiguousarray(self.w, dtype=np.float64),
+                                          np.ascontiguousarray(owner, dtype=np.int64), int(num_parts))
         A = np.zeros((self.num_chunks, num_parts), dtype=np.float64)
         rows = np.repeat(np.arange(self.num_chunks), np.diff(self.ptr))
         np.add.at(A, (rows, owner[self.nbr]), self.w)

@@ -630,6 +630,17 @@ if HAVE_NUMBA:
         return out
 
     @_jit
+    def chunk_affinity(ptr, nbr, w, owner, P):  # pragma: no cover
+        """``[C, P]`` bytes between each chunk and each rank's chunks
+        (:meth:`.assign.ChunkGraph.affinity`, entry order)."""
+        C = ptr.shape[0] - 1
+        A = np.zeros((C, P), np.float64)
+        for c in range(C):
+            for e in range(ptr[c], ptr[c + 1]):
+                A[c, owner[nbr[e]]] += w[e]
+        return A
+
+    @_jit
     def _move_chunk(ptr, nbr, w, A, loads, owner, cost, c, m):  # pragma: no cover
         o = owner[c]
         for e in range(ptr[c], ptr[c + 1]):

@@ -409,7 +409,9 @@ def partition_pgc(
     before = torch.get_num_threads()
     torch.set_num_threads(n_threads or TORCH_THREADS)
     try:
-        with kernels.use_backend(backend) as used_backend, kernels.use_threads(n_threads) as kernel_threads:
+        # resolved once: inside, kernels.backend() is a variable read instead of an environment lookup per call
+        with kernels.use_backend(backend if backend is not None else kernels.backend()) as used_backend, \
+                kernels.use_threads(n_threads) as kernel_threads:
             part = _partition_pgc(signal, P, pattern, seed=seed, cap=cap, chunks_per_part=chunks_per_part,
                                   effort=effort, max_rounds=max_rounds, coarse_rounds=coarse_rounds, tol=tol, gain_tol=gain_tol, max_levels=max_levels,
                                   max_chunks=max_chunks, slack=slack, refine_rounds=refine_rounds, refine_tol=refine_tol, coarsen=coarsen,
