@@ -240,7 +240,7 @@ def supergraph_csr(supergraph: "Supergraph", spatial_weight: float, temporal_wei
         s1, d1, s2, d2 = (_np(x, torch.long) for x in (se[0], se[1], te[0], te[1]))
         w2 = _np(tw)
         none = np.zeros(0, np.float64)
-        integral = ws == round(ws) and bool(torch.equal(tw, torch.round(tw)))
+        integral = ws == round(ws) and bool(kernels.is_integral(w2))
         if ws > 0 and integral and se.shape[1] > 0 and _maybe_symmetric(supergraph):
             ptr, d, w = csr_kernels.edges_to_csr(n, node_map, s1, d1, none, 2.0 * ws, False, s2, d2, w2, kernels.threads(),
                                                  *csr_kernels.placement_types(n, 2.0 * ws, w2))

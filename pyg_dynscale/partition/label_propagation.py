@@ -128,6 +128,13 @@ class CSRGraph:
     weight: Tensor
     symmetric: bool = field(default=False, compare=False)
     _integral: Optional[bool] = field(default=None, repr=False, compare=False)
+    _total: Optional[float] = field(default=None, repr=False, compare=False)
+
+    def total_weight(self) -> float:
+        """Summed edge weight, each undirected edge once (cached; both backends use it)."""
+        if self._total is None:
+            self._total = float(self.weight.sum(dtype=torch.float64)) / 2.0
+        return self._total
 
     def integral(self) -> bool:
         """Whether every weight is a whole number (cached): then Eq. 2 sums are
@@ -391,7 +398,7 @@ def label_propagation(
         dirty = torch.zeros(n, dtype=torch.bool, device=dev)
         dirty[srcs[_take(labels, srcs) != _take(labels, dst)]] = True
         del srcs
-    total_w = _total_weight(graph) if gain_tol > 0 else 0.0
+    total_w = graph.total_weight() if gain_tol > 0 else 0.0
     scale = budget_scale(float(nw.sum())) if (cap is not None or floor is not None) else 1.0
     r, converged, moved_hist, gain_hist = _rounds_torch(
         graph, labels, nw, node_pri, dirty, L, cap_t, cap is not None, floor, max_rounds, tol, gain_tol, total_w,
@@ -400,11 +407,6 @@ def label_propagation(
     out[label_pri] = torch.arange(L, device=dev)  # priority -> label
     return LabelPropagationResult(labels=_take(out, labels), rounds=r, converged=converged, moved=moved_hist,
                                   gains=gain_hist)
-
-
-def _total_weight(graph: CSRGraph) -> float:
-    """Summed edge weight (each undirected edge once), as both backends compute it."""
-    return float(graph.weight.sum(dtype=torch.float64)) / 2.0
 
 
 def _label_propagation_compiled(graph: CSRGraph, nw: Tensor, label_pri: Tensor, node_pri: Tensor,
@@ -424,7 +426,7 @@ def _label_propagation_compiled(graph: CSRGraph, nw: Tensor, label_pri: Tensor, 
     dirty = kernels.initial_dirty(ptr_np, dst_np, labels, bool(boundary_only))
     dense = (L <= kernels.DENSE_MAX_LABELS and n * L <= kernels.DENSE_MAX_FILL * int(dst_np.shape[0])
              and graph.integral())
-    total_w = _total_weight(graph) if (gain_tol > 0 or dense) else 0.0
+    total_w = graph.total_weight() if (gain_tol > 0 or dense) else 0.0
     # dense label weights are exact while every sum is an integer below 2^53
     dense = dense and 2.0 * total_w < 2.0 ** 53
     scale = budget_scale(float(nw.sum())) if (cap is not None or floor is not None) else 1.0
