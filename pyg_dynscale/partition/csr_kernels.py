@@ -34,6 +34,15 @@ def _mapped(node_map, x):  # pragma: no cover
 
 
 @_jit
+def _offsets(length):  # pragma: no cover
+    """Row pointer ``[n + 1]`` of rows with ``length [n]`` entries."""
+    ptr = np.zeros(length.shape[0] + 1, np.int64)
+    for v in range(length.shape[0]):
+        ptr[v + 1] = ptr[v] + length[v]
+    return ptr
+
+
+@_jit
 def _block_offsets(counts):  # pragma: no cover
     """Turn ``counts [blocks, rows]`` into the exclusive start of every
     (block, row) inside row-major output (row ``r`` holds block 0's entries,
@@ -100,9 +109,7 @@ def transpose_merge(ptr, b, w, nb):  # pragma: no cover
             for e in range(out[u], out[u + 1]):
                 if e == out[u] or b2[e] != b2[e - 1]:
                     length[u] += 1
-    optr = np.zeros(n + 1, np.int64)
-    for u in range(n):
-        optr[u + 1] = optr[u] + length[u]
+    optr = _offsets(length)
     bo = np.empty(optr[n], np.int64)
     wo = np.empty(optr[n], np.float64)
     for t in numba.prange(nbk):
@@ -179,9 +186,7 @@ def _premerge_rows(ptr, b, w, nb):  # pragma: no cover
                 if seen[b[e]] != v:
                     seen[b[e]] = v
                     length[v] += 1
-    optr = np.zeros(n + 1, np.int64)
-    for v in range(n):
-        optr[v + 1] = optr[v] + length[v]
+    optr = _offsets(length)
     b2 = np.empty(optr[n], b.dtype)
     w2 = np.empty(optr[n], np.float64)
     for t in numba.prange(nbk):
@@ -388,9 +393,7 @@ def contract_csr(ptr, dst, weight, labels, num_labels, nb, symmetric):  # pragma
                         mark[lu] = c
                         k += 1
             length[c] = k
-    out = np.zeros(C + 1, np.int64)
-    for c in range(C):
-        out[c + 1] = out[c] + length[c]
+    out = _offsets(length)
     b = np.empty(out[C], np.int64)
     w = np.empty(out[C], np.float64)
     for t in numba.prange(nbk):  # pass 2: merge in entry order
