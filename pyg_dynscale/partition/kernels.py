@@ -553,6 +553,21 @@ if HAVE_NUMBA:
         return max_rounds, False
 
     @_jit
+    def lp_run(ptr, dst, weight, label_pri, key, init, boundary_only, nw, node_pri, num_labels, cap, has_cap, floor,
+               has_floor, max_rounds, tol, gain_tol, total_w, min_rounds, tie_moves, seed, moved_hist, gain_hist,
+               blocks, scale, dense):  # pragma: no cover
+        """A whole label propagation in one compiled call: :func:`priority_space`,
+        :func:`initial_dirty`, :func:`lp_rounds` and :func:`from_priority_space`
+        (one dispatch instead of four: on small graphs a call's set-up costs
+        as much as its rounds). Returns ``(labels [n], rounds, converged)``."""
+        lp, labels = priority_space(label_pri, key, init)
+        dirty = initial_dirty(ptr, dst, labels, boundary_only)
+        r, converged = lp_rounds(ptr, dst, weight, labels, nw, node_pri, dirty, num_labels, cap, has_cap, floor,
+                                 has_floor, max_rounds, tol, gain_tol, total_w, min_rounds, tie_moves, seed,
+                                 moved_hist, gain_hist, blocks, scale, dense)
+        return from_priority_space(lp, labels), r, converged
+
+    @_jit
     def priority_space(label_pri, key, init):  # pragma: no cover
         r"""Steps of :func:`.label_propagation.label_propagation` before the
         rounds, in one call: with a ``key`` (``[L]`` float64, or empty) the

@@ -414,16 +414,11 @@ def _label_propagation_compiled(graph: CSRGraph, nw: Tensor, label_pri: Tensor, 
                                 floor: Optional[float], seed: int, max_rounds: int, tol: float, progress: bool,
                                 boundary_only: bool, tie_moves: bool, gain_tol: float,
                                 min_rounds: int) -> LabelPropagationResult:
-    """:func:`label_propagation` on the numba backend: the set-up and the
-    mapping back are compiled too (:func:`.kernels.priority_space`,
-    :func:`.kernels.initial_dirty`, :func:`.kernels.from_priority_space`),
-    the rounds are :func:`.kernels.lp_rounds`; same values as the torch steps."""
+    """:func:`label_propagation` on the numba backend: set-up, rounds and the
+    mapping back in one compiled call (:func:`.kernels.lp_run`); same values
+    as the torch steps."""
     n = int(graph.num_nodes)
-    ptr_np, dst_np, w_np = _np(graph.ptr, torch.long), _np(graph.dst, torch.long), _np(graph.weight)
-    key = _np(priority, torch.float64) if priority is not None else _EMPTY_F
-    label_pri_np, labels = kernels.priority_space(_np(label_pri, torch.long), key,
-                                                  _np(init, torch.long) if init is not None else _EMPTY_I)
-    dirty = kernels.initial_dirty(ptr_np, dst_np, labels, bool(boundary_only))
+    dst_np = _np(graph.dst, torch.long)
     dense = (L <= kernels.DENSE_MAX_LABELS and n * L <= kernels.DENSE_MAX_FILL * int(dst_np.shape[0])
              and graph.integral())
     total_w = graph.total_weight() if (gain_tol > 0 or dense) else 0.0
@@ -432,9 +427,11 @@ def _label_propagation_compiled(graph: CSRGraph, nw: Tensor, label_pri: Tensor, 
     scale = budget_scale(float(nw.sum())) if (cap is not None or floor is not None) else 1.0
     moved_np = np.zeros(max(0, max_rounds), np.int64)
     gains_np = np.zeros(max(0, max_rounds), np.float64)
-    r, converged = kernels.lp_rounds(
-        ptr_np, dst_np, w_np, labels, _np(nw), _np(node_pri, torch.long), dirty, L,
-        float("inf") if cap is None else float(cap), cap is not None,
+    labels, r, converged = kernels.lp_run(
+        _np(graph.ptr, torch.long), dst_np, _np(graph.weight), _np(label_pri, torch.long),
+        _np(priority, torch.float64) if priority is not None else _EMPTY_F,
+        _np(init, torch.long) if init is not None else _EMPTY_I, bool(boundary_only), _np(nw),
+        _np(node_pri, torch.long), L, float("inf") if cap is None else float(cap), cap is not None,
         float(floor) if floor is not None else 0.0, floor is not None, int(max_rounds), float(tol),
         float(gain_tol), total_w if gain_tol > 0 else 0.0, int(min_rounds), bool(tie_moves), int(seed), moved_np,
         gains_np, kernels.threads(), scale, dense)
@@ -442,9 +439,8 @@ def _label_propagation_compiled(graph: CSRGraph, nw: Tensor, label_pri: Tensor, 
     if progress:
         for i, (m, g_) in enumerate(zip(moved_hist, gain_hist)):
             print(f"[label_propagation] round {i}: moved={m} gain={g_:.4g}")
-    out = torch.from_numpy(kernels.from_priority_space(label_pri_np, labels))
-    return LabelPropagationResult(labels=out, rounds=r, converged=converged, moved=moved_hist, gains=gain_hist,
-                                  dense=dense)
+    return LabelPropagationResult(labels=torch.from_numpy(labels), rounds=r, converged=converged, moved=moved_hist,
+                                  gains=gain_hist, dense=dense)
 
 
 _EMPTY_I = np.zeros(0, np.int64)
