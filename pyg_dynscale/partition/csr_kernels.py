@@ -74,13 +74,13 @@ def _row_blocks(ptr, nb):  # pragma: no cover
 
 
 @_pjit
-def transpose_merge(ptr, b, w, nb):  # pragma: no cover
-    """The transpose of ``(ptr, b, w)`` with rows sorted and equal entries
-    merged: entry ``v -> u`` becomes ``u -> v``; visiting the rows ``v`` in
+def _transpose(ptr, b, w, nb):  # pragma: no cover
+    """The transposed entries of ``(ptr, b, w)``: ``(out [n + 1], b2, w2,
+    nbk)`` -- entry ``v -> u`` goes to row ``u``; visiting the rows ``v`` in
     increasing order fills every output row in increasing ``v`` (a counting
-    sort, no comparisons). Equal entries are summed in the order of the input
-    rows. ``nb`` blocks of input rows run in parallel; output row ``u`` holds
-    block 0's entries, then block 1's, ... (increasing ``v`` throughout)."""
+    sort, no comparisons). ``nbk`` blocks of input rows run in parallel;
+    output row ``u`` holds block 0's entries, then block 1's, ... The
+    entries keep the input's (possibly narrow) types."""
     n = ptr.shape[0] - 1
     m = ptr[n]
     nbk = max(1, min(nb, m // 4096 + 1))
@@ -90,7 +90,7 @@ def transpose_merge(ptr, b, w, nb):  # pragma: no cover
         for e in range(ptr[bounds[t]], ptr[bounds[t + 1]]):
             counts[t, b[e]] += 1
     out = _block_offsets(counts)
-    b2 = np.empty(m, b.dtype)  # the input's (narrow) types: fewer fresh pages to touch
+    b2 = np.empty(m, b.dtype)
     w2 = np.empty(m, w.dtype)
     for t in numba.prange(nbk):
         for v in range(bounds[t], bounds[t + 1]):
@@ -100,6 +100,17 @@ def transpose_merge(ptr, b, w, nb):  # pragma: no cover
                 b2[p] = v
                 w2[p] = w[e]
                 counts[t, u] = p + 1
+    return out, b2, w2, nbk
+
+
+@_pjit
+def transpose_merge(ptr, b, w, nb):  # pragma: no cover
+    """The transpose of ``(ptr, b, w)`` with rows sorted and equal entries
+    merged (:func:`_transpose`, then one count and one write pass): equal
+    entries are summed in float64 in the order of the input rows. Returns
+    ``(ptr, b int64, w float64)``."""
+    n = ptr.shape[0] - 1
+    out, b2, w2, nbk = _transpose(ptr, b, w, nb)  # the input's (narrow) types: fewer fresh pages to touch
     # equal neighbours are adjacent now: count each row's distinct ones, then
     # write them merged (float64 sums in order) straight into the output
     length = np.zeros(n, np.int64)
@@ -355,7 +366,7 @@ def contract_csr(ptr, dst, weight, labels, num_labels, nb, symmetric):  # pragma
     when the input is ``symmetric`` (both directions of every edge, same
     weight: the library's builders) and the weights are whole numbers (exact
     sums, :func:`_exact_sums`), by transposing the -- then symmetric --
-    result (a counting sort, :func:`_transpose_rows`: row ``u`` receives
+    result (a counting sort, :func:`_transpose`: row ``u`` receives
     ``(u, v)`` from row ``v`` with the same exact sum); else row by row
     (:func:`_sort_pairs`; a sort of ~40 random keys cost ~1 us per row on the
     2-core VM, 3x the transpose). ``nb`` blocks of output rows of about equal
@@ -407,8 +418,8 @@ def contract_csr(ptr, dst, weight, labels, num_labels, nb, symmetric):  # pragma
                     lu = labels[dst[e]]
                     if lu != c:
                         k = _merge_entry(slot, b, w, base, k, lu, weight[e])
-    if exact:
-        b2, w2 = _transpose_rows(out, b, w, nb)
+    if exact:  # the transpose of a symmetric CSR is itself with its rows sorted (ptr unchanged)
+        _, b2, w2, _ = _transpose(out, b, w, nb)
         return out, b2, w2
     for t in numba.prange(nbk):  # general weights or input: sort each row
         for c in range(bounds[t], bounds[t + 1]):
@@ -427,34 +438,6 @@ def _exact_sums(w):  # pragma: no cover
             return False
         total += abs(x)
     return total < 2.0 ** 53
-
-
-@_pjit
-def _transpose_rows(ptr, b, w, nb):  # pragma: no cover
-    """``(b, w)`` of the transpose of a symmetric CSR with distinct entries
-    per row -- entry ``v -> u`` goes to row ``u``, rows visited in increasing
-    ``v`` -- i.e. the same graph with every row sorted (a counting sort;
-    ``ptr`` is unchanged)."""
-    n = ptr.shape[0] - 1
-    m = ptr[n]
-    nbk = max(1, min(nb, m // 4096 + 1))
-    bounds = _row_blocks(ptr, nbk)
-    counts = np.zeros((nbk, n), np.int64)
-    for t in numba.prange(nbk):
-        for e in range(ptr[bounds[t]], ptr[bounds[t + 1]]):
-            counts[t, b[e]] += 1
-    _block_offsets(counts)
-    b2 = np.empty(m, np.int64)
-    w2 = np.empty(m, np.float64)
-    for t in numba.prange(nbk):
-        for v in range(bounds[t], bounds[t + 1]):
-            for e in range(ptr[v], ptr[v + 1]):
-                u = b[e]
-                p = counts[t, u]
-                b2[p] = v
-                w2[p] = w[e]
-                counts[t, u] = p + 1
-    return b2, w2
 
 
 @_pjit
