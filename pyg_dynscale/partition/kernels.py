@@ -172,12 +172,12 @@ if HAVE_NUMBA:
             cur = score[cl]
             best = -1.0
             bl = -1
-            for j in range(d):
+            for j in range(d):  # selects, not branches: the winner changes unpredictably
                 lab = tl[j]
                 sc = score[lab]
-                if (sc > best or (sc == best and lab > bl)) and lab != cl and size[lab] + nv <= cap:
-                    best = sc
-                    bl = lab
+                take = (sc > best or (sc == best and lab > bl)) and lab != cl and size[lab] + nv <= cap
+                best = sc if take else best
+                bl = lab if take else bl
             if bl < 0:
                 continue
             gain = best - cur
@@ -206,9 +206,9 @@ if HAVE_NUMBA:
             bl = -1
             for lab in range(L):  # ascending: ">=" breaks ties towards the larger label
                 sc = conn[v, lab]
-                if sc > 0.0 and sc >= best and lab != cl and size[lab] + nv <= cap:
-                    best = sc
-                    bl = lab
+                take = sc > 0.0 and sc >= best and lab != cl and size[lab] + nv <= cap
+                best = sc if take else best
+                bl = lab if take else bl
             if bl < 0:
                 continue
             gain = best - conn[v, cl]
@@ -491,10 +491,9 @@ if HAVE_NUMBA:
                 for v in range(n):
                     half[v] = not half[v]
             A = 0
-            for v in range(n):
-                if dirty[v] and half[v]:
-                    act[A] = v
-                    A += 1
+            for v in range(n):  # branch-free: about half the dirty nodes are in the half
+                act[A] = v
+                A += dirty[v] & half[v]
             moved = 0
             gained = 0.0
             if A:
