@@ -685,21 +685,49 @@ def test_multistart_infeasible_start_is_recorded_and_bad_starts_raise() -> None:
 
 def test_max_divergence_lets_a_less_balanced_start_win() -> None:
     """62 snapshots of a static graph on 4 ranks: balanced PSS ranges are
-    16/16/16/14 snapshots (lambda 1.14), outside PGC's band (1.03 / 0.97), so
-    by default it cannot win although it cuts least; with
-    ``max_divergence=1.15`` it wins."""
+    16/16/16/14 snapshots (lambda 1.14), outside PGC's band (1.03 / 0.97).
+    By default the PSS start therefore splits the boundary snapshots (lambda
+    about 1) and still wins over label propagation; with
+    ``max_divergence=1.15`` the whole-snapshot ranges are allowed and win,
+    cutting only temporal edges."""
     s = static_ring_signal(V=12, T=62)
     pat = DependencyPattern.preset("tgcn", 1, 16)
+    pss_bytes = _bytes(s, partition_pss(s, 4, balanced=True), pat)
     d = partition_pgc(s, 4, pat, seed=0)
     c = d.meta["candidates"]
-    assert c["pss"] < c["lp"] and d.meta["candidate_divergence"]["pss"] > d.meta["start_tolerance"]
-    assert d.meta["start"] != "pss" and d.meta["divergence"] <= d.meta["start_tolerance"] + 1e-9
+    assert d.meta["start"] == "pss" and c["pss"] < c["lp"]
+    assert d.meta["divergence"] <= 1.01 and d.meta["candidate_divergence"]["pss"] <= d.meta["start_tolerance"]
+    assert _bytes(s, d, pat) <= 1.05 * pss_bytes  # the price of balance: a few rows of the split snapshots
     w = partition_pgc(s, 4, pat, seed=0, max_divergence=1.15)
     assert w.meta["start_tolerance"] == 1.15 and w.meta["start"] == "pss"
-    assert w.meta["cut_weight"] == c["pss"] < d.meta["cut_weight"] and w.meta["divergence"] <= 1.15
-    assert _bytes(s, w, pat) <= _bytes(s, partition_pss(s, 4, balanced=True), pat)
+    assert w.meta["cut_weight"] == w.meta["candidates"]["pss"] < d.meta["cut_weight"]
+    assert 1.1 < w.meta["divergence"] <= 1.15 and _bytes(s, w, pat) <= pss_bytes
     with pytest.raises(PartitionError, match="max_divergence"):
         partition_pgc(s, 4, pat, max_divergence=0.5)
+
+
+def test_pss_start_splits_snapshots_when_ranges_miss_the_tolerance() -> None:
+    """_Start.make("pss") keeps whole-snapshot ranges while their lambda is
+    within the tolerance; beyond it, the ranks take contiguous runs of nodes
+    in gid order: each within one node's cost of the mean, the unrefined cut
+    counted over both edge kinds."""
+    from pyg_dynscale.partition.coarsen import supergraph_cut, temporal_edge_weights
+    from pyg_dynscale.partition.pgc import _Start
+
+    s = static_ring_signal(V=12, T=62)
+    sg = s.supergraph()
+    pat = DependencyPattern.preset("tgcn", 1, 16)
+    ws, tw = pat.spatial_edge_weight(), temporal_edge_weights(sg, pat)
+    node_w = LinearWorkload().node_costs(s).double()
+    whole = _Start.make("pss", s, 4, node_w, tolerance=1.15)
+    assert whole.unit is not None and torch.equal(whole.owner(), partition_pss(s, 4, balanced=True).owner)
+    split = _Start.make("pss", s, 4, node_w, tolerance=1.06)
+    owner = split.owner()
+    assert split.unit is None and bool((owner[1:] >= owner[:-1]).all())  # contiguous in gid order
+    loads = torch.zeros(4, dtype=torch.float64).index_add_(0, owner, node_w)
+    assert float(loads.max() - loads.min()) <= 2 * float(node_w.max())
+    assert split.cut(sg, ws, tw) == pytest.approx(supergraph_cut(sg, owner, ws, tw), rel=1e-12)
+    assert split.cut(sg, ws, tw) > whole.cut(sg, ws, tw)  # the split snapshots cut spatial edges too
 
 
 def test_multistart_ranks_candidates_by_plan_bytes() -> None:

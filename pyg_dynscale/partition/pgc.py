@@ -458,22 +458,33 @@ class _Start:
     node's snapshot) or ``rank [V]`` per vertex (PTS, ``unit`` = each node's
     vertex). Its cut needs only the edges between units -- temporal edges
     for PSS, spatial edges for PTS; the other kind stays inside a unit -- and
-    the ``[N]`` owner is built only for a start that is refined."""
+    the ``[N]`` owner is built only for a start that is refined.
+
+    A PSS start whose whole-snapshot ranges miss the balance tolerance (few
+    snapshots per rank) is *split*: the ranks take contiguous runs of
+    vertex-time nodes in gid (time-major) order, so a rank boundary may fall
+    inside a snapshot; then ``unit`` is ``None`` and ``rank`` is the ``[N]``
+    owner."""
 
     name: str
-    unit: Tensor
+    unit: Optional[Tensor]
     rank: Tensor
 
     @classmethod
-    def make(cls, name: str, signal: "DynamicGraphSignal", P: int, node_w: Tensor) -> Optional["_Start"]:
-        """``None`` if the start does not exist for this graph (e.g. fewer
-        non-empty snapshots than ranks); ``node_w`` is already validated."""
+    def make(cls, name: str, signal: "DynamicGraphSignal", P: int, node_w: Tensor,
+             tolerance: float = math.inf) -> Optional["_Start"]:
+        r"""``None`` if the start does not exist for this graph (e.g. fewer
+        non-empty snapshots than ranks); ``node_w`` is already validated;
+        ``tolerance``: the largest :math:`\lambda` of whole-snapshot PSS ranges."""
         from .schemes import pss_snapshot_ranks, pts_sequence_ranks
 
         sg = signal.supergraph()
         try:
             if name == "pss":
-                return cls(name, sg.time, pss_snapshot_ranks(signal, P, True, None, cost=node_w)[0])
+                snap_rank = pss_snapshot_ranks(signal, P, True, None, cost=node_w)[0]
+                if math.isinf(tolerance):
+                    return cls(name, sg.time, snap_rank)
+                return cls._balanced_pss(sg, snap_rank, P, node_w, tolerance)
             seq_rank = pts_sequence_ranks(signal, P, True, None, cost=node_w)
         except PartitionError:
             return None
@@ -481,17 +492,35 @@ class _Start:
         vertex_rank[sg.sequence_vertex] = seq_rank
         return cls(name, sg.vertex, vertex_rank)
 
+    @classmethod
+    def _balanced_pss(cls, sg: Any, snap_rank: Tensor, P: int, node_w: Tensor, tolerance: float) -> "_Start":
+        r"""The whole-snapshot start if its :math:`\lambda` is within
+        ``tolerance``, else the split one: node :math:`v` goes to rank
+        :math:`\lfloor P (c_v - w_v / 2) / W \rfloor` with :math:`c_v` the
+        running cost in gid order and :math:`W` the total, so every rank is
+        within one node's cost of the mean."""
+        csum = torch.cumsum(node_w, 0)
+        total = float(csum[-1]) if csum.numel() else 0.0
+        at = torch.cat([csum.new_zeros(1), csum]).index_select(0, sg.node_ptr.cpu())
+        loads = torch.zeros(P, dtype=torch.float64).index_add_(0, snap_rank, at[1:] - at[:-1])
+        if divergence(loads.numpy()) <= tolerance * (1 + 1e-12) or total <= 0:
+            return cls("pss", sg.time, snap_rank)
+        owner = torch.floor((csum - 0.5 * node_w) * (P / total)).clamp_(0, P - 1).to(torch.long)
+        return cls("pss", None, owner)
+
     def cut(self, sg: Any, ws: float, tw: Tensor) -> float:
         """Cut weight on the weighted supergraph (as :func:`.coarsen.supergraph_cut` of :meth:`owner`)."""
-        from .coarsen import unit_cut
+        from .coarsen import supergraph_cut, unit_cut
 
+        if self.unit is None:  # a split start cuts both kinds of edges
+            return supergraph_cut(sg, self.rank, ws, tw)
         if self.name == "pss":
             return unit_cut(self.unit, self.rank, sg.temporal_edge_index, tw)
         return unit_cut(self.unit, self.rank, sg.spatial_edge_index, ws)
 
     def owner(self) -> Tensor:
         """``[N]`` rank of every vertex-time node."""
-        return self.rank.index_select(0, self.unit)
+        return self.rank if self.unit is None else self.rank.index_select(0, self.unit)
 
 
 def _refined_start(start_owner: Tensor, P: int, sg: Any, node_w: Tensor, ws: float, tw: Tensor,
@@ -650,7 +679,7 @@ def _partition_pgc(signal: "DynamicGraphSignal", P: int, pattern: Any, *, seed: 
     for st in starts:
         if st == "lp" or st in skipped or P == 1:
             continue
-        start = _Start.make(st, signal, P, node_w)
+        start = _Start.make(st, signal, P, node_w, tolerance)
         if start is None:  # e.g. fewer non-empty snapshots than ranks
             candidates[st] = cand_div[st] = cand_raw[st] = None
             continue
