@@ -761,3 +761,20 @@ def test_bad_node_costs_are_a_clear_error(bad: float) -> None:
     s = random_signal(1)
     with pytest.raises(PartitionError, match="node costs must be finite and >= 0"):
         partition_pgc(s, 2, PATTERN, workload=Broken())
+
+
+@pytest.mark.parametrize("costs", ["random", "zero"])
+def test_split_snapshot_owner_is_the_same_on_both_backends(costs: str) -> None:
+    from pyg_dynscale.partition import kernels
+    from pyg_dynscale.partition.pgc import _split_snapshot_owner
+
+    rng = np.random.default_rng(1)
+    w = torch.from_numpy(rng.random(997) * 3) if costs == "random" else torch.zeros(997, dtype=torch.float64)
+    owners = []
+    for be in ("torch", "numba"):
+        with kernels.use_backend(be):
+            owners.append(_split_snapshot_owner(w, 5))
+    assert torch.equal(owners[0], owners[1])
+    assert torch.equal(torch.bincount(owners[0], minlength=5) > 0, torch.ones(5, dtype=torch.bool))
+    loads = torch.zeros(5, dtype=torch.float64).index_add_(0, owners[0], w)
+    assert float(loads.max() - loads.min()) <= 2 * float(w.max()) + 1e-12 and bool((owners[0][1:] >= owners[0][:-1]).all())

@@ -481,32 +481,16 @@ class _Start:
         sg = signal.supergraph()
         try:
             if name == "pss":
-                snap_rank = pss_snapshot_ranks(signal, P, True, None, cost=node_w)[0]
-                if math.isinf(tolerance):
+                snap_rank, _, _, loads = pss_snapshot_ranks(signal, P, True, None, cost=node_w)
+                if divergence(loads.numpy()) <= tolerance * (1 + 1e-12):
                     return cls(name, sg.time, snap_rank)
-                return cls._balanced_pss(sg, snap_rank, P, node_w, tolerance)
+                return cls(name, None, _split_snapshot_owner(node_w, P))
             seq_rank = pts_sequence_ranks(signal, P, True, None, cost=node_w)
         except PartitionError:
             return None
         vertex_rank = torch.zeros(sg.num_vertices, dtype=torch.long)
         vertex_rank[sg.sequence_vertex] = seq_rank
         return cls(name, sg.vertex, vertex_rank)
-
-    @classmethod
-    def _balanced_pss(cls, sg: Any, snap_rank: Tensor, P: int, node_w: Tensor, tolerance: float) -> "_Start":
-        r"""The whole-snapshot start if its :math:`\lambda` is within
-        ``tolerance``, else the split one: node :math:`v` goes to rank
-        :math:`\lfloor P (c_v - w_v / 2) / W \rfloor` with :math:`c_v` the
-        running cost in gid order and :math:`W` the total, so every rank is
-        within one node's cost of the mean."""
-        csum = torch.cumsum(node_w, 0)
-        total = float(csum[-1]) if csum.numel() else 0.0
-        at = torch.cat([csum.new_zeros(1), csum]).index_select(0, sg.node_ptr.cpu())
-        loads = torch.zeros(P, dtype=torch.float64).index_add_(0, snap_rank, at[1:] - at[:-1])
-        if divergence(loads.numpy()) <= tolerance * (1 + 1e-12) or total <= 0:
-            return cls("pss", sg.time, snap_rank)
-        owner = torch.floor((csum - 0.5 * node_w) * (P / total)).clamp_(0, P - 1).to(torch.long)
-        return cls("pss", None, owner)
 
     def cut(self, sg: Any, ws: float, tw: Tensor) -> float:
         """Cut weight on the weighted supergraph (as :func:`.coarsen.supergraph_cut` of :meth:`owner`)."""
@@ -521,6 +505,21 @@ class _Start:
     def owner(self) -> Tensor:
         """``[N]`` rank of every vertex-time node."""
         return self.rank if self.unit is None else self.rank.index_select(0, self.unit)
+
+
+def _split_snapshot_owner(node_w: Tensor, P: int) -> Tensor:
+    r"""The split PSS start (:class:`_Start`): node :math:`v` goes to rank
+    :math:`\lfloor P (c_v - w_v / 2) / W \rfloor` with :math:`c_v` the
+    running cost in gid (time-major) order and :math:`W` the total, so every
+    rank is within one node's cost of the mean."""
+    w = node_w.numpy()
+    if kernels.backend() == "numba":  # one compiled pass, the same numbers
+        return torch.from_numpy(kernels.scheme_kernels.split_ranks(w, int(P)))
+    csum = np.cumsum(w)  # sequential, as the compiled running sum
+    total = float(csum[-1]) if csum.size else 0.0
+    if total <= 0:  # no costs to balance: equal node counts
+        return (torch.arange(w.size) * P) // max(1, w.size)
+    return torch.from_numpy(np.clip(np.floor((csum - 0.5 * w) * (P / total)), 0, P - 1).astype(np.int64))
 
 
 def _refined_start(start_owner: Tensor, P: int, sg: Any, node_w: Tensor, ws: float, tw: Tensor,

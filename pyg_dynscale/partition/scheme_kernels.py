@@ -117,3 +117,27 @@ def snapshot_costs(node_ptr, cost):  # pragma: no cover
             acc += cost[v]
         out[t] = acc
     return out
+
+
+@_jit
+def split_ranks(cost, P):  # pragma: no cover
+    """``[N]`` rank of every node for the split PSS start of PGC's
+    multi-start (:func:`.pgc._split_snapshot_owner`, same arithmetic: a
+    sequential running sum, then ``floor(P (c - w / 2) / W)`` clipped to
+    ``[0, P - 1]``; equal node counts when the total is not positive)."""
+    n = cost.shape[0]
+    total = 0.0
+    for i in range(n):
+        total += cost[i]
+    out = np.empty(n, np.int64)
+    if not total > 0:  # no costs to balance: equal node counts
+        for i in range(n):
+            out[i] = (i * P) // n
+        return out
+    scale = P / total
+    run = 0.0
+    for i in range(n):
+        run += cost[i]
+        r = np.floor((run - 0.5 * cost[i]) * scale)
+        out[i] = 0 if r < 0 else (P - 1 if r > P - 1 else np.int64(r))
+    return out

@@ -174,7 +174,7 @@ def _signal_info(signal: "DynamicGraphSignal") -> tuple[int, int]:
 
 def _pss_owner(signal: "DynamicGraphSignal", R: int, balanced: bool, workload: Any) -> tuple[Tensor, dict]:
     """PSS owner ``[N]`` and meta (snapshot ranges)."""
-    snap_rank, nonempty, bounds = pss_snapshot_ranks(signal, R, balanced, workload)
+    snap_rank, nonempty, bounds, _ = pss_snapshot_ranks(signal, R, balanced, workload)
     nodes = (signal.node_ptr[1:] - signal.node_ptr[:-1]).cpu()
     owner = torch.repeat_interleave(snap_rank, nodes, output_size=signal.num_vertex_time_nodes)
     ranges = [[int(nonempty[bounds[r]]), int(nonempty[bounds[r + 1] - 1]) + 1] for r in range(R)]
@@ -182,12 +182,13 @@ def _pss_owner(signal: "DynamicGraphSignal", R: int, balanced: bool, workload: A
 
 
 def pss_snapshot_ranks(signal: "DynamicGraphSignal", R: int, balanced: bool, workload: Any,
-                       cost: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor]:
-    """PSS as ``(snap_rank [T], nonempty, bounds)``: the rank of every
+                       cost: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor, Optional[Tensor]]:
+    """PSS as ``(snap_rank [T], nonempty, bounds, loads)``: the rank of every
     snapshot (node ``v`` goes to ``snap_rank[time[v]]``), the non-empty
-    snapshots and the range bounds over them. ``cost`` (``[N]`` float64,
-    already validated) replaces ``workload`` for callers that resolved it
-    before (PGC's multi-start)."""
+    snapshots, the range bounds over them and, when ``balanced``, every
+    rank's summed cost ``[R]`` (``None`` otherwise). ``cost`` (``[N]``
+    float64, already validated) replaces ``workload`` for callers that
+    resolved it before (PGC's multi-start)."""
     N, T = _signal_info(signal)
     check_num_parts(R, N)
     nodes = (signal.node_ptr[1:] - signal.node_ptr[:-1]).cpu()
@@ -210,7 +211,8 @@ def pss_snapshot_ranks(signal: "DynamicGraphSignal", R: int, balanced: bool, wor
     rank_of = torch.repeat_interleave(torch.arange(R), bounds[1:] - bounds[:-1])
     snap_rank = torch.zeros(T, dtype=torch.long)
     snap_rank[nonempty] = rank_of
-    return snap_rank, nonempty, bounds
+    loads = torch.zeros(R, dtype=torch.float64).index_add_(0, rank_of, per_snap) if balanced else None
+    return snap_rank, nonempty, bounds, loads
 
 
 def _pts_owner(signal: "DynamicGraphSignal", R: int, balanced: bool, workload: Any) -> tuple[Tensor, dict]:
