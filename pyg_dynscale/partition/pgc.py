@@ -50,7 +50,9 @@ Pipeline (all steps vectorized except the greedy loop over chunks):
    (step 6, on level-0 nodes split where the start's owner changes,
    :func:`_refined_start`) when their unrefined cut is within
    ``start_margin`` of the LP cut and their unrefined plan bytes within
-   :data:`START_BYTES_MARGIN` of LP's. Among the candidates with :math:`\lambda`
+   :data:`START_BYTES_MARGIN` of LP's. A PSS start whose snapshot ranges
+   miss the balance tolerance splits its boundary snapshots (:class:`_Start`).
+   Among the candidates with :math:`\lambda`
    within ``max_divergence`` (default PGC's band ``max((1 + slack) / (1 -
    slack), lambda_lp)``) the one whose communication plan moves the fewest
    bytes wins (the lowest cut weight when ``pattern`` is a bare weight pair).
