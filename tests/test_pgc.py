@@ -707,10 +707,9 @@ def test_max_divergence_lets_a_less_balanced_start_win() -> None:
 
 
 def test_pss_start_splits_snapshots_when_ranges_miss_the_tolerance() -> None:
-    """_Start.make("pss") keeps whole-snapshot ranges while their lambda is
-    within the tolerance; beyond it, the ranks take contiguous runs of nodes
-    in gid order: each within one node's cost of the mean, the unrefined cut
-    counted over both edge kinds."""
+    """A whole-snapshot PSS start knows its lambda; split, the ranks take
+    contiguous runs of nodes in gid order: each within one node's cost of
+    the mean, the unrefined cut counted over both edge kinds."""
     from pyg_dynscale.partition.coarsen import supergraph_cut, temporal_edge_weights
     from pyg_dynscale.partition.pgc import _Start
 
@@ -719,9 +718,10 @@ def test_pss_start_splits_snapshots_when_ranges_miss_the_tolerance() -> None:
     pat = DependencyPattern.preset("tgcn", 1, 16)
     ws, tw = pat.spatial_edge_weight(), temporal_edge_weights(sg, pat)
     node_w = LinearWorkload().node_costs(s).double()
-    whole = _Start.make("pss", s, 4, node_w, tolerance=1.15)
+    whole = _Start.make("pss", s, 4, node_w)
     assert whole.unit is not None and torch.equal(whole.owner(), partition_pss(s, 4, balanced=True).owner)
-    split = _Start.make("pss", s, 4, node_w, tolerance=1.06)
+    assert whole.divergence() == pytest.approx(16 / 14)
+    split = whole.split_snapshots(node_w, 4)
     owner = split.owner()
     assert split.unit is None and bool((owner[1:] >= owner[:-1]).all())  # contiguous in gid order
     loads = torch.zeros(4, dtype=torch.float64).index_add_(0, owner, node_w)

@@ -51,7 +51,8 @@ Pipeline (all steps vectorized except the greedy loop over chunks):
    :func:`_refined_start`) when their unrefined cut is within
    ``start_margin`` of the LP cut and their unrefined plan bytes within
    :data:`START_BYTES_MARGIN` of LP's. A PSS start whose snapshot ranges
-   miss the balance tolerance splits its boundary snapshots (:class:`_Start`).
+   miss the balance tolerance (but passes the cut test) splits its boundary
+   snapshots (:class:`_Start`).
    Among the candidates with :math:`\lambda`
    within ``max_divergence`` (default PGC's band ``max((1 + slack) / (1 -
    slack), lambda_lp)``) the one whose communication plan moves the fewest
@@ -462,37 +463,43 @@ class _Start:
     for PSS, spatial edges for PTS; the other kind stays inside a unit -- and
     the ``[N]`` owner is built only for a start that is refined.
 
-    A PSS start whose whole-snapshot ranges miss the balance tolerance (few
-    snapshots per rank) is *split*: the ranks take contiguous runs of
-    vertex-time nodes in gid (time-major) order, so a rank boundary may fall
-    inside a snapshot; then ``unit`` is ``None`` and ``rank`` is the ``[N]``
-    owner."""
+    ``loads`` (``[P]``, PSS only) gives the start's :math:`\lambda`. A PSS
+    start whose whole-snapshot ranges miss the balance tolerance (few
+    snapshots per rank) and pass the cut test is *split*
+    (:meth:`split_snapshots`): the ranks take contiguous runs of vertex-time
+    nodes in gid (time-major) order, so a rank boundary may fall inside a
+    snapshot; then ``unit`` is ``None`` and ``rank`` is the ``[N]`` owner."""
 
     name: str
     unit: Optional[Tensor]
     rank: Tensor
+    loads: Optional[Tensor] = None
 
     @classmethod
-    def make(cls, name: str, signal: "DynamicGraphSignal", P: int, node_w: Tensor,
-             tolerance: float = math.inf) -> Optional["_Start"]:
-        r"""``None`` if the start does not exist for this graph (e.g. fewer
-        non-empty snapshots than ranks); ``node_w`` is already validated;
-        ``tolerance``: the largest :math:`\lambda` of whole-snapshot PSS ranges."""
+    def make(cls, name: str, signal: "DynamicGraphSignal", P: int, node_w: Tensor) -> Optional["_Start"]:
+        """``None`` if the start does not exist for this graph (e.g. fewer
+        non-empty snapshots than ranks); ``node_w`` is already validated."""
         from .schemes import pss_snapshot_ranks, pts_sequence_ranks
 
         sg = signal.supergraph()
         try:
             if name == "pss":
                 snap_rank, _, _, loads = pss_snapshot_ranks(signal, P, True, None, cost=node_w)
-                if divergence(loads.numpy()) <= tolerance * (1 + 1e-12):
-                    return cls(name, sg.time, snap_rank)
-                return cls(name, None, _split_snapshot_owner(node_w, P))
+                return cls(name, sg.time, snap_rank, loads)
             seq_rank = pts_sequence_ranks(signal, P, True, None, cost=node_w)
         except PartitionError:
             return None
         vertex_rank = torch.zeros(sg.num_vertices, dtype=torch.long)
         vertex_rank[sg.sequence_vertex] = seq_rank
         return cls(name, sg.vertex, vertex_rank)
+
+    def divergence(self) -> float:
+        r""":math:`\lambda` of a PSS start (1 for a PTS start: it is not split)."""
+        return 1.0 if self.loads is None else divergence(self.loads.numpy())
+
+    def split_snapshots(self, node_w: Tensor, P: int) -> "_Start":
+        """The split PSS start (:func:`_split_snapshot_owner`)."""
+        return _Start(self.name, None, _split_snapshot_owner(node_w, P))
 
     def cut(self, sg: Any, ws: float, tw: Tensor) -> float:
         """Cut weight on the weighted supergraph (as :func:`.coarsen.supergraph_cut` of :meth:`owner`)."""
@@ -680,7 +687,7 @@ def _partition_pgc(signal: "DynamicGraphSignal", P: int, pattern: Any, *, seed: 
     for st in starts:
         if st == "lp" or st in skipped or P == 1:
             continue
-        start = _Start.make(st, signal, P, node_w, tolerance)
+        start = _Start.make(st, signal, P, node_w)
         if start is None:  # e.g. fewer non-empty snapshots than ranks
             candidates[st] = cand_div[st] = cand_raw[st] = None
             continue
@@ -688,6 +695,11 @@ def _partition_pgc(signal: "DynamicGraphSignal", P: int, pattern: Any, *, seed: 
         cand_raw[st] = start.cut(sg, ws, tw)
         if cand_raw[st] > prune_above:  # pruned: its unrefined cut is far above the LP cut
             continue
+        if start.divergence() > tolerance * (1 + 1e-12):  # too few snapshots per rank to balance: split
+            start = start.split_snapshots(node_w, P)
+            cand_raw[st] = start.cut(sg, ws, tw)
+            if cand_raw[st] > prune_above:
+                continue
         start_owner = start.owner()
         if by_bytes and start_margin is not None:
             raw_bytes[st] = plan_bytes(sg, start_owner, P, pattern)
