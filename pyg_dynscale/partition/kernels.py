@@ -439,6 +439,28 @@ if HAVE_NUMBA:
                     acc[sub[t]] = False
 
     @_jit
+    def _label_weights(ptr, dst, weight, labels, L):  # pragma: no cover
+        """``[n, L]`` summed entry weight of every node per label (float64,
+        entry order): the dense table of :func:`lp_rounds`."""
+        n = ptr.shape[0] - 1
+        conn = np.zeros((n, L), np.float64)
+        for v in range(n):
+            for e in range(ptr[v], ptr[v + 1]):
+                conn[v, labels[dst[e]]] += np.float64(weight[e])
+        return conn
+
+    @_numba.njit(cache=True, nogil=True, parallel=True)
+    def label_weights(ptr, dst, weight, labels, L):  # pragma: no cover
+        """:func:`_label_weights` over rows in parallel: row ``v`` is summed
+        by one thread in entry order, so the table is the same."""
+        n = ptr.shape[0] - 1
+        conn = np.zeros((n, L), np.float64)
+        for v in _numba.prange(n):
+            for e in range(ptr[v], ptr[v + 1]):
+                conn[v, labels[dst[e]]] += np.float64(weight[e])
+        return conn
+
+    @_jit
     def lp_rounds(ptr, dst, weight, labels, nw, node_pri, dirty, num_labels, cap, has_cap, floor, has_floor,
                   max_rounds, tol, gain_tol, total_w, min_rounds, tie_moves, seed, moved_hist,
                   gain_hist, blocks, scale, dense):  # pragma: no cover
@@ -451,7 +473,8 @@ if HAVE_NUMBA:
 
         ``dense`` (few labels, integral weights summing below :math:`2^{53}`:
         the caller checks) keeps the ``[n, L]`` table of every node's weight
-        per label, built in one pass and updated along the rows of the nodes
+        per label, built in one pass (rows in parallel above
+        ``PARALLEL_MIN_ENTRIES``: :func:`label_weights`) and updated along the rows of the nodes
         that move; a round then costs :math:`O(L)` per active node
         (:func:`dense_candidates`) instead of a pass over its row -- the
         rank-level refinement evaluates the same boundary nodes round after
@@ -460,15 +483,15 @@ if HAVE_NUMBA:
         Returns ``(rounds, converged)``."""
         n = ptr.shape[0] - 1
         L = num_labels
-        conn = np.zeros((n if dense else 0, L if dense else 0), np.float64)
+        nb = max(1, blocks)
+        big = nb > 1 and ptr[n] > PARALLEL_MIN_ENTRIES
         if dense:
-            for v in range(n):
-                for e in range(ptr[v], ptr[v + 1]):
-                    conn[v, labels[dst[e]]] += np.float64(weight[e])
+            conn = label_weights(ptr, dst, weight, labels, L) if big else _label_weights(ptr, dst, weight, labels, L)
+        else:
+            conn = np.zeros((0, 0), np.float64)
         old = np.empty(n, np.int64)
         half = np.zeros(n, np.bool_)
         act = np.empty(n, np.int64)
-        nb = max(1, blocks)
         score = np.empty((nb, L), np.float64)
         size = np.empty(L, np.float64)
         incoming = np.zeros(L, np.float64)
@@ -535,15 +558,21 @@ if HAVE_NUMBA:
                         gained += gain[i]
                     else:
                         dirty[v] = True
-                for i in range(k):
-                    if acc[i]:
-                        v = m_node[i]
-                        for e in range(ptr[v], ptr[v + 1]):
-                            u = dst[e]
-                            dirty[u] = True
-                            if dense:
+                if dense:
+                    for i in range(k):
+                        if acc[i]:
+                            v = m_node[i]
+                            for e in range(ptr[v], ptr[v + 1]):
+                                u = dst[e]
+                                dirty[u] = True
                                 conn[u, old[i]] -= np.float64(weight[e])
                                 conn[u, m_to[i]] += np.float64(weight[e])
+                else:
+                    for i in range(k):
+                        if acc[i]:
+                            v = m_node[i]
+                            for e in range(ptr[v], ptr[v + 1]):
+                                dirty[dst[e]] = True
             moved_hist[r] = moved
             gain_hist[r] = gained
             if r % 2 == 1 and r + 1 >= min_rounds and (moved_hist[r] + moved_hist[r - 1] <= tol * n or (
