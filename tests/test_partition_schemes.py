@@ -133,6 +133,37 @@ def test_schemes_identical_across_backends(scheme: str, balanced: bool):
     assert set(owners["numba"].tolist()) == {0, 1, 2, 3}
 
 
+@pytest.mark.parametrize("ints", [False, True])
+def test_compiled_pss_ranks_match_the_torch_steps(ints: bool):
+    """scheme_kernels.pss_balanced (the numba path of pss_snapshot_ranks)
+    returns the torch steps' ranks, non-empty snapshots, bounds and loads --
+    with empty snapshots, with as many ranks as non-empty snapshots, and
+    with a heavy snapshot that leaves the bisection fewer ranges than ranks
+    (the extra splits)."""
+    pytest.importorskip("numba")
+    from pyg_dynscale.partition.kernels import use_backend
+
+    s = make_dynamic_signal(seed=10, T=16, V=30)  # 13 of 16 snapshots non-empty
+    N = s.num_vertex_time_nodes
+    g = torch.Generator().manual_seed(int(ints))
+    nonempty = int(((s.node_ptr[1:] - s.node_ptr[:-1]) > 0).sum())
+    assert nonempty < s.num_snapshots
+    heavy = torch.zeros(N, dtype=torch.float64)
+    heavy[: int(s.node_ptr[1])] = 1000.0  # snapshot 0 outweighs the rest: the bisection leaves ranges unused
+    costs = [torch.randint(0, 4, (N,), generator=g).double() if ints else torch.rand(N, generator=g, dtype=torch.float64),
+             heavy + 1.0]
+    for cost, R in itertools.product(costs, (1, 3, 7, nonempty)):
+        res = {}
+        for be in ("numba", "torch"):
+            with use_backend(be):
+                res[be] = schemes_mod.pss_snapshot_ranks(s, R, True, None, cost=cost)
+        for a, b in zip(res["numba"], res["torch"]):
+            assert torch.equal(a, b), (R, a, b)
+        assert res["numba"][2].numel() == R + 1 and float(res["numba"][3].sum()) == pytest.approx(float(cost.sum()))
+    with use_backend("numba"), pytest.raises(PartitionError, match="non-empty"):
+        schemes_mod.pss_snapshot_ranks(s, nonempty + 1, True, None, cost=costs[0])
+
+
 def test_pss_ts_owners(sig):
     p = partition_pss_ts(sig, 3, balanced=True)
     assert torch.equal(p.owner, partition_pss(sig, 3, balanced=True).owner)

@@ -141,3 +141,67 @@ def split_ranks(cost, P):  # pragma: no cover
         r = np.floor((run - 0.5 * cost[i]) * scale)
         out[i] = 0 if r < 0 else (P - 1 if r > P - 1 else np.int64(r))
     return out
+
+
+@_jit
+def pss_balanced(node_ptr, cost, R):  # pragma: no cover
+    """The balanced PSS of :func:`.schemes.pss_snapshot_ranks` in one call:
+    per-snapshot costs (:func:`snapshot_costs`), the bisection over the
+    non-empty snapshots (:func:`linear_bounds`), the extra splits of
+    :func:`.schemes._linear_partition` when fewer than ``R`` ranges came out
+    (the heaviest multi-snapshot range, ties: the last, split at the first
+    prefix sum reaching its midpoint), and the ranks' summed costs in
+    snapshot order. Returns ``(snap_rank [T], nonempty, bounds [R+1], loads
+    [R])``; ``nonempty`` alone when fewer than ``R`` snapshots are non-empty."""
+    T = node_ptr.shape[0] - 1
+    per = snapshot_costs(node_ptr, cost)
+    count = 0
+    for t in range(T):
+        count += node_ptr[t + 1] > node_ptr[t]
+    nonempty = np.empty(count, np.int64)
+    k = 0
+    for t in range(T):
+        if node_ptr[t + 1] > node_ptr[t]:
+            nonempty[k] = t
+            k += 1
+    empty_i = np.zeros(0, np.int64)
+    if R > count:
+        return empty_i, nonempty, empty_i, np.zeros(0, np.float64)
+    ps = np.empty(count, np.float64)
+    for i in range(count):
+        ps[i] = per[nonempty[i]]
+    pre = np.zeros(count + 1, np.float64)
+    run = 0.0
+    for i in range(count):  # sequential, as np.cumsum
+        run += ps[i]
+        pre[i + 1] = run
+    lo = ps.max() if count else 0.0
+    b = linear_bounds(pre, R, lo, pre[count])
+    bounds = np.empty(R + 1, np.int64)
+    nb = b.shape[0]
+    bounds[:nb] = b
+    while nb - 1 < R:  # split the heaviest range with > 1 snapshot at its midpoint
+        best = -1.0
+        i = -1
+        for j in range(nb - 1):
+            if bounds[j + 1] - bounds[j] > 1:
+                s = pre[bounds[j + 1]] - pre[bounds[j]]
+                if i < 0 or s >= best:  # max of (sum, index): ties go to the later range
+                    best = s
+                    i = j
+        a = bounds[i]
+        e = bounds[i + 1]
+        mid = 0.5 * (pre[a] + pre[e])
+        cut = np.searchsorted(pre[a + 1:e], mid) + a + 1
+        cut = min(max(cut, a + 1), e - 1)
+        for j in range(nb, i + 1, -1):
+            bounds[j] = bounds[j - 1]
+        bounds[i + 1] = cut
+        nb += 1
+    snap_rank = np.zeros(T, np.int64)
+    loads = np.zeros(R, np.float64)
+    for r in range(R):
+        for i in range(bounds[r], bounds[r + 1]):
+            snap_rank[nonempty[i]] = r
+            loads[r] += ps[i]
+    return snap_rank, nonempty, bounds, loads

@@ -181,6 +181,11 @@ def _pss_owner(signal: "DynamicGraphSignal", R: int, balanced: bool, workload: A
     return owner, {"balanced": bool(balanced), "snapshot_ranges": ranges}
 
 
+def _too_few_snapshots(nonempty: int, R: int) -> None:
+    raise PartitionError("num_parts", f"PSS splits by snapshot but only {nonempty} snapshots are non-empty "
+                         f"for {R} parts.", "Use fewer parts, or the 'pts'/'pgc' scheme.")
+
+
 def pss_snapshot_ranks(signal: "DynamicGraphSignal", R: int, balanced: bool, workload: Any,
                        cost: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor, Optional[Tensor]]:
     """PSS as ``(snap_rank [T], nonempty, bounds, loads)``: the rank of every
@@ -191,11 +196,16 @@ def pss_snapshot_ranks(signal: "DynamicGraphSignal", R: int, balanced: bool, wor
     resolved it before (PGC's multi-start)."""
     N, T = _signal_info(signal)
     check_num_parts(R, N)
+    if balanced and kernels.backend() == "numba":  # the same steps in one compiled call
+        cost = resolve_node_cost(signal, workload) if cost is None else cost
+        out = kernels.scheme_kernels.pss_balanced(_np(signal.node_ptr.cpu(), torch.long), _np(cost, torch.float64), int(R))
+        if R > out[1].shape[0]:
+            _too_few_snapshots(out[1].shape[0], R)
+        return tuple(torch.from_numpy(x) for x in out)  # type: ignore[return-value]
     nodes = (signal.node_ptr[1:] - signal.node_ptr[:-1]).cpu()
     nonempty = (nodes > 0).nonzero().flatten()
     if R > nonempty.numel():
-        raise PartitionError("num_parts", f"PSS splits by snapshot but only {nonempty.numel()} snapshots are non-empty "
-                             f"for {R} parts.", "Use fewer parts, or the 'pts'/'pgc' scheme.")
+        _too_few_snapshots(nonempty.numel(), R)
     if balanced:
         cost = resolve_node_cost(signal, workload) if cost is None else cost
         if kernels.backend() == "numba":  # one compiled pass, the same sums
