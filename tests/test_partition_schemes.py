@@ -117,14 +117,18 @@ def test_compiled_lpt_and_linear_partition_match_python(ints: bool):
 
 @pytest.mark.parametrize("scheme", ["pss", "pts"])
 @pytest.mark.parametrize("balanced", [False, True])
-def test_schemes_identical_across_backends(scheme: str, balanced: bool):
-    """The compiled per-snapshot / per-sequence passes of PSS and PTS give
-    the torch steps' owners, also for fractional costs (same summation order)."""
+@pytest.mark.parametrize("ints", [False, True])
+def test_schemes_identical_across_backends(scheme: str, balanced: bool, ints: bool):
+    """The compiled per-snapshot / per-sequence passes of PSS and PTS
+    (balanced: one compiled call each) give the torch steps' owners, for
+    fractional costs (same summation order) and integer ones (ties)."""
     pytest.importorskip("numba")
     from pyg_dynscale.partition.kernels import use_backend
 
     s = make_dynamic_signal(seed=7, T=14, V=60)
-    cost = torch.rand(s.num_vertex_time_nodes, generator=torch.Generator().manual_seed(2), dtype=torch.float64) * 3
+    g = torch.Generator().manual_seed(2)
+    N = s.num_vertex_time_nodes
+    cost = torch.randint(0, 3, (N,), generator=g).double() if ints else torch.rand(N, generator=g, dtype=torch.float64) * 3
     owners = {}
     for be in ("numba", "torch"):
         with use_backend(be):

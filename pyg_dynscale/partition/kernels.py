@@ -302,6 +302,32 @@ if HAVE_NUMBA:
         return idx
 
     @_jit
+    def pts_lpt(order, seq_ptr, cost, R):  # pragma: no cover
+        """The balanced PTS of :func:`.schemes.pts_sequence_ranks` in one
+        call when every sequence is placed exactly (``S <=
+        LPT_EXACT_ITEMS``): sequence costs (:func:`.scheme_kernels.sequence_costs`),
+        the order of decreasing cost (:func:`stable_argsort` of ``-cost``, as
+        torch's stable descending sort) and the LPT loop
+        (:func:`.scheme_kernels.lpt_greedy`). Returns ``seq_rank [S]``, or an
+        empty array when a cost is NaN (the caller's path handles it)."""
+        seq_cost = scheme_kernels.sequence_costs(order, seq_ptr, cost)
+        S = seq_cost.shape[0]
+        neg = np.empty(S, np.float64)
+        for s in range(S):
+            if np.isnan(seq_cost[s]):
+                return np.zeros(0, np.int64)
+            neg[s] = -seq_cost[s]
+        idx = stable_argsort(neg)
+        sorted_cost = np.empty(S, np.float64)
+        for j in range(S):
+            sorted_cost[j] = seq_cost[idx[j]]
+        bins, _ = scheme_kernels.lpt_greedy(sorted_cost, R)
+        out = np.empty(S, np.int64)
+        for j in range(S):
+            out[idx[j]] = bins[j]
+        return out
+
+    @_jit
     def compact(labels, bound):  # pragma: no cover
         r"""``torch.unique(labels, return_inverse=True)`` for labels in
         ``[0, bound)``: ``(inverse [n], count)`` through a presence array
