@@ -695,11 +695,11 @@ def test_max_divergence_lets_a_less_balanced_start_win() -> None:
     pss_bytes = _bytes(s, partition_pss(s, 4, balanced=True), pat)
     d = partition_pgc(s, 4, pat, seed=0)
     c = d.meta["candidates"]
-    assert d.meta["start"] == "pss" and c["pss"] < c["lp"]
+    assert d.meta["start"] == "pss" and c["pss"] < c["lp"] and d.meta["pss_split"]
     assert d.meta["divergence"] <= 1.01 and d.meta["candidate_divergence"]["pss"] <= d.meta["start_tolerance"]
     assert _bytes(s, d, pat) <= 1.05 * pss_bytes  # the price of balance: a few rows of the split snapshots
     w = partition_pgc(s, 4, pat, seed=0, max_divergence=1.15)
-    assert w.meta["start_tolerance"] == 1.15 and w.meta["start"] == "pss"
+    assert w.meta["start_tolerance"] == 1.15 and w.meta["start"] == "pss" and not w.meta["pss_split"]
     assert w.meta["cut_weight"] == w.meta["candidates"]["pss"] < d.meta["cut_weight"]
     assert 1.1 < w.meta["divergence"] <= 1.15 and _bytes(s, w, pat) <= pss_bytes
     with pytest.raises(PartitionError, match="max_divergence"):

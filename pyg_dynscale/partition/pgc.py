@@ -670,6 +670,7 @@ def _partition_pgc(signal: "DynamicGraphSignal", P: int, pattern: Any, *, seed: 
     skipped = [st for st in starts if st != "lp"] if graph.dst.numel() > MULTI_START_MAX_ENTRIES else []
     tolerance = max((1 + slack) / (1 - slack), lp_div) if max_divergence is None else float(max_divergence)
     winner, best = "lp", None
+    pss_split = False
     eligible: dict[str, tuple] = {}  # refined starts within the balance tolerance
     # the plan sends each (row, destination rank) once, so the cut weight
     # over-counts nodes with many edges into one rank: with a pattern the
@@ -697,6 +698,7 @@ def _partition_pgc(signal: "DynamicGraphSignal", P: int, pattern: Any, *, seed: 
             continue
         if start.divergence() > tolerance * (1 + 1e-12):  # too few snapshots per rank to balance: split
             start = start.split_snapshots(node_w, P)
+            pss_split = True
             cand_raw[st] = start.cut(sg, ws, tw)
             if cand_raw[st] > prune_above:
                 continue
@@ -756,6 +758,7 @@ def _partition_pgc(signal: "DynamicGraphSignal", P: int, pattern: Any, *, seed: 
         "candidate_divergence": cand_div,
         "candidates_raw": cand_raw,
         "candidates_raw_bytes": raw_bytes,
+        "pss_split": pss_split,
         "candidate_bytes": cand_bytes,
         "start_margin": start_margin,
         "start": winner,

@@ -152,7 +152,8 @@ def pss_balanced(node_ptr, cost, R):  # pragma: no cover
     (the heaviest multi-snapshot range, ties: the last, split at the first
     prefix sum reaching its midpoint), and the ranks' summed costs in
     snapshot order. Returns ``(snap_rank [T], nonempty, bounds [R+1], loads
-    [R])``; ``nonempty`` alone when fewer than ``R`` snapshots are non-empty."""
+    [R])``; when fewer than ``R`` snapshots are non-empty only ``nonempty``
+    is filled (the caller raises)."""
     T = node_ptr.shape[0] - 1
     per = snapshot_costs(node_ptr, cost)
     count = 0
