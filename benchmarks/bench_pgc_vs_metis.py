@@ -48,7 +48,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from pyg_dynscale import DynamicGraphSignal  # noqa: E402
 from pyg_dynscale.partition import DependencyPattern, Partition, evaluate, partition  # noqa: E402
-from pyg_dynscale.partition.coarsen import supergraph_csr, temporal_edge_weights  # noqa: E402
+from pyg_dynscale.partition.coarsen import supergraph_csr, temporal_weights  # noqa: E402
 from pyg_dynscale.partition.pgc import partition_pgc  # noqa: E402
 from pyg_dynscale.partition.workload import LinearWorkload  # noqa: E402
 
@@ -130,7 +130,7 @@ def csr_inputs(signal: DynamicGraphSignal, pattern: Any) -> tuple[np.ndarray, np
     (:func:`~pyg_dynscale.partition.coarsen.supergraph_csr`: multi-threaded
     counting sorts, symmetric fast path), so "+csr" is not inflated."""
     sg = signal.supergraph()
-    g = supergraph_csr(sg, pattern.spatial_edge_weight(), temporal_edge_weights(sg, pattern))
+    g = supergraph_csr(sg, pattern.spatial_edge_weight(), temporal_weights(sg, pattern))
     vw = LinearWorkload().node_costs(signal).round().to(torch.long).numpy()
     return g.ptr.numpy(), g.dst.numpy(), np.maximum(1, g.weight.double().round().to(torch.long).numpy()), vw
 

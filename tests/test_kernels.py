@@ -327,7 +327,9 @@ def test_supergraph_csr_matches_reference(symmetric: bool, segments: str, weight
     many edges: "whole" sequences of 12 vertices over 20 snapshots) equals
     CSRGraph.from_edges over the explicit edge lists."""
     from pyg_dynscale.partition import csr_kernels
-    from pyg_dynscale.partition.coarsen import segment_sequences, supergraph_csr, temporal_edge_weights
+    from pyg_dynscale.partition.coarsen import (
+        segment_sequences, supergraph_csr, supergraph_cut, temporal_edge_weights, temporal_weights,
+    )
     from pyg_dynscale.partition.pgc import edge_weights
 
     V, T = (12, 20) if segments == "whole" else (50, 6)
@@ -340,6 +342,16 @@ def test_supergraph_csr_matches_reference(symmetric: bool, segments: str, weight
         seg, S = segment_sequences(sg, torch.ones(sg.num_nodes, dtype=torch.float64),
                                    2.5 if segments == "short" else float("inf"))
     got = supergraph_csr(sg, ws, tw, seg, S)
+    if weights in ("tgcn", "float"):  # recurrent: the constant temporal weight builds the same graph
+        const = temporal_weights(sg, pat)
+        assert isinstance(const, float) and torch.equal(tw, torch.full_like(tw, const))
+        for be in ("numba", "torch"):
+            with use_backend(be):
+                assert same_csr(supergraph_csr(sg, ws, const, seg, S), got)
+                owner = torch.arange(sg.num_nodes) % 3
+                assert supergraph_cut(sg, owner, ws, const) == pytest.approx(supergraph_cut(sg, owner, ws, tw), rel=1e-12)
+    else:
+        assert isinstance(temporal_weights(sg, pat), torch.Tensor)  # attention: per-edge weights
     m = (lambda x: x) if seg is None else (lambda x: seg[x])
     src = torch.cat([m(sg.spatial_edge_index[0]), m(sg.temporal_edge_index[0])])
     dst = torch.cat([m(sg.spatial_edge_index[1]), m(sg.temporal_edge_index[1])])

@@ -40,6 +40,8 @@ rank), so that edge weighs :math:`w_\text{rec} + (j + 1)\, w_\text{att}`.
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional, Union
 
@@ -74,6 +76,30 @@ def attention_split(pattern: Any) -> tuple[float, float]:
         return edge_weights(pattern)[1], 0.0
     one, two = float(pattern.temporal_edge_weight(1.0)), float(pattern.temporal_edge_weight(2.0))
     return 2 * one - two, two - one
+
+
+def temporal_weights(supergraph: "Supergraph", pattern: Any) -> Union[Tensor, float]:
+    """:func:`temporal_edge_weights`, or the one number every temporal edge
+    weighs when the pattern has no attention block (recurrent patterns,
+    weight pairs): :func:`supergraph_csr`, :func:`supergraph_cut` and
+    :func:`unit_cut` take either and skip the ``[M]`` array (72 MB at 9M
+    temporal edges) and the passes over it."""
+    w_rec, w_att = attention_split(pattern)
+    return float(w_rec) if w_att == 0.0 else temporal_edge_weights(supergraph, pattern)
+
+
+def min_weight(weight: Union[Tensor, float]) -> float:
+    """Smallest of per-edge weights (``inf`` for none), or the constant."""
+    if isinstance(weight, Tensor):
+        return float(weight.min()) if weight.numel() else math.inf
+    return float(weight)
+
+
+def as_weight_tensor(weight: Union[Tensor, float], num_edges: int, device: Any = None) -> Tensor:
+    """``[num_edges]`` float64 weights from per-edge weights or a constant."""
+    if isinstance(weight, Tensor):
+        return weight.to(torch.float64)
+    return torch.full((num_edges,), float(weight), dtype=torch.float64, device=device)
 
 
 def temporal_edge_weights(supergraph: "Supergraph", pattern: Any) -> Tensor:
@@ -166,7 +192,7 @@ def coarsen_temporal(supergraph: "Supergraph", node_w: Tensor, spatial_weight: f
     return TemporalCoarsening(seg, S, sw, *mapped_edges(supergraph, spatial_weight, temporal_weight, seg))
 
 
-def mapped_edges(supergraph: "Supergraph", spatial_weight: float, temporal_weight: Tensor,
+def mapped_edges(supergraph: "Supergraph", spatial_weight: float, temporal_weight: Union[Tensor, float],
                  seg: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor]:
     r"""``(src, dst, weight float64)``: the spatial edges (weight
     ``spatial_weight``) then the temporal edges (``temporal_weight``), mapped
@@ -177,7 +203,7 @@ def mapped_edges(supergraph: "Supergraph", spatial_weight: float, temporal_weigh
     dev = se.device
     src, dst = torch.cat([se[0], te[0]]), torch.cat([se[1], te[1]])
     w = torch.cat([torch.full((se.shape[1],), float(spatial_weight), dtype=torch.float64, device=dev),
-                   temporal_weight.to(torch.float64)])
+                   as_weight_tensor(temporal_weight, te.shape[1], dev)])
     if seg is not None:
         src, dst = seg.index_select(0, src), seg.index_select(0, dst)
     keep = src != dst
@@ -202,7 +228,7 @@ def _maybe_symmetric(supergraph: "Supergraph") -> bool:
     return _SYMMETRY[key]
 
 
-def supergraph_csr(supergraph: "Supergraph", spatial_weight: float, temporal_weight: Tensor,
+def supergraph_csr(supergraph: "Supergraph", spatial_weight: float, temporal_weight: Union[Tensor, float],
                    seg: Optional[Tensor] = None, num_segments: Optional[int] = None) -> "CSRGraph":
     r"""The weighted supergraph -- or, given ``seg``, its segment quotient --
     as an undirected :class:`~pyg_dynscale.partition.label_propagation.CSRGraph`.
@@ -222,7 +248,8 @@ def supergraph_csr(supergraph: "Supergraph", spatial_weight: float, temporal_wei
     Args:
         supergraph (Supergraph): :math:`N` vertex-time nodes.
         spatial_weight (float): bytes per cut spatial edge.
-        temporal_weight (Tensor): ``[M]`` bytes per cut temporal edge.
+        temporal_weight (Tensor or float): ``[M]`` bytes per cut temporal
+            edge, or one number for all (:func:`temporal_weights`).
         seg (Tensor, optional): ``[N]`` segment of every node (:func:`segment_sequences`).
         num_segments (int, optional): :math:`S` (required with ``seg``).
     """
@@ -232,24 +259,27 @@ def supergraph_csr(supergraph: "Supergraph", spatial_weight: float, temporal_wei
     se, te = supergraph.spatial_edge_index, supergraph.temporal_edge_index
     n = supergraph.num_nodes if seg is None else int(num_segments)
     ws = float(spatial_weight)
-    tw = temporal_weight.to(torch.float64)
+    const = not isinstance(temporal_weight, Tensor)
     if kernels.backend() == "numba" and se.device.type == "cpu":
         from . import csr_kernels
 
         node_map = _np(seg, torch.long) if seg is not None else np.zeros(0, np.int64)
         s1, d1, s2, d2 = (_np(x, torch.long) for x in (se[0], se[1], te[0], te[1]))
-        w2 = _np(tw)
         none = np.zeros(0, np.float64)
-        integral = ws == round(ws) and bool(kernels.is_integral(w2))
+        # a constant temporal weight travels as c2 (w2 empty); placement_types checks it like an array
+        w2 = none if const else _np(temporal_weight, torch.float64)
+        c2 = float(temporal_weight) if const else 0.0
+        w2_check = np.array([c2]) if const else w2
+        integral = ws == round(ws) and bool(kernels.is_integral(w2_check))
         if ws > 0 and integral and se.shape[1] > 0 and _maybe_symmetric(supergraph):
-            ptr, d, w = csr_kernels.edges_to_csr(n, node_map, s1, d1, none, 2.0 * ws, False, s2, d2, w2, kernels.threads(),
-                                                 *csr_kernels.placement_types(n, 2.0 * ws, w2))
+            ptr, d, w = csr_kernels.edges_to_csr(n, node_map, s1, d1, none, 2.0 * ws, False, s2, d2, w2, c2,
+                                                 kernels.threads(), *csr_kernels.placement_types(n, 2.0 * ws, w2_check))
             if csr_kernels.is_symmetric(ptr, d, w, kernels.threads()):
                 return CSRGraph._finish(n, torch.from_numpy(ptr), torch.from_numpy(d), torch.from_numpy(w))
-        ptr, d, w = csr_kernels.edges_to_csr(n, node_map, s1, d1, none, ws, True, s2, d2, w2, kernels.threads(),
-                                             *csr_kernels.placement_types(n, ws, w2))
+        ptr, d, w = csr_kernels.edges_to_csr(n, node_map, s1, d1, none, ws, True, s2, d2, w2, c2, kernels.threads(),
+                                             *csr_kernels.placement_types(n, ws, w2_check))
         return CSRGraph._finish(n, torch.from_numpy(ptr), torch.from_numpy(d), torch.from_numpy(w))
-    return CSRGraph.from_edges(n, *mapped_edges(supergraph, ws, tw, seg))
+    return CSRGraph.from_edges(n, *mapped_edges(supergraph, ws, temporal_weight, seg))
 
 
 def unit_cut(unit: Tensor, rank: Tensor, edge_index: Tensor, weight: Union[Tensor, float]) -> float:
@@ -271,17 +301,24 @@ def unit_cut(unit: Tensor, rank: Tensor, edge_index: Tensor, weight: Union[Tenso
     return float(weight[cut].to(torch.float64).sum())
 
 
-def supergraph_cut(supergraph: "Supergraph", owner: Tensor, spatial_weight: float, temporal_weight: Tensor) -> float:
+def supergraph_cut(supergraph: "Supergraph", owner: Tensor, spatial_weight: float,
+                   temporal_weight: Union[Tensor, float]) -> float:
     """Bytes of the supergraph edges cut by ``owner`` (``[N]``): spatial edges
-    at ``spatial_weight``, temporal edges at ``temporal_weight`` (``[M]``)."""
+    at ``spatial_weight``, temporal edges at ``temporal_weight`` (``[M]``, or
+    one number for all)."""
     from . import kernels
     from .label_propagation import _np
 
     se, te = supergraph.spatial_edge_index, supergraph.temporal_edge_index
+    const = not isinstance(temporal_weight, Tensor)
     if kernels.backend() == "numba" and se.device.type == "cpu":
         return float(kernels.csr_kernels.edge_list_cut(
             _np(owner, torch.long), _np(se[0], torch.long), _np(se[1], torch.long), float(spatial_weight),
-            _np(te[0], torch.long), _np(te[1], torch.long), _np(temporal_weight, torch.float64)))
+            _np(te[0], torch.long), _np(te[1], torch.long),
+            np.zeros(0, np.float64) if const else _np(temporal_weight, torch.float64),
+            float(temporal_weight) if const else 0.0))
     cut_s = (owner.index_select(0, se[0]) != owner.index_select(0, se[1])).sum()
-    cut_t = temporal_weight[owner.index_select(0, te[0]) != owner.index_select(0, te[1])].to(torch.float64).sum()
-    return float(spatial_weight) * float(cut_s) + float(cut_t)
+    cut_mask = owner.index_select(0, te[0]) != owner.index_select(0, te[1])
+    if const:
+        return float(spatial_weight) * float(cut_s) + float(temporal_weight) * float(cut_mask.sum())
+    return float(spatial_weight) * float(cut_s) + float(temporal_weight[cut_mask].to(torch.float64).sum())

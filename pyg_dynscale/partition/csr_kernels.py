@@ -243,14 +243,15 @@ def exact_in_float32(w):  # pragma: no cover
 
 
 @_pjit
-def edges_to_csr(n, node_map, s1, d1, w1, c1, both1, s2, d2, w2, nb, itype, wtype):  # pragma: no cover
+def edges_to_csr(n, node_map, s1, d1, w1, c1, both1, s2, d2, w2, c2, nb, itype, wtype):  # pragma: no cover
     r"""Undirected CSR on ``n`` nodes from two edge lists, as
     :meth:`~pyg_dynscale.partition.label_propagation.CSRGraph.from_edges` on
     their concatenation:
 
     * part 1: ``(map(s1[i]), map(d1[i]))`` with weight ``w1[i]`` (or the
       constant ``c1`` when ``w1`` is empty);
-    * part 2: ``(map(s2[i]), map(d2[i]))`` with weight ``w2[i]``;
+    * part 2: ``(map(s2[i]), map(d2[i]))`` with weight ``w2[i]`` (or the
+      constant ``c2`` when ``w2`` is empty);
 
     ``map`` is ``node_map`` (identity when empty); mapped self loops are
     dropped. Entries: forward ``(src, dst)`` of both parts and backward
@@ -304,7 +305,7 @@ def edges_to_csr(n, node_map, s1, d1, w1, c1, both1, s2, d2, w2, nb, itype, wtyp
                 x = w1[i] if w1.shape[0] else c1
             else:
                 a, c = _mapped(node_map, s2[i - E1]), _mapped(node_map, d2[i - E1])
-                x = w2[i - E1]
+                x = w2[i - E1] if w2.shape[0] else c2
             if a != c:
                 p = counts[0, t, c]
                 b[p] = a
@@ -516,13 +517,18 @@ def weighted_degree(ptr, weight):  # pragma: no cover
 
 
 @_pjit
-def edge_list_cut(labels, s1, d1, c1, s2, d2, w2):  # pragma: no cover
+def edge_list_cut(labels, s1, d1, c1, s2, d2, w2, c2):  # pragma: no cover
     """Cut weight of two edge lists under ``labels``: part 1 with the constant
-    weight ``c1``, part 2 with weights ``w2`` (the supergraph's spatial and
-    temporal edges)."""
+    weight ``c1``, part 2 with weights ``w2`` -- or the constant ``c2`` when
+    ``w2`` is empty (the supergraph's spatial and temporal edges)."""
     cut1 = 0
     for i in numba.prange(s1.shape[0]):  # branch-free, as csr_cut
         cut1 += labels[s1[i]] != labels[d1[i]]
+    if w2.shape[0] == 0:
+        count2 = 0
+        for i in numba.prange(s2.shape[0]):
+            count2 += labels[s2[i]] != labels[d2[i]]
+        return c1 * cut1 + c2 * count2
     cut2 = 0.0
     for i in numba.prange(s2.shape[0]):
         x = w2[i]  # loaded unconditionally (see csr_cut)

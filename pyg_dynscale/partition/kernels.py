@@ -113,7 +113,7 @@ if HAVE_NUMBA:
         pairs merged -- as :meth:`.label_propagation.CSRGraph.from_edges`
         (:func:`.csr_kernels.edges_to_csr`, multi-threaded)."""
         return csr_kernels.edges_to_csr(int(n), _EMPTY_I, src, dst, weight, 0.0, True, _EMPTY_I, _EMPTY_I, _EMPTY_F,
-                                        threads(), *csr_kernels.placement_types(int(n), 0.0, weight))
+                                        0.0, threads(), *csr_kernels.placement_types(int(n), 0.0, weight))
 
     def contract_csr(ptr: np.ndarray, dst: np.ndarray, weight: np.ndarray, labels: np.ndarray,
                      num_labels: int, symmetric: bool = False) -> tuple[np.ndarray, ...]:

@@ -73,7 +73,7 @@ from torch import Tensor
 from ..errors import PartitionError
 from . import kernels
 from .assign import ChunkGraph, assign_chunks, divergence, rank_loads, refine_chunks
-from .coarsen import segment_sequences, supergraph_csr, temporal_edge_weights
+from .coarsen import min_weight, segment_sequences, supergraph_csr, temporal_edge_weights, temporal_weights
 from .label_propagation import CSRGraph, compact_labels, label_propagation
 from .pattern import DependencyPattern
 from .plan_count import plan_bytes
@@ -501,7 +501,7 @@ class _Start:
         """The split PSS start (:func:`_split_snapshot_owner`)."""
         return _Start(self.name, None, _split_snapshot_owner(node_w, P))
 
-    def cut(self, sg: Any, ws: float, tw: Tensor) -> float:
+    def cut(self, sg: Any, ws: float, tw: Union[Tensor, float]) -> float:
         """Cut weight on the weighted supergraph (as :func:`.coarsen.supergraph_cut` of :meth:`owner`)."""
         from .coarsen import supergraph_cut, unit_cut
 
@@ -531,7 +531,7 @@ def _split_snapshot_owner(node_w: Tensor, P: int) -> Tensor:
     return torch.from_numpy(np.clip(np.floor((csum - 0.5 * w) * (P / total)), 0, P - 1).astype(np.int64))
 
 
-def _refined_start(start_owner: Tensor, P: int, sg: Any, node_w: Tensor, ws: float, tw: Tensor,
+def _refined_start(start_owner: Tensor, P: int, sg: Any, node_w: Tensor, ws: float, tw: Union[Tensor, float],
                    seg: Optional[Tensor], graph: CSRGraph, slack: float, total: float, rounds: int, tol: float,
                    gain_tol: float, seed: int, progress: bool) -> tuple:
     r"""Refine one non-LP starting assignment (module doc, step 7).
@@ -581,7 +581,7 @@ def _partition_pgc(signal: "DynamicGraphSignal", P: int, pattern: Any, *, seed: 
     t0 = time.perf_counter()
     sg = signal.supergraph()
     ws, _ = edge_weights(pattern)
-    tw = temporal_edge_weights(sg, pattern)
+    tw = temporal_weights(sg, pattern)  # one number for recurrent patterns: no [M] array
     node_w = model.node_costs(signal).to(torch.float64)
     lowest, highest = torch.aminmax(node_w)
     total = float(node_w.sum())
@@ -603,7 +603,7 @@ def _partition_pgc(signal: "DynamicGraphSignal", P: int, pattern: Any, *, seed: 
     # step 2: temporal coarsening (segment quotient graph), or the supergraph itself
     t0 = time.perf_counter()
     seg_cap = min(segment_fraction * cap_v, cap_v - biggest)
-    heavy = sg.num_temporal_edges > 0 and float(tw.min()) >= ws
+    heavy = sg.num_temporal_edges > 0 and min_weight(tw) >= ws
     use_coarsen = (heavy if coarsen == "auto" else bool(coarsen)) and seg_cap > 0 and sg.num_temporal_edges > 0
     seg: Optional[Tensor] = None
     if use_coarsen:
