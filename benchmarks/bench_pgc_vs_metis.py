@@ -169,8 +169,9 @@ def main() -> None:
     ap.add_argument("--no-kahip", action="store_true")
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads for the baselines' tensor work (default: torch's)")
     ap.add_argument("--pgc-threads", type=int, default=None, help="partition_pgc(threads=...) (default: its default, 1)")
-    ap.add_argument("--repeat", type=int, default=3,
-                    help="time every partitioner (PGC, METIS, KaHIP, schemes) as the fastest of this many runs")
+    ap.add_argument("--repeat", type=int, default=5,
+                    help="time every partitioner (PGC, METIS, KaHIP, schemes) as the fastest of this many runs "
+                         "(default 5: with 3, one slow spell of a shared VM moved the small rows by 15%%)")
     ap.add_argument("--json", default=None, help="write the rows to this file")
     args = ap.parse_args()
     if args.threads:
