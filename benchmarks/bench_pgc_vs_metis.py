@@ -18,7 +18,7 @@ pattern's ``spatial_edge_weight()`` and temporal edges by
 
 For METIS / KaHIP, ``seconds`` is the partitioner call and ``+csr`` adds the
 time to build their CSR input from the signal (which PGC's time includes).
-Every partitioner's time is the fastest of ``--repeat`` runs (default 3; the
+Every partitioner's time is the fastest of ``--repeat`` runs (default 5; the
 results are deterministic), taken round-robin over the partitioners so that a
 slow spell of a shared machine hits all of them alike.
 Bytes are exact per-epoch bytes of the communication plan

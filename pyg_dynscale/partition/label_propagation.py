@@ -429,8 +429,8 @@ def _label_propagation_compiled(graph: CSRGraph, nw: Tensor, label_pri: Tensor, 
     gains_np = np.zeros(max(0, max_rounds), np.float64)
     labels, r, converged = kernels.lp_run(
         _np(graph.ptr, torch.long), dst_np, _np(graph.weight), _np(label_pri, torch.long),
-        _np(priority, torch.float64) if priority is not None else _EMPTY_F,
-        _np(init, torch.long) if init is not None else _EMPTY_I, bool(boundary_only), _np(nw),
+        _np(priority, torch.float64) if priority is not None else kernels._EMPTY_F,
+        _np(init, torch.long) if init is not None else kernels._EMPTY_I, bool(boundary_only), _np(nw),
         _np(node_pri, torch.long), L, float("inf") if cap is None else float(cap), cap is not None,
         float(floor) if floor is not None else 0.0, floor is not None, int(max_rounds), float(tol),
         float(gain_tol), total_w if gain_tol > 0 else 0.0, int(min_rounds), bool(tie_moves), int(seed), moved_np,
@@ -441,10 +441,6 @@ def _label_propagation_compiled(graph: CSRGraph, nw: Tensor, label_pri: Tensor, 
             print(f"[label_propagation] round {i}: moved={m} gain={g_:.4g}")
     return LabelPropagationResult(labels=torch.from_numpy(labels), rounds=r, converged=converged, moved=moved_hist,
                                   gains=gain_hist, dense=dense)
-
-
-_EMPTY_I = np.zeros(0, np.int64)
-_EMPTY_F = np.zeros(0, np.float64)
 
 
 def half_bits(seed: int, pair: int, n: int) -> Tensor:

@@ -206,14 +206,10 @@ def pss_snapshot_ranks(signal: "DynamicGraphSignal", R: int, balanced: bool, wor
     nonempty = (nodes > 0).nonzero().flatten()
     if R > nonempty.numel():
         _too_few_snapshots(nonempty.numel(), R)
-    if balanced:
+    if balanced:  # the torch steps (the numba backend returned above)
         cost = resolve_node_cost(signal, workload) if cost is None else cost
-        if kernels.backend() == "numba":  # one compiled pass, the same sums
-            per_snap = torch.from_numpy(kernels.scheme_kernels.snapshot_costs(
-                _np(signal.node_ptr.cpu(), torch.long), _np(cost, torch.float64)))[nonempty]
-        else:
-            snap = torch.repeat_interleave(torch.arange(T), nodes, output_size=N)
-            per_snap = torch.zeros(T, dtype=torch.float64).index_add_(0, snap, cost)[nonempty]
+        snap = torch.repeat_interleave(torch.arange(T), nodes, output_size=N)
+        per_snap = torch.zeros(T, dtype=torch.float64).index_add_(0, snap, cost)[nonempty]
         bounds = _linear_partition(per_snap, R)
     else:  # DGC's baseline: equal numbers of (non-empty) snapshots
         bounds = (torch.arange(R + 1) * nonempty.numel()) // R
