@@ -102,6 +102,16 @@ def as_weight_tensor(weight: Union[Tensor, float], num_edges: int, device: Any =
     return torch.full((num_edges,), float(weight), dtype=torch.float64, device=device)
 
 
+def _kernel_weights(weight: Union[Tensor, float]) -> tuple[np.ndarray, float]:
+    """``(w, c)`` as the compiled kernels take edge weights: per-edge float64
+    weights and ``c = 0``, or an empty ``w`` and the constant ``c``."""
+    from .label_propagation import _np
+
+    if isinstance(weight, Tensor):
+        return _np(weight, torch.float64), 0.0
+    return np.zeros(0, np.float64), float(weight)
+
+
 def temporal_edge_weights(supergraph: "Supergraph", pattern: Any) -> Tensor:
     r"""``[M]`` bytes per epoch that cutting each temporal edge costs, in the
     order of ``supergraph.temporal_edge_index``: :math:`w_\text{rec} + (j+1)\,
@@ -259,7 +269,6 @@ def supergraph_csr(supergraph: "Supergraph", spatial_weight: float, temporal_wei
     se, te = supergraph.spatial_edge_index, supergraph.temporal_edge_index
     n = supergraph.num_nodes if seg is None else int(num_segments)
     ws = float(spatial_weight)
-    const = not isinstance(temporal_weight, Tensor)
     if kernels.backend() == "numba" and se.device.type == "cpu":
         from . import csr_kernels
 
@@ -267,9 +276,8 @@ def supergraph_csr(supergraph: "Supergraph", spatial_weight: float, temporal_wei
         s1, d1, s2, d2 = (_np(x, torch.long) for x in (se[0], se[1], te[0], te[1]))
         none = np.zeros(0, np.float64)
         # a constant temporal weight travels as c2 (w2 empty); placement_types checks it like an array
-        w2 = none if const else _np(temporal_weight, torch.float64)
-        c2 = float(temporal_weight) if const else 0.0
-        w2_check = np.array([c2]) if const else w2
+        w2, c2 = _kernel_weights(temporal_weight)
+        w2_check = w2 if w2.shape[0] else np.array([c2])
         integral = ws == round(ws) and bool(kernels.is_integral(w2_check))
         if ws > 0 and integral and se.shape[1] > 0 and _maybe_symmetric(supergraph):
             ptr, d, w = csr_kernels.edges_to_csr(n, node_map, s1, d1, none, 2.0 * ws, False, s2, d2, w2, c2,
@@ -289,14 +297,13 @@ def unit_cut(unit: Tensor, rank: Tensor, edge_index: Tensor, weight: Union[Tenso
     from . import kernels
     from .label_propagation import _np
 
-    const = not isinstance(weight, Tensor)
     if kernels.backend() == "numba" and edge_index.device.type == "cpu":
         return float(kernels.csr_kernels.unit_cut(
             _np(unit, torch.long), _np(rank, torch.long), _np(edge_index[0], torch.long), _np(edge_index[1], torch.long),
-            np.zeros(0, np.float64) if const else _np(weight, torch.float64), float(weight) if const else 0.0))
+            *_kernel_weights(weight)))
     node_rank = rank.index_select(0, unit)
     cut = node_rank.index_select(0, edge_index[0]) != node_rank.index_select(0, edge_index[1])
-    if const:
+    if not isinstance(weight, Tensor):
         return float(weight) * float(cut.sum())
     return float(weight[cut].to(torch.float64).sum())
 
@@ -310,15 +317,12 @@ def supergraph_cut(supergraph: "Supergraph", owner: Tensor, spatial_weight: floa
     from .label_propagation import _np
 
     se, te = supergraph.spatial_edge_index, supergraph.temporal_edge_index
-    const = not isinstance(temporal_weight, Tensor)
     if kernels.backend() == "numba" and se.device.type == "cpu":
         return float(kernels.csr_kernels.edge_list_cut(
             _np(owner, torch.long), _np(se[0], torch.long), _np(se[1], torch.long), float(spatial_weight),
-            _np(te[0], torch.long), _np(te[1], torch.long),
-            np.zeros(0, np.float64) if const else _np(temporal_weight, torch.float64),
-            float(temporal_weight) if const else 0.0))
+            _np(te[0], torch.long), _np(te[1], torch.long), *_kernel_weights(temporal_weight)))
     cut_s = (owner.index_select(0, se[0]) != owner.index_select(0, se[1])).sum()
     cut_mask = owner.index_select(0, te[0]) != owner.index_select(0, te[1])
-    if const:
+    if not isinstance(temporal_weight, Tensor):
         return float(spatial_weight) * float(cut_s) + float(temporal_weight) * float(cut_mask.sum())
     return float(spatial_weight) * float(cut_s) + float(temporal_weight[cut_mask].to(torch.float64).sum())

@@ -517,18 +517,22 @@ def weighted_degree(ptr, weight):  # pragma: no cover
 
 
 @_pjit
+def _count_cut(labels, src, dst):  # pragma: no cover
+    """Edges ``(src, dst)`` whose endpoints have different labels (branch-free, as :func:`csr_cut`)."""
+    count = 0
+    for i in numba.prange(src.shape[0]):
+        count += labels[src[i]] != labels[dst[i]]
+    return count
+
+
+@_pjit
 def edge_list_cut(labels, s1, d1, c1, s2, d2, w2, c2):  # pragma: no cover
     """Cut weight of two edge lists under ``labels``: part 1 with the constant
     weight ``c1``, part 2 with weights ``w2`` -- or the constant ``c2`` when
     ``w2`` is empty (the supergraph's spatial and temporal edges)."""
-    cut1 = 0
-    for i in numba.prange(s1.shape[0]):  # branch-free, as csr_cut
-        cut1 += labels[s1[i]] != labels[d1[i]]
+    cut1 = _count_cut(labels, s1, d1)
     if w2.shape[0] == 0:
-        count2 = 0
-        for i in numba.prange(s2.shape[0]):
-            count2 += labels[s2[i]] != labels[d2[i]]
-        return c1 * cut1 + c2 * count2
+        return c1 * cut1 + c2 * _count_cut(labels, s2, d2)
     cut2 = 0.0
     for i in numba.prange(s2.shape[0]):
         x = w2[i]  # loaded unconditionally (see csr_cut)
