@@ -170,11 +170,13 @@ def test_label_priorities_identical_for_odd_keys(key: str) -> None:
     assert torch.equal(a.labels, b.labels) and a.moved == b.moved and sum(a.moved) > 0
 
 
-def test_dense_label_table_matches_row_scan(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("n,m", [(500, 4000), (2500, 12000)])
+def test_dense_label_table_matches_row_scan(monkeypatch: pytest.MonkeyPatch, n: int, m: int) -> None:
     """The dense [n, L] table and the row scan of the compiled driver give the
-    same rounds (rank-level refinement of a PGC-like start)."""
-    n, P = 500, 6
-    src, dst, w = random_edges(n, 4000, seed=8)
+    same rounds (rank-level refinement of a PGC-like start); the larger graph
+    is above PARALLEL_MIN_ENTRIES, where the table is built in parallel."""
+    P = 6
+    src, dst, w = random_edges(n, m, seed=8)
     g = CSRGraph.from_edges(n, src, dst, w * 64)
     nw = torch.randint(1, 9, (n,), generator=torch.Generator().manual_seed(9)).double()
     kw = dict(node_weight=nw, init=torch.randperm(n, generator=torch.Generator().manual_seed(1)) % P, num_labels=P,

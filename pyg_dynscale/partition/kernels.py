@@ -465,26 +465,21 @@ if HAVE_NUMBA:
                     acc[sub[t]] = False
 
     @_jit
-    def _label_weights(ptr, dst, weight, labels, L):  # pragma: no cover
-        """``[n, L]`` summed entry weight of every node per label (float64,
-        entry order): the dense table of :func:`lp_rounds`."""
-        n = ptr.shape[0] - 1
-        conn = np.zeros((n, L), np.float64)
-        for v in range(n):
+    def _label_weight_rows(ptr, dst, weight, labels, conn, r0, r1):  # pragma: no cover
+        """Rows ``r0:r1`` of the dense table of :func:`lp_rounds`: every
+        node's summed entry weight per label (float64, entry order)."""
+        for v in range(r0, r1):
             for e in range(ptr[v], ptr[v + 1]):
                 conn[v, labels[dst[e]]] += np.float64(weight[e])
-        return conn
 
     @_numba.njit(cache=True, nogil=True, parallel=True)
-    def label_weights(ptr, dst, weight, labels, L):  # pragma: no cover
-        """:func:`_label_weights` over rows in parallel: row ``v`` is summed
-        by one thread in entry order, so the table is the same."""
-        n = ptr.shape[0] - 1
-        conn = np.zeros((n, L), np.float64)
-        for v in _numba.prange(n):
-            for e in range(ptr[v], ptr[v + 1]):
-                conn[v, labels[dst[e]]] += np.float64(weight[e])
-        return conn
+    def label_weights_parallel(ptr, dst, weight, labels, conn, nb):  # pragma: no cover
+        """:func:`_label_weight_rows` over ``nb`` blocks of rows in parallel:
+        each row is summed by one thread in entry order, so the table does not
+        depend on the thread count."""
+        bounds = csr_kernels._row_blocks(ptr, nb)
+        for t in _numba.prange(nb):
+            _label_weight_rows(ptr, dst, weight, labels, conn, bounds[t], bounds[t + 1])
 
     @_jit
     def lp_rounds(ptr, dst, weight, labels, nw, node_pri, dirty, num_labels, cap, has_cap, floor, has_floor,
@@ -499,9 +494,9 @@ if HAVE_NUMBA:
 
         ``dense`` (few labels, integral weights summing below :math:`2^{53}`:
         the caller checks) keeps the ``[n, L]`` table of every node's weight
-        per label, built in one pass (rows in parallel above
-        ``PARALLEL_MIN_ENTRIES``: :func:`label_weights`) and updated along the rows of the nodes
-        that move; a round then costs :math:`O(L)` per active node
+        per label, built in one pass (rows in parallel on big graphs:
+        :func:`label_weights_parallel`) and updated along the rows of the
+        nodes that move; a round then costs :math:`O(L)` per active node
         (:func:`dense_candidates`) instead of a pass over its row -- the
         rank-level refinement evaluates the same boundary nodes round after
         round. Every table entry is an integer below :math:`2^{53}`, so the
@@ -510,11 +505,11 @@ if HAVE_NUMBA:
         n = ptr.shape[0] - 1
         L = num_labels
         nb = max(1, blocks)
-        big = nb > 1 and ptr[n] > PARALLEL_MIN_ENTRIES
-        if dense:
-            conn = label_weights(ptr, dst, weight, labels, L) if big else _label_weights(ptr, dst, weight, labels, L)
-        else:
-            conn = np.zeros((0, 0), np.float64)
+        conn = np.zeros((n if dense else 0, L if dense else 0), np.float64)
+        if dense and nb > 1 and ptr[n] > PARALLEL_MIN_ENTRIES:  # a parallel region costs ~10 us: big graphs only
+            label_weights_parallel(ptr, dst, weight, labels, conn, nb)
+        elif dense:
+            _label_weight_rows(ptr, dst, weight, labels, conn, 0, n)
         old = np.empty(n, np.int64)
         half = np.zeros(n, np.bool_)
         act = np.empty(n, np.int64)
@@ -584,21 +579,15 @@ if HAVE_NUMBA:
                         gained += gain[i]
                     else:
                         dirty[v] = True
-                if dense:
-                    for i in range(k):
-                        if acc[i]:
-                            v = m_node[i]
-                            for e in range(ptr[v], ptr[v + 1]):
-                                u = dst[e]
-                                dirty[u] = True
+                for i in range(k):
+                    if acc[i]:
+                        v = m_node[i]
+                        for e in range(ptr[v], ptr[v + 1]):
+                            u = dst[e]
+                            dirty[u] = True
+                            if dense:
                                 conn[u, old[i]] -= np.float64(weight[e])
                                 conn[u, m_to[i]] += np.float64(weight[e])
-                else:
-                    for i in range(k):
-                        if acc[i]:
-                            v = m_node[i]
-                            for e in range(ptr[v], ptr[v + 1]):
-                                dirty[dst[e]] = True
             moved_hist[r] = moved
             gain_hist[r] = gained
             if r % 2 == 1 and r + 1 >= min_rounds and (moved_hist[r] + moved_hist[r - 1] <= tol * n or (
@@ -775,6 +764,12 @@ if HAVE_NUMBA:
                     ntop[r, m] = cnt + 1
 
     @_jit
+    def _swap_fits(loads, ra, rb, d, lo, hi):  # pragma: no cover
+        """Whether ranks ``ra`` / ``rb`` stay in ``[lo, hi]`` when ``ra``
+        sheds ``d`` of load to ``rb`` (a swap of chunks costing ``d`` apart)."""
+        return lo <= loads[ra] - d <= hi and lo <= loads[rb] + d <= hi
+
+    @_jit
     def _best_pair_swap(ra, rb, gain, top, ntop, cost, loads, lo, hi, ptr, snbr, sw_):  # pragma: no cover
         """The best swap between ranks ``ra < rb`` among their top lists:
         ``(gain, a, b)``, the first candidate (list order) of the largest gain
@@ -796,8 +791,7 @@ if HAVE_NUMBA:
                 b = top[rb, ra, j]
                 if gain[a, rb] + gain[b, ra] <= best:
                     break
-                d = cost[a] - cost[b]
-                if not (loads[ra] - d >= lo and loads[ra] - d <= hi and loads[rb] + d >= lo and loads[rb] + d <= hi):
+                if not _swap_fits(loads, ra, rb, cost[a] - cost[b], lo, hi):
                     continue
                 val = gain[a, rb] + gain[b, ra] - 2.0 * _pair_bytes(ptr, snbr, sw_, a, b)
                 if val > best:
@@ -977,8 +971,7 @@ if HAVE_NUMBA:
                 lo = min(lo_lim, loads.min())
                 a = ca[q]
                 b = cb[q]
-                d = cost[a] - cost[b]
-                if not (loads[ra] - d >= lo and loads[ra] - d <= hi and loads[rb] + d >= lo and loads[rb] + d <= hi):
+                if not _swap_fits(loads, ra, rb, cost[a] - cost[b], lo, hi):
                     continue
                 _move_chunk(ptr, nbr, w, A, loads, owner, cost, a, rb)
                 _move_chunk(ptr, nbr, w, A, loads, owner, cost, b, ra)
