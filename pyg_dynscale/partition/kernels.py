@@ -302,25 +302,23 @@ if HAVE_NUMBA:
         return idx
 
     @_jit
-    def pts_lpt(order, seq_ptr, cost, R):  # pragma: no cover
-        """The balanced PTS of :func:`.schemes.pts_sequence_ranks` in one
-        call when every sequence is placed exactly (``S <=
-        LPT_EXACT_ITEMS``): sequence costs (:func:`.scheme_kernels.sequence_costs`),
-        the order of decreasing cost (:func:`stable_argsort` of ``-cost``, as
-        torch's stable descending sort) and the LPT loop
-        (:func:`.scheme_kernels.lpt_greedy`). Returns ``seq_rank [S]``, or an
-        empty array when a cost is NaN (the caller's path handles it)."""
-        seq_cost = scheme_kernels.sequence_costs(order, seq_ptr, cost)
-        S = seq_cost.shape[0]
+    def lpt_exact(cost, R):  # pragma: no cover
+        """:func:`.schemes._lpt` when every item is placed exactly (at most
+        ``LPT_EXACT_ITEMS``) in one call: the order of decreasing cost
+        (:func:`stable_argsort` of ``-cost``, as torch's stable descending
+        sort) and the LPT loop (:func:`.scheme_kernels.lpt_greedy`). Returns
+        the bin of every item, or an empty array when a cost is NaN (the
+        caller's path handles it)."""
+        S = cost.shape[0]
         neg = np.empty(S, np.float64)
         for s in range(S):
-            if np.isnan(seq_cost[s]):
+            if np.isnan(cost[s]):
                 return np.zeros(0, np.int64)
-            neg[s] = -seq_cost[s]
+            neg[s] = -cost[s]
         idx = stable_argsort(neg)
         sorted_cost = np.empty(S, np.float64)
         for j in range(S):
-            sorted_cost[j] = seq_cost[idx[j]]
+            sorted_cost[j] = cost[idx[j]]
         bins, _ = scheme_kernels.lpt_greedy(sorted_cost, R)
         out = np.empty(S, np.int64)
         for j in range(S):

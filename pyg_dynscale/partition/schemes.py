@@ -129,6 +129,10 @@ def _lpt(cost: Tensor, R: int) -> Tensor:
     """
     S = cost.numel()
     cost_np = cost.to(torch.float64).numpy()
+    if kernels.backend() == "numba" and S <= LPT_EXACT_ITEMS:  # order and loop in one compiled call
+        bins = kernels.lpt_exact(cost_np, int(R))
+        if bins.shape[0] == S:
+            return torch.from_numpy(bins)
     if kernels.backend() == "numba" and not np.isnan(cost_np).any():
         # a stable ascending radix sort of -cost: the same order as torch's stable descending sort
         order = torch.from_numpy(kernels.stable_argsort(-cost_np))
@@ -249,11 +253,6 @@ def pts_sequence_ranks(signal: "DynamicGraphSignal", R: int, balanced: bool, wor
     if not balanced:  # equal numbers of sequences, in vertex-id order
         return (torch.arange(S) * R) // S
     cost = resolve_node_cost(signal, workload) if cost is None else cost
-    if kernels.backend() == "numba" and S <= LPT_EXACT_ITEMS:  # costs, order and LPT in one compiled call
-        seq_rank = kernels.pts_lpt(_np(sg.sequence_order.cpu(), torch.long), _np(sg.sequence_ptr.cpu(), torch.long),
-                                   _np(cost, torch.float64), int(R))
-        if seq_rank.shape[0] == S:
-            return torch.from_numpy(seq_rank)
     if kernels.backend() == "numba":  # one compiled pass, the same sums
         seq_cost = torch.from_numpy(kernels.scheme_kernels.sequence_costs(
             _np(sg.sequence_order.cpu(), torch.long), _np(sg.sequence_ptr.cpu(), torch.long), _np(cost, torch.float64)))
