@@ -372,8 +372,7 @@ def contract_csr(ptr, dst, weight, labels, num_labels, nb, symmetric):  # pragma
     intermediate array of all the entries). Both passes are branch-free
     (:func:`_merge_entry`; 2.2 -> 1.3 ms and 3.1 -> 2.0 ms on the 376k
     entries of the synthetic 100k level-0 graph, one thread). The merged rows
-    are then sorted:
-    when the input is ``symmetric`` (both directions of every edge, same
+    are then sorted: when the input is ``symmetric`` (both directions of every edge, same
     weight: the library's builders) and the weights are whole numbers (exact
     sums, :func:`_exact_sums`), by transposing the -- then symmetric --
     result (a counting sort, :func:`_transpose`: row ``u`` receives
