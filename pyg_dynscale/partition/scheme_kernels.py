@@ -13,6 +13,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from .csr_kernels import weighted_degree
+
 _jit = numba.njit(cache=True, nogil=True)
 
 
@@ -107,19 +109,6 @@ def sequence_owner(order, seq_ptr, seq_rank):  # pragma: no cover
 
 
 @_jit
-def snapshot_costs(node_ptr, cost):  # pragma: no cover
-    """``[T]`` summed cost of every snapshot (its gids are contiguous), in gid order."""
-    T = node_ptr.shape[0] - 1
-    out = np.zeros(T, np.float64)
-    for t in range(T):
-        acc = 0.0
-        for v in range(node_ptr[t], node_ptr[t + 1]):
-            acc += cost[v]
-        out[t] = acc
-    return out
-
-
-@_jit
 def split_ranks(cost, P):  # pragma: no cover
     """``[N]`` rank of every node for the split PSS start of PGC's
     multi-start (:func:`.pgc._split_snapshot_owner`, same arithmetic: a
@@ -146,7 +135,8 @@ def split_ranks(cost, P):  # pragma: no cover
 @_jit
 def pss_balanced(node_ptr, cost, R):  # pragma: no cover
     """The balanced PSS of :func:`.schemes.pss_snapshot_ranks` in one call:
-    per-snapshot costs (:func:`snapshot_costs`), the bisection over the
+    per-snapshot costs (the row sums of :func:`.csr_kernels.weighted_degree`
+    with the snapshots as rows, in gid order), the bisection over the
     non-empty snapshots (:func:`linear_bounds`), the extra splits of
     :func:`.schemes._linear_partition` when fewer than ``R`` ranges came out
     (the heaviest multi-snapshot range, ties: the last, split at the first
@@ -155,7 +145,7 @@ def pss_balanced(node_ptr, cost, R):  # pragma: no cover
     [R])``; when fewer than ``R`` snapshots are non-empty only ``nonempty``
     is filled (the caller raises)."""
     T = node_ptr.shape[0] - 1
-    per = snapshot_costs(node_ptr, cost)
+    per = weighted_degree(node_ptr, cost)  # a snapshot's gids are one contiguous row
     count = 0
     for t in range(T):
         count += node_ptr[t + 1] > node_ptr[t]
