@@ -559,3 +559,56 @@ def test_results_do_not_depend_on_thread_count() -> None:
     a, b = (partition_pgc(s, 4, pat, seed=0, threads=th) for th in (1, 2))
     assert a.meta["threads"] == 1 and b.meta["threads"] == 2
     assert torch.equal(a.owner, b.owner) and torch.equal(a.chunk, b.chunk)
+
+
+@pytest.mark.parametrize("backend", ["numba", "torch"])
+def test_contraction_of_small_whole_weights_skips_the_scans(monkeypatch: pytest.MonkeyPatch, backend: str) -> None:
+    """A graph known to hold whole-number weights summing below 2^24 contracts
+    to float32 sums marked integral without scanning them; the result equals
+    the scanned contraction of the same graph left unmarked."""
+    n = 300
+    src, dst, w = random_edges(n, 1500, seed=12)
+    labels = torch.randint(0, 40, (n,), generator=torch.Generator().manual_seed(2))
+    with use_backend(backend):
+        marked = CSRGraph.from_edges(n, src, dst, w * 8)
+        plain = CSRGraph(n, marked.ptr, marked.dst, marked.weight, symmetric=True)
+        assert marked.integral() and marked.weight.dtype == torch.float32 and 2 * marked.total_weight() < 2 ** 24
+        ref = plain.contract(labels, 40)
+        assert ref._integral is None  # unknown: a later integral() scans
+
+        def no_scan(*_: object) -> bool:
+            raise AssertionError("scanned the contracted weights")
+
+        monkeypatch.setattr(kernels, "exact_in_float32", no_scan)
+        monkeypatch.setattr(kernels, "is_integral", no_scan)
+        monkeypatch.setattr("pyg_dynscale.partition.label_propagation._exact_in_float32", no_scan)
+        got = marked.contract(labels, 40)
+        assert got._integral is True and got.integral() and got.weight.dtype == torch.float32
+        assert same_csr(got, ref)
+
+
+def test_supergraph_csr_marks_whole_weights_integral() -> None:
+    """The weighted supergraph of byte weights is known integral when built
+    (label propagation and contraction then skip their scans)."""
+    from pyg_dynscale.partition.coarsen import supergraph_csr
+
+    s = random_signal(3, T=6, V=80, deg=3)
+    sg = s.supergraph()
+    with use_backend("numba"):
+        assert supergraph_csr(sg, 16.0, 256.0)._integral is True
+        assert supergraph_csr(sg, 0.5, 256.0)._integral is None  # a fraction: left to integral()
+
+
+@pytest.mark.skipif(not kernels.HAVE_NUMBA, reason="numba's thread setting")
+def test_threads_reads_the_count_in_effect(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inside use_threads, threads() is the count put in effect (nested blocks
+    restore the outer one) without asking numba each time."""
+    outside = kernels.threads()
+    with kernels.use_threads(1) as one:
+        monkeypatch.setattr(kernels._numba, "get_num_threads", lambda: 99)  # not consulted inside the block
+        assert one == 1 and kernels.threads() == 1
+        monkeypatch.undo()
+        with kernels.use_threads(None) as same:
+            assert same == 1 and kernels.threads() == 1
+        assert kernels.threads() == 1
+    assert kernels.threads() == outside

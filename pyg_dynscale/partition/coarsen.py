@@ -238,6 +238,14 @@ def _maybe_symmetric(supergraph: "Supergraph") -> bool:
     return _SYMMETRY[key]
 
 
+def _known_integral(graph: "CSRGraph", integral: bool) -> "CSRGraph":
+    """Mark ``graph`` integral when its weights are sums of whole-number
+    weights (exact below :math:`2^{53}`), sparing :meth:`CSRGraph.integral` a scan."""
+    if integral and 2.0 * graph.total_weight() < 2.0 ** 53:
+        graph._integral = True
+    return graph
+
+
 def supergraph_csr(supergraph: "Supergraph", spatial_weight: float, temporal_weight: Union[Tensor, float],
                    seg: Optional[Tensor] = None, num_segments: Optional[int] = None) -> "CSRGraph":
     r"""The weighted supergraph -- or, given ``seg``, its segment quotient --
@@ -283,10 +291,12 @@ def supergraph_csr(supergraph: "Supergraph", spatial_weight: float, temporal_wei
             ptr, d, w = csr_kernels.edges_to_csr(n, node_map, s1, d1, none, 2.0 * ws, False, s2, d2, w2, c2,
                                                  kernels.threads(), *csr_kernels.placement_types(n, 2.0 * ws, w2_check))
             if csr_kernels.is_symmetric(ptr, d, w, kernels.threads()):
-                return CSRGraph._finish(n, torch.from_numpy(ptr), torch.from_numpy(d), torch.from_numpy(w))
+                return _known_integral(CSRGraph._finish(n, torch.from_numpy(ptr), torch.from_numpy(d), torch.from_numpy(w)),
+                                       integral)
         ptr, d, w = csr_kernels.edges_to_csr(n, node_map, s1, d1, none, ws, True, s2, d2, w2, c2, kernels.threads(),
                                              *csr_kernels.placement_types(n, ws, w2_check))
-        return CSRGraph._finish(n, torch.from_numpy(ptr), torch.from_numpy(d), torch.from_numpy(w))
+        return _known_integral(CSRGraph._finish(n, torch.from_numpy(ptr), torch.from_numpy(d), torch.from_numpy(w)),
+                               integral)
     return CSRGraph.from_edges(n, *mapped_edges(supergraph, ws, temporal_weight, seg))
 
 

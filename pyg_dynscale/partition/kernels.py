@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from typing import Iterator, Optional
 
 import numpy as np
@@ -80,8 +81,17 @@ def use_backend(name: Optional[str]) -> Iterator[str]:
         _override = before
 
 
+#: the thread count :func:`use_threads` put in effect, per Python thread (as
+#: numba's own setting): read instead of ``numba.get_num_threads()``, which
+#: cost ~5 us a call -- and a label propagation asks a few times
+_in_effect = threading.local()
+
+
 def threads() -> int:
     """Threads the compiled kernels may use now (``numba.get_num_threads()``; 1 without numba)."""
+    n = getattr(_in_effect, "n", None)
+    if n is not None:
+        return n
     return int(_numba.get_num_threads()) if HAVE_NUMBA else 1
 
 
@@ -89,15 +99,17 @@ def threads() -> int:
 def use_threads(n: Optional[int]) -> Iterator[int]:
     """Run the block with ``n`` kernel threads (``None``: unchanged; capped at
     numba's pool size, ``NUMBA_NUM_THREADS``); yields the count in effect."""
-    if not HAVE_NUMBA or n is None:
-        yield threads()
-        return
-    before = _numba.get_num_threads()
-    _numba.set_num_threads(max(1, min(int(n), _numba.config.NUMBA_NUM_THREADS)))
+    outer = getattr(_in_effect, "n", None)
+    before = _numba.get_num_threads() if HAVE_NUMBA else 1
+    if HAVE_NUMBA and n is not None:
+        _numba.set_num_threads(max(1, min(int(n), _numba.config.NUMBA_NUM_THREADS)))
+    _in_effect.n = int(_numba.get_num_threads()) if HAVE_NUMBA else 1
     try:
-        yield threads()
+        yield _in_effect.n
     finally:
-        _numba.set_num_threads(before)
+        _in_effect.n = outer
+        if HAVE_NUMBA and n is not None:
+            _numba.set_num_threads(before)
 
 
 if HAVE_NUMBA:
