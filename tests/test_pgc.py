@@ -364,6 +364,31 @@ def test_uncoarsening_refinement_does_not_increase_cut() -> None:
     assert p.meta["cut_weight"] == float(w[(p.owner[src] != p.owner[dst]) & (src != dst)].sum())
 
 
+def test_coarsest_level_that_barely_shrank_is_not_refined() -> None:
+    """Coarsening stops at a level whose label propagation merged < 10% of its
+    nodes; that level (nearly the chunk graph, refined by refine_chunks) is
+    skipped on the way down, every other level is refined."""
+    s = random_signal(13, T=12, V=100)
+    p = partition_pgc(s, 4, PATTERN, seed=0)
+    m = p.meta
+    chunks = m["level_chunks"]
+    assert len(chunks) >= 2 and m["num_levels"] == len(chunks)
+    stopped = (chunks[-2] - chunks[-1]) / chunks[-2] < pgc_mod.STOP_SHRINK
+    assert stopped  # this graph stops by the shrink test (not by max_levels)
+    assert len(m["refine_rounds"]) == m["num_levels"] - 1  # all but the coarsest
+    levels = pgc_mod.generate_chunks(*_level0(s), seed=0)[2]
+    assert [lvl.near_chunks for lvl in levels] == [False] * (len(levels) - 1) + [True]
+
+
+def _level0(s: DynamicGraphSignal) -> tuple:
+    """(level-0 graph, node weights, cap) of ``partition_pgc(s, 4, PATTERN)`` without coarsening."""
+    sg = s.supergraph()
+    ws, _ = edge_weights(PATTERN)
+    graph = pgc_mod.supergraph_csr(sg, ws, pgc_mod.temporal_weights(sg, PATTERN))
+    w = torch.ones(graph.num_nodes, dtype=torch.float64)
+    return graph, w, float(w.sum()) / 64
+
+
 def test_thread_setting_is_restored() -> None:
     before = torch.get_num_threads()
     partition_pgc(random_signal(14), 2, PATTERN, threads=1)
