@@ -41,7 +41,9 @@ Pipeline (all steps vectorized except the greedy loop over chunks):
    mean``: boundary nodes move to the rank they share most bytes with while
    no rank leaves the band. Chunks that end up split across ranks are split
    (chunk ids are re-made from the pair ``(chunk, owner)``), so ``owner`` is
-   always constant inside a chunk. With temporal coarsening the finest level
+   always constant inside a chunk. The coarsest level is not refined when
+   coarsening stopped there for lack of merges (``STOP_SHRINK``: nearly the
+   chunks, which step 5 refined). With temporal coarsening the finest level
    refined is the segment graph (a segment never straddles ranks).
 7. **Multi-start** (``starts``): label propagation only makes local moves
    and does not find a contiguous snapshot range per rank (static graphs over
