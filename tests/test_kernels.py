@@ -563,28 +563,46 @@ def test_results_do_not_depend_on_thread_count() -> None:
 
 @pytest.mark.parametrize("backend", ["numba", "torch"])
 def test_contraction_of_small_whole_weights_skips_the_scans(monkeypatch: pytest.MonkeyPatch, backend: str) -> None:
-    """A graph known to hold whole-number weights summing below 2^24 contracts
-    to float32 sums marked integral without scanning them; the result equals
-    the scanned contraction of the same graph left unmarked."""
-    n = 300
-    src, dst, w = random_edges(n, 1500, seed=12)
+    """The byte-weight supergraph (whole, non-negative weights summing below
+    2^24) contracts to float32 sums marked integral without scanning them;
+    the result equals the scanned contraction of the same graph unmarked."""
+    from pyg_dynscale.partition.coarsen import supergraph_csr
+
+    s = random_signal(5, T=6, V=80, deg=3)
+    with use_backend("numba"):
+        marked = supergraph_csr(s.supergraph(), 16.0, 256.0)
+    n = marked.num_nodes
     labels = torch.randint(0, 40, (n,), generator=torch.Generator().manual_seed(2))
     with use_backend(backend):
-        marked = CSRGraph.from_edges(n, src, dst, w * 8)
         plain = CSRGraph(n, marked.ptr, marked.dst, marked.weight, symmetric=True)
-        assert marked.integral() and marked.weight.dtype == torch.float32 and 2 * marked.total_weight() < 2 ** 24
+        assert marked.weight.dtype == torch.float32 and marked._abs_bound == 2 * marked.total_weight() < 2 ** 24
         ref = plain.contract(labels, 40)
         assert ref._integral is None  # unknown: a later integral() scans
 
         def no_scan(*_: object) -> bool:
             raise AssertionError("scanned the contracted weights")
 
-        monkeypatch.setattr(kernels, "exact_in_float32", no_scan)
-        monkeypatch.setattr(kernels, "is_integral", no_scan)
-        monkeypatch.setattr("pyg_dynscale.partition.label_propagation._exact_in_float32", no_scan)
-        got = marked.contract(labels, 40)
-        assert got._integral is True and got.integral() and got.weight.dtype == torch.float32
+        with monkeypatch.context() as mp:
+            mp.setattr(kernels, "exact_in_float32", no_scan)
+            mp.setattr(kernels, "is_integral", no_scan)
+            mp.setattr("pyg_dynscale.partition.label_propagation._exact_in_float32", no_scan)
+            got = marked.contract(labels, 40)
+            assert got._integral is True and got.integral() and got.weight.dtype == torch.float32
+            assert got._abs_bound == marked._abs_bound  # inherited: the next level skips its scans too
         assert same_csr(got, ref)
+
+
+def test_whole_weights_of_either_sign_are_scanned_when_contracted() -> None:
+    """Whole weights whose total is small but whose sums are not (negative
+    weights cancel in the total): without a known bound the contraction
+    checks the float32 round trip -- sums of 2^24 + 1 stay float64."""
+    n = 6
+    src, dst = torch.tensor([0, 1, 2, 3]), torch.tensor([4, 4, 5, 5])
+    w = torch.tensor([2.0 ** 24, 1.0, -(2.0 ** 24), -1.0])
+    g = CSRGraph.from_edges(n, src, dst, w)
+    assert g.integral() and g._abs_bound is None and abs(g.total_weight()) < 1
+    c = g.contract(torch.tensor([0, 0, 1, 1, 2, 3]), 4)
+    assert c.weight.dtype == torch.float64 and sorted(c.weight.tolist()) == sorted([2.0 ** 24 + 1] * 2 + [-(2.0 ** 24) - 1] * 2)
 
 
 def test_supergraph_csr_marks_whole_weights_integral() -> None:

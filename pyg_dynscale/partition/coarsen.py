@@ -238,11 +238,14 @@ def _maybe_symmetric(supergraph: "Supergraph") -> bool:
     return _SYMMETRY[key]
 
 
-def _known_integral(graph: "CSRGraph", integral: bool) -> "CSRGraph":
+def _known_integral(graph: "CSRGraph", integral: bool, nonneg: bool) -> "CSRGraph":
     """Mark ``graph`` integral when its weights are sums of whole-number
-    weights (exact below :math:`2^{53}`), sparing :meth:`CSRGraph.integral` a scan."""
-    if integral and 2.0 * graph.total_weight() < 2.0 ** 53:
+    weights, sparing :meth:`CSRGraph.integral` a scan; with ``nonneg``
+    weights, twice the total bounds any sum of them (``_abs_bound``)."""
+    if integral:
         graph._integral = True
+    if nonneg:
+        graph._abs_bound = 2.0 * graph.total_weight()
     return graph
 
 
@@ -287,16 +290,17 @@ def supergraph_csr(supergraph: "Supergraph", spatial_weight: float, temporal_wei
         w2, c2 = _kernel_weights(temporal_weight)
         w2_check = w2 if w2.shape[0] else np.array([c2])
         integral = ws == round(ws) and bool(kernels.is_integral(w2_check))
+        nonneg = ws >= 0 and min_weight(temporal_weight) >= 0
         if ws > 0 and integral and se.shape[1] > 0 and _maybe_symmetric(supergraph):
             ptr, d, w = csr_kernels.edges_to_csr(n, node_map, s1, d1, none, 2.0 * ws, False, s2, d2, w2, c2,
                                                  kernels.threads(), *csr_kernels.placement_types(n, 2.0 * ws, w2_check))
             if csr_kernels.is_symmetric(ptr, d, w, kernels.threads()):
                 return _known_integral(CSRGraph._finish(n, torch.from_numpy(ptr), torch.from_numpy(d), torch.from_numpy(w)),
-                                       integral)
+                                       integral, nonneg)
         ptr, d, w = csr_kernels.edges_to_csr(n, node_map, s1, d1, none, ws, True, s2, d2, w2, c2, kernels.threads(),
                                              *csr_kernels.placement_types(n, ws, w2_check))
         return _known_integral(CSRGraph._finish(n, torch.from_numpy(ptr), torch.from_numpy(d), torch.from_numpy(w)),
-                               integral)
+                               integral, nonneg)
     return CSRGraph.from_edges(n, *mapped_edges(supergraph, ws, temporal_weight, seg))
 
 

@@ -129,6 +129,10 @@ class CSRGraph:
     symmetric: bool = field(default=False, compare=False)
     _integral: Optional[bool] = field(default=None, repr=False, compare=False)
     _total: Optional[float] = field(default=None, repr=False, compare=False)
+    #: a bound on the summed |weight| of the entries, when a builder knows
+    #: one without a scan (non-negative weights: twice the total); inherited
+    #: by contraction, whose entries sum disjoint sets of these entries
+    _abs_bound: Optional[float] = field(default=None, repr=False, compare=False)
 
     def total_weight(self) -> float:
         """Summed edge weight, each undirected edge once (cached; both backends use it)."""
@@ -236,14 +240,15 @@ class CSRGraph:
     def _contracted(self, C: int, ptr: Tensor, d: Tensor, wsum: Tensor) -> "CSRGraph":
         """The contracted graph from its float64 sums ``wsum``: float32 again
         when this graph's weights were and the sums stay exact. When this
-        graph is known to hold whole numbers summing below :math:`2^{24}`,
-        every sum is such a whole number: no scan of the sums, and the
-        contracted graph is known integral too (each level of chunk
-        generation used to scan its weights twice)."""
-        small_whole = self._integral is True and 2.0 * self.total_weight() < 2.0 ** 24
+        graph is known to hold whole numbers whose summed magnitude is below
+        :math:`2^{24}` (``_abs_bound``), every sum is such a whole number: no
+        scan of the sums, and the contracted graph is known integral too
+        (each level of chunk generation used to scan its weights twice)."""
+        small_whole = self._integral is True and self._abs_bound is not None and self._abs_bound < 2.0 ** 24
         if self.weight.dtype == torch.float32 and (small_whole or _exact_in_float32(wsum)):
             wsum = wsum.float()
-        return CSRGraph(C, ptr, d, wsum, self.symmetric, _integral=True if small_whole else None)
+        return CSRGraph(C, ptr, d, wsum, self.symmetric, _integral=True if small_whole else None,
+                        _abs_bound=self._abs_bound)
 
 
 def _exact_in_float32(w: Tensor) -> bool:
