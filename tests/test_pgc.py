@@ -381,7 +381,8 @@ def test_coarsest_level_that_barely_shrank_is_not_refined() -> None:
 
 
 def _level0(s: DynamicGraphSignal) -> tuple:
-    """(level-0 graph, node weights, cap) of ``partition_pgc(s, 4, PATTERN)`` without coarsening."""
+    """``generate_chunks`` inputs: the weighted supergraph of ``PATTERN`` (no
+    temporal coarsening), unit node costs and a cap of 1/64 of their total."""
     sg = s.supergraph()
     ws, _ = edge_weights(PATTERN)
     graph = pgc_mod.supergraph_csr(sg, ws, pgc_mod.temporal_weights(sg, PATTERN))

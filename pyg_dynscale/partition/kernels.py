@@ -100,15 +100,16 @@ def use_threads(n: Optional[int]) -> Iterator[int]:
     """Run the block with ``n`` kernel threads (``None``: unchanged; capped at
     numba's pool size, ``NUMBA_NUM_THREADS``); yields the count in effect."""
     outer = getattr(_in_effect, "n", None)
-    before = _numba.get_num_threads() if HAVE_NUMBA else 1
-    if HAVE_NUMBA and n is not None:
+    change = HAVE_NUMBA and n is not None
+    if change:
+        before = _numba.get_num_threads()
         _numba.set_num_threads(max(1, min(int(n), _numba.config.NUMBA_NUM_THREADS)))
     _in_effect.n = int(_numba.get_num_threads()) if HAVE_NUMBA else 1
     try:
         yield _in_effect.n
     finally:
         _in_effect.n = outer
-        if HAVE_NUMBA and n is not None:
+        if change:
             _numba.set_num_threads(before)
 
 

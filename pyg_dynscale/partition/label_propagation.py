@@ -239,15 +239,17 @@ class CSRGraph:
 
     def _contracted(self, C: int, ptr: Tensor, d: Tensor, wsum: Tensor) -> "CSRGraph":
         """The contracted graph from its float64 sums ``wsum``: float32 again
-        when this graph's weights were and the sums stay exact. When this
-        graph is known to hold whole numbers whose summed magnitude is below
-        :math:`2^{24}` (``_abs_bound``), every sum is such a whole number: no
-        scan of the sums, and the contracted graph is known integral too
-        (each level of chunk generation used to scan its weights twice)."""
-        small_whole = self._integral is True and self._abs_bound is not None and self._abs_bound < 2.0 ** 24
+        when this graph's weights were and the sums stay exact. Sums of
+        whole numbers are whole (float64 rounds large ones to whole numbers
+        too), so an integral graph contracts to an integral one; when their
+        summed magnitude is also below :math:`2^{24}` (``_abs_bound``) every
+        sum is exact in float32: no scan (each level of chunk generation
+        used to scan its weights twice)."""
+        whole = self._integral is True
+        small_whole = whole and self._abs_bound is not None and self._abs_bound < 2.0 ** 24
         if self.weight.dtype == torch.float32 and (small_whole or _exact_in_float32(wsum)):
             wsum = wsum.float()
-        return CSRGraph(C, ptr, d, wsum, self.symmetric, _integral=True if small_whole else None,
+        return CSRGraph(C, ptr, d, wsum, self.symmetric, _integral=True if whole else None,
                         _abs_bound=self._abs_bound)
 
 
@@ -435,14 +437,13 @@ def _label_propagation_compiled(graph: CSRGraph, nw: Tensor, label_pri: Tensor, 
     total_w = graph.total_weight() if (gain_tol > 0 or dense) else 0.0
     # dense label weights are exact while every sum is an integer below 2^53
     dense = dense and 2.0 * total_w < 2.0 ** 53
-    nw_np = _np(nw)
     scale = budget_scale(float(nw.sum())) if (cap is not None or floor is not None) else 1.0
     moved_np = np.zeros(max(0, max_rounds), np.int64)
     gains_np = np.zeros(max(0, max_rounds), np.float64)
     labels, r, converged = kernels.lp_run(
         _np(graph.ptr, torch.long), dst_np, _np(graph.weight), _np(label_pri, torch.long),
         _np(priority, torch.float64) if priority is not None else kernels._EMPTY_F,
-        _np(init, torch.long) if init is not None else kernels._EMPTY_I, bool(boundary_only), nw_np,
+        _np(init, torch.long) if init is not None else kernels._EMPTY_I, bool(boundary_only), _np(nw),
         _np(node_pri, torch.long), L, float("inf") if cap is None else float(cap), cap is not None,
         float(floor) if floor is not None else 0.0, floor is not None, int(max_rounds), float(tol),
         float(gain_tol), total_w if gain_tol > 0 else 0.0, int(min_rounds), bool(tie_moves), int(seed), moved_np,

@@ -109,7 +109,7 @@ EFFORT = {
 FAST_ABOVE = 8_000_000
 #: coarsening stops at a level whose label propagation merged fewer than
 #: this fraction of its nodes; that level is not refined on the way down
-#: (it nearly is the chunk graph: -2 to -4% time on the small graphs, bytes
+#: (it nearly is the chunk graph: -1.5 to -2.5% time on the small graphs, bytes
 #: within +-1% on the 72 rows of bench_schemes.py, docs/pgc.md "Speed")
 STOP_SHRINK = 0.1
 #: coarse levels run at least this many rounds before ``gain_tol`` may stop
@@ -274,7 +274,10 @@ def generate_chunks(
         if shrink < STOP_SHRINK:
             levels[-1].near_chunks = True
             break
-    bundle, C = _bundle_small(chunk, C, node_w, cap, max_chunks)
+    bundle, bundled = _bundle_small(chunk, C, node_w, cap, max_chunks)
+    if bundled < C:  # the chunks are bundles now: the coarsest level is no longer nearly them
+        levels[-1].near_chunks = False
+    C = bundled
     levels[-1].up = bundle[levels[-1].up]
     info["chunks_after_bundling"] = C
     return bundle[chunk], C, levels, info
