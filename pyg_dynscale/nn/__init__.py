@@ -11,9 +11,10 @@ from .adapters import (
     adapt,
     self_check,
 )
-from .decomposed import DecomposedModule, FusedGraph
+from .decomposed import DecomposedModule, FusedGraph, Halo
 from .dysat import DySAT, DySATBlock
 from .mpnn_lstm import MPNNLSTM, segment_batch_norm
+from .mpnn_lstm_dgc import MPNNLSTMDGC
 from .packing import SequencePacking, pack_sequences
 from .temporal_fusion import MaskedGRU, MaskedLSTM, MaskedTemporalAttention, masked_recurrent_scan
 from .tgcn import TGCN
@@ -21,6 +22,8 @@ from .tgcn import TGCN
 __all__ = [
     "TGCN",
     "MPNNLSTM",
+    "MPNNLSTMDGC",
+    "Halo",
     "DySAT",
     "DySATBlock",
     "DecomposedModule",

@@ -24,8 +24,8 @@ import torch
 from torch import Tensor
 
 from ..errors import DecompositionMismatchError, ModelInputError, UnsupportedModelError
-from .decomposed import DecomposedModule, FusedGraph
-from .mpnn_lstm import mpnn_structure, mpnn_time
+from .decomposed import DecomposedModule, FusedGraph, Halo
+from .mpnn_lstm import mpnn_pygt_pattern, mpnn_structure, mpnn_time
 from .tgcn import tgcn_fused, tgcn_structure, tgcn_time
 
 __all__ = [
@@ -90,11 +90,20 @@ class TGCNAdapter(PyGTAdapter):
             return tgcn_fused(self._base(), graph, x, h0)
         return super().forward_fused(graph, h0, x)
 
-    def structure_encoder(self, graph: FusedGraph, x: Optional[Tensor] = None) -> Tensor:
-        return tgcn_structure(self._base(), graph, graph.x if x is None else x)
+    def structure_encoder(self, graph: FusedGraph, x: Optional[Tensor] = None, block: int = 0,
+                          halo: Optional[Halo] = None) -> Tensor:
+        return tgcn_structure(self._base(), graph, graph.x if x is None else x, halo=halo, block=block)
 
-    def time_encoder(self, z: Tensor, graph: FusedGraph, h0: Optional[Tensor] = None) -> Tensor:
+    def time_encoder(self, z: Tensor, graph: FusedGraph, h0: Optional[Tensor] = None, block: int = 0) -> Tensor:
         return tgcn_time(self._base(), z, graph, h0)
+
+    def dependency_pattern(self, bytes_per_element: int = 4) -> Any:
+        """One GCN layer per gate on ``X`` (``in`` wide), recurrent state ``H``,
+        structure output ``3H`` (the preset ``"tgcn"``)."""
+        from ..partition.pattern import DependencyPattern
+
+        b = self._base()
+        return DependencyPattern.preset("tgcn", int(b.in_channels), int(b.out_channels), bytes_per_element=bytes_per_element)
 
     def reference_step(self, x, edge_index, edge_weight, H):  # type: ignore[override]
         return self.module(x, edge_index, edge_weight, H)
@@ -127,21 +136,32 @@ class A3TGCNAdapter(TGCNAdapter):
     def _base(self) -> Any:
         return self.module._base_tgcn
 
-    def structure_encoder(self, graph: FusedGraph, x: Optional[Tensor] = None) -> Tensor:
+    def structure_encoder(self, graph: FusedGraph, x: Optional[Tensor] = None, block: int = 0,
+                          halo: Optional[Halo] = None) -> Tensor:
         x = graph.x if x is None else x
         if x.dim() != 3 or x.shape[2] != self.module.periods:
             raise ModelInputError(
                 "x", f"has shape {list(x.shape)}; A3TGCN needs [N, F, periods={self.module.periods}].",
                 "store the lagged features as a [N, F, periods] node field.",
             )
-        return tgcn_structure(self._base(), graph, x.transpose(1, 2))  # [N, P, 3H]
+        return tgcn_structure(self._base(), graph, x.transpose(1, 2), halo=halo, block=block)  # [N, P, 3H]
 
     def forward_fused(self, graph: FusedGraph, h0: Optional[Tensor] = None, x: Optional[Tensor] = None) -> Tensor:
         return DecomposedModule.forward_fused(self, graph, h0, x)
 
-    def time_encoder(self, z: Tensor, graph: FusedGraph, h0: Optional[Tensor] = None) -> Tensor:
+    def time_encoder(self, z: Tensor, graph: FusedGraph, h0: Optional[Tensor] = None, block: int = 0) -> Tensor:
         probs = torch.softmax(self.module._attention, dim=0).to(z.dtype)
         return tgcn_time(self._base(), z, graph, h0, periods_weight=probs)
+
+    def dependency_pattern(self, bytes_per_element: int = 4) -> Any:
+        """As T-GCN, with every row carrying the ``periods`` axis: input rows
+        ``in * periods``, structure output ``3H * periods``."""
+        from ..partition.pattern import BlockPattern, DependencyPattern
+
+        b, P = self._base(), int(self.module.periods)
+        H = int(b.out_channels)
+        return DependencyPattern((BlockPattern((int(b.in_channels) * P,), "recurrent", H, 3 * H * P),),
+                                 bytes_per_element=bytes_per_element, name="a3tgcn")
 
     def _tiny_signal(self, gen: torch.Generator) -> Any:
         return _random_signal(gen, int(self.module.in_channels), changing=True, periods=int(self.module.periods))
@@ -154,12 +174,16 @@ class MPNNLSTMAdapter(PyGTAdapter):
     stacked batch element)."""
 
     pygt_class = "MPNNLSTM"
-    time_kind = "window"
+    time_kind = "none"
 
-    def structure_encoder(self, graph: FusedGraph, x: Optional[Tensor] = None) -> Tensor:
-        return mpnn_structure(self.module, graph, graph.x if x is None else x)
+    def structure_encoder(self, graph: FusedGraph, x: Optional[Tensor] = None, block: int = 0,
+                          halo: Optional[Halo] = None) -> Tensor:
+        return mpnn_structure(self.module, graph, graph.x if x is None else x, halo, block)
 
-    def time_encoder(self, z: Tensor, graph: FusedGraph, h0: Optional[Tensor] = None) -> Tensor:
+    def dependency_pattern(self, bytes_per_element: int = 4) -> Any:
+        return mpnn_pygt_pattern(int(self.module.in_channels), int(self.module.hidden_size), bytes_per_element)
+
+    def time_encoder(self, z: Tensor, graph: FusedGraph, h0: Optional[Tensor] = None, block: int = 0) -> Tensor:
         if h0 is not None:
             raise ModelInputError("h0", "MPNN-LSTM carries no state across snapshots.", "pass h0=None.")
         return mpnn_time(self.module, z, graph)

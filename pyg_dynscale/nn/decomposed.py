@@ -33,7 +33,36 @@ from torch import Tensor
 
 from ..errors import ModelInputError
 
-__all__ = ["FusedGraph", "DecomposedModule", "gcn_adjacency", "propagate", "check_initial_state"]
+__all__ = ["FusedGraph", "DecomposedModule", "Halo", "halo_exchange", "gcn_adjacency", "propagate", "check_initial_state"]
+
+
+class Halo:
+    r"""The hook structure encoders call at every spatial aggregation and
+    every node-set reduction; the distributed runtime passes a subclass that
+    moves rows between ranks. ``halo=None`` (single process) behaves like
+    this base class: nothing moves.
+
+    * :meth:`exchange` is called with the input ``x`` ``[N_local, ...]`` of
+      spatial layer ``layer`` of block ``block`` right before it is
+      aggregated; it returns ``x`` with the rows of in-neighbours owned by
+      other ranks (the *halo*) filled in.
+    * :attr:`owned` (``None`` = every row) are the local rows whose statistics
+      count in node-set reductions (BatchNorm); :meth:`all_reduce` sums a
+      tensor over ranks (differentiably).
+    """
+
+    owned: Optional[Tensor] = None
+
+    def exchange(self, block: int, layer: int, x: Tensor) -> Tensor:
+        return x
+
+    def all_reduce(self, x: Tensor) -> Tensor:
+        return x
+
+
+def halo_exchange(halo: Optional[Halo], block: int, layer: int, x: Tensor) -> Tensor:
+    """``halo.exchange(block, layer, x)``, or ``x`` when there is no halo."""
+    return x if halo is None else halo.exchange(block, layer, x)
 
 
 def _fusion():
@@ -174,6 +203,25 @@ class FusedGraph:
         """``[N]`` snapshot of each node (alias of :attr:`time`)."""
         return self.time
 
+    def gcn_norm(self, improved: bool, add_self_loops: bool, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """``(edge_index, edge_weight)`` of :math:`\hat{D}^{-1/2}\hat{A}\hat{D}^{-1/2}`
+        sorted by target (PyG's ``gcn_norm`` on this graph). A rank's local
+        graph overrides it with the slice of the *global* normalization."""
+        from torch_geometric.nn.conv.gcn_conv import gcn_norm
+
+        w = self.edge_weight
+        if w is not None:
+            w = w.to(dtype)
+        ei, ew = gcn_norm(self.edge_index, w, self.num_nodes, improved, add_self_loops, "source_to_target", dtype)
+        # sort by target once so that index_add_ writes are cache friendly
+        perm = torch.argsort(ei[1], stable=True)
+        return ei[:, perm].contiguous(), ew[perm].contiguous()
+
+    def last_index(self) -> Tensor:
+        """``[S]`` node id of the last element of every sequence (sequences
+        are non-empty)."""
+        return self.sequence_order.index_select(0, self.sequence_ptr[1:] - 1)
+
 
 class _Permute(torch.autograd.Function):
     """``x[perm]`` for a permutation ``perm`` with inverse ``inv``: the backward
@@ -201,17 +249,8 @@ def gcn_adjacency(
     """
     key = ("gcn", improved, add_self_loops, dtype)
     if key not in graph._cache:
-        from torch_geometric.nn.conv.gcn_conv import gcn_norm
-
-        w = graph.edge_weight
-        if w is not None:
-            w = w.to(dtype)
-        ei, ew = gcn_norm(
-            graph.edge_index, w, graph.num_nodes, improved, add_self_loops, "source_to_target", dtype
-        )
-        # sort by target once so that index_add_ writes are cache friendly
-        perm = torch.argsort(ei[1], stable=True)
-        graph._cache[key] = _Adjacency(ei[:, perm].contiguous(), ew[perm].contiguous())
+        ei, ew = graph.gcn_norm(improved, add_self_loops, dtype)
+        graph._cache[key] = _Adjacency(ei, ew)
     return graph._cache[key]
 
 
@@ -297,10 +336,16 @@ class DecomposedModule(torch.nn.Module):
     Subclasses implement :meth:`structure_encoder` and :meth:`time_encoder`;
     :meth:`forward_fused` composes them over a :class:`FusedGraph`.
 
+    Multi-block models (DySAT) run ``structure_encoder(..., block=b)`` then
+    ``time_encoder(..., block=b)`` for ``b = 0 .. num_blocks-1``, each block's
+    output feeding the next; the distributed runtime does the same, with
+    exchanges in between.
+
     Attributes:
         time_kind (str): ``"recurrent"`` (state of the previous appearance),
-            ``"attention"`` (all earlier appearances) or ``"window"`` (a
-            recurrence inside one snapshot's stacked window, MPNN-LSTM).
+            ``"attention"`` (all earlier appearances) or ``"none"`` (no
+            dependency across snapshots, e.g. PyGT's MPNN-LSTM whose LSTM runs
+            over a window inside one snapshot).
         state_width (int): width of the recurrent state carried along a
             sequence (0 when there is none).
     """
@@ -308,13 +353,30 @@ class DecomposedModule(torch.nn.Module):
     time_kind: str = "recurrent"
     state_width: int = 0
 
-    def structure_encoder(self, graph: FusedGraph, x: Optional[Tensor] = None) -> Tensor:
-        """``[N, D]`` per-node structure embeddings of all snapshots at once."""
+    @property
+    def num_blocks(self) -> int:
+        """Number of (structure encoder, time encoder) blocks."""
+        return 1
+
+    def structure_encoder(self, graph: FusedGraph, x: Optional[Tensor] = None, block: int = 0,
+                          halo: Optional[Halo] = None) -> Tensor:
+        """``[N, D]`` per-node structure embeddings of all snapshots at once;
+        every spatial aggregation goes through ``halo`` (:class:`Halo`)."""
         raise NotImplementedError
 
-    def time_encoder(self, z: Tensor, graph: FusedGraph, h0: Optional[Tensor] = None) -> Tensor:
+    def time_encoder(self, z: Tensor, graph: FusedGraph, h0: Optional[Tensor] = None, block: int = 0) -> Tensor:
         """``[N, H]`` outputs from the structure embeddings ``z`` (node order)."""
         raise NotImplementedError
+
+    def time_encoder_with_state(self, z: Tensor, graph: FusedGraph, h0: Optional[Tensor] = None,
+                                block: int = 0) -> tuple[Tensor, Tensor]:
+        """``(outputs [N, H], final state [S, state_width])`` of a recurrent
+        time encoder: the state each sequence ends with, which the
+        distributed runtime sends on when a sequence continues on another
+        rank. The default takes the output at each sequence's last node,
+        right for cells whose output is their state (GRU, T-GCN)."""
+        out = self.time_encoder(z, graph, h0, block=block)
+        return out, out.index_select(0, graph.last_index())
 
     def forward_fused(self, graph: FusedGraph, h0: Optional[Tensor] = None, x: Optional[Tensor] = None) -> Tensor:
         r"""Run the layer over every snapshot of ``graph`` at once.
@@ -332,8 +394,11 @@ class DecomposedModule(torch.nn.Module):
         """
         if self.state_width:
             check_initial_state(h0, graph, self.state_width)
-        z = self.structure_encoder(graph, x)
-        return self.time_encoder(z, graph, h0)
+        h = x
+        for b in range(self.num_blocks):
+            z = self.structure_encoder(graph, h, block=b)
+            h = self.time_encoder(z, graph, h0 if b == 0 else None, block=b)
+        return h
 
     def dependency_pattern(self, bytes_per_element: int = 4) -> Any:
         """The :class:`~pyg_dynscale.partition.pattern.DependencyPattern` the

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.nn import GATConv
 
-from .decomposed import DecomposedModule, FusedGraph
+from .decomposed import DecomposedModule, FusedGraph, Halo, halo_exchange
 from .temporal_fusion import MaskedTemporalAttention
 
 __all__ = ["DySAT", "DySATBlock"]
@@ -105,9 +105,15 @@ class DySAT(DecomposedModule):
         for b in self.blocks:
             b.reset_parameters()
 
-    def structure_encoder(self, graph: FusedGraph, x: Optional[Tensor] = None, block: int = 0) -> Tensor:
+    @property
+    def num_blocks(self) -> int:
+        return len(self.blocks)
+
+    def structure_encoder(self, graph: FusedGraph, x: Optional[Tensor] = None, block: int = 0,
+                          halo: Optional[Halo] = None) -> Tensor:
         """Block ``block``'s structural attention on all snapshots at once."""
-        return self.blocks[block].structure(graph.x if x is None else x, graph.edge_index)
+        x = halo_exchange(halo, block, 0, graph.x if x is None else x)
+        return self.blocks[block].structure(x, graph.edge_index)
 
     def time_encoder(self, z: Tensor, graph: FusedGraph, h0: Optional[Tensor] = None, block: int = 0) -> Tensor:
         """Block ``block``'s temporal attention over all sequences at once."""

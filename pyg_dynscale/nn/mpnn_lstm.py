@@ -9,12 +9,22 @@ from torch import Tensor
 from torch_geometric.nn import GCNConv
 
 from ..errors import ModelInputError
-from .decomposed import DecomposedModule, FusedGraph, gcn_adjacency, propagate
+from .decomposed import DecomposedModule, FusedGraph, Halo, gcn_adjacency, halo_exchange, propagate
 
-__all__ = ["MPNNLSTM", "segment_batch_norm", "mpnn_structure", "mpnn_time", "lstm_first_step"]
+__all__ = ["MPNNLSTM", "segment_batch_norm", "mpnn_structure", "mpnn_time", "lstm_first_step", "mpnn_pygt_pattern"]
 
 
-def segment_batch_norm(x: Tensor, seg: Tensor, num_segments: int, bn: torch.nn.BatchNorm1d) -> Tensor:
+def mpnn_pygt_pattern(in_channels: int, hidden: int, bytes_per_element: int = 4) -> Any:
+    """PyGT MPNN-LSTM's dependency pattern: GCN layers of input widths
+    ``(in, hidden)``, no temporal dependency, structure output
+    ``[H_1 || H_2 || X]`` (``2*hidden + in``)."""
+    from ..partition.pattern import DependencyPattern
+
+    return DependencyPattern.preset("mpnnlstm-pygt", in_channels, hidden, bytes_per_element=bytes_per_element)
+
+
+def segment_batch_norm(x: Tensor, seg: Tensor, num_segments: int, bn: torch.nn.BatchNorm1d,
+                       halo: Optional[Halo] = None) -> Tensor:
     r"""``bn`` applied to every segment of rows separately, as if it were called
     once per segment in segment order (one PyGT call per snapshot).
 
@@ -24,15 +34,24 @@ def segment_batch_norm(x: Tensor, seg: Tensor, num_segments: int, bn: torch.nn.B
     closed form :math:`r \leftarrow (1-m)^T r + \sum_t m (1-m)^{T-1-t} s_t`
     (with the unbiased :math:`s_t`), exactly as ``T`` calls would. Eval mode
     uses the running statistics for all rows at once.
+
+    With a ``halo`` (distributed runtime), the statistics are those of the
+    whole snapshot across ranks: sums and counts over the rank's
+    ``halo.owned`` rows, summed over ranks with ``halo.all_reduce`` (whose
+    backward sums the gradients, so the backward is the global one too).
     """
     use_batch = bn.training or bn.running_mean is None
     if not use_batch:
         return F.batch_norm(x, bn.running_mean, bn.running_var, bn.weight, bn.bias, False, 0.0, bn.eps)
     C = x.shape[1]
-    counts = torch.bincount(seg, minlength=num_segments).to(x.dtype).unsqueeze(1)  # [T, 1]
-    mean = x.new_zeros(num_segments, C).index_add_(0, seg, x) / counts
+    rows = halo.owned if halo is not None else None
+    reduce = halo.all_reduce if halo is not None else (lambda t: t)
+    xs, ss = (x, seg) if rows is None else (x.index_select(0, rows), seg.index_select(0, rows))
+    counts = reduce(torch.bincount(ss, minlength=num_segments).to(x.dtype)).unsqueeze(1)  # [T, 1]
+    mean = reduce(x.new_zeros(num_segments, C).index_add_(0, ss, xs)) / counts
     xc = x - mean.index_select(0, seg)
-    var = xc.new_zeros(num_segments, C).index_add_(0, seg, xc * xc) / counts
+    xcs = xc if rows is None else xc.index_select(0, rows)
+    var = reduce(xc.new_zeros(num_segments, C).index_add_(0, ss, xcs * xcs)) / counts
     out = xc * torch.rsqrt(var.index_select(0, seg) + bn.eps)
     if bn.weight is not None:
         out = out * bn.weight + bn.bias
@@ -48,25 +67,29 @@ def segment_batch_norm(x: Tensor, seg: Tensor, num_segments: int, bn: torch.nn.B
     return out
 
 
-def _conv(conv: GCNConv, graph: FusedGraph, x: Tensor) -> Tensor:
+def _conv(conv: GCNConv, graph: FusedGraph, x: Tensor, halo: Optional[Halo] = None, block: int = 0,
+          layer: int = 0) -> Tensor:
     adj = gcn_adjacency(graph, bool(conv.improved), bool(conv.add_self_loops), x.dtype)
+    x = halo_exchange(halo, block, layer, x)
     out = propagate(conv.lin(x), adj) if x.shape[-1] > conv.lin.weight.shape[0] else conv.lin(propagate(x, adj))
     return out + conv.bias if conv.bias is not None else out
 
 
-def mpnn_structure(module: Any, graph: FusedGraph, x: Tensor) -> Tensor:
+def mpnn_structure(module: Any, graph: FusedGraph, x: Tensor, halo: Optional[Halo] = None, block: int = 0,
+                   skip: bool = True) -> Tensor:
     r"""Structure encoder of MPNN-LSTM for all snapshots at once:
     :math:`H_1 = \mathrm{drop}(\mathrm{BN}_t(\mathrm{ReLU}(\mathrm{GCN}_1(X))))`,
     :math:`H_2 = \mathrm{drop}(\mathrm{BN}_t(\mathrm{ReLU}(\mathrm{GCN}_2(H_1))))`,
     with batch norm statistics per snapshot (= per PyGT call). Returns
-    ``[N, 2*hidden + in]`` = :math:`[H_1 \| H_2 \| X]` (X feeds the skip part)."""
+    ``[N, 2*hidden + in]`` = :math:`[H_1 \| H_2 \| X]` (X feeds the skip part),
+    or ``[N, 2*hidden]`` with ``skip=False``."""
     T = graph.num_snapshots
     seg = graph.time
-    h1 = F.relu(_conv(module._convolution_1, graph, x))
-    h1 = F.dropout(segment_batch_norm(h1, seg, T, module._batch_norm_1), module.dropout, module.training)
-    h2 = F.relu(_conv(module._convolution_2, graph, h1))
-    h2 = F.dropout(segment_batch_norm(h2, seg, T, module._batch_norm_2), module.dropout, module.training)
-    return torch.cat([h1, h2, x], 1)
+    h1 = F.relu(_conv(module._convolution_1, graph, x, halo, block, 0))
+    h1 = F.dropout(segment_batch_norm(h1, seg, T, module._batch_norm_1, halo), module.dropout, module.training)
+    h2 = F.relu(_conv(module._convolution_2, graph, h1, halo, block, 1))
+    h2 = F.dropout(segment_batch_norm(h2, seg, T, module._batch_norm_2, halo), module.dropout, module.training)
+    return torch.cat([h1, h2, x], 1) if skip else torch.cat([h1, h2], 1)
 
 
 def _tanh(x: Tensor) -> Tensor:
@@ -155,6 +178,9 @@ class MPNNLSTM(DecomposedModule):
     statistics per snapshot), the LSTMs over the window are the time encoder.
     With ``window == 1`` any number of vertices per snapshot is accepted
     (changing vertex sets); the fused path then runs every snapshot in one pass.
+    No state crosses snapshots (``time_kind="none"``): the LSTMs run over the
+    window inside one snapshot. DGC's MPNN-LSTM, whose LSTM runs across
+    snapshots, is :class:`~pyg_dynscale.nn.MPNNLSTMDGC`.
 
     Args:
         in_channels (int): input features :math:`F`.
@@ -168,7 +194,7 @@ class MPNNLSTM(DecomposedModule):
         - output: :math:`(B \cdot n, 2H + F + W - 1)`.
     """
 
-    time_kind = "window"
+    time_kind = "none"
 
     def __init__(self, in_channels: int, hidden_size: int, num_nodes: int, window: int, dropout: float) -> None:
         super().__init__()
@@ -204,22 +230,17 @@ class MPNNLSTM(DecomposedModule):
                          torch.zeros(0), torch.zeros(0), torch.zeros(0), torch.zeros(0), 0)
         return mpnn_time(self, z, one)
 
-    def structure_encoder(self, graph: FusedGraph, x: Optional[Tensor] = None) -> Tensor:
-        return mpnn_structure(self, graph, graph.x if x is None else x)
+    def structure_encoder(self, graph: FusedGraph, x: Optional[Tensor] = None, block: int = 0,
+                          halo: Optional[Halo] = None) -> Tensor:
+        return mpnn_structure(self, graph, graph.x if x is None else x, halo, block)
 
-    def time_encoder(self, z: Tensor, graph: FusedGraph, h0: Optional[Tensor] = None) -> Tensor:
+    def time_encoder(self, z: Tensor, graph: FusedGraph, h0: Optional[Tensor] = None, block: int = 0) -> Tensor:
         if h0 is not None:
             raise ModelInputError("h0", "MPNN-LSTM carries no state across snapshots.", "pass h0=None.")
         return mpnn_time(self, z, graph)
 
     def dependency_pattern(self, bytes_per_element: int = 4) -> Any:
-        from ..partition.pattern import BlockPattern, DependencyPattern
-
-        H = self.hidden_size
-        return DependencyPattern(
-            (BlockPattern((self.in_channels, H), "recurrent", H, 2 * H + self.in_channels),),
-            bytes_per_element=bytes_per_element, name="mpnnlstm",
-        )
+        return mpnn_pygt_pattern(self.in_channels, self.hidden_size, bytes_per_element)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.in_channels}, {self.hidden_size}, window={self.window})"

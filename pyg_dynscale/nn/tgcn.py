@@ -9,7 +9,7 @@ from torch import Tensor
 from torch_geometric.nn import GCNConv
 
 from ..errors import DecompositionMismatchError
-from .decomposed import DecomposedModule, FusedGraph, check_initial_state, gcn_adjacency, propagate
+from .decomposed import DecomposedModule, FusedGraph, Halo, check_initial_state, gcn_adjacency, halo_exchange, propagate
 
 __all__ = ["TGCN", "tgcn_structure", "tgcn_input_projection", "tgcn_cell", "tgcn_scan", "tgcn_time", "tgcn_fused"]
 
@@ -34,7 +34,8 @@ def _gcn_flags(module: Any) -> tuple[bool, bool]:
     return improved, loops
 
 
-def tgcn_structure(module: Any, graph: FusedGraph, x: Tensor, deep: Optional[Sequence[Sequence[GCNConv]]] = None) -> Tensor:
+def tgcn_structure(module: Any, graph: FusedGraph, x: Tensor, deep: Optional[Sequence[Sequence[GCNConv]]] = None,
+                   halo: Optional[Halo] = None, block: int = 0) -> Tensor:
     r"""Structure encoder of T-GCN: the three gate convolutions of every node.
 
     .. math::
@@ -43,12 +44,17 @@ def tgcn_structure(module: Any, graph: FusedGraph, x: Tensor, deep: Optional[Seq
     computed for all snapshots at once on the block-diagonal graph, with
     :math:`\hat{A}X` propagated once and shared by the three gates. ``x`` may
     carry extra leading feature axes (``[N, P, F]`` for A3TGCN's periods).
+    With deeper GCNs (``deep``), layer :math:`k` aggregates
+    :math:`\mathrm{ReLU}(\mathbf{c})` of all three gates (``3H`` per row).
+    ``halo`` sees ``x`` before layer 0 and the ``3H`` rows before each deeper
+    layer (:class:`~pyg_dynscale.nn.decomposed.Halo`).
 
     Returns:
         ``[N, ..., 3 * out_channels]`` (gates ``z, r, h`` concatenated).
     """
     improved, loops = _gcn_flags(module)
     adj = gcn_adjacency(graph, improved, loops, x.dtype)
+    x = halo_exchange(halo, block, 0, x)
     convs = [getattr(module, f"conv_{g}") for g in GATES]
     weight = torch.cat([c.lin.weight for c in convs], 0)  # [3H, F]
     bias = torch.cat([c.bias for c in convs], 0) if convs[0].bias is not None else None
@@ -61,9 +67,9 @@ def tgcn_structure(module: Any, graph: FusedGraph, x: Tensor, deep: Optional[Seq
             c = c + bias
     if deep:
         H = weight.shape[0] // 3
-        for layer in zip(*deep):  # one GCNConv per gate at this depth
+        for k, layer in enumerate(zip(*deep)):  # one GCNConv per gate at this depth
             w = torch.stack([conv.lin.weight for conv in layer])  # [3, H, H]
-            h = propagate(F.relu(c), adj).unflatten(-1, (3, H))
+            h = propagate(halo_exchange(halo, block, k + 1, F.relu(c)), adj).unflatten(-1, (3, H))
             c = torch.einsum("...gk,gjk->...gj", h, w)
             if layer[0].bias is not None:
                 c = c + torch.stack([conv.bias for conv in layer])
@@ -305,11 +311,12 @@ class TGCN(DecomposedModule):
             return tgcn_fused(self, graph, x, h0)
         return super().forward_fused(graph, h0, x)
 
-    def structure_encoder(self, graph: FusedGraph, x: Optional[Tensor] = None) -> Tensor:
+    def structure_encoder(self, graph: FusedGraph, x: Optional[Tensor] = None, block: int = 0,
+                          halo: Optional[Halo] = None) -> Tensor:
         """``[N, 3H]``: the gate GCNs of all snapshots in one pass."""
-        return tgcn_structure(self, graph, graph.x if x is None else x, self._deep())
+        return tgcn_structure(self, graph, graph.x if x is None else x, self._deep(), halo, block)
 
-    def time_encoder(self, z: Tensor, graph: FusedGraph, h0: Optional[Tensor] = None) -> Tensor:
+    def time_encoder(self, z: Tensor, graph: FusedGraph, h0: Optional[Tensor] = None, block: int = 0) -> Tensor:
         """``[N, H]``: the gated recurrence along all vertex sequences at once."""
         return tgcn_time(self, z, graph, h0)
 

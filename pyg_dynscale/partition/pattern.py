@@ -12,13 +12,17 @@ that has to cross ranks (:class:`~pyg_dynscale.partition.CommunicationPlan`):
 * time encoder, ``time_kind="recurrent"`` (GRU/LSTM): :math:`(i,t)` needs the
   state of the previous appearance :math:`(i,t')`, ``time_width`` elements;
   ``time_kind="attention"`` (DySAT): :math:`(i,t)` needs the rows of *all*
-  earlier appearances of :math:`i`;
+  earlier appearances of :math:`i`; ``time_kind="none"`` (PyGT's MPNN-LSTM,
+  whose LSTM runs inside one snapshot): no temporal dependency at all;
 * PSS-TS only: the structure-encoder output row (``output_width``) moves from
   the structure owner to the time owner, and for blocks after the first the
   block input row (:attr:`BlockPattern.input_width`) moves back.
 
 Every forward row has a gradient row of the same width going back in the
-backward pass, so an epoch moves twice the forward bytes.
+backward pass, so an epoch moves twice the forward bytes -- except the rows
+of block 0's first spatial layer: they are raw input features, loaded once
+before training (no per-epoch traffic, no gradient; see
+:meth:`DependencyPattern.spatial_edge_weight`).
 """
 from __future__ import annotations
 
@@ -27,8 +31,8 @@ from typing import Literal, Optional
 
 from ..errors import PartitionError
 
-TIME_KINDS = ("recurrent", "attention")
-MODELS = ("tgcn", "mpnnlstm", "dysat", "gconvgru")
+TIME_KINDS = ("recurrent", "attention", "none")
+MODELS = ("tgcn", "mpnnlstm", "mpnnlstmpygt", "dysat", "gconvgru")
 
 
 def _check_width(field: str, value: int) -> None:
@@ -48,17 +52,18 @@ class BlockPattern:
             (= spatial hop): width in elements of the rows that layer needs from
             its in-neighbours (the layer's *input* rows). May be empty (a block
             without spatial aggregation).
-        time_kind (str): ``"recurrent"`` (needs the previous appearance's state)
-            or ``"attention"`` (needs every earlier appearance).
+        time_kind (str): ``"recurrent"`` (needs the previous appearance's state),
+            ``"attention"`` (needs every earlier appearance) or ``"none"`` (no
+            dependency across snapshots: no temporal exchange).
         time_width (int): width of the exchanged time-encoder row (hidden state,
-            or the row keys/values are computed from).
+            or the row keys/values are computed from); ``0`` for ``"none"``.
         output_width (int, optional): width of the structure encoder's output
             row, i.e. the time encoder's input; this is what PSS-TS
             redistributes. Defaults to ``time_width``.
     """
 
     spatial_widths: tuple[int, ...]
-    time_kind: Literal["recurrent", "attention"]
+    time_kind: Literal["recurrent", "attention", "none"]
     time_width: int
     output_width: Optional[int] = None
 
@@ -70,7 +75,13 @@ class BlockPattern:
         if self.time_kind not in TIME_KINDS:
             raise PartitionError("time_kind", f"unknown time encoder kind {self.time_kind!r}.",
                                  f"Use one of {list(TIME_KINDS)}.")
-        _check_width("time_width", self.time_width)
+        if self.time_kind == "none":
+            if self.time_width != 0:
+                raise PartitionError("time_width", f"must be 0 for time_kind='none' (nothing crosses snapshots), got {self.time_width!r}.")
+            if self.output_width is None and not self.spatial_widths:
+                raise PartitionError("output_width", "is needed when time_kind='none' and there are no spatial layers.")
+        else:
+            _check_width("time_width", self.time_width)
         if self.output_width is not None:
             _check_width("output_width", self.output_width)
 
@@ -126,12 +137,31 @@ class DependencyPattern:
     def num_blocks(self) -> int:
         return len(self.blocks)
 
-    def spatial_edge_weight(self) -> float:
+    def spatial_edge_weight(self, input_halo: str = "load") -> float:
         r"""Bytes per epoch (forward + backward) that cutting one spatial edge
         costs: :math:`2 \cdot b \cdot \sum_{\text{blocks}} \sum_l w_l`
         (an upper bound: rows shared by several cut edges into the same rank
-        are sent once by the plan)."""
-        return float(2 * self.bytes_per_element * sum(sum(b.spatial_widths) for b in self.blocks))
+        are sent once by the plan).
+
+        Args:
+            input_halo (str): ``"load"`` (default, what the distributed runtime
+                does): block 0's first spatial layer exchanges raw input
+                features, which are loaded once before training and carry no
+                gradient, so that layer costs nothing per epoch and is left
+                out of the sum. ``"exchange"``: count it like every other layer.
+        """
+        total = sum(sum(b.spatial_widths) for b in self.blocks)
+        if input_halo == "load":
+            total -= self.static_input_width
+        elif input_halo != "exchange":
+            raise PartitionError("input_halo", f"is {input_halo!r}.", "use 'load' or 'exchange'.")
+        return float(2 * self.bytes_per_element * total)
+
+    @property
+    def static_input_width(self) -> int:
+        """Width of the rows loaded once (block 0's first spatial layer input:
+        raw features), ``0`` when block 0 has no spatial layer."""
+        return self.blocks[0].spatial_widths[0] if self.blocks[0].spatial_widths else 0
 
     def temporal_edge_weight(self, attention_rows: float = 1.0) -> float:
         r"""Bytes per epoch (forward + backward) that cutting one temporal edge
@@ -149,7 +179,8 @@ class DependencyPattern:
         if not attention_rows > 0:
             raise PartitionError("attention_rows", f"must be > 0, got {attention_rows!r}.")
         return float(2 * self.bytes_per_element * sum(
-            b.time_width * (attention_rows if b.time_kind == "attention" else 1.0) for b in self.blocks))
+            b.time_width * (attention_rows if b.time_kind == "attention" else 1.0) for b in self.blocks
+            if b.time_kind != "none"))
 
     def to_dict(self) -> dict:
         return {
@@ -195,10 +226,15 @@ class DependencyPattern:
           ``gcn_layers=2``: three 2-layer GCNs) exchange the three hidden rows,
           ``3*hidden``, per further layer. Time encoder: GRU, state ``hidden``;
           structure output (redistributed by PSS-TS) ``3*hidden``.
-        * ``"mpnnlstm"`` -- MPNN-LSTM: two ``GCNConv`` (``in -> hidden ->
-          hidden``, widths ``(in, hidden)``), whose outputs are concatenated
-          (``2*hidden``) into a ``lstm_layers``-layer LSTM; the recurrent state
-          per layer is ``(h, c)``, so ``time_width = 2*hidden*lstm_layers``.
+        * ``"mpnnlstm"`` -- DGC's MPNN-LSTM (:class:`~pyg_dynscale.nn.MPNNLSTMDGC`):
+          two ``GCNConv`` (``in -> hidden -> hidden``, widths ``(in, hidden)``),
+          whose outputs are concatenated (``2*hidden``) into a
+          ``lstm_layers``-layer LSTM across snapshots; the recurrent state per
+          layer is ``(h, c)``, so ``time_width = 2*hidden*lstm_layers``.
+        * ``"mpnnlstm-pygt"`` -- PyGT's MPNN-LSTM (:class:`~pyg_dynscale.nn.MPNNLSTM`
+          with ``window=1``): the same two GCNs, but its LSTMs run over the
+          window *inside* one snapshot, so ``time_kind="none"``; PSS-TS moves
+          the structure output ``[H_1 || H_2 || X]`` (``2*hidden + in``).
         * ``"dysat"`` -- DySAT: ``gat_layers`` structural attention layers
           (input rows ``in``, then ``hidden``), then temporal self-attention
           over all earlier appearances (``time_kind="attention"``); keys and
@@ -228,7 +264,10 @@ class DependencyPattern:
                 nxt = hidden
             elif key == "mpnnlstm":
                 b = BlockPattern((inp, hidden), "recurrent", 2 * hidden * lstm_layers, 2 * hidden)
-                nxt = hidden
+                nxt = 2 * hidden
+            elif key == "mpnnlstmpygt":
+                b = BlockPattern((inp, hidden), "none", 0, 2 * hidden + inp)
+                nxt = 2 * hidden + inp
             elif key == "dysat":
                 b = BlockPattern((inp,) + (hidden,) * (gat_layers - 1), "attention", hidden, hidden)
                 nxt = hidden

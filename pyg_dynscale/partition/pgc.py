@@ -63,6 +63,8 @@ Pipeline (all steps vectorized except the greedy loop over chunks):
 """
 from __future__ import annotations
 
+import json
+
 import math
 import time
 from dataclasses import dataclass
@@ -764,6 +766,8 @@ def _partition_pgc(signal: "DynamicGraphSignal", P: int, pattern: Any, *, seed: 
         "effort": effort,
         "level0_nodes": n0,
         "edge_weights": edge_weights(pattern),
+        # the pattern the edge weights came from: the distributed runtime refuses a model that disagrees
+        "pattern": json.dumps(pattern.to_dict()) if hasattr(pattern, "to_dict") else "",
         "workload": type(model).__name__,
         "loads": loads.tolist(),
         "divergence": divergence(loads.numpy()),

@@ -23,7 +23,24 @@ For a supergraph with structure owner :math:`o`, time owner :math:`\tau`
   :math:`\tau(u) \ne \tau(v)`, row :math:`u` goes from :math:`\tau(u)` to
   :math:`\tau(v)`; attention -- row :math:`u` goes to every rank
   :math:`r \ne \tau(u)` that owns a *later* appearance of the same vertex
-  (deduplicated per destination rank). ``time_width`` wide.
+  (deduplicated per destination rank). ``time_width`` wide. Blocks with
+  ``time_kind="none"`` have no temporal phase.
+
+After the last block, when link-label pairs are given (``link_pairs``), a
+``"readout"`` phase moves the final row of every label destination
+:math:`d` from :math:`\tau(d)` to :math:`\tau(s)` when they differ (the loss
+of pair :math:`(s, d)` is computed by the time owner of :math:`s`).
+
+Rows of block 0's first spatial layer are raw input features: with
+``input_halo="load"`` (the default, what the distributed runtime does) that
+exchange is *static* -- moved once before training, no gradient -- so it
+counts as :meth:`CommunicationPlan.load_bytes`, not as per-epoch traffic.
+
+A recurrent sequence cut between ranks is a chain: the state sent across cut
+:math:`u \to v` depends on every earlier piece of the sequence. The runtime
+processes it in *rounds* (:func:`segment_depth`): round :math:`k` scans every
+piece that has :math:`k` earlier pieces, then sends the states its pieces end
+with. The rows of all rounds together are exactly the ``"temporal"`` rows.
 
 Each exchange stores its rows sorted by ``(src rank, dst rank, gid)``: rank
 ``s``'s send buffer for ``all_to_all_single`` is its slice, with split sizes
@@ -51,7 +68,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..data.signal import DynamicGraphSignal
     from ..data.supergraph import Supergraph
 
-KINDS = ("spatial", "temporal", "redistribution")
+KINDS = ("spatial", "temporal", "redistribution", "readout")
 
 
 @dataclass(frozen=True, eq=False)
@@ -60,9 +77,9 @@ class Exchange:
 
     Attributes:
         block (int): block index.
-        phase (str): ``"spatial:<l>"``, ``"temporal"``, ``"redistribution"`` or
-            ``"redistribution_back"``.
-        kind (str): ``"spatial"``, ``"temporal"`` or ``"redistribution"``.
+        phase (str): ``"spatial:<l>"``, ``"temporal"``, ``"redistribution"``,
+            ``"redistribution_back"`` or ``"readout"``.
+        kind (str): ``"spatial"``, ``"temporal"``, ``"redistribution"`` or ``"readout"``.
         width (int): elements per row.
         bytes_per_element (int): element size.
         num_parts (int): :math:`R`.
@@ -71,6 +88,8 @@ class Exchange:
         gid (Tensor): ``[K]`` vertex-time node whose row is sent.
         pair_ptr (Tensor): ``[R*R+1]`` offsets of each ``(src, dst)`` pair's rows
             (rows are sorted by ``(src, dst, gid)``).
+        static (bool): rows moved once before training (raw input features:
+            no per-epoch traffic, no gradient).
     """
 
     block: int
@@ -83,6 +102,7 @@ class Exchange:
     dst: Tensor
     gid: Tensor
     pair_ptr: Tensor
+    static: bool = False
 
     @classmethod
     def from_rows(cls, block: int, phase: str, kind: str, width: int, bpe: int, R: int,
@@ -104,13 +124,34 @@ class Exchange:
         return self.gid.numel()
 
     @property
-    def forward_bytes(self) -> int:
+    def row_bytes(self) -> int:
+        """Bytes of all rows once: ``rows * width * bytes_per_element``."""
         return self.num_rows * self.width * self.bytes_per_element
 
     @property
+    def forward_bytes(self) -> int:
+        """Forward bytes per epoch (``0`` for a static exchange)."""
+        return 0 if self.static else self.row_bytes
+
+    @property
     def backward_bytes(self) -> int:
-        """One gradient row per forward row."""
+        """One gradient row per forward row (none for a static exchange)."""
         return self.forward_bytes
+
+    @property
+    def load_bytes(self) -> int:
+        """Bytes moved once before training (static exchanges only)."""
+        return self.row_bytes if self.static else 0
+
+    def subset(self, keep: Tensor, phase: Optional[str] = None) -> "Exchange":
+        """The rows where ``keep`` (``[K]`` bool, in row order) is true, as an
+        exchange of their own (e.g. one round of a recurrent exchange)."""
+        R = self.num_parts
+        pair = (self.src * R + self.dst)[keep]
+        pair_ptr = torch.zeros(R * R + 1, dtype=torch.long, device=pair.device)
+        torch.cumsum(torch.bincount(pair, minlength=R * R), 0, out=pair_ptr[1:])
+        return Exchange(self.block, phase or self.phase, self.kind, self.width, self.bytes_per_element, R,
+                        self.src[keep], self.dst[keep], self.gid[keep], pair_ptr, self.static)
 
     def counts(self) -> Tensor:
         """``[R, R]`` rows sent from rank ``s`` (row) to rank ``d`` (column)."""
@@ -137,8 +178,9 @@ class Exchange:
 
     def to_dict(self) -> dict:
         return {"block": self.block, "phase": self.phase, "kind": self.kind, "width": self.width,
-                "rows": self.num_rows, "forward_bytes": self.forward_bytes,
-                "backward_bytes": self.backward_bytes, "counts": self.counts().tolist()}
+                "rows": self.num_rows, "static": self.static, "forward_bytes": self.forward_bytes,
+                "backward_bytes": self.backward_bytes, "load_bytes": self.load_bytes,
+                "counts": self.counts().tolist()}
 
 
 def _attention_rows(seq_order: Tensor, seq_ptr: Tensor, towner: Tensor, R: int) -> tuple[Tensor, Tensor]:
@@ -166,6 +208,34 @@ def _attention_rows(seq_order: Tensor, seq_ptr: Tensor, towner: Tensor, R: int) 
     return torch.cat(dsts), torch.cat(gids)
 
 
+def segment_depth(seq_order: Tensor, seq_ptr: Tensor, towner: Tensor) -> Tensor:
+    r"""``[N]`` (gid order) the recurrent round of every vertex-time node.
+
+    A temporal sequence whose appearances have different time owners splits
+    into *pieces*: maximal runs of consecutive appearances with one owner.
+    A node's depth is the number of pieces before its own in its sequence;
+    a recurrent time encoder across ranks scans all depth-:math:`k` pieces in
+    round :math:`k`, after receiving the states the depth-:math:`k-1` pieces
+    ended with (PTS and PSS-TS: depth 0 everywhere; PSS: up to ``R-1``).
+    """
+    N = seq_order.numel()
+    dev = seq_order.device
+    depth = torch.zeros(N, dtype=torch.long, device=dev)
+    if N == 0:
+        return depth
+    o = towner[seq_order]
+    first = torch.zeros(N, dtype=torch.bool, device=dev)
+    first[seq_ptr[:-1]] = True
+    new_piece = first.clone()
+    new_piece[1:] |= o[1:] != o[:-1]
+    piece = torch.cumsum(new_piece.long(), 0)
+    S = seq_ptr.numel() - 1
+    seq_first_piece = piece[seq_ptr[:-1]]
+    seq_of = torch.repeat_interleave(torch.arange(S, device=dev), seq_ptr[1:] - seq_ptr[:-1], output_size=N)
+    depth[seq_order] = piece - seq_first_piece[seq_of]
+    return depth
+
+
 @dataclass(eq=False)
 class CommunicationPlan:
     r"""All exchanges of one epoch for a partition and a dependency pattern.
@@ -179,6 +249,7 @@ class CommunicationPlan:
     scheme: str
     pattern: DependencyPattern
     exchanges: list[Exchange]
+    depth: Optional[Tensor] = None
 
     @classmethod
     def build(
@@ -186,6 +257,10 @@ class CommunicationPlan:
         supergraph: Union["Supergraph", "DynamicGraphSignal"],
         partition: Partition,
         pattern: DependencyPattern,
+        *,
+        input_halo: str = "load",
+        link_pairs: Optional[tuple[Tensor, Tensor]] = None,
+        readout_width: int = 0,
     ) -> "CommunicationPlan":
         """Compute every exchange.
 
@@ -194,7 +269,14 @@ class CommunicationPlan:
                 (its cached supergraph is used).
             partition: owner arrays over the supergraph's nodes.
             pattern: the model's dependency pattern.
+            input_halo: ``"load"`` -- block 0's first spatial exchange moves
+                raw features once (static); ``"exchange"`` -- every epoch.
+            link_pairs: ``(src_gid [L], dst_gid [L])`` labelled pairs of a link
+                loss; adds the ``"readout"`` phase.
+            readout_width: width of the readout row (the head's output).
         """
+        if input_halo not in ("load", "exchange"):
+            raise PartitionError("input_halo", f"is {input_halo!r}.", "use 'load' or 'exchange'.")
         if not hasattr(supergraph, "spatial_edge_index"):
             partition.check_signal(supergraph)
             supergraph = supergraph.supergraph()
@@ -215,7 +297,7 @@ class CommunicationPlan:
         sp = (own[s[cut]], own[d[cut]], s[cut])
         # temporal rows
         kinds = {b.time_kind for b in pattern.blocks}
-        tmp = {}
+        tmp: dict = {}
         if "recurrent" in kinds:
             u, v = supergraph.temporal_edge_index
             c = town[u] != town[v]
@@ -229,12 +311,12 @@ class CommunicationPlan:
 
         cache: dict = {}
 
-        def make(block: int, phase: str, kind: str, width: int, rows: tuple, tag: str) -> Exchange:
+        def make(block: int, phase: str, kind: str, width: int, rows: tuple, tag: str, static: bool = False) -> Exchange:
             # layers of all blocks share their row sets: sort once, reuse the tensors
             if tag not in cache:
                 cache[tag] = Exchange.from_rows(0, "", kind, 1, bpe, R, *rows, N)
             e = cache[tag]
-            return Exchange(block, phase, kind, width, bpe, R, e.src, e.dst, e.gid, e.pair_ptr)
+            return Exchange(block, phase, kind, width, bpe, R, e.src, e.dst, e.gid, e.pair_ptr, static)
 
         exchanges: list[Exchange] = []
         for b, blk in enumerate(pattern.blocks):
@@ -242,12 +324,25 @@ class CommunicationPlan:
                 exchanges.append(make(b, "redistribution_back", "redistribution", blk.input_width,
                                       (town[moved], own[moved], moved), "back"))
             for l, w in enumerate(blk.spatial_widths):
-                exchanges.append(make(b, f"spatial:{l}", "spatial", w, sp, "spatial"))
+                static = b == 0 and l == 0 and input_halo == "load"
+                exchanges.append(make(b, f"spatial:{l}", "spatial", w, sp, "spatial", static))
             if has_redis:
                 exchanges.append(make(b, "redistribution", "redistribution", blk.redistribution_width,
                                       (own[moved], town[moved], moved), "redis"))
-            exchanges.append(make(b, "temporal", "temporal", blk.time_width, tmp[blk.time_kind], blk.time_kind))
-        return cls(R, N, partition.scheme, pattern, exchanges)
+            if blk.time_kind != "none":
+                exchanges.append(make(b, "temporal", "temporal", blk.time_width, tmp[blk.time_kind], blk.time_kind))
+        if link_pairs is not None:
+            ls, ld = (torch.as_tensor(t, dtype=torch.long, device=dev) for t in link_pairs)
+            if ls.shape != ld.shape or ls.dim() != 1 or (ls.numel() and (int(torch.minimum(ls, ld).min()) < 0 or int(torch.maximum(ls, ld).max()) >= N)):
+                raise PartitionError("link_pairs", f"must be two [L] gid tensors in [0, {N}).", "pass (src_gid, dst_gid) of the labelled pairs.")
+            _check = int(readout_width)
+            if _check <= 0:
+                raise PartitionError("readout_width", f"must be > 0 with link_pairs, got {readout_width!r}.", "pass the head's output width.")
+            c = town[ls] != town[ld]
+            exchanges.append(Exchange.from_rows(len(pattern.blocks) - 1, "readout", "readout", readout_width, bpe, R,
+                                                town[ld[c]], town[ls[c]], ld[c], N))
+        depth = segment_depth(supergraph.sequence_order, supergraph.sequence_ptr, town) if "recurrent" in kinds else None
+        return cls(R, N, partition.scheme, pattern, exchanges, depth)
 
     # ------------------------------------------------------------------ access
     def __iter__(self) -> Iterator[Exchange]:
@@ -267,6 +362,29 @@ class CommunicationPlan:
         """Sorted gids rank ``src`` sends to rank ``dst`` in ``(block, phase)``."""
         return self.exchange(block, phase).send_index(src, dst)
 
+    def has(self, block: int, phase: str) -> bool:
+        return any(e.block == block and e.phase == phase for e in self.exchanges)
+
+    def rounds(self, block: int) -> list[Exchange]:
+        """The recurrent ``"temporal"`` exchange of ``block`` split by round:
+        entry :math:`k` holds the states the depth-:math:`k` pieces end with
+        (:func:`segment_depth`); their rows together are the exchange's rows.
+        The list has one entry per round that sends anything (it is empty
+        when no sequence is cut)."""
+        e = self.exchange(block, "temporal")
+        if self.pattern.blocks[block].time_kind != "recurrent":
+            raise PartitionError("block", f"block {block} is not recurrent.", "rounds exist for recurrent time encoders only.")
+        d = self.depth.to(e.gid.device)[e.gid]
+        n = int(d.max()) + 1 if d.numel() else 0
+        return [e.subset(d == k, f"temporal:{k}") for k in range(n)]
+
+    def temporal_rounds(self) -> int:
+        """Scan rounds of the recurrent time encoder (``1`` when no sequence
+        is cut; ``0`` without a recurrent block)."""
+        if self.depth is None:
+            return 0
+        return int(self.depth.max()) + 1 if self.depth.numel() else 1
+
     # ------------------------------------------------------------------ totals
     def bytes_by_kind(self, forward_only: bool = False) -> dict[str, int]:
         """Bytes per epoch by kind (forward + backward, or forward only) and
@@ -278,17 +396,23 @@ class CommunicationPlan:
         return out
 
     def rows_by_kind(self) -> dict[str, int]:
-        """Forward rows per epoch by kind."""
+        """Forward rows per epoch by kind (static rows excluded)."""
         out = {k: 0 for k in KINDS}
         for e in self.exchanges:
-            out[e.kind] += e.num_rows
+            if not e.static:
+                out[e.kind] += e.num_rows
         return out
+
+    def load_bytes(self) -> int:
+        """Bytes moved once before training (the static input-feature halo)."""
+        return sum(e.load_bytes for e in self.exchanges)
 
     def traffic_matrix(self, forward_only: bool = False) -> Tensor:
         """``[R, R]`` bytes per epoch sent from rank ``s`` to rank ``d``."""
         m = torch.zeros(self.num_parts, self.num_parts, dtype=torch.long)
         for e in self.exchanges:
-            m += e.counts().cpu() * e.width * e.bytes_per_element * (1 if forward_only else 2)
+            if not e.static:
+                m += e.counts().cpu() * e.width * e.bytes_per_element * (1 if forward_only else 2)
         return m
 
     def to_dict(self) -> dict:
@@ -297,7 +421,8 @@ class CommunicationPlan:
         return {
             "scheme": self.scheme, "num_parts": self.num_parts, "num_nodes": self.num_nodes,
             "pattern": self.pattern.to_dict(),
-            "bytes": self.bytes_by_kind(), "bytes_forward": fwd,
+            "bytes": self.bytes_by_kind(), "bytes_forward": fwd, "load_bytes": self.load_bytes(),
+            "temporal_rounds": self.temporal_rounds(),
             "exchanges": [{k: v for k, v in e.to_dict().items() if k != "counts"} for e in self.exchanges],
         }
 
@@ -305,4 +430,4 @@ class CommunicationPlan:
         b = self.bytes_by_kind()
         return (f"CommunicationPlan(scheme={self.scheme!r}, parts={self.num_parts}, exchanges={len(self)}, "
                 f"bytes/epoch={b['total']} (spatial={b['spatial']}, temporal={b['temporal']}, "
-                f"redistribution={b['redistribution']}))")
+                f"redistribution={b['redistribution']}, readout={b['readout']}), load={self.load_bytes()})")

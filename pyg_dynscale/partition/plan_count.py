@@ -21,7 +21,8 @@ bytes per element,
     \text{bytes} = 2 \cdot \text{bpe} \sum_b \Big(\sum_l w^{(b)}_l \, n_\text{spatial}
     + w^{(b)}_\text{time} \, n_{\text{kind}(b)}\Big)
 
-(forward plus one gradient row back), exactly
+(forward plus one gradient row back; block 0's first spatial layer is left
+out: its raw-feature rows are loaded once, not moved per epoch), exactly
 ``CommunicationPlan.build(...).bytes_by_kind()["total"]`` for a partition
 without a separate time owner (tested). Counted with the numba backend for
 up to :data:`MAX_PARTS` ranks (one ``uint64`` mask per node); otherwise the
@@ -129,7 +130,10 @@ def plan_bytes(supergraph: Any, owner: Tensor, num_parts: int, pattern: Dependen
 
         part = Partition("pgc", num_parts, owner)
         return int(CommunicationPlan.build(supergraph, part, pattern).bytes_by_kind()["total"])
-    kinds = {b.time_kind for b in pattern.blocks}
+    kinds = {b.time_kind for b in pattern.blocks} - {"none"}
     rows = plan_row_counts(supergraph, owner, kinds)
-    elements = sum(sum(b.spatial_widths) * rows["spatial"] + b.time_width * rows[b.time_kind] for b in pattern.blocks)
+    # block 0's first spatial layer moves raw features once (static), not per epoch
+    spatial_w = sum(sum(b.spatial_widths) for b in pattern.blocks) - pattern.static_input_width
+    elements = spatial_w * rows["spatial"] + sum(b.time_width * rows[b.time_kind] for b in pattern.blocks
+                                                 if b.time_kind != "none")
     return 2 * pattern.bytes_per_element * int(elements)

@@ -21,6 +21,7 @@ it for fixed and changing vertex sets.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable, Optional, Union
 
 import torch
@@ -31,7 +32,7 @@ from ..errors import ModelInputError
 from ..nn.adapters import adapt
 from ..nn.decomposed import DecomposedModule, FusedGraph, check_initial_state
 
-__all__ = ["FusedTrainer", "LOSSES", "snapshot_mean"]
+__all__ = ["FusedTrainer", "LOSSES", "snapshot_mean", "snapshot_mean_part", "resolve_targets", "Targets"]
 
 LOSSES = ("mse", "mae", "ce", "bce_link")
 
@@ -45,6 +46,58 @@ def snapshot_mean(values: Tensor, seg: Tensor, num_segments: int, reduction: str
     has = counts > 0
     per = sums[has] / counts[has]
     return per.sum() if reduction == "sum" else per.mean()
+
+
+def snapshot_mean_part(values: Tensor, seg: Tensor, counts: Tensor, reduction: str = "mean") -> Tensor:
+    r"""One rank's share of :func:`snapshot_mean` with *global* normalizers:
+    :math:`\frac{1}{T'}\sum_t \frac{1}{n_t}\sum_{k \in t,\ k \text{ local}} v_k`, with
+    ``counts`` ``[T]`` the rows per segment over all ranks and :math:`T'` the
+    segments with rows; summed over ranks it is :func:`snapshot_mean`."""
+    sums = values.new_zeros(counts.numel()).index_add_(0, seg, values)
+    has = counts > 0
+    part = (sums[has] / counts[has].to(values.dtype)).sum()
+    return part if reduction == "sum" else part / max(int(has.sum()), 1)
+
+
+@dataclass
+class Targets:
+    """What a loss is computed against, in global vertex-time ids: node
+    ``target`` ``[N, ...]``, or labelled pairs ``(label_src, label_dst)``
+    ``[L]`` of snapshot ``label_time`` with ``label`` ``[L]``."""
+
+    target: Optional[Tensor] = None
+    label_src: Optional[Tensor] = None
+    label_dst: Optional[Tensor] = None
+    label_time: Optional[Tensor] = None
+    label: Optional[Tensor] = None
+
+
+def resolve_targets(signal: Any, kind: Any, target: str, link_index: str, link_label: str,
+                    float_dtype: torch.dtype) -> Targets:
+    """The :class:`Targets` of loss ``kind`` from the signal's fields (raises
+    :class:`ModelInputError` naming the missing field)."""
+    sig = signal
+    if kind in ("mse", "mae", "ce"):
+        f = sig.fields.get(target)
+        if f is None or f.level != "node":
+            raise ModelInputError(target, "is not a node-level field of the signal.", f"give the signal node targets '{target}' for loss={kind!r}.")
+        return Targets(target=f.values)
+    if kind == "bce_link":
+        fi, fl = sig.fields.get(link_index), sig.fields.get(link_label)
+        if fi is None or fi.level != "ragged" or fl is None:
+            raise ModelInputError(
+                link_index, "and its labels are needed for loss='bce_link'.",
+                f"add per-snapshot extras {link_index}=[2, L_t] (local rows) and {link_label}=[L_t].",
+            )
+        counts = fi.ptr[1:] - fi.ptr[:-1]
+        L = fi.values.shape[1]
+        t_of = torch.repeat_interleave(torch.arange(sig.num_snapshots, device=sig.device), counts, output_size=L)
+        off = sig.node_ptr[:-1].index_select(0, t_of)
+        label = fl.values.reshape(-1).to(float_dtype)
+        if label.numel() != L:
+            raise ModelInputError(link_label, f"has {label.numel()} entries for {L} label pairs.", "give one label per pair.")
+        return Targets(label_src=fi.values[0] + off, label_dst=fi.values[1] + off, label_time=t_of, label=label)
+    return Targets()
 
 
 def _device_of(module: torch.nn.Module) -> Optional[torch.device]:
@@ -149,30 +202,11 @@ class FusedTrainer:
 
     # ------------------------------------------------------------ targets
     def _prepare_targets(self, target: str, link_index: str, link_label: str) -> None:
-        sig, kind = self.signal, self.loss_kind
-        self.target = self.label_src = self.label_dst = self.label_time = self.label = None
-        if kind in ("mse", "mae", "ce"):
-            f = sig.fields.get(target)
-            if f is None or f.level != "node":
-                raise ModelInputError(target, "is not a node-level field of the signal.", f"give the signal node targets '{target}' for loss={kind!r}.")
-            self.target = f.values
-        elif kind == "bce_link":
-            fi, fl = sig.fields.get(link_index), sig.fields.get(link_label)
-            if fi is None or fi.level != "ragged" or fl is None:
-                raise ModelInputError(
-                    link_index, "and its labels are needed for loss='bce_link'.",
-                    f"add per-snapshot extras {link_index}=[2, L_t] (local rows) and {link_label}=[L_t].",
-                )
-            counts = fi.ptr[1:] - fi.ptr[:-1]
-            L = fi.values.shape[1]
-            t_of = torch.repeat_interleave(torch.arange(sig.num_snapshots, device=self.device), counts, output_size=L)
-            off = sig.node_ptr[:-1].index_select(0, t_of)
-            self.label_src = fi.values[0] + off
-            self.label_dst = fi.values[1] + off
-            self.label_time = t_of
-            self.label = fl.values.reshape(-1).to(self.graph.x.dtype if self.graph.x.is_floating_point() else torch.float32)
-            if self.label.numel() != L:
-                raise ModelInputError(link_label, f"has {self.label.numel()} entries for {L} label pairs.", "give one label per pair.")
+        x = self.graph.x
+        t = resolve_targets(self.signal, self.loss_kind, target, link_index, link_label,
+                            x.dtype if x.is_floating_point() else torch.float32)
+        self.target, self.label_src, self.label_dst, self.label_time, self.label = (
+            t.target, t.label_src, t.label_dst, t.label_time, t.label)
 
     # ------------------------------------------------------------ compute
     def _params_dtype(self) -> torch.dtype:

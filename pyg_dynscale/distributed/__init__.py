@@ -1,0 +1,15 @@
+"""Distributed training on ``torch.distributed`` (DGC's decomposed path).
+
+:class:`DistributedTrainer` executes a partition's
+:class:`~pyg_dynscale.partition.CommunicationPlan`: halo exchanges inside the
+structure encoder, recurrent states across ranks in rounds, attention rows
+merged in time order, PSS-TS redistribution, global BatchNorm statistics and
+loss normalizers, and a gradient all-reduce. :func:`spawn` runs ``N`` local
+gloo processes (tests, notebooks); production jobs use ``torchrun``.
+"""
+from .exchange import Communicator
+from .launch import SpawnError, free_port, spawn
+from .local import RankLayout
+from .trainer import FUSION_MODES, DistributedTrainer
+
+__all__ = ["DistributedTrainer", "FUSION_MODES", "Communicator", "RankLayout", "spawn", "SpawnError", "free_port"]

@@ -1,0 +1,146 @@
+r"""Autograd-aware collectives with a sequencing token and byte counters.
+
+Every collective of an epoch goes through one :class:`Communicator`:
+
+* :meth:`Communicator.exchange` -- rows over ``all_to_all_single``; the
+  backward sends one gradient row back for every forward row (the sender
+  sums gradients of a row it sent to several ranks, through the
+  ``index_select`` that gathered its send buffer).
+* :meth:`Communicator.all_reduce` -- a sum over ranks whose backward sums the
+  gradients (distributed BatchNorm statistics).
+
+**Ordering.** Ranks must issue collectives in the same order, in the forward
+*and* the backward pass; a rank with nothing to send still calls every one
+(zero splits). In the forward pass the program order fixes it. In the
+backward pass autograd runs a node once every consumer of its outputs has
+produced a gradient, and independent branches may run in any order. So each
+collective takes a 0-dim *token* and returns a new one, which the next
+collective consumes, and the loss adds ``0 * token``: collective :math:`k`'s
+backward then always runs after collective :math:`k+1`'s, on every rank, and
+runs even where its received rows do not reach the loss.
+
+Bytes are counted per ``(block, phase, kind, direction)`` as sent by this
+rank (rows never go to the sender itself, so this is network traffic).
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any, Optional
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+__all__ = ["Communicator", "Key"]
+
+#: ``(block, phase, kind)`` of a counted collective
+Key = tuple[int, str, str]
+
+
+class _RowExchange(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, comm: "Communicator", key: Key, send: Tensor, send_splits: list[int],  # type: ignore[override]
+                recv_splits: list[int], token: Tensor) -> tuple[Tensor, Tensor]:
+        ctx.comm, ctx.key, ctx.send_splits, ctx.recv_splits = comm, key, send_splits, recv_splits
+        ctx.send_shape = send.shape
+        out = comm._a2a(send, send_splits, recv_splits, key, "fwd")
+        return out, token.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: Optional[Tensor], grad_token: Optional[Tensor]) -> tuple:  # type: ignore[override]
+        comm = ctx.comm
+        back = comm._a2a(grad.contiguous(), ctx.recv_splits, ctx.send_splits, ctx.key, "bwd")
+        return None, None, back.view(ctx.send_shape), None, None, grad_token
+
+
+class _AllReduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, comm: "Communicator", key: Key, x: Tensor, token: Tensor) -> tuple[Tensor, Tensor]:  # type: ignore[override]
+        ctx.comm, ctx.key = comm, key
+        return comm._all_reduce(x, key, "fwd"), token.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: Optional[Tensor], grad_token: Optional[Tensor]) -> tuple:  # type: ignore[override]
+        return None, None, ctx.comm._all_reduce(grad, ctx.key, "bwd"), grad_token
+
+
+class Communicator:
+    r"""Collectives of one rank inside a process group, sequenced by a token
+    and counted.
+
+    Args:
+        group: the process group (default: the world).
+        device: where tokens live (the training device).
+        dtype: token dtype.
+    """
+
+    def __init__(self, group: Optional[Any] = None, device: Optional[torch.device] = None,
+                 dtype: torch.dtype = torch.float32) -> None:
+        self.group = group
+        self.rank = dist.get_rank(group)
+        self.world_size = dist.get_world_size(group)
+        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        self.dtype = dtype
+        self.token: Optional[Tensor] = None
+        #: ``(block, phase, kind, direction) -> bytes`` sent by this rank
+        self.bytes: dict[tuple, int] = defaultdict(int)
+        #: ``(block, phase, kind, direction) -> rows`` sent by this rank
+        self.rows: dict[tuple, int] = defaultdict(int)
+        #: number of collectives issued
+        self.calls = 0
+
+    # ------------------------------------------------------------- epochs
+    def start(self, requires_grad: bool) -> None:
+        """Start a new sequence of collectives (one forward pass)."""
+        self.token = torch.zeros((), dtype=self.dtype, device=self.device, requires_grad=requires_grad)
+
+    def seal(self, loss: Tensor) -> Tensor:
+        """``loss + 0 * token``: connects every collective of the pass to the
+        loss, so that each one's backward runs, in reverse order."""
+        if self.token is None or not self.token.requires_grad:
+            return loss
+        return loss + 0.0 * self.token.to(loss.dtype)
+
+    def reset_counters(self) -> None:
+        self.bytes.clear()
+        self.rows.clear()
+
+    # ---------------------------------------------------------- collectives
+    def exchange(self, key: Key, send: Tensor, send_splits: list[int], recv_splits: list[int]) -> Tensor:
+        """Send ``send`` rows (``[sum(send_splits), ...]``, grouped by
+        destination rank) and return the received rows
+        (``[sum(recv_splits), ...]``, grouped by source rank)."""
+        if self.token is None:
+            self.start(torch.is_grad_enabled() and send.requires_grad)
+        out, self.token = _RowExchange.apply(self, key, send.contiguous(), list(send_splits), list(recv_splits), self.token)
+        return out
+
+    def all_reduce(self, key: Key, x: Tensor) -> Tensor:
+        """Sum of ``x`` over ranks (backward: sum of the gradients)."""
+        if self.token is None:
+            self.start(torch.is_grad_enabled() and x.requires_grad)
+        out, self.token = _AllReduce.apply(self, key, x, self.token)
+        return out
+
+    # ---------------------------------------------------------------- raw
+    def _a2a(self, send: Tensor, send_splits: list[int], recv_splits: list[int], key: Key, direction: str) -> Tensor:
+        row_shape = send.shape[1:]
+        width = 1
+        for n in row_shape:
+            width *= int(n)
+        flat = send.reshape(send.shape[0], width)
+        out = flat.new_empty(sum(recv_splits), width)
+        dist.all_to_all_single(out, flat, recv_splits, send_splits, group=self.group)
+        self.calls += 1
+        sent = sum(n for r, n in enumerate(send_splits) if r != self.rank)
+        self.rows[key + (direction,)] += sent
+        self.bytes[key + (direction,)] += sent * width * flat.element_size()
+        return out.view((out.shape[0],) + tuple(row_shape))
+
+    def _all_reduce(self, x: Tensor, key: Key, direction: str) -> Tensor:
+        out = x.detach().clone().contiguous()
+        if self.world_size > 1:
+            dist.all_reduce(out, group=self.group)
+        self.calls += 1
+        self.bytes[key + (direction,)] += out.numel() * out.element_size() if self.world_size > 1 else 0
+        return out

@@ -1,0 +1,644 @@
+r"""The distributed runtime of the decomposed (DGC) path.
+
+:class:`DistributedTrainer` trains a decomposed model on one rank of a
+``torch.distributed`` process group whose world size is the partition's
+number of parts. Every rank holds the whole signal on the host, builds the
+same :class:`~pyg_dynscale.partition.CommunicationPlan` and its own
+:class:`~pyg_dynscale.distributed.local.RankLayout`, and runs, per epoch
+(full batch, as DGC and :class:`~pyg_dynscale.runtime.FusedTrainer`):
+
+for each block :math:`b`:
+
+1. PSS-TS, :math:`b \ge 1`: ``redistribution_back`` (block input rows,
+   time owner :math:`\to` structure owner);
+2. the structure encoder over the rank's structure set, one halo exchange
+   (``spatial:l``) before every spatial aggregation -- block 0's first layer
+   aggregates raw features whose halo was loaded once at set-up;
+3. PSS-TS: ``redistribution`` (structure output rows to the time owner);
+4. the time encoder: recurrent -- in rounds, a piece of a sequence starting
+   from the state its predecessor piece ended with on another rank;
+   attention -- one exchange of every earlier appearance, merged with the
+   local rows in time order; ``none`` -- nothing crosses snapshots;
+
+then the head and the loss on the time owner with global normalizers (plus a
+``readout`` exchange of link-label endpoints owned elsewhere), one backward
+(every exchange returns the gradients of the rows it moved, in reverse
+order), a sum of the replicated parameters' gradients over ranks, and the
+optimizer step. With the same initial parameters this computes what
+:class:`~pyg_dynscale.runtime.FusedTrainer` computes on one process (the
+tests assert it in float64).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from typing import Any, Callable, Optional, Union
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..errors import DecompositionMismatchError, ModelInputError, PartitionError
+from ..nn.adapters import adapt
+from ..nn.decomposed import DecomposedModule, FusedGraph, Halo, check_initial_state
+from ..partition.plan import CommunicationPlan
+from ..runtime.fused import LOSSES, resolve_targets, snapshot_mean_part
+from .exchange import Communicator
+from .local import ExchangeMap, RankLayout, node_subset_graph
+
+__all__ = ["DistributedTrainer", "FUSION_MODES"]
+
+FUSION_MODES = ("full", "none")
+
+
+class _RankHalo(Halo):
+    """The hook the structure encoders call: halo exchange before each
+    spatial aggregation, global sums for BatchNorm statistics."""
+
+    def __init__(self, trainer: "DistributedTrainer", maps: dict, owned: Tensor) -> None:
+        self.trainer = trainer
+        self.maps = maps
+        self.owned = owned
+
+    def exchange(self, block: int, layer: int, x: Tensor) -> Tensor:
+        m = self.maps.get((block, f"spatial:{layer}"))
+        if m is None:
+            raise DecompositionMismatchError(
+                f"the structure encoder aggregates at block {block}, layer {layer}, but the model's dependency "
+                "pattern declares no such spatial layer; fix the model's dependency_pattern()."
+            )
+        if m.static:  # raw input features: the halo rows were loaded at set-up
+            return x
+        return self.trainer._exchange_into(m, x, x)
+
+    def all_reduce(self, x: Tensor) -> Tensor:
+        return self.trainer.comm.all_reduce((-1, "batch_norm", "norm"), x)
+
+
+def _param_digest(modules: list) -> str:
+    h = hashlib.sha256()
+    for m in modules:
+        for name, t in m.state_dict().items():
+            h.update(f"{name}:{tuple(t.shape)}:{t.dtype}".encode())
+    return h.hexdigest()
+
+
+class DistributedTrainer:
+    r"""Full-batch training of a decomposed dynamic GNN across the ranks of a
+    ``torch.distributed`` process group (DGC's runtime).
+
+    Call it on every rank with the same arguments, inside an initialized
+    process group whose world size equals ``partition.num_parts``.
+
+    Args:
+        model: a :class:`~pyg_dynscale.nn.DecomposedModule` (``TGCN``,
+            ``MPNNLSTM``, ``MPNNLSTMDGC``, ``DySAT``) or a supported PyGT
+            object (wrapped with :func:`~pyg_dynscale.nn.adapt`). Its
+            parameters are broadcast from rank 0.
+        signal: the whole training signal (every rank passes the same one).
+        partition: a :class:`~pyg_dynscale.partition.Partition` of ``signal``.
+        head: optional row-wise module applied to every output row.
+        loss: ``"mse"``, ``"mae"``, ``"ce"`` or ``"bce_link"`` (as
+            :class:`~pyg_dynscale.runtime.FusedTrainer`).
+        optimizer: a callable ``params -> torch.optim.Optimizer`` (built
+            identically on every rank), default Adam with ``lr``.
+        lr: learning rate of the default optimizer.
+        device: training device (default: the model's).
+        fusion: ``"full"`` -- all of a rank's chunks as one block-diagonal
+            graph (each halo row fetched once per rank and layer); ``"none"``
+            -- one structure-encoder call per snapshot with its own halo
+            exchange per layer, as the PyGT baselines run.
+        input_halo: ``"load"`` -- block 0's raw-feature halo moved once at
+            set-up; ``"exchange"`` -- every epoch.
+        h0: ``[S, state_width]`` initial state per temporal sequence.
+        snapshot_reduction: ``"mean"`` or ``"sum"`` over snapshots.
+        group: process group (default: the world).
+        check: self-check PyGT adapters at wrap time.
+
+    Example::
+
+        # torchrun --nproc-per-node 4 train.py
+        dist.init_process_group("gloo")
+        part = partition(signal, "pgc", dist.get_world_size(), model.dependency_pattern())
+        trainer = DistributedTrainer(model, signal, part, head=torch.nn.Linear(32, 1), loss="mse")
+        for epoch in range(100):
+            loss = trainer.train_epoch()   # the global loss, the same on every rank
+        trainer.traffic()                  # measured vs predicted bytes of the last epoch
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        signal: Any,
+        partition: Any,
+        *,
+        head: Optional[torch.nn.Module] = None,
+        loss: str = "mse",
+        optimizer: Optional[Callable[[list], torch.optim.Optimizer]] = None,
+        lr: float = 0.01,
+        device: Union[str, torch.device, None] = None,
+        fusion: str = "full",
+        input_halo: str = "load",
+        target: str = "y",
+        link_index: str = "edge_label_index",
+        link_label: str = "edge_label",
+        h0: Optional[Tensor] = None,
+        snapshot_reduction: str = "mean",
+        group: Optional[Any] = None,
+        check: bool = True,
+    ) -> None:
+        t_setup = time.perf_counter()
+        if not dist.is_available() or not dist.is_initialized():
+            raise ModelInputError("torch.distributed", "is not initialized.",
+                                  "call torch.distributed.init_process_group first (torchrun does it for you), "
+                                  "or pyg_dynscale.distributed.spawn in tests.")
+        self.group = group
+        self.rank = dist.get_rank(group)
+        self.world_size = dist.get_world_size(group)
+        self.model: DecomposedModule = adapt(model, check=check)
+        self.head = head
+        if callable(loss) or loss not in LOSSES:
+            raise ModelInputError("loss", f"is {loss!r}.", f"use one of {LOSSES} (callables are not distributed).")
+        if snapshot_reduction not in ("mean", "sum"):
+            raise ModelInputError("snapshot_reduction", f"is {snapshot_reduction!r}.", "use 'mean' or 'sum'.")
+        if fusion not in FUSION_MODES:
+            if isinstance(fusion, (int, float)) and not isinstance(fusion, bool):
+                raise NotImplementedError(
+                    "fusion=<memory budget> (DGC's greedy merge of the chunks sharing the most halo rows) is not "
+                    "built yet; use fusion='full' (all of a rank's chunks fused) or 'none'.")
+            raise ModelInputError("fusion", f"is {fusion!r}.", f"use one of {FUSION_MODES}.")
+        self.loss_kind = loss
+        self.snapshot_reduction = snapshot_reduction
+        self.fusion = fusion
+        # ---------------- devices and dtypes
+        params = list(self.model.parameters())
+        devs = {p.device for p in params} | ({p.device for p in head.parameters()} if head is not None else set())
+        if len(devs) > 1:
+            raise ModelInputError("model", f"has parameters on several devices {sorted(map(str, devs))}.",
+                                  "move the model and the head to one device.")
+        device = torch.device(device) if device is not None else (next(iter(devs)) if devs else torch.device("cpu"))
+        if devs and next(iter(devs)) != device:
+            raise ModelInputError("model", f"is on {next(iter(devs))} but training runs on {device}.",
+                                  f"call model.to({str(device)!r}) first.")
+        backend = dist.get_backend(group)
+        if device.type == "cuda" and backend == "gloo":
+            raise ModelInputError("device", "is CUDA but the process group uses gloo, which cannot move CUDA tensors "
+                                  "in all_to_all.", "init the process group with backend='nccl' (one GPU per rank), "
+                                  "or train on the CPU.")
+        self.device = device
+        self.dtype = params[0].dtype if params else torch.float32
+        bpe = torch.empty((), dtype=self.dtype).element_size()
+        # ---------------- partition and pattern
+        if partition.num_parts != self.world_size:
+            raise PartitionError("partition.num_parts", f"is {partition.num_parts} but the process group has "
+                                 f"{self.world_size} ranks.", "partition into world-size parts (one part per rank).")
+        partition.check_signal(signal)
+        if signal.device.type != "cpu":
+            signal = signal.to("cpu")
+        self.signal = signal
+        self.partition = partition
+        if getattr(self.model, "window", 1) != 1:
+            raise ModelInputError("model.window", f"is {self.model.window}; the distributed runtime needs window=1 "
+                                  "(stacked windows put a recurrence inside one snapshot that a partition may split).",
+                                  "use window=1 (one snapshot per PyGT call).")
+        self.pattern = self.model.dependency_pattern(bytes_per_element=bpe)
+        declared = partition.meta.get("pattern") if isinstance(partition.meta, dict) else None
+        if declared:
+            theirs = json.loads(declared)["blocks"]
+            if theirs != self.pattern.to_dict()["blocks"]:
+                raise PartitionError("partition.meta['pattern']", f"the partition was made for the dependency pattern "
+                                     f"{theirs}, but the model declares {self.pattern.to_dict()['blocks']}.",
+                                     "partition with model.dependency_pattern() of this model.")
+        kinds = [b.time_kind for b in self.pattern.blocks]
+        if self.model.num_blocks != len(kinds) or self.model.time_kind not in kinds:
+            raise DecompositionMismatchError(
+                f"{type(self.model).__name__} has {self.model.num_blocks} block(s) of time kind "
+                f"{self.model.time_kind!r} but its dependency pattern declares {kinds}.")
+        # ---------------- targets (global gids, then this rank's share)
+        x = signal.x
+        if x is None:
+            raise ModelInputError("signal.x", "is missing.", "give the signal node features.")
+        tg = resolve_targets(signal, loss, target, link_index, link_label, self.dtype)
+        link_pairs = (tg.label_src, tg.label_dst) if loss == "bce_link" else None
+        self.readout_width = self._head_width(x) if loss == "bce_link" else 0
+        # ---------------- same inputs everywhere, or a clear error everywhere
+        self._check_same_everywhere(signal, partition)
+        # ---------------- plan and layout
+        self.global_graph = FusedGraph.from_signal(signal)
+        self.plan = CommunicationPlan.build(signal, partition, self.pattern, input_halo=input_halo,
+                                            link_pairs=link_pairs, readout_width=self.readout_width or 1)
+        t0 = time.perf_counter()
+        self.layout = RankLayout(signal, partition, self.plan, self.rank, self.global_graph)
+        self.comm = Communicator(group, device, self.dtype)
+        self.halo = _RankHalo(self, self.layout.maps, self.layout.S_owned.to(device))
+        self._prepare_rank_targets(tg, loss)
+        if h0 is not None:
+            check_initial_state(h0, self.global_graph, self.model.state_width)
+            h0 = h0.to(device=device, dtype=self.dtype)
+        self.h0 = h0
+        self._to_device()
+        # static input halo: moved once, counted as load bytes
+        self.comm.start(requires_grad=False)
+        xs = x.to(self.dtype).index_select(0, self.layout.S)
+        m0 = self.layout.maps.get((0, "spatial:0"))
+        xs = xs.to(device)
+        if m0 is not None:
+            local = self.layout.S_owned
+            xs = torch.zeros_like(xs).index_copy(0, local, xs.index_select(0, local))  # only owned rows are known
+            if m0.static:
+                xs = self._exchange_into(m0, xs, xs)
+        self.x_S = xs
+        self.load_seconds = time.perf_counter() - t0
+        self.load_bytes_measured = self._sum_counter(lambda k: True)
+        self.comm.reset_counters()
+        if fusion == "none":
+            self._build_unfused()
+        # ---------------- replicated parameters: rank 0's, and one optimizer per rank
+        self.params = list(self.model.parameters()) + (list(head.parameters()) if head is not None else [])
+        modules = [self.model] + ([head] if head is not None else [])
+        for m in modules:
+            for t in list(m.parameters()) + list(m.buffers()):
+                dist.broadcast(t.data, 0, group=group)
+        self.optimizer = optimizer(self.params) if optimizer is not None else torch.optim.Adam(self.params, lr=lr)
+        self.epoch_seconds: list[float] = []
+        self.compute_seconds = 0.0
+        self.setup_seconds = time.perf_counter() - t_setup
+
+    # ------------------------------------------------------------------ setup
+    def _head_width(self, x: Tensor) -> int:
+        if self.head is None:
+            return int(getattr(self.model, "out_channels", 0) or getattr(self.model, "hidden_channels", 0) or 1)
+        H = int(getattr(self.model, "out_channels", 0) or getattr(self.model, "hidden_channels"))
+        with torch.no_grad():
+            p = next(self.head.parameters(), None)
+            dev = p.device if p is not None else torch.device("cpu")
+            return int(self.head(torch.zeros(1, H, dtype=self.dtype, device=dev)).reshape(1, -1).shape[1])
+
+    def _check_same_everywhere(self, signal: Any, partition: Any) -> None:
+        """All-gather (signal fingerprint, partition digest, parameter shapes,
+        loss) and raise the same error on every rank when they differ."""
+        h = hashlib.sha256()
+        h.update(partition.owner.numpy().tobytes())
+        if partition.time_owner is not None:
+            h.update(partition.time_owner.numpy().tobytes())
+        mine = {"signal": signal.fingerprint(), "partition": h.hexdigest(), "scheme": partition.scheme,
+                "params": _param_digest([self.model] + ([self.head] if self.head is not None else [])),
+                "loss": str(self.loss_kind), "fusion": str(self.fusion), "dtype": str(self.dtype)}
+        everyone: list = [None] * self.world_size
+        dist.all_gather_object(everyone, mine, group=self.group)
+        for key in mine:
+            vals = [e[key] for e in everyone]
+            if len(set(vals)) > 1:
+                bad = [r for r, v in enumerate(vals) if v != vals[0]]
+                raise ModelInputError(key, f"differs between ranks (ranks {bad} disagree with rank 0).",
+                                      "pass the same signal, partition, model, loss, fusion and dtype on every rank.")
+
+    def _prepare_rank_targets(self, tg: Any, loss: str) -> None:
+        lay, dev = self.layout, self.device
+        T = self.signal.num_snapshots
+        if loss == "bce_link":
+            town = self.partition.temporal_owner
+            mine = (town[tg.label_src] == self.rank).nonzero().flatten()
+            src, dst = tg.label_src[mine], tg.label_dst[mine]
+            self.label = tg.label[mine].to(dev)
+            self.label_time = tg.label_time[mine].to(dev)
+            self.label_counts = torch.bincount(tg.label_time, minlength=T).to(dev)
+            ex = self.plan.exchange(self.plan.pattern.num_blocks - 1, "readout")
+            self.readout = ExchangeMap.build(ex, self.rank, lay.Q, None)
+            local_d = town[dst] == self.rank
+            didx = torch.empty_like(dst)
+            didx[local_d] = torch.searchsorted(lay.Q, dst[local_d])
+            rg = self.readout.recv_gid
+            order = torch.argsort(rg)
+            far = (~local_d).nonzero().flatten()
+            didx[far] = lay.Q.numel() + order[torch.searchsorted(rg[order], dst[far])] if far.numel() else didx[far]
+            self.label_src_idx = torch.searchsorted(lay.Q, src).to(dev)
+            self.label_dst_idx = didx.to(dev)
+        else:
+            self.target_Q = tg.target.index_select(0, lay.Q).to(dev)
+            self.time_Q = self.signal.supergraph().time.index_select(0, lay.Q).to(dev)
+            self.node_counts = torch.bincount(self.signal.supergraph().time, minlength=T).to(dev)
+
+    def _to_device(self) -> None:
+        """Move the local graphs and index maps to the training device."""
+        if self.device.type == "cpu":
+            return
+        raise NotImplementedError("the distributed runtime runs on CPU ranks (gloo) in this release; "
+                                  "CUDA ranks (NCCL) are not built yet.")
+
+    def _build_unfused(self) -> None:
+        """Per-snapshot structure graphs and halo maps (``fusion="none"``)."""
+        lay = self.layout
+        S = lay.S
+        sg = self.signal.supergraph()
+        T = sg.num_snapshots
+        tS = sg.time[S]
+        ptr = torch.zeros(T + 1, dtype=torch.long)
+        torch.cumsum(torch.bincount(tS, minlength=T), 0, out=ptr[1:])
+        ei_all = lay.structure.edge_index
+        et = tS[ei_all[1]] if ei_all.numel() else ei_all[0]
+        ew_all = lay.structure.edge_weight
+        self._snap = []
+        own_local = torch.zeros(S.numel(), dtype=torch.bool)
+        own_local[lay.S_owned] = True
+        for t in range(T):
+            lo, hi = int(ptr[t]), int(ptr[t + 1])
+            sel = (et == t).nonzero().flatten()
+            ei = ei_all[:, sel] - lo
+            ew = ew_all[sel] if ew_all is not None else None
+            gids = S[lo:hi]
+            g = node_subset_graph(sg, gids, None, edges=(ei, ew))
+            # one BatchNorm segment per call (a PyGT call is one snapshot)
+            g.time = torch.zeros(hi - lo, dtype=torch.long)
+            g.node_ptr = torch.tensor([0, hi - lo])
+            g._cache = {}
+            g.gcn_norm = self._snapshot_norm(lo, hi)  # type: ignore[method-assign]
+            maps = {}
+            for key, m in lay.maps.items():
+                if not key[1].startswith("spatial"):
+                    continue
+                ks = (tS[m.send_idx] == t) if m.send_idx.numel() else m.send_idx.bool()
+                kr = (tS[m.recv_idx] == t) if m.recv_idx.numel() else m.recv_idx.bool()
+                src_rank = torch.repeat_interleave(torch.arange(self.world_size), torch.tensor(m.recv_splits, dtype=torch.long))
+                dst_rank = torch.repeat_interleave(torch.arange(self.world_size), torch.tensor(m.send_splits, dtype=torch.long))
+                maps[key] = ExchangeMap(m.key, m.width, m.static, m.send_idx[ks] - lo,
+                                        torch.bincount(dst_rank[ks], minlength=self.world_size).tolist(),
+                                        m.recv_idx[kr] - lo, torch.bincount(src_rank[kr], minlength=self.world_size).tolist(),
+                                        m.recv_gid[kr], m.send_gid[ks])
+            owned = (own_local[lo:hi]).nonzero().flatten()
+            self._snap.append((lo, hi, g, _RankHalo(self, maps, owned)))
+
+    def _snapshot_norm(self, lo: int, hi: int) -> Callable:
+        lay = self.layout
+
+        def norm(improved: bool, add_self_loops: bool, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+            ei, ew = lay.structure.gcn_norm(improved, add_self_loops, dtype)
+            keep = (ei[1] >= lo) & (ei[1] < hi)
+            return (ei[:, keep] - lo).contiguous(), ew[keep].contiguous()
+
+        return norm
+
+    # --------------------------------------------------------------- exchange
+    def _exchange_into(self, m: ExchangeMap, src: Tensor, dst: Tensor) -> Tensor:
+        """Send ``src``'s rows ``m.send_idx``; write the received rows into
+        ``dst`` at ``m.recv_idx`` (out of place)."""
+        send = src.index_select(0, m.send_idx)
+        w = int(send[0].numel()) if send.shape[0] else int(torch.tensor(src.shape[1:]).prod()) if src.dim() > 1 else 1
+        if w != m.width:
+            raise DecompositionMismatchError(
+                f"exchange {m.key}: the model moves rows of {w} elements but its dependency pattern declares "
+                f"{m.width}; the pattern (model.dependency_pattern()) must describe what the model computes.")
+        recv = self.comm.exchange(m.key, send, m.send_splits, m.recv_splits)
+        return dst.index_copy(0, m.recv_idx, recv.to(dst.dtype))
+
+    # ---------------------------------------------------------------- forward
+    def _structure(self, b: int, h_S: Tensor) -> Tensor:
+        if self.fusion == "full":
+            return self.model.structure_encoder(self.layout.structure, h_S, block=b, halo=self.halo)
+        outs = [self.model.structure_encoder(g, h_S[lo:hi], block=b, halo=halo) for lo, hi, g, halo in self._snap]
+        return torch.cat(outs, 0) if outs else h_S[:0]
+
+    def _time(self, b: int, z_Q: Tensor) -> Tensor:
+        lay = self.layout
+        kind = self.pattern.blocks[b].time_kind
+        if kind == "none":
+            return self.model.time_encoder(z_Q, lay.time_graph, None, block=b)
+        if kind == "attention":
+            info = lay.attention(b)
+            zM = z_Q.new_zeros((info["graph"].num_nodes,) + tuple(z_Q.shape[1:])).index_copy(0, info["q_in_m"], z_Q)
+            zM = self._exchange_into(info["exchange"], z_Q, zM)
+            hM = self.model.time_encoder(zM, info["graph"], None, block=b)
+            return hM.index_select(0, info["q_in_m"])
+        # recurrent: rounds of pieces
+        outs, pos = [], []
+        recv: Optional[Tensor] = None
+        W = self.model.state_width
+        for k, info in enumerate(lay.recurrent_rounds(b)):
+            g = info["graph"]
+            last = z_Q.new_zeros(0, W)
+            if g.num_nodes:
+                if k == 0:
+                    h0 = self.h0.index_select(0, info["h0_seq"]) if self.h0 is not None else None
+                else:
+                    h0 = recv.index_select(0, info["h0_recv"])
+                out, last = self.model.time_encoder_with_state(z_Q.index_select(0, info["q_pos"]), g, h0, block=b)
+                outs.append(out)
+                pos.append(info["q_pos"])
+            m = info["exchange"]
+            if m is not None:
+                send = last.index_select(0, m.send_idx)
+                if send.shape[1] != m.width:
+                    raise DecompositionMismatchError(
+                        f"the recurrent state is {send.shape[1]} wide but the dependency pattern declares "
+                        f"time_width={m.width}.")
+                recv = self.comm.exchange(m.key, send, m.send_splits, m.recv_splits)
+        if not outs:
+            return z_Q.new_zeros(0, getattr(self.model, "out_channels", W))
+        h = torch.cat(outs, 0)
+        p = torch.cat(pos)
+        inv = torch.empty_like(p)
+        inv[p] = torch.arange(p.numel())
+        return h.index_select(0, inv)
+
+    def outputs(self) -> Tensor:
+        """``[|Q_r|, H]`` model outputs of this rank's time-owned nodes
+        (``layout.Q``, gid order), before the head."""
+        lay = self.layout
+        self.comm.start(requires_grad=torch.is_grad_enabled())
+        h_S = self.x_S
+        h_Q: Optional[Tensor] = None
+        for b in range(self.model.num_blocks):
+            if b > 0:
+                if lay.two_owners:
+                    h_S = h_Q.new_zeros((lay.S.numel(),) + tuple(h_Q.shape[1:]))
+                    sl, ql = lay.local_S_to_Q
+                    h_S = h_S.index_copy(0, sl, h_Q.index_select(0, ql))
+                    h_S = self._exchange_into(lay.maps[(b, "redistribution_back")], h_Q, h_S)
+                else:
+                    h_S = h_Q.new_zeros((lay.S.numel(),) + tuple(h_Q.shape[1:])).index_copy(0, lay.S_owned, h_Q)
+            z_S = self._structure(b, h_S)
+            if lay.two_owners:
+                z_Q = z_S.new_zeros((lay.Q.numel(),) + tuple(z_S.shape[1:]))
+                sl, ql = lay.local_S_to_Q
+                z_Q = z_Q.index_copy(0, ql, z_S.index_select(0, sl))
+                z_Q = self._exchange_into(lay.maps[(b, "redistribution")], z_S, z_Q)
+            else:
+                z_Q = z_S.index_select(0, lay.S_owned)
+            h_Q = self._time(b, z_Q)
+        return h_Q
+
+    def _apply_head(self, out: Tensor) -> Tensor:
+        return self.head(out) if self.head is not None else out
+
+    def compute_loss(self) -> Tensor:
+        """This rank's share :math:`L_r` of the epoch loss (global
+        normalizers; :math:`\\sum_r L_r` is the single-process loss), with
+        autograd, connected to every collective of the pass."""
+        out = self.outputs()
+        kind = self.loss_kind
+        pred = self._apply_head(out)
+        if kind == "bce_link":
+            table = pred.reshape(pred.shape[0], -1)
+            far = table.new_zeros(sum(self.readout.recv_splits), table.shape[1])
+            table = torch.cat([table, self._exchange_into(self.readout, table, far)], 0)
+            fn = getattr(self.model, "link_logits", None)
+            if fn is not None:
+                logits = fn(table, self.label_src_idx, self.label_dst_idx)
+            else:
+                logits = (table.index_select(0, self.label_src_idx) * table.index_select(0, self.label_dst_idx)).sum(-1)
+            per = F.binary_cross_entropy_with_logits(logits, self.label.to(logits.dtype), reduction="none")
+            loss = snapshot_mean_part(per, self.label_time, self.label_counts, self.snapshot_reduction)
+        else:
+            y = self.target_Q
+            if kind == "ce":
+                per = F.cross_entropy(pred, y.long(), reduction="none")
+            else:
+                if pred.dim() == 2 and pred.shape[1] == 1 and y.dim() == 1:
+                    pred = pred.squeeze(1)
+                diff = pred - y.to(pred.dtype)
+                per = diff * diff if kind == "mse" else diff.abs()
+                if per.dim() > 1:
+                    per = per.reshape(per.shape[0], -1).mean(1)
+            loss = snapshot_mean_part(per, self.time_Q, self.node_counts, self.snapshot_reduction)
+        return self.comm.seal(loss)
+
+    # ------------------------------------------------------------------ epoch
+    def _sync_gradients(self) -> None:
+        """Sum the gradients of the replicated parameters over ranks (one flat
+        all-reduce after the backward; a parameter no rank produced a
+        gradient for keeps ``grad=None``, as on one process)."""
+        if self.world_size == 1:
+            return
+        ps = self.params
+        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in ps]
+                         + [torch.tensor([float(p.grad is not None) for p in ps], dtype=self.dtype, device=self.device)])
+        dist.all_reduce(flat, group=self.group)
+        self.comm.bytes[(-1, "grad_sync", "grad_sync", "fwd")] += flat.numel() * flat.element_size()
+        o = 0
+        for i, p in enumerate(ps):
+            n = p.numel()
+            has = bool(flat[flat.numel() - len(ps) + i] > 0)
+            p.grad = flat[o:o + n].view_as(p).clone() if has else None
+            o += n
+
+    def train_epoch(self) -> float:
+        """One full-batch epoch on every rank; returns the global loss (the
+        same float on every rank)."""
+        t0 = time.perf_counter()
+        self.comm.reset_counters()
+        self.model.train()
+        if self.head is not None:
+            self.head.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self.compute_loss()
+        loss.backward()
+        self._sync_gradients()
+        self.optimizer.step()
+        total = loss.detach().reshape(1).clone()
+        dist.all_reduce(total, group=self.group)
+        self.epoch_seconds.append(time.perf_counter() - t0)
+        return float(total)
+
+    @torch.no_grad()
+    def evaluate(self) -> float:
+        """The global loss in eval mode (BatchNorm running statistics), no
+        gradients."""
+        modes = self._eval()
+        try:
+            loss = self.compute_loss().detach().reshape(1).clone()
+            dist.all_reduce(loss, group=self.group)
+            return float(loss)
+        finally:
+            self._restore(modes)
+
+    @torch.no_grad()
+    def predict(self) -> Tensor:
+        """Eval-mode outputs (after the head) of *all* vertex-time nodes,
+        ``[N, *]`` in vertex-time node order, the same on every rank."""
+        modes = self._eval()
+        try:
+            pred = self._apply_head(self.outputs())
+            full = pred.new_zeros((self.layout.sg.num_nodes,) + tuple(pred.shape[1:]))
+            full.index_copy_(0, self.layout.Q.to(pred.device), pred)
+            dist.all_reduce(full, group=self.group)  # every row is non-zero on one rank only: exact
+            return full
+        finally:
+            self._restore(modes)
+
+    def _eval(self) -> tuple[bool, bool]:
+        modes = (self.model.training, self.head.training if self.head is not None else False)
+        self.model.eval()
+        if self.head is not None:
+            self.head.eval()
+        return modes
+
+    def _restore(self, modes: tuple[bool, bool]) -> None:
+        self.model.train(modes[0])
+        if self.head is not None:
+            self.head.train(modes[1])
+
+    # ---------------------------------------------------------------- traffic
+    def _sum_counter(self, pred: Callable[[tuple], bool]) -> int:
+        return int(sum(v for k, v in self.comm.bytes.items() if pred(k)))
+
+    def traffic(self) -> dict:
+        r"""Bytes of the last epoch, summed over ranks (a collective: call it on
+        every rank), next to the plan's prediction.
+
+        Returns:
+            ``{"measured": {kind: bytes}, "predicted": {kind: bytes},
+            "exchanges": [{block, phase, kind, measured_forward,
+            measured_backward, predicted_forward, predicted_backward}],
+            "load": {"measured", "predicted"}, "temporal_rounds": int,
+            "collectives": int}``. Kinds: the plan's (``spatial``,
+            ``temporal``, ``redistribution``, ``readout``, and ``total`` of
+            them) plus ``norm`` (BatchNorm statistics) and ``grad_sync``
+            (gradient all-reduce), which the plan does not predict.
+        """
+        rows = [(e.block, e.phase, e.kind) for e in self.plan if not e.static]
+        vals = []
+        for key in rows:
+            vals += [self.comm.bytes.get(key + ("fwd",), 0), self.comm.bytes.get(key + ("bwd",), 0)]
+        extra = [self._sum_counter(lambda k: k[2] == "norm"), self._sum_counter(lambda k: k[2] == "grad_sync"),
+                 self.load_bytes_measured, self.comm.calls]
+        t = torch.tensor(vals + extra, dtype=torch.float64)
+        dist.all_reduce(t, group=self.group)
+        t = t.long().tolist()
+        measured = {k: 0 for k in ("spatial", "temporal", "redistribution", "readout")}
+        predicted = dict(measured)
+        exchanges = []
+        for i, key in enumerate(rows):
+            e = self.plan.exchange(key[0], key[1])
+            mf, mb = t[2 * i], t[2 * i + 1]
+            measured[key[2]] += mf + mb
+            predicted[key[2]] += e.forward_bytes + e.backward_bytes
+            exchanges.append({"block": key[0], "phase": key[1], "kind": key[2], "measured_forward": mf,
+                              "measured_backward": mb, "predicted_forward": e.forward_bytes,
+                              "predicted_backward": e.backward_bytes})
+        measured["total"] = sum(measured.values())
+        predicted["total"] = sum(predicted.values())
+        n = len(vals)
+        measured["norm"], measured["grad_sync"] = t[n], t[n + 1]
+        return {"measured": measured, "predicted": predicted, "exchanges": exchanges,
+                "load": {"measured": t[n + 2], "predicted": self.plan.load_bytes()},
+                "temporal_rounds": self.plan.temporal_rounds(), "collectives": t[n + 3]}
+
+    def halo_rows(self) -> dict:
+        r"""Halo rows each rank loads per spatial layer, summed over ranks:
+        ``fused`` -- once per rank (this runtime); ``per_chunk`` -- once per
+        chunk (:math:`\sum_c |\mathrm{halo}(c)|`, in-neighbours outside the
+        chunk, same-rank ones included: unfused chunk execution); ``None``
+        for partitions without chunks."""
+        sg = self.layout.sg
+        own = self.partition.owner
+        s, d = sg.spatial_edge_index
+        cut = own[s] != own[d]
+        fused = int(torch.unique(own[d[cut]] * sg.num_nodes + s[cut]).numel())
+        per_chunk = None
+        if self.partition.chunk is not None:
+            ch = self.partition.chunk
+            c = ch[s] != ch[d]
+            per_chunk = int(torch.unique(ch[d[c]] * sg.num_nodes + s[c]).numel())
+        return {"fused": fused, "per_chunk": per_chunk}
