@@ -10,6 +10,7 @@ the caller, naming the rank, after every process has stopped.
 from __future__ import annotations
 
 import os
+import pickle
 import socket
 import traceback
 from datetime import timedelta
@@ -47,7 +48,8 @@ def _entry(rank: int, world_size: int, port: int, backend: str, timeout: float, 
     try:
         dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout))
         try:
-            q.put((rank, True, fn(rank, world_size, *args)))
+            # plain pickle: tensors travel by value (a shared-memory handle dies with this process)
+            q.put((rank, True, pickle.dumps(fn(rank, world_size, *args))))
         finally:
             dist.destroy_process_group()
     except BaseException as exc:  # reported to the parent, which stops the others
@@ -83,24 +85,29 @@ def spawn(fn: Callable[..., Any], world_size: int, *args: Any, backend: str = "g
     for p in procs:
         p.start()
     results: dict = {}
-    failure = None
+    failures: list = []
     try:
         for _ in range(world_size):
-            rank, ok, value = q.get(timeout=timeout + 60)
+            # after a failure the others stop soon (their collectives break): wait briefly for their reports
+            rank, ok, value = q.get(timeout=(timeout + 60) if not failures else 15)
             if ok:
-                results[rank] = value
+                results[rank] = pickle.loads(value)
             else:
-                failure = SpawnError(rank, value[0], value[1])
-                break
+                failures.append(SpawnError(rank, value[0], value[1]))
     except Exception as exc:  # queue timeout: a rank hung or died without reporting
-        dead = [r for r, p in enumerate(procs) if p.exitcode not in (None, 0)]
-        failure = SpawnError(dead[0] if dead else -1, f"no result within {timeout + 60:.0f} s ({type(exc).__name__})", "")
+        if not failures:
+            dead = [r for r, p in enumerate(procs) if p.exitcode not in (None, 0)]
+            failures.append(SpawnError(dead[0] if dead else -1, f"no result within {timeout + 60:.0f} s ({type(exc).__name__})", ""))
     finally:
         for p in procs:
-            p.join(timeout=5 if failure is not None else timeout)
+            p.join(timeout=5 if failures else timeout)
             if p.is_alive():
                 p.terminate()
                 p.join(5)
+    # the cause is the rank whose error is not a broken connection to a rank that failed first
+    transport = ("Connection reset", "Connection closed", "Broken pipe", "Socket Timeout", "Timed out")
+    causes = [f for f in failures if not any(t in f.cause for t in transport)]
+    failure = (causes or failures or [None])[0]
     if failure is not None:
         raise failure
     return [results[r] for r in range(world_size)]

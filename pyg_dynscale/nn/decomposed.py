@@ -204,7 +204,7 @@ class FusedGraph:
         return self.time
 
     def gcn_norm(self, improved: bool, add_self_loops: bool, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-        """``(edge_index, edge_weight)`` of :math:`\hat{D}^{-1/2}\hat{A}\hat{D}^{-1/2}`
+        r"""``(edge_index, edge_weight)`` of :math:`\hat{D}^{-1/2}\hat{A}\hat{D}^{-1/2}`
         sorted by target (PyG's ``gcn_norm`` on this graph). A rank's local
         graph overrides it with the slice of the *global* normalization."""
         from torch_geometric.nn.conv.gcn_conv import gcn_norm
@@ -300,7 +300,7 @@ def propagate(x: Tensor, adjacency: tuple[Tensor, Tensor]) -> Tensor:
     ``add`` aggregation of :class:`~torch_geometric.nn.conv.GCNConv`) for
     ``x`` of shape ``[N, *]``, as a CSR sparse-dense product."""
     shape = x.shape
-    x2 = x.reshape(shape[0], -1)
+    x2 = x.flatten(1) if x.dim() > 2 else x
     if x2.dtype not in (torch.float32, torch.float64):
         ei, w = adjacency
         msg = x2.index_select(0, ei[0]) * w.to(x2.dtype).unsqueeze(-1)
