@@ -119,5 +119,5 @@ def test_distributed_equals_single_process(R):
             assert e["measured_forward"] == e["predicted_forward"], (tag, e)
             assert e["measured_backward"] == e["predicted_backward"], (tag, e)
         assert t["load"]["measured"] == t["load"]["predicted"], (tag, t["load"])
-        if R > 1 and scheme in ("random", "pts") and name != "mpnn":
-            assert t["measured"]["total"] > 0, tag  # the random/PTS partitions cut something here
+        if R > 1 and scheme == "random":  # a random owner array cuts spatial and temporal edges here
+            assert t["measured"]["total"] > 0 and t["load"]["measured"] > 0, tag

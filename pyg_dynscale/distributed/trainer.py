@@ -307,6 +307,7 @@ class DistributedTrainer:
             self.label_counts = torch.bincount(tg.label_time, minlength=T).to(dev)
             ex = self.plan.exchange(self.plan.pattern.num_blocks - 1, "readout")
             self.readout = ExchangeMap.build(ex, self.rank, lay.Q, None)
+            self.readout.recv_idx = torch.arange(self.readout.recv_gid.numel())  # received rows in arrival order
             local_d = town[dst] == self.rank
             didx = torch.empty_like(dst)
             didx[local_d] = torch.searchsorted(lay.Q, dst[local_d])
@@ -480,7 +481,7 @@ class DistributedTrainer:
         kind = self.loss_kind
         pred = self._apply_head(out)
         if kind == "bce_link":
-            table = pred.reshape(pred.shape[0], -1)
+            table = pred.flatten(1) if pred.dim() > 1 else pred.unsqueeze(1)
             far = table.new_zeros(sum(self.readout.recv_splits), table.shape[1])
             table = torch.cat([table, self._exchange_into(self.readout, table, far)], 0)
             fn = getattr(self.model, "link_logits", None)

@@ -32,7 +32,8 @@ def segment_batch_norm(x: Tensor, seg: Tensor, num_segments: int, bn: torch.nn.B
     normalized with its own biased statistics :math:`\mu_t, \sigma^2_t`, and
     the running statistics are updated ``num_segments`` times in order, in
     closed form :math:`r \leftarrow (1-m)^T r + \sum_t m (1-m)^{T-1-t} s_t`
-    (with the unbiased :math:`s_t`), exactly as ``T`` calls would. Eval mode
+    (with the unbiased :math:`s_t`), exactly as ``T`` calls would; an empty
+    segment updates nothing (a loop cannot call BatchNorm on no rows). Eval mode
     uses the running statistics for all rows at once.
 
     With a ``halo`` (distributed runtime), the statistics are those of the
@@ -59,7 +60,8 @@ def segment_batch_norm(x: Tensor, seg: Tensor, num_segments: int, bn: torch.nn.B
         with torch.no_grad():
             unbiased = var * counts / (counts - 1).clamp(min=1)
             mean_d, unb_d = mean.detach(), unbiased.detach()
-            for t in range(num_segments):  # T tiny [C] updates: exact sequential semantics
+            nonempty = (counts.squeeze(1) > 0).nonzero().flatten().tolist()
+            for t in nonempty:  # T tiny [C] updates: exact sequential semantics; an empty snapshot is no call
                 bn.num_batches_tracked.add_(1)
                 m = bn.momentum if bn.momentum is not None else 1.0 / float(bn.num_batches_tracked)
                 bn.running_mean.mul_(1 - m).add_(m * mean_d[t].to(bn.running_mean.dtype))
