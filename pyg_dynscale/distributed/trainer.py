@@ -173,6 +173,11 @@ class DistributedTrainer:
         self.snapshot_reduction = snapshot_reduction
         self.fusion = fusion
         # ---------------- devices and dtypes
+        backend = dist.get_backend(group)
+        if device is not None and torch.device(device).type == "cuda" and backend == "gloo":
+            raise ModelInputError("device", "is CUDA but the process group uses gloo, which cannot move CUDA tensors "
+                                  "in all_to_all.", "init the process group with backend='nccl' (one GPU per rank), "
+                                  "or train on the CPU.")
         params = list(self.model.parameters())
         devs = {p.device for p in params} | ({p.device for p in head.parameters()} if head is not None else set())
         if len(devs) > 1:
@@ -182,7 +187,6 @@ class DistributedTrainer:
         if devs and next(iter(devs)) != device:
             raise ModelInputError("model", f"is on {next(iter(devs))} but training runs on {device}.",
                                   f"call model.to({str(device)!r}) first.")
-        backend = dist.get_backend(group)
         if device.type == "cuda" and backend == "gloo":
             raise ModelInputError("device", "is CUDA but the process group uses gloo, which cannot move CUDA tensors "
                                   "in all_to_all.", "init the process group with backend='nccl' (one GPU per rank), "
