@@ -24,6 +24,7 @@ rank (rows never go to the sender itself, so this is network traffic).
 """
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from typing import Any, Optional
 
@@ -88,6 +89,8 @@ class Communicator:
         self.rows: dict[tuple, int] = defaultdict(int)
         #: number of collectives issued
         self.calls = 0
+        #: wall seconds spent inside collectives (including waiting for slower ranks)
+        self.seconds = 0.0
 
     # ------------------------------------------------------------- epochs
     def start(self, requires_grad: bool) -> None:
@@ -104,6 +107,7 @@ class Communicator:
     def reset_counters(self) -> None:
         self.bytes.clear()
         self.rows.clear()
+        self.seconds = 0.0
 
     # ---------------------------------------------------------- collectives
     def exchange(self, key: Key, send: Tensor, send_splits: list[int], recv_splits: list[int]) -> Tensor:
@@ -130,7 +134,9 @@ class Communicator:
             width *= int(n)
         flat = send.reshape(send.shape[0], width)
         out = flat.new_empty(sum(recv_splits), width)
+        t0 = time.perf_counter()
         dist.all_to_all_single(out, flat, recv_splits, send_splits, group=self.group)
+        self.seconds += time.perf_counter() - t0
         self.calls += 1
         sent = sum(n for r, n in enumerate(send_splits) if r != self.rank)
         self.rows[key + (direction,)] += sent
@@ -140,7 +146,9 @@ class Communicator:
     def _all_reduce(self, x: Tensor, key: Key, direction: str) -> Tensor:
         out = x.detach().clone().contiguous()
         if self.world_size > 1:
+            t0 = time.perf_counter()
             dist.all_reduce(out, group=self.group)
+            self.seconds += time.perf_counter() - t0
         self.calls += 1
         self.bytes[key + (direction,)] += out.numel() * out.element_size() if self.world_size > 1 else 0
         return out

@@ -266,8 +266,9 @@ class DistributedTrainer:
             for t in list(m.parameters()) + list(m.buffers()):
                 dist.broadcast(t.data, 0, group=group)
         self.optimizer = optimizer(self.params) if optimizer is not None else torch.optim.Adam(self.params, lr=lr)
+        #: wall seconds of each training epoch on this rank, and the part spent in collectives
         self.epoch_seconds: list[float] = []
-        self.compute_seconds = 0.0
+        self.comm_seconds: list[float] = []
         self.setup_seconds = time.perf_counter() - t_setup
 
     # ------------------------------------------------------------------ setup
@@ -519,7 +520,9 @@ class DistributedTrainer:
         ps = self.params
         flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in ps]
                          + [torch.tensor([float(p.grad is not None) for p in ps], dtype=self.dtype, device=self.device)])
+        t0 = time.perf_counter()
         dist.all_reduce(flat, group=self.group)
+        self.comm.seconds += time.perf_counter() - t0
         self.comm.bytes[(-1, "grad_sync", "grad_sync", "fwd")] += flat.numel() * flat.element_size()
         o = 0
         for i, p in enumerate(ps):
@@ -541,9 +544,10 @@ class DistributedTrainer:
         loss.backward()
         self._sync_gradients()
         self.optimizer.step()
+        self.comm_seconds.append(self.comm.seconds)  # before the loss report below: training traffic only
+        self.epoch_seconds.append(time.perf_counter() - t0)
         total = loss.detach().reshape(1).clone()
         dist.all_reduce(total, group=self.group)
-        self.epoch_seconds.append(time.perf_counter() - t0)
         return float(total)
 
     @torch.no_grad()
