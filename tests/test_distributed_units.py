@@ -167,7 +167,7 @@ def _bad_setup_worker(rank: int, world_size: int) -> list:
     attempt("pattern", lambda: DistributedTrainer(d, sig, pgc, head=torch.nn.Linear(4, 1).double()))
     attempt("cuda", lambda: DistributedTrainer(m, sig, pgc, head=head, device="cuda"))
     attempt("fusion", lambda: DistributedTrainer(m, sig, pgc, head=head, fusion="partly"))
-    attempt("budget", lambda: DistributedTrainer(m, sig, pgc, head=head, fusion=1 << 20))
+    attempt("budget", lambda: DistributedTrainer(m, sig, pgc, head=head, fusion=-5))
     # ranks disagree: rank 1 passes another (valid) partition
     mine = partition(sig, "pts", 2) if rank == 0 else partition(sig, "pss", 2)
     attempt("ranks_differ", lambda: DistributedTrainer(m, sig, mine, head=head))
@@ -178,7 +178,7 @@ def test_bad_setup_is_a_clear_error_on_every_rank():
     res = spawn(_bad_setup_worker, 2, timeout=60)
     expect = {"parts": ("PartitionError", "num_parts"), "signal": ("PartitionError", "this signal"),
               "pattern": ("PartitionError", "pattern"), "cuda": ("ModelInputError", "gloo"),
-              "fusion": ("ModelInputError", "fusion"), "budget": ("NotImplementedError", "memory budget"),
+              "fusion": ("ModelInputError", "fusion"), "budget": ("ModelInputError", "memory budget"),
               "ranks_differ": ("ModelInputError", "differs between ranks")}
     for rank_out in res:
         got = {label: (kind, msg) for label, kind, msg in rank_out}
@@ -197,3 +197,26 @@ def _failing_worker(rank: int, world_size: int) -> None:
 def test_spawn_names_the_failing_rank():
     with pytest.raises(SpawnError, match="rank 1 failed: ValueError: boom on rank one"):
         spawn(_failing_worker, 2, timeout=20)
+
+
+def _groups_worker(rank: int, world_size: int, budgets: list) -> list:
+    sig = cases.signal()
+    m, head, _ = cases.model("tgcn2")
+    part = partition(sig, "pts", world_size)
+    out = []
+    for b in budgets:
+        tr = DistributedTrainer(m, sig, part, head=head, fusion=b)
+        out.append(tr.groups)
+    return out
+
+
+def test_memory_budget_groups_snapshot_ranges():
+    T = cases.T
+    tiny, mid, huge = 1.0, 3000.0, 1e12
+    res = spawn(_groups_worker, 2, ["none", tiny, mid, huge], timeout=60)
+    none, g_tiny, g_mid, g_huge = res[0]
+    assert res[0] == res[1]  # the same ranges on every rank
+    assert none == [(t, t + 1) for t in range(T)] and g_tiny == none  # every snapshot is over a tiny budget
+    assert g_huge == [(0, T)]
+    assert 1 < len(g_mid) < T  # some snapshots fused, not all
+    assert g_mid[0][0] == 0 and g_mid[-1][1] == T and all(a[1] == b[0] for a, b in zip(g_mid, g_mid[1:]))

@@ -109,7 +109,11 @@ class DistributedTrainer:
         fusion: ``"full"`` -- all of a rank's chunks as one block-diagonal
             graph (each halo row fetched once per rank and layer); ``"none"``
             -- one structure-encoder call per snapshot with its own halo
-            exchange per layer, as the PyGT baselines run.
+            exchange per layer, as the PyGT baselines run; a number -- a
+            memory budget in bytes: consecutive snapshots are fused into one
+            call while the largest rank's estimated activation memory stays
+            within it (:meth:`_snapshot_groups`; ranges are the same on every
+            rank, so halo dependencies line up).
         input_halo: ``"load"`` -- block 0's raw-feature halo moved once at
             set-up; ``"exchange"`` -- every epoch.
         h0: ``[S, state_width]`` initial state per temporal sequence.
@@ -163,15 +167,17 @@ class DistributedTrainer:
             raise ModelInputError("loss", f"is {loss!r}.", f"use one of {LOSSES} (callables are not distributed).")
         if snapshot_reduction not in ("mean", "sum"):
             raise ModelInputError("snapshot_reduction", f"is {snapshot_reduction!r}.", "use 'mean' or 'sum'.")
-        if fusion not in FUSION_MODES:
-            if isinstance(fusion, (int, float)) and not isinstance(fusion, bool):
-                raise NotImplementedError(
-                    "fusion=<memory budget> (DGC's greedy merge of the chunks sharing the most halo rows) is not "
-                    "built yet; use fusion='full' (all of a rank's chunks fused) or 'none'.")
-            raise ModelInputError("fusion", f"is {fusion!r}.", f"use one of {FUSION_MODES}.")
+        budget = None
+        if isinstance(fusion, (int, float)) and not isinstance(fusion, bool):
+            if not fusion > 0:
+                raise ModelInputError("fusion", f"is a memory budget of {fusion!r} bytes.", "give a positive number of bytes.")
+            budget, fusion = float(fusion), "budget"
+        elif fusion not in FUSION_MODES:
+            raise ModelInputError("fusion", f"is {fusion!r}.", f"use one of {FUSION_MODES} or a memory budget in bytes.")
         self.loss_kind = loss
         self.snapshot_reduction = snapshot_reduction
         self.fusion = fusion
+        self.fusion_budget = budget
         # ---------------- devices and dtypes
         backend = dist.get_backend(group)
         if device is not None and torch.device(device).type == "cuda" and backend == "gloo":
@@ -257,8 +263,11 @@ class DistributedTrainer:
         self.load_seconds = time.perf_counter() - t0
         self.load_bytes_measured = self._sum_counter(lambda k: True)
         self.comm.reset_counters()
-        if fusion == "none":
-            self._build_unfused()
+        #: the snapshot ranges each structure-encoder call covers (``None``: one call for everything)
+        self.groups: Optional[list] = None
+        if fusion != "full":
+            self.groups = self._snapshot_groups(budget)
+            self._build_unfused(self.groups)
         # ---------------- replicated parameters: rank 0's, and one optimizer per rank
         self.params = list(self.model.parameters()) + (list(head.parameters()) if head is not None else [])
         modules = [self.model] + ([head] if head is not None else [])
@@ -290,7 +299,7 @@ class DistributedTrainer:
             h.update(partition.time_owner.numpy().tobytes())
         mine = {"signal": signal.fingerprint(), "partition": h.hexdigest(), "scheme": partition.scheme,
                 "params": _param_digest([self.model] + ([self.head] if self.head is not None else [])),
-                "loss": str(self.loss_kind), "fusion": str(self.fusion), "dtype": str(self.dtype)}
+                "loss": str(self.loss_kind), "fusion": f"{self.fusion}:{self.fusion_budget}", "dtype": str(self.dtype)}
         everyone: list = [None] * self.world_size
         dist.all_gather_object(everyone, mine, group=self.group)
         for key in mine:
@@ -334,8 +343,46 @@ class DistributedTrainer:
         raise NotImplementedError("the distributed runtime runs on CPU ranks (gloo) in this release; "
                                   "CUDA ranks (NCCL) are not built yet.")
 
-    def _build_unfused(self) -> None:
-        """Per-snapshot structure graphs and halo maps (``fusion="none"``)."""
+    def _snapshot_groups(self, budget: Optional[float]) -> list:
+        r"""Consecutive snapshot ranges ``[(t0, t1), ...]``, the same on every
+        rank, each run as one structure-encoder call. ``budget=None``: one
+        snapshot per call (``fusion="none"``). Otherwise ranges grow while the
+        largest rank's estimated activation memory for the range,
+        :math:`b \cdot (n_r (F + \sum_l w_l + w_	ext{out}) + 2 e_r)` for its
+        :math:`n_r` structure rows and :math:`e_r` edges in the range, stays
+        within the budget (a single snapshot over budget runs alone)."""
+        sg = self.signal.supergraph()
+        T = sg.num_snapshots
+        if budget is None:
+            return [(t, t + 1) for t in range(T)]
+        own = self.partition.owner
+        R = self.world_size
+        s, d = sg.spatial_edge_index
+        # rows per (rank, snapshot): owned nodes + their halo (in-neighbours owned elsewhere), edges into owned nodes
+        key_n = own * T + sg.time
+        cut = own[s] != own[d]
+        halo = torch.unique(own[d[cut]] * sg.num_nodes + s[cut])
+        hr, hg = halo // sg.num_nodes, halo % sg.num_nodes
+        rows = torch.bincount(key_n, minlength=R * T) + torch.bincount(hr * T + sg.time[hg], minlength=R * T)
+        edges = torch.bincount(own[d] * T + sg.time[d], minlength=R * T)
+        bpe = torch.empty((), dtype=self.dtype).element_size()
+        blk = self.pattern.blocks
+        width = max(sum(b.spatial_widths) + b.redistribution_width + (b.spatial_widths[0] if b.spatial_widths else 0)
+                    for b in blk)
+        cost = (rows.view(R, T).double() * width + 2 * edges.view(R, T).double()) * bpe  # [R, T]
+        groups, t0 = [], 0
+        acc = torch.zeros(R, dtype=torch.float64)
+        for t in range(T):
+            if t > t0 and float((acc + cost[:, t]).max()) > budget:
+                groups.append((t0, t))
+                t0, acc = t, torch.zeros(R, dtype=torch.float64)
+            acc += cost[:, t]
+        groups.append((t0, T))
+        return groups
+
+    def _build_unfused(self, groups: list) -> None:
+        """Structure graphs and halo maps of each snapshot range (``fusion``
+        ``"none"`` or a memory budget)."""
         lay = self.layout
         S = lay.S
         sg = self.signal.supergraph()
@@ -349,24 +396,24 @@ class DistributedTrainer:
         self._snap = []
         own_local = torch.zeros(S.numel(), dtype=torch.bool)
         own_local[lay.S_owned] = True
-        for t in range(T):
-            lo, hi = int(ptr[t]), int(ptr[t + 1])
-            sel = (et == t).nonzero().flatten()
+        for t0, t1 in groups:
+            lo, hi = int(ptr[t0]), int(ptr[t1])
+            sel = ((et >= t0) & (et < t1)).nonzero().flatten()
             ei = ei_all[:, sel] - lo
             ew = ew_all[sel] if ew_all is not None else None
             gids = S[lo:hi]
             g = node_subset_graph(sg, gids, None, edges=(ei, ew))
-            # one BatchNorm segment per call (a PyGT call is one snapshot)
-            g.time = torch.zeros(hi - lo, dtype=torch.long)
-            g.node_ptr = torch.tensor([0, hi - lo])
+            # BatchNorm segments of this call: its snapshots, in order (a PyGT call is one snapshot)
+            g.time = tS[lo:hi] - t0
+            g.node_ptr = ptr[t0:t1 + 1] - lo
             g._cache = {}
             g.gcn_norm = self._snapshot_norm(lo, hi)  # type: ignore[method-assign]
             maps = {}
             for key, m in lay.maps.items():
                 if not key[1].startswith("spatial"):
                     continue
-                ks = (tS[m.send_idx] == t) if m.send_idx.numel() else m.send_idx.bool()
-                kr = (tS[m.recv_idx] == t) if m.recv_idx.numel() else m.recv_idx.bool()
+                ks = ((tS[m.send_idx] >= t0) & (tS[m.send_idx] < t1)) if m.send_idx.numel() else m.send_idx.bool()
+                kr = ((tS[m.recv_idx] >= t0) & (tS[m.recv_idx] < t1)) if m.recv_idx.numel() else m.recv_idx.bool()
                 src_rank = torch.repeat_interleave(torch.arange(self.world_size), torch.tensor(m.recv_splits, dtype=torch.long))
                 dst_rank = torch.repeat_interleave(torch.arange(self.world_size), torch.tensor(m.send_splits, dtype=torch.long))
                 maps[key] = ExchangeMap(m.key, m.width, m.static, m.send_idx[ks] - lo,
@@ -401,7 +448,7 @@ class DistributedTrainer:
 
     # ---------------------------------------------------------------- forward
     def _structure(self, b: int, h_S: Tensor) -> Tensor:
-        if self.fusion == "full":
+        if self.groups is None:
             return self.model.structure_encoder(self.layout.structure, h_S, block=b, halo=self.halo)
         outs = [self.model.structure_encoder(g, h_S[lo:hi], block=b, halo=halo) for lo, hi, g, halo in self._snap]
         return torch.cat(outs, 0) if outs else h_S[:0]
