@@ -39,7 +39,7 @@ def model(name: str):
     """(model, head, loss) with fixed initial parameters (float64)."""
     torch.manual_seed(11)
     H = 4
-    if name == "tgcn1":
+    if name in ("tgcn1", "tgcn1_h0"):
         m, head, loss = TGCN(F, H), torch.nn.Linear(H, 1), "mse"
     elif name == "tgcn2":
         m, head, loss = TGCN(F, H, num_layers=2), torch.nn.Linear(H, 1), "mse"
@@ -63,7 +63,15 @@ def model(name: str):
     return m, head, loss
 
 
-MODELS = ["tgcn1", "tgcn2", "dysat_mse", "dysat_link", "mpnn", "mpnn_dgc"] + (["pygt_tgcn"] if HAVE_PYGT else [])
+def initial_state(name: str, sig: DynamicGraphSignal):
+    """``h0`` per temporal sequence for the ``*_h0`` cases (else ``None``)."""
+    if not name.endswith("_h0"):
+        return None
+    S = sig.supergraph().sequence_ptr.numel() - 1
+    return torch.randn(S, 4, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+
+
+MODELS = ["tgcn1", "tgcn1_h0", "tgcn2", "dysat_mse", "dysat_link", "mpnn", "mpnn_dgc"] + (["pygt_tgcn"] if HAVE_PYGT else [])
 SCHEMES = ["pss", "pts", "pss-ts", "pgc", "random", "empty_rank"]
 
 

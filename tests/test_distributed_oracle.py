@@ -18,7 +18,8 @@ def _run(rank: int, world_size: int, configs: list) -> list:
     out = []
     for name, scheme, part, fusion in configs:
         m, head, loss = cases.model(name)
-        tr = DistributedTrainer(m, sig, part, head=head, loss=loss, optimizer=cases.optimizer_for(name), fusion=fusion)
+        tr = DistributedTrainer(m, sig, part, head=head, loss=loss, optimizer=cases.optimizer_for(name), fusion=fusion,
+                                h0=cases.initial_state(name, sig))
         losses, grads, steps = [], None, []
         for e in range(EPOCHS):
             losses.append(tr.train_epoch())
@@ -45,7 +46,8 @@ def _reference(name: str) -> dict:
     sig = cases.signal()
     m, head, loss = cases.model(name)
     params = list(m.parameters()) + (list(head.parameters()) if head is not None else [])
-    tr = FusedTrainer(m, sig, head=head, loss=loss, optimizer=cases.optimizer_for(name)(params))
+    tr = FusedTrainer(m, sig, head=head, loss=loss, optimizer=cases.optimizer_for(name)(params),
+                      h0=cases.initial_state(name, sig))
     losses, grads = [], None
     for e in range(EPOCHS):
         losses.append(tr.train_epoch())

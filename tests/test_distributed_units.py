@@ -220,3 +220,18 @@ def test_memory_budget_groups_snapshot_ranges():
     assert g_huge == [(0, T)]
     assert 1 < len(g_mid) < T  # some snapshots fused, not all
     assert g_mid[0][0] == 0 and g_mid[-1][1] == T and all(a[1] == b[0] for a, b in zip(g_mid, g_mid[1:]))
+
+
+def test_distributed_example_runs():
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "examples" / "distributed_tgcn.py"
+    out = subprocess.run([sys.executable, str(script), "--nproc", "2", "--epochs", "2"], capture_output=True,
+                         text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert re.search(r"test MSE \d+\.\d+", out.stdout)
+    pairs = re.findall(r"(\w+) (\d+)/(\d+)", out.stdout)
+    assert pairs and all(a == b for _, a, b in pairs)  # measured == plan for every kind

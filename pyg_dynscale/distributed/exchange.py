@@ -108,6 +108,7 @@ class Communicator:
         self.bytes.clear()
         self.rows.clear()
         self.seconds = 0.0
+        self.calls = 0
 
     # ---------------------------------------------------------- collectives
     def exchange(self, key: Key, send: Tensor, send_splits: list[int], recv_splits: list[int]) -> Tensor:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import time
 from typing import Any, Callable, Optional, Union
 
@@ -197,6 +198,9 @@ class DistributedTrainer:
             raise ModelInputError("device", "is CUDA but the process group uses gloo, which cannot move CUDA tensors "
                                   "in all_to_all.", "init the process group with backend='nccl' (one GPU per rank), "
                                   "or train on the CPU.")
+        if device.type != "cpu":
+            raise NotImplementedError("the distributed runtime runs on CPU ranks (gloo) in this release; "
+                                      "CUDA ranks (NCCL, one GPU per rank) are not built yet.")
         self.device = device
         self.dtype = params[0].dtype if params else torch.float32
         bpe = torch.empty((), dtype=self.dtype).element_size()
@@ -248,7 +252,6 @@ class DistributedTrainer:
             check_initial_state(h0, self.global_graph, self.model.state_width)
             h0 = h0.to(device=device, dtype=self.dtype)
         self.h0 = h0
-        self._to_device()
         # static input halo: moved once, counted as load bytes
         self.comm.start(requires_grad=False)
         xs = x.to(self.dtype).index_select(0, self.layout.S)
@@ -335,13 +338,6 @@ class DistributedTrainer:
             self.target_Q = tg.target.index_select(0, lay.Q).to(dev)
             self.time_Q = self.signal.supergraph().time.index_select(0, lay.Q).to(dev)
             self.node_counts = torch.bincount(self.signal.supergraph().time, minlength=T).to(dev)
-
-    def _to_device(self) -> None:
-        """Move the local graphs and index maps to the training device."""
-        if self.device.type == "cpu":
-            return
-        raise NotImplementedError("the distributed runtime runs on CPU ranks (gloo) in this release; "
-                                  "CUDA ranks (NCCL) are not built yet.")
 
     def _snapshot_groups(self, budget: Optional[float]) -> list:
         r"""Consecutive snapshot ranges ``[(t0, t1), ...]``, the same on every
@@ -438,7 +434,7 @@ class DistributedTrainer:
         """Send ``src``'s rows ``m.send_idx``; write the received rows into
         ``dst`` at ``m.recv_idx`` (out of place)."""
         send = src.index_select(0, m.send_idx)
-        w = int(send[0].numel()) if send.shape[0] else int(torch.tensor(src.shape[1:]).prod()) if src.dim() > 1 else 1
+        w = math.prod(src.shape[1:])
         if w != m.width:
             raise DecompositionMismatchError(
                 f"exchange {m.key}: the model moves rows of {w} elements but its dependency pattern declares "
