@@ -640,14 +640,16 @@ class DistributedTrainer:
         every rank), next to the plan's prediction.
 
         Returns:
-            ``{"measured": {kind: bytes}, "predicted": {kind: bytes},
-            "exchanges": [{block, phase, kind, measured_forward,
-            measured_backward, predicted_forward, predicted_backward}],
-            "load": {"measured", "predicted"}, "temporal_rounds": int,
-            "collectives": int}``. Kinds: the plan's (``spatial``,
-            ``temporal``, ``redistribution``, ``readout``, and ``total`` of
-            them) plus ``norm`` (BatchNorm statistics) and ``grad_sync``
-            (gradient all-reduce), which the plan does not predict.
+            dict: ``measured`` and ``predicted`` (bytes per kind: the plan's
+            ``spatial``, ``temporal``, ``redistribution``, ``readout`` and
+            their ``total``; measured also has ``norm``, the BatchNorm
+            statistics, and ``grad_sync``, the gradient all-reduce, which the
+            plan does not predict); ``exchanges`` (one dict per exchange with
+            ``block``, ``phase``, ``kind``, ``measured_forward``,
+            ``measured_backward``, ``predicted_forward``,
+            ``predicted_backward``); ``load`` (``measured`` and ``predicted``
+            bytes moved once at set-up); ``temporal_rounds``; ``collectives``
+            (issued in the last epoch, all ranks).
         """
         rows = [(e.block, e.phase, e.kind) for e in self.plan if not e.static]
         vals = []

@@ -422,18 +422,20 @@ class MaskedTemporalAttention(nn.Module):
         dropout (float): attention-weight dropout (as ``MultiheadAttention``).
         strategy (str): one of :data:`ATTENTION_STRATEGIES`.
 
-    Forward args:
-        x: ``[M, D]`` rows in sequence order.
-        seq_ptr: ``[S+1]`` or a :class:`SequencePacking` of the *local* rows.
-        past: earlier rows of the same sequences held elsewhere (e.g. on other
-            ranks), used as extra keys/values: ``(past_x [P, D], past_ptr [S+1])``
-            in sequence order, all of sequence :math:`s`'s past rows coming
-            *before* its local rows in time; optionally a third element
-            ``past_positions [P]``. Without ``positions``, local positions are
-            shifted by each sequence's number of past rows. Gradients flow into
-            ``past_x``.
-        positions: ``[M]`` explicit positions (e.g. snapshot indices) instead of
-            the position within the sequence.
+    Forward arguments:
+
+    * ``x``: ``[M, D]`` rows in sequence order.
+    * ``seq_ptr``: ``[S+1]`` or a :class:`SequencePacking` of the *local* rows.
+    * ``past``: earlier rows of the same sequences held elsewhere, used as
+      extra keys/values: ``(past_x [P, D], past_ptr [S+1])`` in sequence
+      order, all of sequence :math:`s`'s past rows coming *before* its local
+      rows in time; optionally a third element ``past_positions [P]``.
+      Without ``positions``, local positions are shifted by each sequence's
+      number of past rows. Gradients flow into ``past_x``. (The distributed
+      runtime does not use it: it merges received rows in time order, which
+      also handles ownership that interleaves in time.)
+    * ``positions``: ``[M]`` explicit positions (e.g. snapshot indices)
+      instead of the position within the sequence.
 
     Returns:
         ``[M, D]``.
