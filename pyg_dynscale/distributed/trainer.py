@@ -45,7 +45,7 @@ from ..errors import DecompositionMismatchError, ModelInputError, PartitionError
 from ..nn.adapters import adapt
 from ..nn.decomposed import DecomposedModule, FusedGraph, Halo, check_initial_state
 from ..partition.plan import CommunicationPlan
-from ..runtime.fused import LOSSES, resolve_targets, snapshot_mean_part
+from ..runtime.fused import LOSSES, eval_mode, resolve_targets, snapshot_mean_part
 from .exchange import Communicator
 from .local import ExchangeMap, RankLayout, node_subset_graph
 
@@ -442,6 +442,12 @@ class DistributedTrainer:
         recv = self.comm.exchange(m.key, send, m.send_splits, m.recv_splits)
         return dst.index_copy(0, m.recv_idx, recv.to(dst.dtype))
 
+    def _redistribute(self, key: tuple, src: Tensor, n_dst: int, src_local: Tensor, dst_local: Tensor) -> Tensor:
+        """PSS-TS: rows of ``src`` to the other owner's ``n_dst`` rows; rows
+        whose two owners are this rank are copied, the others exchanged."""
+        dst = src.new_zeros((n_dst,) + tuple(src.shape[1:])).index_copy(0, dst_local, src.index_select(0, src_local))
+        return self._exchange_into(self.layout.maps[key], src, dst)
+
     # ---------------------------------------------------------------- forward
     def _structure(self, b: int, h_S: Tensor) -> Tensor:
         if self.groups is None:
@@ -501,18 +507,14 @@ class DistributedTrainer:
         for b in range(self.model.num_blocks):
             if b > 0:
                 if lay.two_owners:
-                    h_S = h_Q.new_zeros((lay.S.numel(),) + tuple(h_Q.shape[1:]))
                     sl, ql = lay.local_S_to_Q
-                    h_S = h_S.index_copy(0, sl, h_Q.index_select(0, ql))
-                    h_S = self._exchange_into(lay.maps[(b, "redistribution_back")], h_Q, h_S)
-                else:
+                    h_S = self._redistribute((b, "redistribution_back"), h_Q, lay.S.numel(), ql, sl)
+                else:  # halo rows stay zero until the block's first halo exchange fills them
                     h_S = h_Q.new_zeros((lay.S.numel(),) + tuple(h_Q.shape[1:])).index_copy(0, lay.S_owned, h_Q)
             z_S = self._structure(b, h_S)
             if lay.two_owners:
-                z_Q = z_S.new_zeros((lay.Q.numel(),) + tuple(z_S.shape[1:]))
                 sl, ql = lay.local_S_to_Q
-                z_Q = z_Q.index_copy(0, ql, z_S.index_select(0, sl))
-                z_Q = self._exchange_into(lay.maps[(b, "redistribution")], z_S, z_Q)
+                z_Q = self._redistribute((b, "redistribution"), z_S, lay.Q.numel(), sl, ql)
             else:
                 z_Q = z_S.index_select(0, lay.S_owned)
             h_Q = self._time(b, z_Q)
@@ -597,39 +599,21 @@ class DistributedTrainer:
     def evaluate(self) -> float:
         """The global loss in eval mode (BatchNorm running statistics), no
         gradients."""
-        modes = self._eval()
-        try:
+        with eval_mode(self.model, self.head):
             loss = self.compute_loss().detach().reshape(1).clone()
-            dist.all_reduce(loss, group=self.group)
-            return float(loss)
-        finally:
-            self._restore(modes)
+        dist.all_reduce(loss, group=self.group)
+        return float(loss)
 
     @torch.no_grad()
     def predict(self) -> Tensor:
         """Eval-mode outputs (after the head) of *all* vertex-time nodes,
         ``[N, *]`` in vertex-time node order, the same on every rank."""
-        modes = self._eval()
-        try:
+        with eval_mode(self.model, self.head):
             pred = self._apply_head(self.outputs())
-            full = pred.new_zeros((self.layout.sg.num_nodes,) + tuple(pred.shape[1:]))
-            full.index_copy_(0, self.layout.Q.to(pred.device), pred)
-            dist.all_reduce(full, group=self.group)  # every row is non-zero on one rank only: exact
-            return full
-        finally:
-            self._restore(modes)
-
-    def _eval(self) -> tuple[bool, bool]:
-        modes = (self.model.training, self.head.training if self.head is not None else False)
-        self.model.eval()
-        if self.head is not None:
-            self.head.eval()
-        return modes
-
-    def _restore(self, modes: tuple[bool, bool]) -> None:
-        self.model.train(modes[0])
-        if self.head is not None:
-            self.head.train(modes[1])
+        full = pred.new_zeros((self.layout.sg.num_nodes,) + tuple(pred.shape[1:]))
+        full.index_copy_(0, self.layout.Q.to(pred.device), pred)
+        dist.all_reduce(full, group=self.group)  # every row is non-zero on one rank only: exact
+        return full
 
     # ---------------------------------------------------------------- traffic
     def _sum_counter(self, pred: Callable[[tuple], bool]) -> int:

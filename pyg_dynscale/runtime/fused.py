@@ -21,8 +21,9 @@ it for fixed and changing vertex sets.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Iterator, Optional, Union
 
 import torch
 import torch.nn.functional as F
@@ -32,7 +33,7 @@ from ..errors import ModelInputError
 from ..nn.adapters import adapt
 from ..nn.decomposed import DecomposedModule, FusedGraph, check_initial_state
 
-__all__ = ["FusedTrainer", "LOSSES", "snapshot_mean", "snapshot_mean_part", "resolve_targets", "Targets"]
+__all__ = ["FusedTrainer", "LOSSES", "snapshot_mean", "snapshot_mean_part", "resolve_targets", "Targets", "eval_mode"]
 
 LOSSES = ("mse", "mae", "ce", "bce_link")
 
@@ -98,6 +99,21 @@ def resolve_targets(signal: Any, kind: Any, target: str, link_index: str, link_l
             raise ModelInputError(link_label, f"has {label.numel()} entries for {L} label pairs.", "give one label per pair.")
         return Targets(label_src=fi.values[0] + off, label_dst=fi.values[1] + off, label_time=t_of, label=label)
     return Targets()
+
+
+@contextmanager
+def eval_mode(*modules: Optional[torch.nn.Module]) -> Iterator[None]:
+    """Put ``modules`` (``None`` entries skipped) in eval mode, restoring
+    each one's mode afterwards."""
+    mods = [m for m in modules if m is not None]
+    modes = [m.training for m in mods]
+    for m in mods:
+        m.eval()
+    try:
+        yield
+    finally:
+        for m, mode in zip(mods, modes):
+            m.train(mode)
 
 
 def _device_of(module: torch.nn.Module) -> Optional[torch.device]:
@@ -273,30 +289,12 @@ class FusedTrainer:
     @torch.no_grad()
     def evaluate(self) -> float:
         """The loss in eval mode, without gradients."""
-        modes = self._eval()
-        try:
+        with eval_mode(self.model, self.head):
             return float(self.compute_loss())
-        finally:
-            self._restore(modes)
 
     @torch.no_grad()
     def predict(self) -> Tensor:
         """Eval-mode outputs (after the head) of all vertex-time nodes, ``[N, *]``
         in vertex-time node order (``signal.node_ptr`` splits them by snapshot)."""
-        modes = self._eval()
-        try:
+        with eval_mode(self.model, self.head):
             return self._apply_head(self.outputs())
-        finally:
-            self._restore(modes)
-
-    def _eval(self) -> tuple[bool, bool]:
-        modes = (self.model.training, self.head.training if self.head is not None else False)
-        self.model.eval()
-        if self.head is not None:
-            self.head.eval()
-        return modes
-
-    def _restore(self, modes: tuple[bool, bool]) -> None:
-        self.model.train(modes[0])
-        if self.head is not None:
-            self.head.train(modes[1])
