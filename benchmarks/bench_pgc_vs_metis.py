@@ -5,7 +5,15 @@ For each graph and part count, every partitioner sees the same undirected
 supergraph on vertex-time nodes: spatial edges weighted by the dependency
 pattern's ``spatial_edge_weight()`` and temporal edges by
 ``temporal_edge_weight()`` (bytes per cut edge), node weights ``1 + in-degree``
-(the default workload, the same one PGC balances). Partitioners:
+(the default workload, the same one PGC balances). The pattern is the
+``--model`` preset in DGC's model form (§7.1; ``_shared.dgc_pattern``): T-GCN
+with ``gcn_layers=2`` (three 2-layer GCNs, the default), DySAT with
+``num_blocks=2``, MPNN-LSTM unchanged. PyGT's one-layer T-GCN (or a one-block
+DySAT) exchanges only raw input features spatially; the runtime loads those
+once before training, so its spatial edges weigh 0 and a cut comparison
+with METIS would say nothing. METIS and KaHIP get the same byte weights as
+integers (they are multiples of ``2 * bytes_per_element``); a weight that
+is not a positive integer is refused rather than clamped. Partitioners:
 
 * ``pgc``: :func:`pyg_dynscale.partition.pgc.partition_pgc` (its time includes
   building the weighted supergraph from the signal);
@@ -47,10 +55,13 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from pyg_dynscale import DynamicGraphSignal  # noqa: E402
-from pyg_dynscale.partition import DependencyPattern, Partition, evaluate, partition  # noqa: E402
+from pyg_dynscale.partition import Partition, evaluate, partition  # noqa: E402
 from pyg_dynscale.partition.coarsen import supergraph_csr, temporal_weights  # noqa: E402
 from pyg_dynscale.partition.pgc import partition_pgc  # noqa: E402
 from pyg_dynscale.partition.workload import LinearWorkload  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _shared import dgc_pattern  # noqa: E402
 
 DATA = "/work/shared/datasets"
 
@@ -130,9 +141,18 @@ def csr_inputs(signal: DynamicGraphSignal, pattern: Any) -> tuple[np.ndarray, np
     (:func:`~pyg_dynscale.partition.coarsen.supergraph_csr`: multi-threaded
     counting sorts, symmetric fast path), so "+csr" is not inflated."""
     sg = signal.supergraph()
+    if not pattern.spatial_edge_weight() > 0 or not pattern.temporal_edge_weight() > 0:
+        raise SystemExit(f"pattern {pattern.name}: edge weights (spatial {pattern.spatial_edge_weight():g}, temporal "
+                         f"{pattern.temporal_edge_weight():g}) must be positive for METIS/KaHIP; use DGC's model "
+                         "forms (dgc_pattern) rather than a one-layer T-GCN / one-block DySAT")
     g = supergraph_csr(sg, pattern.spatial_edge_weight(), temporal_weights(sg, pattern))
+    w = g.weight.double()
+    ew = w.round().to(torch.long)
+    if w.numel() and (int(ew.min()) < 1 or not torch.equal(ew.double(), w)):
+        raise SystemExit(f"pattern {pattern.name}: METIS/KaHIP need positive integer edge weights, got "
+                         f"min {float(w.min()):g} (integral: {bool(torch.equal(ew.double(), w))})")
     vw = LinearWorkload().node_costs(signal).round().to(torch.long).numpy()
-    return g.ptr.numpy(), g.dst.numpy(), np.maximum(1, g.weight.double().round().to(torch.long).numpy()), vw
+    return g.ptr.numpy(), g.dst.numpy(), ew.numpy(), vw
 
 
 def run_metis(csr, P: int, seed: int) -> np.ndarray:
@@ -163,7 +183,9 @@ def main() -> None:
     ap.add_argument("--graphs", default=None,
                     help="comma list: planted,collegemsg,mathoverflow,email-eu,twitter_tennis,synthetic:N (N vertex-time nodes, e.g. synthetic:1e7)")
     ap.add_argument("--parts", default=None, help="comma list of part counts (default 4,8; quick: 4)")
-    ap.add_argument("--model", default="tgcn", help="dependency pattern preset (tgcn, mpnnlstm, dysat)")
+    ap.add_argument("--model", default="tgcn",
+                    help="dependency pattern preset in DGC's model form: tgcn (default) = T-GCN with gcn_layers=2, "
+                         "dysat = DySAT with num_blocks=2, mpnnlstm unchanged")
     ap.add_argument("--hidden", type=int, default=32)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-kahip", action="store_true")
@@ -192,10 +214,11 @@ def main() -> None:
             continue
         sig.supergraph()
         F = max(1, sig.num_node_features)
-        pat = DependencyPattern.preset(args.model, F, args.hidden)
+        pat = dgc_pattern(args.model, F, args.hidden)
         sg = sig.supergraph()
         print(f"\n## {gname}: T={sig.num_snapshots} N={sig.num_vertex_time_nodes} spatial={sg.num_spatial_edges} "
-              f"temporal={sg.num_temporal_edges} (load {time.perf_counter() - t0:.1f}s); pattern {args.model} "
+              f"temporal={sg.num_temporal_edges} (load {time.perf_counter() - t0:.1f}s); pattern {args.model} (DGC form, {pat.num_blocks} block(s), "
+              f"spatial widths {[list(b.spatial_widths) for b in pat.blocks]}) "
               f"w_s={pat.spatial_edge_weight():g} w_t={pat.temporal_edge_weight():g}")
         csr_s = float("inf")
         for _ in range(max(1, args.repeat)):

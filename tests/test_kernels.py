@@ -40,6 +40,17 @@ def both(fn):
     return a, b
 
 
+def weighted_preset(model: str, in_channels: int = 1, hidden: int = 16) -> DependencyPattern:
+    """``model`` in DGC's form, so that both edge kinds weigh something: T-GCN
+    with three 2-layer GCNs, DySAT with 2 blocks. (Block 0's first spatial
+    layer moves raw features, loaded once: a one-layer T-GCN or a one-block
+    DySAT weighs spatial edges 0.)"""
+    extra = {"tgcn": {"gcn_layers": 2}, "dysat": {"num_blocks": 2}}[model]
+    pat = DependencyPattern.preset(model, in_channels, hidden, **extra)
+    assert pat.spatial_edge_weight() > 0 and pat.temporal_edge_weight() > 0
+    return pat
+
+
 def same_csr(a: CSRGraph, b: CSRGraph) -> bool:
     return (a.num_nodes == b.num_nodes and torch.equal(a.ptr, b.ptr) and torch.equal(a.dst, b.dst)
             and a.weight.dtype == b.weight.dtype and torch.equal(a.weight, b.weight))
@@ -195,7 +206,7 @@ def test_dense_label_table_matches_row_scan(monkeypatch: pytest.MonkeyPatch, n: 
 @pytest.mark.parametrize("model", ["tgcn", "dysat"])
 def test_pgc_identical_across_backends(coarsen: bool, model: str) -> None:
     s = random_signal(7, T=8, V=120, deg=4)
-    pat = DependencyPattern.preset(model, 1, 16)
+    pat = weighted_preset(model)
     a = partition_pgc(s, 4, pat, seed=1, coarsen=coarsen, backend="torch")
     b = partition_pgc(s, 4, pat, seed=1, coarsen=coarsen, backend="numba")
     assert a.meta["backend"] == "torch" and b.meta["backend"] == "numba"
@@ -337,7 +348,7 @@ def test_supergraph_csr_matches_reference(symmetric: bool, segments: str, weight
     V, T = (12, 20) if segments == "whole" else (50, 6)
     s = symmetric_signal(3, T=T, V=V) if symmetric else random_signal(3, T=T, V=V)
     sg = s.supergraph()
-    pat = (0.1, 0.3) if weights == "float" else DependencyPattern.preset(weights, 1, 16)
+    pat = (0.1, 0.3) if weights == "float" else weighted_preset(weights)
     ws, tw = edge_weights(pat)[0], temporal_edge_weights(sg, pat)
     seg, S = None, None
     if segments != "none":
@@ -424,7 +435,7 @@ def test_start_cut_by_units_equals_the_supergraph_cut(start: str, model: str) ->
 
     s = random_signal(9, T=10, V=70)
     sg = s.supergraph()
-    pat = DependencyPattern.preset(model, 1, 16)
+    pat = weighted_preset(model)
     ws, tw = pat.spatial_edge_weight(), temporal_edge_weights(sg, pat)
     node_w = LinearWorkload().node_costs(s).double()
     for be in ("torch", "numba"):
@@ -529,7 +540,7 @@ def test_cut_and_degree_kernels_match_torch() -> None:
     assert a[0] == b[0] > 0 and torch.equal(a[1], b[1])
     s = random_signal(2)
     sg = s.supergraph()
-    pat = DependencyPattern.preset("dysat", 2, 16)
+    pat = weighted_preset("dysat", 2)
     own = torch.randint(0, 3, (sg.num_nodes,), generator=torch.Generator().manual_seed(2))
     ca, cb = both(lambda: supergraph_cut(sg, own, pat.spatial_edge_weight(), temporal_edge_weights(sg, pat)))
     assert ca == cb > 0
@@ -555,7 +566,7 @@ def test_results_do_not_depend_on_thread_count() -> None:
     assert same_csr(g1, g2) and same_csr(c1, c2)
     assert torch.equal(l1.labels, l2.labels) and l1.moved == l2.moved and sum(l1.moved) > 0
     s = symmetric_signal(4, T=8, V=400, deg=4)
-    pat = DependencyPattern.preset("tgcn", 1, 16)
+    pat = weighted_preset("tgcn")
     a, b = (partition_pgc(s, 4, pat, seed=0, threads=th) for th in (1, 2))
     assert a.meta["threads"] == 1 and b.meta["threads"] == 2
     assert torch.equal(a.owner, b.owner) and torch.equal(a.chunk, b.chunk)

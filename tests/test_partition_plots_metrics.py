@@ -38,11 +38,14 @@ def test_evaluate_counts(sig):
 
 
 def test_compare_and_table(sig):
-    pat = DependencyPattern.preset("tgcn", 3, 4)
+    pat = DependencyPattern.preset("tgcn", 3, 4, gcn_layers=2)  # spatial rows beyond the raw features
     parts = [partition(sig, s, 2) for s in ("pss", "pts", "pss-ts")]
     rows = compare(sig, pat, parts)
     assert [r["scheme"] for r in rows] == ["pss", "pts", "pss-ts"]
     assert min(r["bytes_vs_best"] for r in rows) == 1.0
+    assert all(r["bytes_total"] > 0 for r in rows) and rows[1]["bytes_spatial"] > 0
+    best = min(r["bytes_total"] for r in rows)
+    assert [r["bytes_vs_best"] for r in rows] == [r["bytes_total"] / best for r in rows]
     text = format_table(rows)
     lines = text.splitlines()
     assert "bytes_total" in lines[0] and "lambda" in lines[0] and len(lines) == 2 + 3
@@ -69,7 +72,8 @@ def test_heatmap_grid_and_png(sig, tmp_path):
 
 
 def test_traffic_png(sig, tmp_path):
-    rows = compare(sig, DependencyPattern.preset("dysat", 3, 4), [partition(sig, s, 2) for s in ("pss", "pts")])
+    rows = compare(sig, DependencyPattern.preset("dysat", 3, 4, num_blocks=2), [partition(sig, s, 2) for s in ("pss", "pts")])
+    assert rows[1]["bytes_spatial"] > 0
     f = tmp_path / "t.png"
     plot_traffic(rows, str(f))
     assert f.read_bytes()[:4] == b"\x89PNG"

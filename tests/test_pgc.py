@@ -9,7 +9,9 @@ import torch
 
 from pyg_dynscale import DynamicGraphSignal
 from pyg_dynscale.errors import PartitionError
-from pyg_dynscale.partition import CommunicationPlan, DependencyPattern, partition, partition_pss, partition_pts
+from pyg_dynscale.partition import (
+    BlockPattern, CommunicationPlan, DependencyPattern, partition, partition_pss, partition_pts,
+)
 from pyg_dynscale.partition.assign import ChunkGraph, assign_chunks, divergence, rank_loads, refine_chunks
 from pyg_dynscale.partition.label_propagation import (
     CSRGraph,
@@ -64,7 +66,13 @@ def random_signal(seed: int = 0, T: int = 8, V: int = 60, deg: int = 3) -> Dynam
     return DynamicGraphSignal(edges, None, feats, None, node_ids=node_ids, num_vertices=V)
 
 
-PATTERN = DependencyPattern.preset("tgcn", 2, 16)
+#: A generic weighted pattern: DGC's MPNN-LSTM (two GCN layers into an LSTM).
+#: Its first layer's rows are raw input features, loaded once (the static
+#: input halo), so a cut spatial edge costs the second layer's hidden row,
+#: 2 * 4 * 16 = 128 B per epoch, and a cut temporal edge the LSTM state,
+#: 2 * 4 * 64 = 512 B. (A one-layer pattern such as PyGT's T-GCN,
+#: ``preset("tgcn", 2, 16)``, weighs spatial edges 0: useless here.)
+PATTERN = DependencyPattern.preset("mpnnlstm", 2, 16)
 
 
 # ----------------------------------------------------------------- label propagation
@@ -283,7 +291,7 @@ def test_pgc_bytes_not_above_pss_pts_on_chunked_graph() -> None:
     cuts temporal edges, PTS's contiguous vertex ranges cut spatial edges; PGC
     cuts neither."""
     s = community_signal(T=8, k=4, size=10, interleave=True, seed=1)
-    pat = DependencyPattern.preset("tgcn", 2, 16)
+    pat = DependencyPattern.preset("tgcn", 2, 16, gcn_layers=2)
     b = {}
     for name, p in (("pgc", partition_pgc(s, 4, pat, seed=0)), ("pss", partition_pss(s, 4)), ("pts", partition_pts(s, 4))):
         b[name] = CommunicationPlan.build(s, p, pat).bytes_by_kind()["total"]
@@ -487,7 +495,8 @@ def test_pgc_coarsen_option(coarsen: bool) -> None:
         assert p.meta["level0_nodes"] == N
     comm = community_of(s, 2, 12, True)
     assert torch.equal(p.owner, comm) or torch.equal(p.owner, 1 - comm)
-    # auto: temporal edges (128 B) outweigh spatial ones (16 B) -> coarsened
+    # auto: temporal edges (512 B) outweigh spatial ones (128 B) -> coarsened
+    assert edge_weights(PATTERN) == (128.0, 512.0)
     assert partition_pgc(s, 2, PATTERN).meta["coarsened"]
     assert not partition_pgc(s, 2, (10.0, 1.0)).meta["coarsened"]
 
@@ -537,7 +546,11 @@ def test_pgc_new_option_errors() -> None:
 
 
 def test_bench_pgc_scale_quick_smoke() -> None:
-    """benchmarks/bench_pgc_scale.py --quick runs end to end (200k nodes, seconds)."""
+    """benchmarks/bench_pgc_scale.py --quick runs end to end (200k nodes, seconds).
+    Its default pattern is DGC's T-GCN (three 2-layer GCNs): a spatial edge
+    (768 B) outweighs a temporal one (256 B), so PGC runs on the vertex-time
+    nodes; with MPNN-LSTM (temporal 1024 B > spatial 256 B) it contracts
+    temporal segments first."""
     import json
     import os
     import subprocess
@@ -545,12 +558,19 @@ def test_bench_pgc_scale_quick_smoke() -> None:
     import tempfile
 
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    runs = {}
     with tempfile.TemporaryDirectory() as d:
-        out = os.path.join(d, "r.json")
-        subprocess.run([sys.executable, os.path.join(root, "benchmarks", "bench_pgc_scale.py"), "--quick", "--json", out],
-                       check=True, capture_output=True, timeout=120)
-        r = json.load(open(out))
-    assert r["N"] == 200_000 and r["meta"]["coarsened"] and r["meta"]["divergence"] <= 1.15
+        for model in (None, "mpnnlstm"):
+            out = os.path.join(d, f"{model}.json")
+            subprocess.run([sys.executable, os.path.join(root, "benchmarks", "bench_pgc_scale.py"), "--quick", "--json", out]
+                           + ([] if model is None else ["--model", model]), check=True, capture_output=True, timeout=120)
+            runs[model] = json.load(open(out))
+    tgcn, mpnn = runs[None], runs["mpnnlstm"]
+    assert tgcn["N"] == mpnn["N"] == 200_000
+    assert tgcn["meta"]["edge_weights"] == [768.0, 256.0] and mpnn["meta"]["edge_weights"] == [256.0, 1024.0]
+    assert not tgcn["meta"]["coarsened"] and tgcn["meta"]["level0_nodes"] == 200_000
+    assert mpnn["meta"]["coarsened"] and mpnn["meta"]["level0_nodes"] < 200_000
+    assert tgcn["meta"]["divergence"] <= 1.15 and mpnn["meta"]["divergence"] <= 1.15
 
 
 def test_refine_chunks_swaps_when_single_moves_are_blocked() -> None:
@@ -591,6 +611,14 @@ def static_ring_signal(V: int = 12, T: int = 60, seed: int = 0) -> DynamicGraphS
     return DynamicGraphSignal([e] * T, None, [rng.standard_normal((V, 1)) for _ in range(T)], None)
 
 
+#: A recurrent pattern whose per-epoch spatial rows are narrow (1 element:
+#: 8 B per cut spatial edge) next to a 16-wide state (128 B per cut temporal
+#: edge). Splitting a few snapshots then costs little, the case
+#: test_max_divergence_lets_a_less_balanced_start_win is about. Layer 0's
+#: rows are the raw features, loaded once; layer 1 is what crosses per epoch.
+NARROW_SPATIAL = DependencyPattern((BlockPattern((1, 1), "recurrent", 16, 48),), name="narrow-spatial")
+
+
 def sparse_long_sequences_signal(V: int = 40, T: int = 30, seed: int = 0) -> DynamicGraphSignal:
     """Every vertex in every snapshot, only a few spatial edges in a few
     snapshots: whole sequences per rank (PTS) cut almost nothing."""
@@ -613,10 +641,15 @@ def _chunk_owner_constant(p) -> bool:
     return bool(torch.equal(lo, hi)) and p.meta["num_chunks"] == C
 
 
-@pytest.mark.parametrize("model,P", [("tgcn", 4), ("mpnnlstm", 4), ("tgcn", 3)])
+# T-GCN in DGC's form (three 2-layer GCNs): a one-layer T-GCN exchanges only
+# raw features spatially (loaded once), so its spatial edges weigh 0 and PTS
+# cuts nothing. At 3 ranks DGC's T-GCN lets label propagation alone find the
+# snapshot ranges, so that case runs on MPNN-LSTM.
+@pytest.mark.parametrize("model,P", [("tgcn", 4), ("mpnnlstm", 4), ("mpnnlstm", 3)])
 def test_multistart_not_above_balanced_pss_pts_on_static_graph(model: str, P: int) -> None:
     s = static_ring_signal()
-    pat = DependencyPattern.preset(model, 1, 16)
+    pat = DependencyPattern.preset(model, 1, 16, gcn_layers=2)
+    assert pat.spatial_edge_weight() > 0 and pat.temporal_edge_weight() > 0
     p = partition_pgc(s, P, pat, seed=0)
     single = partition_pgc(s, P, pat, seed=0, starts=("lp",))
     b_pss = _bytes(s, partition_pss(s, P, balanced=True), pat)
@@ -652,7 +685,7 @@ def test_start_margin_prunes_starts_far_above_the_lp_cut() -> None:
     ``start_margin`` of the LP cut; pruned starts keep their raw cut in
     ``candidates_raw`` and cannot win."""
     s = static_ring_signal()
-    pat = DependencyPattern.preset("tgcn", 1, 16)
+    pat = DependencyPattern.preset("tgcn", 1, 16, gcn_layers=2)
     full = partition_pgc(s, 4, pat, seed=0, start_margin=None)
     raw, lp = full.meta["candidates_raw"], full.meta["candidates"]["lp"]
     assert raw["pss"] is not None and raw["pts"] is not None
@@ -717,7 +750,8 @@ def test_max_divergence_lets_a_less_balanced_start_win() -> None:
     ``max_divergence=1.15`` the whole-snapshot ranges are allowed and win,
     cutting only temporal edges."""
     s = static_ring_signal(V=12, T=62)
-    pat = DependencyPattern.preset("tgcn", 1, 16)
+    pat = NARROW_SPATIAL
+    assert edge_weights(pat) == (8.0, 128.0)
     pss_bytes = _bytes(s, partition_pss(s, 4, balanced=True), pat)
     d = partition_pgc(s, 4, pat, seed=0)
     c = d.meta["candidates"]
@@ -741,7 +775,7 @@ def test_pss_start_splits_snapshots_when_ranges_miss_the_tolerance() -> None:
 
     s = static_ring_signal(V=12, T=62)
     sg = s.supergraph()
-    pat = DependencyPattern.preset("tgcn", 1, 16)
+    pat = DependencyPattern.preset("tgcn", 1, 16, gcn_layers=2)
     ws, tw = pat.spatial_edge_weight(), temporal_edge_weights(sg, pat)
     node_w = LinearWorkload().node_costs(s).double()
     whole = _Start.make("pss", s, 4, node_w)
@@ -762,7 +796,7 @@ def test_multistart_ranks_candidates_by_plan_bytes() -> None:
     node with several edges into one rank); with a bare weight pair it can
     only rank by cut weight. On this graph the two rankings disagree."""
     s = random_signal(1, T=8, V=40, deg=3)
-    pat = DependencyPattern.preset("tgcn", 1, 16)
+    pat = DependencyPattern.preset("tgcn", 1, 16, gcn_layers=2)
     by_bytes = partition_pgc(s, 4, pat, seed=0, start_margin=None)
     by_cut = partition_pgc(s, 4, edge_weights(pat), seed=0, start_margin=None)
     cb = by_bytes.meta["candidate_bytes"]

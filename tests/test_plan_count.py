@@ -18,6 +18,17 @@ def built(sig, owner, R, pattern) -> int:
     return int(CommunicationPlan.build(sig, Partition("x", R, owner), pattern).bytes_by_kind()["total"])
 
 
+def test_presets_cover_the_new_pattern_kinds() -> None:
+    """The preset list the tests below loop over holds PyGT's MPNN-LSTM
+    (time kind "none"), DGC's multi-block MPNN-LSTM and a pattern whose
+    block 0 has no spatial layer (nothing static)."""
+    names = [p.name for p in PRESETS]
+    assert "mpnnlstmpygt" in names and "late-spatial" in names
+    assert any(b.time_kind == "none" for p in PRESETS for b in p.blocks)
+    assert any(p.name == "mpnnlstm" and p.num_blocks == 2 for p in PRESETS)
+    assert any(p.static_input_width == 0 for p in PRESETS)
+
+
 @pytest.mark.parametrize("seed,R", [(0, 2), (1, 3), (2, 5), (3, 64)])
 def test_counted_bytes_equal_the_plan(seed: int, R: int) -> None:
     sig = make_dynamic_signal(seed=seed, T=8, V=30)
@@ -32,6 +43,27 @@ def test_counted_bytes_equal_the_plan(seed: int, R: int) -> None:
             with use_backend("numba"):
                 counted = plan_bytes(sig, owner, R, pattern)
             assert counted == built(sig, owner, R, pattern), (R, pattern.name)
+
+
+@pytest.mark.parametrize("R", [2, 5])
+def test_counted_bytes_leave_the_static_input_halo_out(R: int) -> None:
+    """plan_bytes counts block 0's first spatial layer (raw features, loaded
+    once) as nothing: the "exchange" total minus twice the load bytes."""
+    sig = make_dynamic_signal(seed=9, T=8, V=30)
+    owner = torch.randint(0, R, (sig.num_vertex_time_nodes,), generator=torch.Generator().manual_seed(R))
+    loaded = 0
+    for pattern in PRESETS:
+        with use_backend("numba"):
+            counted = plan_bytes(sig, owner, R, pattern)
+        load = CommunicationPlan.build(sig, Partition("x", R, owner), pattern)
+        exch = CommunicationPlan.build(sig, Partition("x", R, owner), pattern, input_halo="exchange")
+        assert counted == load.bytes_by_kind()["total"] == exch.bytes_by_kind()["total"] - 2 * load.load_bytes(), pattern.name
+        loaded += load.load_bytes() > 0
+        if all(b.time_kind == "none" for b in pattern.blocks):  # spatial rows only
+            rows = load.exchange(0, "spatial:0").num_rows
+            w = sum(sum(b.spatial_widths) for b in pattern.blocks) - pattern.static_input_width
+            assert counted == 2 * pattern.bytes_per_element * w * rows > 0
+    assert loaded == sum(p.static_input_width > 0 for p in PRESETS)
 
 
 def test_row_counts_by_kind() -> None:

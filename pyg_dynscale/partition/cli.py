@@ -41,6 +41,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--model", choices=MODELS, default="tgcn", help="dependency pattern preset (default: tgcn)")
     p.add_argument("--hidden", type=int, default=32, help="hidden width of the model (default: 32)")
     p.add_argument("--blocks", type=int, default=1, help="number of DGNN blocks (default: 1)")
+    p.add_argument("--gcn-layers", type=int, default=1,
+                   help="tgcn: GCN layers per gate (default 1 = PyGT's T-GCN, whose only spatial rows are raw "
+                        "features loaded once, so spatial cuts cost nothing per epoch; DGC's T-GCN: 2)")
     p.add_argument("--balanced", action="store_true", help="pss/pts/pss-ts: balance workload instead of counts")
     p.add_argument("--format", choices=FORMATS, default="auto", help="file format (default: auto)")
     p.add_argument("--window", type=float, default=None, metavar="SECONDS",
@@ -60,8 +63,8 @@ def _check(args: argparse.Namespace) -> None:
         raise CommandError(f"'{args.path}' is a directory; give a dataset file.")
     if args.parts < 1:
         raise CommandError(f"--parts must be >= 1, got {args.parts}.")
-    if args.hidden < 1 or args.blocks < 1:
-        raise CommandError("--hidden and --blocks must be >= 1.")
+    if args.hidden < 1 or args.blocks < 1 or args.gcn_layers < 1:
+        raise CommandError("--hidden, --blocks and --gcn-layers must be >= 1.")
     if args.window is not None and not (math.isfinite(args.window) and args.window > 0):
         raise CommandError(f"--window must be a positive number of seconds, got {args.window}.")
 
@@ -92,7 +95,7 @@ def partition_report(args: argparse.Namespace, progress: bool = False) -> dict[s
     sg = signal.supergraph()
     bar.update()
     pattern = DependencyPattern.preset(args.model, max(int(signal.num_node_features), 1), args.hidden,
-                                       num_blocks=args.blocks)
+                                       num_blocks=args.blocks, gcn_layers=args.gcn_layers)
     step("partition")
     opts: dict[str, Any] = {}
     if args.scheme == "pgc":
@@ -115,7 +118,7 @@ def partition_report(args: argparse.Namespace, progress: bool = False) -> dict[s
     finite = (lambda x: x if math.isfinite(x) else None)  # noqa: E731  JSON has no inf
     return {
         "schema_version": SCHEMA_VERSION, "path": args.path, "scheme": part.scheme, "parts": args.parts,
-        "model": args.model, "hidden": args.hidden, "blocks": args.blocks, "balanced": bool(args.balanced),
+        "model": args.model, "hidden": args.hidden, "blocks": args.blocks, "gcn_layers": args.gcn_layers, "balanced": bool(args.balanced),
         "seed": args.seed, "pattern": pattern.to_dict(),
         "vertex_time_nodes": sg.num_nodes, "spatial_edges": sg.num_spatial_edges,
         "temporal_edges": sg.num_temporal_edges,

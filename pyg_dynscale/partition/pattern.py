@@ -78,8 +78,10 @@ class BlockPattern:
         if self.time_kind == "none":
             if self.time_width != 0:
                 raise PartitionError("time_width", f"must be 0 for time_kind='none' (nothing crosses snapshots), got {self.time_width!r}.")
-            if self.output_width is None and not self.spatial_widths:
-                raise PartitionError("output_width", "is needed when time_kind='none' and there are no spatial layers.")
+            if self.output_width is None:
+                raise PartitionError("output_width", "is needed when time_kind='none' (time_width is 0, so it "
+                                     "cannot stand in for the structure output PSS-TS moves).",
+                                     "give the structure encoder's output width.")
         else:
             _check_width("time_width", self.time_width)
         if self.output_width is not None:
