@@ -81,3 +81,46 @@ def test_pygt_adapters_declare_their_patterns():
     assert a.blocks[0].spatial_widths == (12,) and a.blocks[0].redistribution_width == 60
     mp = adapt(PM(3, 5, 4, 1, 0.0), check=False)
     assert mp.time_kind == "none" and mp.dependency_pattern().blocks[0].time_kind == "none"
+
+
+class _Recording:
+    """A Halo that records what each aggregation sees and perturbs it."""
+
+    owned = None
+
+    def __init__(self):
+        self.calls = []
+
+    def exchange(self, block, layer, x):
+        self.calls.append((block, layer, tuple(x.shape)))
+        return x + 1.0
+
+    def all_reduce(self, x):
+        return x
+
+
+def test_every_structure_encoder_calls_the_halo_hook_before_each_aggregation():
+    from pyg_dynscale.nn.tgcn import tgcn_fused
+
+    sig = make_dynamic_signal(seed=1, T=6, V=10)
+    g = FusedGraph.from_signal(sig)
+    x = g.x.double()
+    cases = [
+        (TGCN(3, 4).double(), [(0, 0, (g.num_nodes, 3))]),
+        (TGCN(3, 4, num_layers=2).double(), [(0, 0, (g.num_nodes, 3)), (0, 1, (g.num_nodes, 12))]),
+        (MPNNLSTMDGC(3, 4).double(), [(0, 0, (g.num_nodes, 3)), (0, 1, (g.num_nodes, 4))]),
+        (MPNNLSTM(3, 4, 1, 1, 0.0).double(), [(0, 0, (g.num_nodes, 3)), (0, 1, (g.num_nodes, 4))]),
+    ]
+    for m, expect in cases:
+        h = _Recording()
+        z = m.structure_encoder(g, x, block=0, halo=h)
+        assert h.calls == expect, type(m).__name__
+        assert not torch.allclose(z, m.structure_encoder(g, x))  # the hook's rows are the ones aggregated
+    d = DySAT(3, 4, 6, 2, 2, num_blocks=2).double()
+    h = _Recording()
+    d.structure_encoder(g, torch.zeros(g.num_nodes, 4, dtype=torch.float64), block=1, halo=h)
+    assert h.calls == [(1, 0, (g.num_nodes, 4))]
+    t = TGCN(3, 4).double()
+    h = _Recording()
+    out = tgcn_fused(t, g, x, None, halo=h)
+    assert h.calls == [(0, 0, (g.num_nodes, 3))] and not torch.allclose(out, tgcn_fused(t, g, x, None))

@@ -170,7 +170,7 @@ def tgcn_time(module: Any, c: Tensor, graph: FusedGraph, h0: Optional[Tensor], p
     return graph.from_sequences(hs)
 
 
-def tgcn_fused(module: Any, graph: FusedGraph, x: Tensor, h0: Optional[Tensor]) -> Tensor:
+def tgcn_fused(module: Any, graph: FusedGraph, x: Tensor, h0: Optional[Tensor], halo: Optional[Halo] = None) -> Tensor:
     r"""The whole one-layer T-GCN over a fused graph (structure encoder, input
     projection and recurrence), with the input projection folded into the
     GCN weights:
@@ -183,12 +183,15 @@ def tgcn_fused(module: Any, graph: FusedGraph, x: Tensor, h0: Optional[Tensor]) 
     float rounding) with one ``[F, 3H]`` weight instead of two products; the
     narrow ``[N, F]`` side :math:`\hat{A}X` is permuted to the scan's
     time-major order and projected per step inside the scan (:func:`tgcn_scan`).
-    ``x`` is ``[N, F]``; returns ``[N, H]`` in node order.
+    ``x`` is ``[N, F]``; returns ``[N, H]`` in node order. ``halo`` sees ``x``
+    before its aggregation (the distributed runtime runs the unfolded
+    encoders instead, because its recurrence runs in rounds on other node sets).
     """
     H = module.linear_z.weight.shape[0]
     check_initial_state(h0, graph, H)
     improved, loops = _gcn_flags(module)
     adj = gcn_adjacency(graph, improved, loops, x.dtype)
+    x = halo_exchange(halo, 0, 0, x)
     ws, bs = [], []
     for g in GATES:
         conv, lin = getattr(module, f"conv_{g}"), getattr(module, f"linear_{g}")
