@@ -21,8 +21,9 @@ synthetic ones (which have no link labels).
 Reported per configuration: mean epoch time (slowest rank), per-rank compute
 (epoch time minus time inside collectives) and communication, lambda = max /
 min per-rank compute, bytes per epoch measured vs the plan, recurrent rounds,
-halo rows (per rank vs per chunk), and the speed-up of PGC+fusion over the best
-baseline. This machine has 2 cores, so 4 ranks share 2 cores: measured epoch
+halo rows (per rank vs per chunk), the set-up time that builds the rank's
+local data and loads its feature halo ("load"), and the speed-up of
+PGC+fusion over the best baseline. This machine has 2 cores, so 4 ranks share 2 cores: measured epoch
 times include that contention.
 
 **Projection to 8 ranks** (labelled as such): for each configuration the
@@ -223,14 +224,14 @@ def _print_block(rows: list) -> None:
     r0 = rows[0]
     print(f"\n{r0['dataset']} (N={r0['N']}, T={r0['T']}) {r0['model']} R={r0['ranks']}", flush=True)
     print(f"  {'config':12s} {'epoch ms':>9s} {'compute ms (per rank)':>24s} {'comm ms':>16s} {'lambda':>6s} "
-          f"{'MB/epoch':>9s} {'= plan':>6s} {'rounds':>6s} {'halo rank/chunk':>16s} {'loss':>8s}")
+          f"{'MB/epoch':>9s} {'= plan':>6s} {'rounds':>6s} {'halo rank/chunk':>16s} {'load ms':>7s} {'loss':>8s}")
     for r in rows:
         comp = "/".join(f"{c * 1e3:.0f}" for c in r["compute_s"])
         comm = "/".join(f"{c * 1e3:.0f}" for c in r["comm_s"])
         halo = f"{r['halo_fused']}/{r['halo_per_chunk'] if r['halo_per_chunk'] is not None else '-'}"
         print(f"  {r['config']:12s} {r['epoch_s'] * 1e3:9.1f} {comp:>24s} {comm:>16s} {r['lambda']:6.2f} "
               f"{r['bytes_measured'] / 1e6:9.2f} {str(r['bytes_measured'] == r['bytes_plan']):>6s} {r['rounds']:6d} "
-              f"{halo:>16s} {r['final_loss']:8.4f}", flush=True)
+              f"{halo:>16s} {r['load_s'] * 1e3:7.1f} {r['final_loss']:8.4f}", flush=True)
 
 
 if __name__ == "__main__":
