@@ -8,10 +8,9 @@ import torch
 
 from pyg_dynscale.distributed import DistributedTrainer, RankLayout, SpawnError, spawn
 from pyg_dynscale.distributed.exchange import Communicator
-from pyg_dynscale.errors import DecompositionMismatchError, ModelInputError, PartitionError
 from pyg_dynscale.nn import DySAT, FusedGraph, TGCN
 from pyg_dynscale.nn.decomposed import gcn_adjacency
-from pyg_dynscale.partition import CommunicationPlan, DependencyPattern, Partition, partition
+from pyg_dynscale.partition import CommunicationPlan, Partition, partition
 from tests import distributed_cases as cases
 from tests.conftest import make_dynamic_signal
 

@@ -40,6 +40,22 @@ def _positions(sorted_gids: Tensor, gids: Tensor) -> Tensor:
     return torch.searchsorted(sorted_gids, gids)
 
 
+def positions_in(keys: Tensor, query: Tensor) -> Tensor:
+    """Positions of ``query`` (all present) in the *unsorted*, duplicate-free ``keys``."""
+    if query.numel() == 0:
+        return query
+    order = torch.argsort(keys)
+    return order[torch.searchsorted(keys[order], query)]
+
+
+def halo_keys(owner: Tensor, spatial_edge_index: Tensor, num_nodes: int) -> Tensor:
+    r"""``rank * N + gid`` of every halo row: each in-neighbour ``u`` of a node
+    owned by another rank, once per receiving rank (the plan's spatial rows)."""
+    s, d = spatial_edge_index
+    cut = owner[s] != owner[d]
+    return torch.unique(owner[d[cut]] * num_nodes + s[cut])
+
+
 def _sequences(vertex: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """(order, ptr, vertex of each sequence) of nodes grouped by vertex; nodes
     are in gid (= time-major) order, so a stable sort keeps time order."""
@@ -60,8 +76,8 @@ class LocalGraph(FusedGraph):
     :meth:`use_global_norm`)."""
 
     _global: Any = None
-    _edge_keep: Optional[Tensor] = None
     _gids: Optional[Tensor] = None
+    _owned_global: Optional[Tensor] = None
 
     def use_global_norm(self, global_graph: FusedGraph, gids: Tensor, owned_mask_global: Tensor) -> None:
         self._global = global_graph
@@ -164,7 +180,6 @@ class RankLayout:
         S = torch.sort(torch.cat([owned, halo])).values
         self.S = S
         self.S_owned = _positions(S, owned)  # local rows of S this rank owns
-        self.num_halo = int(halo.numel())
         s, d = sg.spatial_edge_index
         keep = owned_g[d]
         ei = _positions(S, torch.stack([s[keep], d[keep]]))
@@ -180,7 +195,6 @@ class RankLayout:
             self.local_S_to_Q = (_positions(S, g), _positions(Q, g))  # rows kept across redistribution
         else:
             self.local_S_to_Q = None
-        self.Q_in_S = None if self.two_owners else self.S_owned
         self.time_graph = node_subset_graph(sg, Q)
         # ---------------- exchange maps (spatial, redistribution, readout: see trainer)
         self.maps: dict = {}
@@ -225,23 +239,25 @@ class RankLayout:
             if k == 0:
                 info["h0_seq"] = torch.searchsorted(seq_of_vertex, g.sequence_vertex)  # global sequence of each piece
             else:
-                p = prev[first_gid]  # the state each piece starts from, received last round
-                order = torch.argsort(prev_recv_gid)
-                info["h0_recv"] = order[torch.searchsorted(prev_recv_gid[order], p)] if p.numel() else p
+                # the state each piece starts from, received last round
+                info["h0_recv"] = positions_in(prev_recv_gid, prev[first_gid])
             if k < len(rounds_ex):
                 ex = rounds_ex[k]
                 m = ExchangeMap.build(ex, r, None, None)
                 m.key = (block, "temporal", "temporal")  # rounds count as the plan's one temporal exchange
                 ends = gids.index_select(0, g.last_index()) if gids.numel() else gids
-                # pieces ending in the sent gids (ends are sorted: one piece per vertex, gid order differs)
-                eo = torch.argsort(ends)
-                m.send_idx = eo[torch.searchsorted(ends[eo], m.send_gid)] if m.send_gid.numel() else m.send_gid
+                m.send_idx = positions_in(ends, m.send_gid)  # the pieces ending in the sent gids
                 info["exchange"] = m
                 prev_recv_gid = m.recv_gid
             else:
                 info["exchange"] = None
                 prev_recv_gid = torch.zeros(0, dtype=torch.long, device=dev)
             out.append(info)
+        # the rounds' outputs, concatenated, back to Q order (every node of Q is in one round; D >= 1)
+        scanned = torch.cat([info["q_pos"] for info in out])
+        inv = torch.empty_like(scanned)
+        inv[scanned] = torch.arange(scanned.numel(), device=dev)
+        out[0]["inverse"] = inv
         self._recurrent[block] = out
         return out
 
@@ -259,7 +275,3 @@ class RankLayout:
         info = {"exchange": m, "graph": node_subset_graph(self.sg, M), "q_in_m": _positions(M, self.Q)}
         self._attention[block] = info
         return info
-
-    # ---------------------------------------------------------------- stats
-    def halo_rows(self) -> int:
-        return self.num_halo

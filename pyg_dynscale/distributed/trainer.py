@@ -47,7 +47,7 @@ from ..nn.decomposed import DecomposedModule, FusedGraph, Halo, check_initial_st
 from ..partition.plan import CommunicationPlan
 from ..runtime.fused import LOSSES, eval_mode, resolve_targets, snapshot_mean_part
 from .exchange import Communicator
-from .local import ExchangeMap, RankLayout, node_subset_graph
+from .local import ExchangeMap, RankLayout, halo_keys, node_subset_graph, positions_in
 
 __all__ = ["DistributedTrainer", "FUSION_MODES"]
 
@@ -180,24 +180,19 @@ class DistributedTrainer:
         self.fusion = fusion
         self.fusion_budget = budget
         # ---------------- devices and dtypes
-        backend = dist.get_backend(group)
-        if device is not None and torch.device(device).type == "cuda" and backend == "gloo":
-            raise ModelInputError("device", "is CUDA but the process group uses gloo, which cannot move CUDA tensors "
-                                  "in all_to_all.", "init the process group with backend='nccl' (one GPU per rank), "
-                                  "or train on the CPU.")
         params = list(self.model.parameters())
         devs = {p.device for p in params} | ({p.device for p in head.parameters()} if head is not None else set())
         if len(devs) > 1:
             raise ModelInputError("model", f"has parameters on several devices {sorted(map(str, devs))}.",
                                   "move the model and the head to one device.")
         device = torch.device(device) if device is not None else (next(iter(devs)) if devs else torch.device("cpu"))
-        if devs and next(iter(devs)) != device:
-            raise ModelInputError("model", f"is on {next(iter(devs))} but training runs on {device}.",
-                                  f"call model.to({str(device)!r}) first.")
-        if device.type == "cuda" and backend == "gloo":
+        if device.type == "cuda" and dist.get_backend(group) == "gloo":
             raise ModelInputError("device", "is CUDA but the process group uses gloo, which cannot move CUDA tensors "
                                   "in all_to_all.", "init the process group with backend='nccl' (one GPU per rank), "
                                   "or train on the CPU.")
+        if devs and next(iter(devs)) != device:
+            raise ModelInputError("model", f"is on {next(iter(devs))} but training runs on {device}.",
+                                  f"call model.to({str(device)!r}) first.")
         if device.type != "cpu":
             raise NotImplementedError("the distributed runtime runs on CPU ranks (gloo) in this release; "
                                       "CUDA ranks (NCCL, one GPU per rank) are not built yet.")
@@ -328,10 +323,8 @@ class DistributedTrainer:
             local_d = town[dst] == self.rank
             didx = torch.empty_like(dst)
             didx[local_d] = torch.searchsorted(lay.Q, dst[local_d])
-            rg = self.readout.recv_gid
-            order = torch.argsort(rg)
             far = (~local_d).nonzero().flatten()
-            didx[far] = lay.Q.numel() + order[torch.searchsorted(rg[order], dst[far])] if far.numel() else didx[far]
+            didx[far] = lay.Q.numel() + positions_in(self.readout.recv_gid, dst[far])
             self.label_src_idx = torch.searchsorted(lay.Q, src).to(dev)
             self.label_dst_idx = didx.to(dev)
         else:
@@ -353,11 +346,10 @@ class DistributedTrainer:
             return [(t, t + 1) for t in range(T)]
         own = self.partition.owner
         R = self.world_size
-        s, d = sg.spatial_edge_index
+        d = sg.spatial_edge_index[1]
         # rows per (rank, snapshot): owned nodes + their halo (in-neighbours owned elsewhere), edges into owned nodes
         key_n = own * T + sg.time
-        cut = own[s] != own[d]
-        halo = torch.unique(own[d[cut]] * sg.num_nodes + s[cut])
+        halo = halo_keys(own, sg.spatial_edge_index, sg.num_nodes)
         hr, hg = halo // sg.num_nodes, halo % sg.num_nodes
         rows = torch.bincount(key_n, minlength=R * T) + torch.bincount(hr * T + sg.time[hg], minlength=R * T)
         edges = torch.bincount(own[d] * T + sg.time[d], minlength=R * T)
@@ -467,10 +459,11 @@ class DistributedTrainer:
             hM = self.model.time_encoder(zM, info["graph"], None, block=b)
             return hM.index_select(0, info["q_in_m"])
         # recurrent: rounds of pieces
-        outs, pos = [], []
+        outs = []
         recv: Optional[Tensor] = None
         W = self.model.state_width
-        for k, info in enumerate(lay.recurrent_rounds(b)):
+        rounds = lay.recurrent_rounds(b)
+        for k, info in enumerate(rounds):
             g = info["graph"]
             last = z_Q.new_zeros(0, W)
             if g.num_nodes:
@@ -480,7 +473,6 @@ class DistributedTrainer:
                     h0 = recv.index_select(0, info["h0_recv"])
                 out, last = self.model.time_encoder_with_state(z_Q.index_select(0, info["q_pos"]), g, h0, block=b)
                 outs.append(out)
-                pos.append(info["q_pos"])
             m = info["exchange"]
             if m is not None:
                 send = last.index_select(0, m.send_idx)
@@ -491,11 +483,7 @@ class DistributedTrainer:
                 recv = self.comm.exchange(m.key, send, m.send_splits, m.recv_splits)
         if not outs:
             return z_Q.new_zeros(0, getattr(self.model, "out_channels", W))
-        h = torch.cat(outs, 0)
-        p = torch.cat(pos)
-        inv = torch.empty_like(p)
-        inv[p] = torch.arange(p.numel())
-        return h.index_select(0, inv)
+        return torch.cat(outs, 0).index_select(0, rounds[0]["inverse"])
 
     def outputs(self) -> Tensor:
         """``[|Q_r|, H]`` model outputs of this rank's time-owned nodes
@@ -670,13 +658,7 @@ class DistributedTrainer:
         chunk, same-rank ones included: unfused chunk execution); ``None``
         for partitions without chunks."""
         sg = self.layout.sg
-        own = self.partition.owner
-        s, d = sg.spatial_edge_index
-        cut = own[s] != own[d]
-        fused = int(torch.unique(own[d[cut]] * sg.num_nodes + s[cut]).numel())
-        per_chunk = None
-        if self.partition.chunk is not None:
-            ch = self.partition.chunk
-            c = ch[s] != ch[d]
-            per_chunk = int(torch.unique(ch[d[c]] * sg.num_nodes + s[c]).numel())
+        fused = int(halo_keys(self.partition.owner, sg.spatial_edge_index, sg.num_nodes).numel())
+        chunk = self.partition.chunk
+        per_chunk = None if chunk is None else int(halo_keys(chunk, sg.spatial_edge_index, sg.num_nodes).numel())
         return {"fused": fused, "per_chunk": per_chunk}
