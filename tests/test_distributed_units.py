@@ -275,3 +275,25 @@ def test_a3tgcn_adapter_distributed_equals_fused(scheme):
     assert max(abs(a - b) for a, b in zip(losses, want)) <= 1e-10
     assert all(mf == pf and mb == pb for mf, pf, mb, pb in ex)  # periods-wide rows, as the adapter's pattern says
     assert load["measured"] == load["predicted"]
+
+
+def _fails_mid_training(rank: int, world_size: int) -> None:
+    sig = cases.signal()
+    m, head, loss = cases.model("tgcn2")
+    tr = DistributedTrainer(m, sig, partition(sig, "pts", world_size), head=head, loss=loss)
+    tr.train_epoch()
+    if rank == 1:  # the second epoch fails on rank 1 inside the forward pass, between collectives
+        def broken(*args, **kwargs):
+            raise RuntimeError("encoder exploded on rank one")
+        tr.model.time_encoder_with_state = broken
+    tr.train_epoch()
+    tr.train_epoch()
+
+
+def test_a_rank_failing_mid_training_stops_every_rank_with_its_cause():
+    import time
+
+    t0 = time.perf_counter()
+    with pytest.raises(SpawnError, match="rank 1 failed: RuntimeError: encoder exploded on rank one"):
+        spawn(_fails_mid_training, 3, timeout=120)
+    assert time.perf_counter() - t0 < 60  # the others see the broken connection, not the 120 s collective timeout
