@@ -34,6 +34,7 @@ from .errors import DynScaleError
 COMMANDS: tuple[str, ...] = (
     "pyg_dynscale.commands.inspect",
     "pyg_dynscale.partition.cli",
+    "pyg_dynscale.commands.train",
 )
 
 #: Exit status for bad usage or bad input.
@@ -62,7 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of the ``pyg-dynscale`` console script."""
     parser = build_parser()
-    args = parser.parse_args(argv)  # exits with status 2 on bad usage
+    raw = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(raw)  # exits with status 2 on bad usage
+    args._argv = raw  # the command line as given (``train --nproc`` relaunches it under torchrun)
     try:
         return int(args._run(args) or 0)
     except (DynScaleError, OSError, ValueError) as exc:
@@ -70,7 +73,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         # values) are the user's to fix: one clear line, no traceback.
         if os.environ.get("PYG_DYNSCALE_DEBUG"):
             raise
-        print(f"pyg-dynscale {args.command}: error: {exc}", file=sys.stderr)
+        where = getattr(args, "_rank_label", "")
+        print(f"pyg-dynscale {args.command}: error{where}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130

@@ -511,6 +511,18 @@ class DistributedTrainer:
     def _apply_head(self, out: Tensor) -> Tensor:
         return self.head(out) if self.head is not None else out
 
+    def _link_logits(self, pred: Tensor) -> Tensor:
+        """Logits of this rank's labelled pairs (``readout`` exchange of the
+        endpoints owned elsewhere, then the model's ``link_logits`` or a dot
+        product)."""
+        table = pred.flatten(1) if pred.dim() > 1 else pred.unsqueeze(1)
+        far = table.new_zeros(sum(self.readout.recv_splits), table.shape[1])
+        table = torch.cat([table, self._exchange_into(self.readout, table, far)], 0)
+        fn = getattr(self.model, "link_logits", None)
+        if fn is not None:
+            return fn(table, self.label_src_idx, self.label_dst_idx)
+        return (table.index_select(0, self.label_src_idx) * table.index_select(0, self.label_dst_idx)).sum(-1)
+
     def compute_loss(self) -> Tensor:
         """This rank's share :math:`L_r` of the epoch loss (global
         normalizers; :math:`\\sum_r L_r` is the single-process loss), with
@@ -519,14 +531,7 @@ class DistributedTrainer:
         kind = self.loss_kind
         pred = self._apply_head(out)
         if kind == "bce_link":
-            table = pred.flatten(1) if pred.dim() > 1 else pred.unsqueeze(1)
-            far = table.new_zeros(sum(self.readout.recv_splits), table.shape[1])
-            table = torch.cat([table, self._exchange_into(self.readout, table, far)], 0)
-            fn = getattr(self.model, "link_logits", None)
-            if fn is not None:
-                logits = fn(table, self.label_src_idx, self.label_dst_idx)
-            else:
-                logits = (table.index_select(0, self.label_src_idx) * table.index_select(0, self.label_dst_idx)).sum(-1)
+            logits = self._link_logits(pred)
             per = F.binary_cross_entropy_with_logits(logits, self.label.to(logits.dtype), reduction="none")
             loss = snapshot_mean_part(per, self.label_time, self.label_counts, self.snapshot_reduction)
         else:
@@ -591,6 +596,17 @@ class DistributedTrainer:
             loss = self.compute_loss().detach().reshape(1).clone()
         dist.all_reduce(loss, group=self.group)
         return float(loss)
+
+    @torch.no_grad()
+    def link_scores(self) -> tuple[Tensor, Tensor]:
+        """Eval-mode logits and labels of the labelled pairs whose source this
+        rank time-owns (``loss="bce_link"``): ``([L_r], [L_r])``. Every pair
+        is on exactly one rank; gather them for a global metric such as AUC."""
+        if self.loss_kind != "bce_link":
+            raise ModelInputError("loss", f"is {self.loss_kind!r}.", "link_scores needs loss='bce_link'.")
+        with eval_mode(self.model, self.head):
+            logits = self._link_logits(self._apply_head(self.outputs()))
+        return logits, self.label.to(logits.dtype)
 
     @torch.no_grad()
     def predict(self) -> Tensor:
