@@ -230,8 +230,15 @@ def run(args: argparse.Namespace) -> int:
         return _launch(args)
     import torch.distributed as dist
 
+    if dist.is_initialized():
+        _fail("a torch.distributed process group is already initialized in this process; run "
+              "`pyg-dynscale train` in its own process (or under torchrun).")
     store = dist.HashStore()
-    report = train(args, 0, 1, lambda: dist.init_process_group("gloo", store=store, rank=0, world_size=1))
+    try:
+        report = train(args, 0, 1, lambda: dist.init_process_group("gloo", store=store, rank=0, world_size=1))
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
     _print_report(args, report)
     return 0
 
@@ -252,7 +259,7 @@ def _worker(args: argparse.Namespace) -> int:
     try:
         if args.nproc is not None and args.nproc != world:
             _fail(f"--nproc {args.nproc} differs from torchrun's world size {world}; drop --nproc under torchrun.")
-        report = train(args, rank, world, lambda: dist.init_process_group("gloo", timeout=backend_timeout))
+        report = train(args, rank, world, lambda: _init_torchrun_group(rank, world, backend_timeout))
         if rank == 0:
             _print_report(args, report)
         return 0
@@ -271,6 +278,23 @@ def _worker(args: argparse.Namespace) -> int:
         if dist.is_initialized():
             with contextlib.suppress(Exception):
                 dist.destroy_process_group()
+
+
+def _init_torchrun_group(rank: int, world: int, timeout: timedelta) -> None:
+    """``init_process_group`` under torchrun, in a store namespace of its own
+    per restart attempt: with torchrun's shared agent store (the default) the
+    keys of a failed attempt survive, and gloo would connect to the dead
+    workers' addresses published there."""
+    import torch.distributed as dist
+
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        dist.init_process_group("gloo", timeout=timeout)
+        return
+    base = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, is_master=False,
+                         timeout=timeout)
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    store = dist.PrefixStore(f"pyg_dynscale/attempt_{attempt}", base)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=timeout)
 
 
 def _report_runtime_failure(rank: int, world: int, exc: BaseException, failure_of_others: Callable,

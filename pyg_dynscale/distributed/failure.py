@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
 from typing import Any, Optional
 
@@ -74,12 +75,23 @@ def is_transport_error(exc: BaseException) -> bool:
 
 def install_stop_report(rank: int, world_size: int, prefix: str) -> None:
     """On ``SIGTERM`` (torchrun stopping the workers after one failed), print
-    which rank failed and why, then exit with status 143."""
+    which rank failed and why, then exit with status 143.
 
-    def stop(signum: int, frame: Any) -> None:
+    A Python signal handler would run only when the main thread returns to the
+    interpreter, i.e. not while it waits inside a collective for a peer that
+    is gone (torchrun then escalates to ``SIGKILL`` after 30 s). So ``SIGTERM``
+    is blocked in the calling thread (threads started later inherit the mask)
+    and a daemon thread waits for it with :func:`signal.sigwait`.
+    """
+    if not hasattr(signal, "pthread_sigmask"):  # pragma: no cover - non-POSIX
+        return
+
+    def wait() -> None:
+        signum = signal.sigwait({signal.SIGTERM})
         other = failure_of_others(rank, world_size, wait=0.5)
         why = f"rank {other[0]} failed: {other[1]}" if other else "the launcher stopped the job"
         print(f"{prefix} (rank {rank}): stopping: {why}", file=sys.stderr, flush=True)
         os._exit(128 + signum)
 
-    signal.signal(signal.SIGTERM, stop)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    threading.Thread(target=wait, name="pyg_dynscale-sigterm", daemon=True).start()
