@@ -9,9 +9,9 @@ One command, three ways to start it (parts = world size):
   torchrun's rendezvous flags, on several machines) runs the same job;
 * without either, one process trains alone (a world of one rank).
 
-Every rank loads ``PATH``, splits it in time (``--train-ratio``), rank 0
-partitions the training split with ``--scheme`` (or ``--partition FILE`` is
-loaded) and every rank trains its part with
+Every rank loads ``PATH``, splits it in time (``--train-ratio``), partitions
+the training split with ``--scheme`` (deterministic for a ``--seed``, so all
+ranks agree; or loads ``--partition FILE``) and trains its part with
 :class:`~pyg_dynscale.distributed.DistributedTrainer`. Rank 0 shows a progress
 bar and, at the end, the test metric on the later snapshots (MSE for node
 targets, ROC AUC for links), the epoch time and the traffic measured next to
@@ -340,24 +340,11 @@ def _check_target(signal: Any, args: argparse.Namespace) -> None:
         _fail(f"--target node needs node targets y, and '{args.path}' has none; use --target link.")
 
 
-def _on_rank0(fn: Callable[[], Any], rank: int) -> Any:
-    """Run ``fn`` on rank 0 and broadcast its result; an error there is raised
-    on every rank with the same message."""
-    import torch.distributed as dist
+def _partition(signal: Any, scheme: str, world: int, pattern: Any, args: argparse.Namespace) -> Any:
+    from ..partition.schemes import partition
 
-    from ..errors import DynScaleError
-
-    box: list = [None]
-    if rank == 0:
-        try:
-            box[0] = ("ok", fn())
-        except (DynScaleError, ValueError, OSError) as exc:
-            box[0] = ("error", f"{exc}")
-    dist.broadcast_object_list(box, src=0)
-    status, value = box[0]
-    if status == "error":
-        _fail(value)
-    return value
+    opts = {"threads": args.threads} if scheme == "pgc" else {}
+    return partition(signal, scheme, world, pattern, seed=args.seed, **opts)
 
 
 def run_record(args: argparse.Namespace, fingerprint: str, world: int, scheme: str) -> dict:
@@ -377,7 +364,7 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
     from ..errors import PartitionError
     from ..nn.zoo import build_model
     from ..partition.io import load_partition, save_partition
-    from ..partition.schemes import SCHEMES, partition
+    from ..partition.schemes import SCHEMES
     from ..runtime.metrics import roc_auc
 
     t_start = time.perf_counter()
@@ -426,10 +413,12 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
     model = model.to(dtype)
     head = head.to(dtype) if head is not None else None
     pattern = model.dependency_pattern(bytes_per_element=torch.empty((), dtype=dtype).element_size())
+    # Every rank partitions (deterministic for a seed; DistributedTrainer checks that the ranks agree): no
+    # rank waits in a collective while another one partitions, which can take longer than --timeout (e.g.
+    # the first PGC call on a fresh install compiles its kernels).
     if part is None:
-        part = _on_rank0(lambda: partition(train_sig, args.scheme, world, pattern, seed=args.seed), rank)
-    test_scheme = part.scheme if part.scheme in SCHEMES else "pss"
-    test_part = _on_rank0(lambda: partition(test_sig, test_scheme, world, pattern, seed=args.seed), rank)
+        part = _partition(train_sig, args.scheme, world, pattern, args)
+    test_part = _partition(test_sig, part.scheme if part.scheme in SCHEMES else "pss", world, pattern, args)
     if rank == 0:
         if args.save_partition:
             save_partition(part, args.save_partition)
