@@ -1,4 +1,4 @@
-r"""Pictures of partitions (matplotlib, Agg backend, imported lazily).
+r"""Pictures of partitions (matplotlib, imported lazily; Agg unless a backend is already chosen).
 
 * :func:`plot_owner_heatmap`: vertices (rows) x snapshots (columns), each cell
   coloured by the rank owning vertex-time node :math:`(i, t)` (white: vertex
@@ -28,7 +28,11 @@ def _pyplot():
     except ImportError:
         from ..errors import MissingDependencyError
         raise MissingDependencyError("matplotlib", "Partition plots", "pip install matplotlib") from None
-    matplotlib.use("Agg", force=False)
+    import os
+    import sys
+    if "matplotlib.pyplot" not in sys.modules and not os.environ.get("MPLBACKEND"):
+        # headless default for scripts; never override a backend already chosen (Jupyter's inline one)
+        matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
     return plt
 
