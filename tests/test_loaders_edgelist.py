@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import math
 import os
+import warnings
 from collections import defaultdict
 from pathlib import Path
 
@@ -337,6 +338,24 @@ def test_errors(tmp_path):
         load_edge_list(good, window=1000, target="link")  # one snapshot: no next snapshot
     with pytest.raises(SignalValidationError, match="window"):
         load(good)  # edge list without a window
+
+
+def test_window_too_small_for_the_time_span(tmp_path):
+    # 1e-17 s over a span of 37 s: 3.7e18 windows would overflow the int64 window
+    # index (numpy only warns) and silently merge all events into one snapshot
+    good = write(tmp_path, "1 2 3\n2 3 40\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        for w in (1e-17, "1e-17", 1e-300):
+            with pytest.raises(SignalValidationError, match=r"window.*too small for the events' time span of 37 s"):
+                load_edge_list(good, window=w, target=None)
+        with pytest.raises(SignalValidationError, match="too small"):  # milliseconds: 37e-3 s span
+            load_edge_list(good, window=1e-18, time_unit=1e-3, target=None)
+        assert load_edge_list(good, window=1e-9, target=None).num_snapshots == 2  # 3.7e10 windows: fine
+    assert parse_window("86400") == parse_window("1d") == parse_window(86400) == 86400.0
+    for w in ("inf", "nan", "-3", "1e400", "-1d"):
+        with pytest.raises(SignalValidationError, match="window"):
+            parse_window(w)
 
 
 def test_load_auto_detects_edge_lists(tmp_path):

@@ -67,3 +67,83 @@ def test_errors(data, capsys):
         with pytest.raises(SystemExit) as e:
             main(["partition", path, "--parts", "2", *bad])
         assert e.value.code == 2
+
+
+# ------------------------------------------------------------------ --window and --out
+@pytest.mark.parametrize("window, seconds", [("1d", 86400.0), ("12h", 43200.0), ("30min", 1800.0), ("1w", 604800.0),
+                                             ("90", 90.0), ("2.5", 2.5), ("1e3", 1000.0)])
+def test_window_accepts_durations_like_inspect(data, capsys, window, seconds):
+    """``--window`` is parsed as ``inspect --window`` is (``parse_window``): seconds or a duration."""
+    from pyg_dynscale.commands.inspect import inspect_path
+    from pyg_dynscale.data.loaders import parse_window
+
+    _, path, calls = data
+    assert main(["partition", path, "--scheme", "pts", "--parts", "2", "--window", window, "--json"]) == 0
+    assert calls == [(path, "auto", seconds)]
+    assert json.loads(capsys.readouterr().out)["parts"] == 2
+    assert parse_window(window) == seconds
+    assert inspect_path(path, window=window)["window"] == seconds
+
+
+@pytest.mark.parametrize("window", ["0", "0d", "-5", "-1d", "inf", "-inf", "nan", "1e400", "abc", "3 parsecs", ""])
+def test_window_rejected_before_loading(data, capsys, window):
+    _, path, calls = data
+    assert main(["partition", path, "--parts", "2", f"--window={window}"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith("pyg-dynscale partition: error: --window: ") and captured.err.count("\n") == 1
+    assert captured.out == "" and calls == []
+
+
+def test_window_too_small_for_the_file(tmp_path, capsys):
+    """A window like 1e-17 s would overflow the window index: a clear --window error, no warning, no traceback."""
+    import warnings
+
+    f = tmp_path / "events.txt"
+    f.write_text("0 1 0\n1 2 100\n2 0 250\n0 2 260\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        for window in ("1e-17", "1e-300"):
+            assert main(["partition", str(f), "--scheme", "pts", "--parts", "2", "--window", window]) == 2
+            err = capsys.readouterr().err
+            assert err.startswith("pyg-dynscale partition: error: --window: ") and "too small" in err
+    assert main(["partition", str(f), "--scheme", "pts", "--parts", "2", "--window", "100s", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["vertex_time_nodes"] > 0
+    # a window for a PyGT JSON file is named as --window too
+    j = tmp_path / "tiny.json"
+    j.write_text(json.dumps({"edges": [[0, 1], [1, 2]], "FX": [[float(i)] * 3 for i in range(7)]}))
+    assert main(["partition", str(j), "--parts", "1", "--window", "1d"]) == 2
+    assert "--window: " in capsys.readouterr().err
+
+
+def test_out_into_missing_folder_or_a_directory(data, capsys, tmp_path, monkeypatch):
+    _, path, calls = data
+    target = tmp_path / "no" / "such" / "p.pt"
+    assert main(["partition", path, "--parts", "2", "--out", str(target)]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith("pyg-dynscale partition: error: --out: ")
+    assert str(target.parent) in captured.err and "does not exist" in captured.err
+    assert calls == [] and not target.parent.exists()  # rejected before loading; nothing created
+    assert main(["partition", path, "--parts", "2", "--out", str(tmp_path)]) == 2
+    assert "--out: " in capsys.readouterr().err
+    monkeypatch.chdir(tmp_path)  # a bare file name: the working directory
+    assert main(["partition", path, "--parts", "2", "--out", "p.pt"]) == 0
+    assert (tmp_path / "p.pt").is_file()
+
+
+def test_cli_errors_exit_2_without_traceback(tmp_path):
+    """End to end through the console script's module: one line on stderr, exit status 2."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    f = tmp_path / "events.txt"
+    f.write_text("0 1 0\n1 2 100\n2 0 250\n")
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=str(root), OMP_NUM_THREADS="1")
+    for extra in (["--window", "1e-17"], ["--window", "0"], ["--window", "1d", "--out", str(tmp_path / "x" / "p.pt")]):
+        r = subprocess.run([sys.executable, "-m", "pyg_dynscale", "partition", str(f), "--parts", "1", *extra],
+                           capture_output=True, text=True, env=env, timeout=120)
+        assert r.returncode == 2, r.stderr
+        assert "Traceback" not in r.stderr and "Warning" not in r.stderr and r.stderr.count("\n") == 1
+        assert ("--out" if "--out" in extra else "--window") in r.stderr

@@ -34,7 +34,7 @@ import sys
 import time
 import traceback
 from datetime import timedelta
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 SCHEMA_VERSION = 1
 FORMATS = ("auto", "pygt-json", "edgelist", "dynscale")

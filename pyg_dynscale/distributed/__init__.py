@@ -5,11 +5,15 @@
 structure encoder, recurrent states across ranks in rounds, attention rows
 merged in time order, PSS-TS redistribution, global BatchNorm statistics and
 loss normalizers, and a gradient all-reduce. :func:`spawn` runs ``N`` local
-gloo processes (tests, notebooks); production jobs use ``torchrun``.
+gloo processes (tests, notebooks); production jobs use ``torchrun`` (e.g.
+``pyg-dynscale train``). :func:`save_checkpoint` / :func:`load_checkpoint`
+write and restore training state with :mod:`torch.distributed.checkpoint`.
 """
+from .checkpoint import CheckpointMismatchError, latest_checkpoint, load_checkpoint, save_checkpoint
 from .exchange import Communicator
 from .launch import SpawnError, free_port, spawn
 from .local import RankLayout
 from .trainer import FUSION_MODES, DistributedTrainer
 
-__all__ = ["DistributedTrainer", "FUSION_MODES", "Communicator", "RankLayout", "spawn", "SpawnError", "free_port"]
+__all__ = ["DistributedTrainer", "FUSION_MODES", "Communicator", "RankLayout", "spawn", "SpawnError", "free_port",
+           "save_checkpoint", "load_checkpoint", "latest_checkpoint", "CheckpointMismatchError"]

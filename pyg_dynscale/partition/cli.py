@@ -46,8 +46,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "features loaded once, so spatial cuts cost nothing per epoch; DGC's T-GCN: 2)")
     p.add_argument("--balanced", action="store_true", help="pss/pts/pss-ts: balance workload instead of counts")
     p.add_argument("--format", choices=FORMATS, default="auto", help="file format (default: auto)")
-    p.add_argument("--window", type=float, default=None, metavar="SECONDS",
-                   help="snapshot length in seconds when reading a temporal edge list")
+    p.add_argument("--window", default=None, metavar="SECONDS",
+                   help="snapshot length when reading a temporal edge list: seconds, or a duration like 1d, 12h, 30min")
     p.add_argument("--seed", type=int, default=0, help="seed for randomized schemes (pgc)")
     p.add_argument("--out", default=None, metavar="FILE", help="save the partition to FILE")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
@@ -55,7 +55,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def _check(args: argparse.Namespace) -> None:
+    """Reject bad options before any work; ``args.window`` becomes seconds (float)."""
     from ..cli import CommandError
+    from ..data.loaders import parse_window
 
     if not os.path.exists(args.path):
         raise CommandError(f"no such file: '{args.path}'.")
@@ -65,15 +67,26 @@ def _check(args: argparse.Namespace) -> None:
         raise CommandError(f"--parts must be >= 1, got {args.parts}.")
     if args.hidden < 1 or args.blocks < 1 or args.gcn_layers < 1:
         raise CommandError("--hidden, --blocks and --gcn-layers must be >= 1.")
-    if args.window is not None and not (math.isfinite(args.window) and args.window > 0):
-        raise CommandError(f"--window must be a positive number of seconds, got {args.window}.")
+    if args.window is not None:
+        try:  # the same parsing as ``inspect --window`` and the loaders
+            args.window = parse_window(args.window)
+        except ValueError as exc:
+            raise CommandError(f"--window: {exc}") from None
+    if args.out is not None:
+        folder = os.path.dirname(os.path.abspath(args.out))
+        if os.path.isdir(args.out):
+            raise CommandError(f"--out: '{args.out}' is a directory; give a file name.")
+        if not os.path.isdir(folder):
+            raise CommandError(f"--out: the folder '{folder}' does not exist; create it first.")
 
 
 def partition_report(args: argparse.Namespace, progress: bool = False) -> dict[str, Any]:
     """Do the work of the subcommand; return the JSON report as a dict."""
     from tqdm import tqdm
 
+    from ..cli import CommandError
     from ..data.loaders import load
+    from ..errors import SignalValidationError
     from .io import save_partition
     from .metrics import evaluate
     from .pattern import DependencyPattern
@@ -89,7 +102,12 @@ def partition_report(args: argparse.Namespace, progress: bool = False) -> dict[s
         bar.set_postfix_str(name)
 
     step("load")
-    signal = load(args.path, format=args.format, window=args.window)
+    try:
+        signal = load(args.path, format=args.format, window=args.window)
+    except SignalValidationError as exc:
+        if exc.field == "window":  # e.g. a window too small for the file's time span
+            raise CommandError(f"--window: {exc}") from None
+        raise
     bar.update()
     step("supergraph")
     sg = signal.supergraph()

@@ -26,6 +26,10 @@ from .negative_sampling import sample_negative_pairs
 
 _UNITS = {"s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 _WINDOW_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+#: Most windows an edge list's time span may be cut into: window indices are
+#: computed in float64 and must stay exact integers (a window like 1e-17 s
+#: would overflow them and silently merge every event into one snapshot).
+MAX_WINDOWS = 2 ** 53
 
 VERTEX_SETS = ("cumulative", "window")
 TARGETS = ("link", "degree", None)
@@ -35,7 +39,9 @@ WEIGHT_AGGS = ("sum", "mean", "max", "min")
 
 def parse_window(window: Union[float, int, str]) -> float:
     """Window length in seconds from a number (seconds) or a string such as
-    ``"7d"``, ``"12h"``, ``"30min"``, ``"1w"``, ``"3600s"``.
+    ``"86400"``, ``"7d"``, ``"12h"``, ``"30min"``, ``"1w"``, ``"3600s"``.
+
+    The command line's ``--window`` options (``inspect``, ``partition``) use it too.
 
     Raises:
         SignalValidationError: unparsable, non-finite or ``<= 0``.
@@ -43,17 +49,21 @@ def parse_window(window: Union[float, int, str]) -> float:
     if isinstance(window, str):
         m = _WINDOW_RE.match(window)
         unit = m.group(2).lower() if m else ""
-        if m is None or unit not in _UNITS and unit != "":
-            raise SignalValidationError(
-                "window", f"is {window!r}.", "give seconds as a number, or a string like '1d', '12h', '30min', '1w'."
-            )
-        seconds = float(m.group(1)) * _UNITS.get(unit, 1.0)
+        if m is not None and (unit in _UNITS or unit == ""):
+            seconds = float(m.group(1)) * _UNITS.get(unit, 1.0)
+        else:
+            try:  # "inf", "nan", "-5": numbers, rejected below as not positive and finite
+                seconds = float(window)
+            except ValueError:
+                raise SignalValidationError(
+                    "window", f"is {window!r}.", "give seconds as a number, or a string like '1d', '12h', '30min', '1w'."
+                ) from None
     elif isinstance(window, (int, float, np.integer, np.floating)) and not isinstance(window, bool):
         seconds = float(window)
     else:
         raise SignalValidationError("window", f"is {window!r}.", "give the window length in seconds (e.g. 86400 or '1d').")
     if not np.isfinite(seconds) or seconds <= 0:
-        raise SignalValidationError("window", f"is {window!r} ({seconds} s).", "use a positive window length.")
+        raise SignalValidationError("window", f"is {window!r} ({seconds} s).", "use a positive, finite window length.")
     return seconds
 
 
@@ -228,6 +238,13 @@ def load_edge_list(
 
     # ---- windows -> snapshots
     t0 = float(tau.min())
+    span = float(tau.max()) - t0
+    if not span / w_units < MAX_WINDOWS:
+        raise SignalValidationError(
+            "window", f"is {seconds:g} s, too small for the events' time span of {span * float(time_unit):g} s "
+            f"({span / w_units:.3g} windows; at most {MAX_WINDOWS:.3g}).",
+            "use a longer window, e.g. '1h' or '1d' (or check time_unit).",
+        )
     b = np.floor((tau - t0) / w_units).astype(np.int64)
     if drop_empty:
         used, snap = np.unique(b, return_inverse=True)
