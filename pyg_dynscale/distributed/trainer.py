@@ -48,6 +48,7 @@ from ..partition.plan import CommunicationPlan
 from ..runtime.fused import LOSSES, eval_mode, resolve_targets, snapshot_mean_part
 from .exchange import Communicator
 from .local import ExchangeMap, RankLayout, halo_keys, node_subset_graph, positions_in
+from .stale import StaleCache, StaleConfig
 
 __all__ = ["DistributedTrainer", "FUSION_MODES"]
 
@@ -121,6 +122,11 @@ class DistributedTrainer:
         snapshot_reduction: ``"mean"`` or ``"sum"`` over snapshots.
         group: process group (default: the world).
         check: self-check PyGT adapters at wrap time.
+        stale: the stale embedding cache (DGC §5.2) used while training:
+            ``None``/``"off"`` (exact), ``"static:<c>"``, ``"printed"``,
+            ``"intent"``, ``"ramp"``, ``"adaptive"`` or a
+            :class:`~pyg_dynscale.distributed.stale.StaleConfig` (kinds,
+            backward, scope). Evaluation and prediction stay exact.
 
     Example::
 
@@ -153,6 +159,7 @@ class DistributedTrainer:
         snapshot_reduction: str = "mean",
         group: Optional[Any] = None,
         check: bool = True,
+        stale: Union[str, StaleConfig, None] = None,
     ) -> None:
         t_setup = time.perf_counter()
         if not dist.is_available() or not dist.is_initialized():
@@ -177,6 +184,10 @@ class DistributedTrainer:
             raise ModelInputError("fusion", f"is {fusion!r}.", f"use one of {FUSION_MODES} or a memory budget in bytes.")
         self.loss_kind = loss
         self.snapshot_reduction = snapshot_reduction
+        config = StaleConfig.parse(stale)
+        #: the stale cache (``None``: the exact path)
+        self.stale: Optional[StaleCache] = StaleCache(config) if config.enabled else None
+        self._stale_on = False
         self.fusion = fusion
         self.fusion_budget = budget
         # ---------------- devices and dtypes
@@ -297,7 +308,8 @@ class DistributedTrainer:
             h.update(partition.time_owner.numpy().tobytes())
         mine = {"signal": signal.fingerprint(), "partition": h.hexdigest(), "scheme": partition.scheme,
                 "params": _param_digest([self.model] + ([self.head] if self.head is not None else [])),
-                "loss": str(self.loss_kind), "fusion": f"{self.fusion}:{self.fusion_budget}", "dtype": str(self.dtype)}
+                "loss": str(self.loss_kind), "fusion": f"{self.fusion}:{self.fusion_budget}", "dtype": str(self.dtype),
+                "stale": self.stale.config.describe() if self.stale is not None else "off"}
         everyone: list = [None] * self.world_size
         dist.all_gather_object(everyone, mine, group=self.group)
         for key in mine:
@@ -431,8 +443,15 @@ class DistributedTrainer:
             raise DecompositionMismatchError(
                 f"exchange {m.key}: the model moves rows of {w} elements but its dependency pattern declares "
                 f"{m.width}; the pattern (model.dependency_pattern()) must describe what the model computes.")
-        recv = self.comm.exchange(m.key, send, m.send_splits, m.recv_splits)
+        recv = self._rows(m, send)
         return dst.index_copy(0, m.recv_idx, recv.to(dst.dtype))
+
+    def _rows(self, m: ExchangeMap, send: Tensor) -> Tensor:
+        """Exchange ``send`` along ``m``: exactly, or through the stale cache
+        while training when it covers ``m``'s kind."""
+        if self._stale_on and self.stale is not None and self.stale.applies(m.key[2]):
+            return self.stale.exchange(self.comm, id(m), m.key, send, m.send_splits, m.recv_splits)
+        return self.comm.exchange(m.key, send, m.send_splits, m.recv_splits)
 
     def _redistribute(self, key: tuple, src: Tensor, n_dst: int, src_local: Tensor, dst_local: Tensor) -> Tensor:
         """PSS-TS: rows of ``src`` to the other owner's ``n_dst`` rows; rows
@@ -480,7 +499,7 @@ class DistributedTrainer:
                     raise DecompositionMismatchError(
                         f"the recurrent state is {send.shape[1]} wide but the dependency pattern declares "
                         f"time_width={m.width}.")
-                recv = self.comm.exchange(m.key, send, m.send_splits, m.recv_splits)
+                recv = self._rows(m, send)
         if not outs:
             return z_Q.new_zeros(0, getattr(self.model, "out_channels", W))
         return torch.cat(outs, 0).index_select(0, rounds[0]["inverse"])
@@ -578,7 +597,13 @@ class DistributedTrainer:
         if self.head is not None:
             self.head.train()
         self.optimizer.zero_grad(set_to_none=True)
-        loss = self.compute_loss()
+        if self.stale is not None:
+            self.stale.start_epoch()
+        self._stale_on = True
+        try:
+            loss = self.compute_loss()
+        finally:
+            self._stale_on = False
         loss.backward()
         self._sync_gradients()
         self.optimizer.step()
@@ -586,6 +611,8 @@ class DistributedTrainer:
         self.epoch_seconds.append(time.perf_counter() - t0)
         total = loss.detach().reshape(1).clone()
         dist.all_reduce(total, group=self.group)
+        if self.stale is not None:
+            self.stale.end_epoch(float(total))
         return float(total)
 
     @torch.no_grad()
@@ -630,7 +657,8 @@ class DistributedTrainer:
         Returns:
             dict: ``measured`` and ``predicted`` (bytes per kind: the plan's
             ``spatial``, ``temporal``, ``redistribution``, ``readout`` and
-            their ``total``; measured also has ``norm``, the BatchNorm
+            their ``total``; measured also has ``stale_meta``, the stale
+            cache's masks, included in its ``total``, and ``norm``, the BatchNorm
             statistics, and ``grad_sync``, the gradient all-reduce, which the
             plan does not predict); ``exchanges`` (one dict per exchange with
             ``block``, ``phase``, ``kind``, ``measured_forward``,
@@ -644,7 +672,7 @@ class DistributedTrainer:
         for key in rows:
             vals += [self.comm.bytes.get(key + ("fwd",), 0), self.comm.bytes.get(key + ("bwd",), 0)]
         extra = [self._sum_counter(lambda k: k[2] == "norm"), self._sum_counter(lambda k: k[2] == "grad_sync"),
-                 self.load_bytes_measured, self.comm.calls]
+                 self.load_bytes_measured, self.comm.calls, self._sum_counter(lambda k: k[2] == "stale_meta")]
         t = torch.tensor(vals + extra, dtype=torch.float64)
         dist.all_reduce(t, group=self.group)
         t = t.long().tolist()
@@ -659,9 +687,10 @@ class DistributedTrainer:
             exchanges.append({"block": key[0], "phase": key[1], "kind": key[2], "measured_forward": mf,
                               "measured_backward": mb, "predicted_forward": e.forward_bytes,
                               "predicted_backward": e.backward_bytes})
+        n = len(vals)
+        measured["stale_meta"] = t[n + 4]  # the stale cache's masks (and global-D all-reduces); 0 when exact
         measured["total"] = sum(measured.values())
         predicted["total"] = sum(predicted.values())
-        n = len(vals)
         measured["norm"], measured["grad_sync"] = t[n], t[n + 1]
         return {"measured": measured, "predicted": predicted, "exchanges": exchanges,
                 "load": {"measured": t[n + 2], "predicted": self.plan.load_bytes()},
