@@ -75,6 +75,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--dtype", choices=DTYPES, default="float32", help="parameter dtype (default: float32)")
     p.add_argument("--fusion", choices=("full", "none"), default="full",
                    help="full: one fused call per rank; none: one call and halo exchange per snapshot")
+    p.add_argument("--stale", default="off", metavar="POLICY",
+                   help="stale embedding cache (DGC 5.2): off (exact, default), static:<c> (theta = c*D), printed "
+                        "(Eq. 6 as printed), intent (Eq. 6 sign-corrected), ramp, adaptive (the recommended one)")
+    p.add_argument("--stale-kinds", default="spatial,temporal,redistribution", metavar="KINDS",
+                   help="exchange kinds the cache covers, comma-separated (default: spatial,temporal,redistribution)")
+    p.add_argument("--stale-backward", choices=("skip", "send"), default="skip",
+                   help="gradients of cached rows: skip (constants, default) or send (applied to the current rows)")
+    p.add_argument("--stale-scope", choices=("local", "global"), default="local",
+                   help="D = largest distance per sending rank (local, default) or over all ranks (global)")
     p.add_argument("--train-ratio", type=float, default=0.8, help="temporal split: first share trains (default: 0.8)")
     p.add_argument("--partition", default=None, metavar="FILE", help="use this saved partition of the training split")
     p.add_argument("--save-partition", default=None, metavar="FILE", help="save the training split's partition")
@@ -143,6 +152,7 @@ def check_args(args: argparse.Namespace) -> None:
                   "torch build). Use --device cpu.")
         _fail("--device cuda: the distributed runtime runs on CPU ranks (gloo) in this release; CUDA ranks "
               "(NCCL, one GPU per rank) are not built yet. Use --device cpu.")
+    args.stale_config = _stale_config(args)
     if args.resume and not args.checkpoint_dir:
         _fail("--resume needs --checkpoint-dir DIR.")
     if args.partition is not None and not os.path.isfile(args.partition):
@@ -161,6 +171,17 @@ def check_args(args: argparse.Namespace) -> None:
             _fail(f"--window: {exc}")
         if not (math.isfinite(seconds) and seconds >= 1e-6):
             _fail(f"--window must be a duration of at least a microsecond, got {args.window!r}.")
+
+
+def _stale_config(args: argparse.Namespace) -> Any:
+    from ..distributed.stale import StaleConfig
+    from ..errors import DynScaleError
+
+    kinds = tuple(k.strip() for k in str(args.stale_kinds).split(",") if k.strip())
+    try:
+        return StaleConfig.parse(args.stale, kinds=kinds, backward=args.stale_backward, scope=args.stale_scope)
+    except DynScaleError as exc:
+        _fail(f"--stale {args.stale}: {exc}")
 
 
 # ------------------------------------------------------------------ launching
@@ -425,9 +446,11 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
         if saved_part is not None and not os.path.isfile(saved_part):
             os.makedirs(args.checkpoint_dir, exist_ok=True)
             save_partition(part, saved_part)
-    trainer = DistributedTrainer(model, train_sig, part, head=head, loss=loss, lr=args.lr, fusion=args.fusion)
+    trainer = DistributedTrainer(model, train_sig, part, head=head, loss=loss, lr=args.lr, fusion=args.fusion,
+                                 stale=args.stale_config)
     modules = torch.nn.ModuleDict({"model": model, **({"head": head} if head is not None else {})})
-    progress: dict = {"losses": [], "epoch_seconds": [], "bytes_measured": {}, "bytes_predicted": {}}
+    progress: dict = {"losses": [], "epoch_seconds": [], "bytes_measured": {}, "bytes_predicted": {},
+                      "stale_factor": [], "stale_fresh_fraction": []}
     start = 0
     if resume_from is not None:
         progress = load_checkpoint(resume_from[1], modules, trainer.optimizer, record)["progress"]
@@ -446,6 +469,9 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
         for key in ("measured", "predicted"):
             for kind, value in traffic[key].items():
                 progress[f"bytes_{key}"].setdefault(kind, []).append(int(value))
+        if trainer.stale is not None:
+            progress["stale_factor"].append(trainer.stale.history[-1]["factor"])
+            progress["stale_fresh_fraction"].append(_fresh_fraction(trainer.stale.history[-1]))
         bar.set_postfix(loss=f"{loss_value:.4f}", refresh=False)
         done = epoch + 1
         if args.checkpoint_dir and (done % args.checkpoint_every == 0 or done == args.epochs):
@@ -466,7 +492,9 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
     return {
         "schema_version": SCHEMA_VERSION, "path": args.path, "model": args.model, "target": args.target,
         "scheme": part.scheme, "world_size": world, "dtype": args.dtype, "hidden": args.hidden, "lr": args.lr,
-        "epochs": args.epochs, "fusion": args.fusion, "seed": args.seed,
+        "epochs": args.epochs, "fusion": args.fusion, "seed": args.seed, "stale": args.stale_config.describe()
+        if args.stale_config.enabled else "off", "stale_factor": progress.get("stale_factor", []),
+        "stale_fresh_fraction": progress.get("stale_fresh_fraction", []),
         "snapshots": {"train": train_sig.num_snapshots, "test": test_sig.num_snapshots},
         "vertex_time_nodes": train_sig.num_vertex_time_nodes,
         "losses": progress["losses"], "test_metric": test_metric, "test_metric_name": metric_name,
@@ -477,6 +505,17 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
         "setup_seconds": trainer.setup_seconds, "resumed_from_epoch": resume_from[0] if resume_from else None,
         "checkpoints": checkpoints, "total_seconds": time.perf_counter() - t_start,
     }
+
+
+def _fresh_fraction(record: dict) -> float:
+    """Share of the planned rows the cache sent in one epoch, over all ranks."""
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor([sum(e["fresh"] for e in record["exchanges"].values()),
+                      sum(e["planned"] for e in record["exchanges"].values())], dtype=torch.float64)
+    dist.all_reduce(t)
+    return float(t[0] / t[1]) if t[1] > 0 else 1.0
 
 
 def _max_over_ranks(value: float) -> float:
@@ -511,11 +550,16 @@ def _print_report(args: argparse.Namespace, r: dict) -> None:
     ]
     for k in kinds:
         if k in m:
-            flag = "" if m[k][-1] == p[k][-1] else "   <- differs"
+            flag = "" if m[k][-1] == p[k][-1] else ("   (stale cache)" if r["stale"] != "off" else "   <- differs")
             lines.append(f"    {k:<15} {_human(m[k][-1]):>10} / {_human(p[k][-1]):<10}{flag}")
     lines.append(f"    not planned: gradient all-reduce {_human(m['grad_sync'][-1])}, "
                  f"BatchNorm statistics {_human(m['norm'][-1])}")
     lines.append(f"  loaded once      {_human(r['load_bytes']['measured'])} (plan {_human(r['load_bytes']['predicted'])})")
+    if r["stale"] != "off":
+        total_m = sum(m["total"])
+        total_p = sum(p["total"])
+        lines.append(f"  stale cache      {r['stale']}: {100 * (1 - total_m / total_p):.1f}% less traffic than the "
+                     f"exact path over the run (masks included)" if total_p else f"  stale cache      {r['stale']}")
     if r["checkpoints"]:
         lines.append(f"  last checkpoint  {r['checkpoints'][-1]}")
     print("\n".join(lines), flush=True)

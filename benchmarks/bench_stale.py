@@ -1,0 +1,211 @@
+r"""DGC's Table 3 on this project's data: the stale embedding cache (§5.2).
+
+For every dataset x model, the same initial parameters are trained for
+``--epochs`` epochs on ``--ranks`` gloo processes with PGC and fusion, once per
+policy: no stale (exact), static theta = 0.3 D / 0.5 D / 0.7 D, Eq. 6 as
+printed, Eq. 6 with the sign the paper's intent needs, ``ramp`` and
+``adaptive`` (the policy the package recommends), plus two variants of the
+recommended one that measure the two unspecified choices: gradients of cached
+rows sent back (``backward=send``) and one global D (``scope=global``).
+
+Reported per row: traffic reduction (all exchanges, forward + backward, the
+cache's masks included, over the whole run, vs the exact run's measured
+bytes), the test metric on the later snapshots (ROC AUC for link prediction
+on the SNAP graphs with DGC's in/out-degree features, MSE for PyGT's England
+COVID node regression) and its relative change, the mean epoch time of the
+slowest rank, and the theta / D trajectory. ``--json`` writes every number;
+``--plots DIR`` draws metric vs traffic reduction per policy and the loss
+curves (DGC Fig. 18).
+
+    python benchmarks/bench_stale.py                 # the table (see docs/stale.md for the time it takes)
+    python benchmarks/bench_stale.py --quick         # 2 ranks, 10 epochs, small data: a smoke run
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from typing import Any
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _shared import DATASETS  # noqa: E402
+
+from pyg_dynscale.distributed import DistributedTrainer, spawn  # noqa: E402
+from pyg_dynscale.distributed.stale import StaleConfig  # noqa: E402
+from pyg_dynscale.nn.zoo import build_model  # noqa: E402
+from pyg_dynscale.partition import partition  # noqa: E402
+from pyg_dynscale.runtime.metrics import roc_auc  # noqa: E402
+
+DAY = 86400.0
+POLICIES = [("no stale", "off", {}), ("0.3D", "static:0.3", {}), ("0.5D", "static:0.5", {}), ("0.7D", "static:0.7", {}), ("0.9D", "static:0.9", {}),
+            ("Eq.6 printed", "printed", {}), ("Eq.6 intent", "intent", {}), ("ramp", "ramp", {}),
+            ("adaptive", "adaptive", {}), ("adaptive, bwd send", "adaptive", {"backward": "send"}),
+            ("adaptive, global D", "adaptive", {"scope": "global"})]
+DATA = {"CollegeMsg": ("snap/CollegeMsg.txt", 7 * DAY), "email-Eu": ("snap/email-Eu-core-temporal.txt.gz", 7 * DAY),
+        "bitcoin-otc": ("snap/soc-sign-bitcoinotc.csv.gz", 14 * DAY), "england_covid": (None, None)}
+MODELS = {"T-GCN": "tgcn-deep", "DySAT": "dysat", "MPNN-LSTM": "mpnnlstm-dgc"}
+
+
+def load(name: str) -> Any:
+    from pyg_dynscale.data import loaders
+
+    rel, window = DATA[name]
+    if rel is None:
+        return loaders.load_england_covid()
+    return loaders.load_edge_list(os.path.join(str(DATASETS), rel), window=window, target="link",
+                                  vertex_set="window", degree_transform="log1p")
+
+
+def _worker(rank: int, world_size: int, job: dict) -> list:
+    torch.set_num_threads(1)
+    sig = load(job["dataset"])
+    link = job["dataset"] != "england_covid"
+    train, test = sig.split(0.8)
+    out = []
+    for label, spec, opts in job["policies"]:
+        torch.manual_seed(0)
+        model, head, loss = build_model(job["model"], sig.num_node_features, job["hidden"],
+                                        num_snapshots=train.num_snapshots, num_vertices=sig.num_vertices,
+                                        target="link" if link else "node")
+        pattern = model.dependency_pattern()
+        if "part" not in job:
+            job["part"] = partition(train, "pgc", world_size, pattern, seed=0, threads=1)
+            job["test_part"] = partition(test, "pgc", world_size, pattern, seed=0, threads=1)
+        stale = StaleConfig.parse(spec, **opts)
+        tr = DistributedTrainer(model, train, job["part"], head=head, loss=loss, lr=job["lr"], stale=stale)
+        losses, measured, factors, fresh = [], 0, [], []
+        for _ in range(job["epochs"]):
+            losses.append(tr.train_epoch())
+            t = tr.traffic()
+            measured += t["measured"]["total"]
+            if tr.stale is not None:
+                h = tr.stale.history[-1]
+                factors.append(h["factor"])
+                c = torch.tensor([sum(e["fresh"] for e in h["exchanges"].values()),
+                                  sum(e["planned"] for e in h["exchanges"].values())], dtype=torch.float64)
+                torch.distributed.all_reduce(c)
+                fresh.append(float(c[0] / c[1]) if c[1] else 1.0)
+        ev = DistributedTrainer(model, test, job["test_part"], head=head, loss=loss)
+        if link:
+            s, y = ev.link_scores()
+            everyone: list = [None] * world_size
+            torch.distributed.all_gather_object(everyone, (s.double(), y.double()))
+            metric = roc_auc(torch.cat([e[0] for e in everyone]), torch.cat([e[1] for e in everyone]))
+        else:
+            metric = ev.evaluate()
+        epoch_s = torch.tensor(tr.epoch_seconds[1:] or tr.epoch_seconds, dtype=torch.float64).mean().reshape(1)
+        torch.distributed.all_reduce(epoch_s, op=torch.distributed.ReduceOp.MAX)
+        out.append({"policy": label, "spec": stale.describe() if stale.enabled else "off", "losses": losses,
+                    "bytes": measured, "metric": metric, "epoch_seconds": float(epoch_s), "factor": factors,
+                    "fresh_fraction": fresh})
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--datasets", default="CollegeMsg,email-Eu,england_covid")
+    ap.add_argument("--models", default="T-GCN,DySAT,MPNN-LSTM")
+    ap.add_argument("--ranks", type=int, default=4)
+    ap.add_argument("--epochs", type=int, default=100)
+    ap.add_argument("--hidden", type=int, default=32)
+    ap.add_argument("--lr", type=float, default=0.01)
+    ap.add_argument("--quick", action="store_true", help="2 ranks, 10 epochs, England COVID and T-GCN only")
+    ap.add_argument("--json", default=None, metavar="FILE", help="write every number to FILE")
+    ap.add_argument("--plots", default=None, metavar="DIR", help="draw the trade-off and the loss curves into DIR")
+    args = ap.parse_args()
+    if args.quick:
+        args.datasets, args.models, args.ranks, args.epochs = "england_covid", "T-GCN", 2, 10
+    rows = []
+    t0 = time.perf_counter()
+    for dataset in args.datasets.split(","):
+        for model in args.models.split(","):
+            job = {"dataset": dataset, "model": MODELS[model], "hidden": args.hidden, "lr": args.lr,
+                   "epochs": args.epochs, "policies": POLICIES}
+            t1 = time.perf_counter()
+            res = spawn(_worker, args.ranks, job, timeout=1800)[0]
+            base = res[0]
+            for r in res:
+                r.update(dataset=dataset, model=model,
+                         reduction=100 * (1 - r["bytes"] / base["bytes"]) if base["bytes"] else 0.0,
+                         metric_change=100 * (r["metric"] - base["metric"]) / abs(base["metric"]))
+            rows += res
+            _print_block(res, dataset, model, time.perf_counter() - t1)
+    _print_summary(rows)
+    print(f"total {time.perf_counter() - t0:.0f} s")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"args": vars(args), "rows": rows}, f)
+    if args.plots:
+        _plots(rows, args.plots)
+
+
+def _metric_name(dataset: str) -> str:
+    return "MSE" if dataset == "england_covid" else "AUC"
+
+
+def _print_block(res: list, dataset: str, model: str, seconds: float) -> None:
+    name = _metric_name(dataset)
+    print(f"\n{dataset} / {model} ({seconds:.0f} s)")
+    print(f"  {'policy':<20} {'traffic -%':>10} {name:>8} {'rel. chg %':>10} {'epoch ms':>9} {'theta/D first..last':>20} {'sent rows %':>11}")
+    for r in res:
+        fac = f"{r['factor'][1]:.3f}..{r['factor'][-1]:.3f}" if len(r["factor"]) > 1 else "-"
+        fresh = f"{100 * sum(r['fresh_fraction'][1:]) / max(len(r['fresh_fraction']) - 1, 1):.1f}" if r["fresh_fraction"] else "100"
+        print(f"  {r['policy']:<20} {r['reduction']:>10.2f} {r['metric']:>8.4f} {r['metric_change']:>+10.2f} "
+              f"{1e3 * r['epoch_seconds']:>9.1f} {fac:>20} {fresh:>11}")
+    sys.stdout.flush()
+
+
+def _print_summary(rows: list) -> None:
+    """Averages over dataset x model rows, per policy: DGC's headline figures.
+    A metric loss is relative and signed so that worse is negative (AUC down,
+    MSE up)."""
+    print("\nAverage over rows (traffic reduction; relative metric loss, worse = positive):")
+    for label, _, _ in POLICIES[1:]:
+        mine = [r for r in rows if r["policy"] == label]
+        if not mine:
+            continue
+        red = sum(r["reduction"] for r in mine) / len(mine)
+        loss = [(-r["metric_change"] if _metric_name(r["dataset"]) == "AUC" else r["metric_change"]) for r in mine]
+        print(f"  {label:<20} traffic -{red:6.2f}%   metric loss mean {sum(loss) / len(loss):+6.2f}%  "
+              f"worst {max(loss):+6.2f}%   rows within 1%: {sum(x <= 1.0 for x in loss)}/{len(loss)}")
+
+
+def _plots(rows: list, directory: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    os.makedirs(directory, exist_ok=True)
+    groups = sorted({(r["dataset"], r["model"]) for r in rows})
+    fig, axes = plt.subplots(1, len(groups), figsize=(3.2 * len(groups), 3.2), squeeze=False)
+    for ax, (d, m) in zip(axes[0], groups):
+        for r in (r for r in rows if (r["dataset"], r["model"]) == (d, m)):
+            ax.scatter(r["reduction"], r["metric"], label=r["policy"])
+        ax.set_title(f"{d} / {m}", fontsize=8)
+        ax.set_xlabel("traffic reduction (%)")
+        ax.set_ylabel(_metric_name(d))
+    axes[0][0].legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(os.path.join(directory, "stale_tradeoff.png"), dpi=120)
+    fig, axes = plt.subplots(1, len(groups), figsize=(3.2 * len(groups), 3.2), squeeze=False)
+    for ax, (d, m) in zip(axes[0], groups):
+        for r in (r for r in rows if (r["dataset"], r["model"]) == (d, m)):
+            ax.plot(r["losses"], label=r["policy"], linewidth=0.8)
+        ax.set_title(f"{d} / {m}", fontsize=8)
+        ax.set_xlabel("epoch")
+        ax.set_ylabel("training loss")
+        ax.set_yscale("log")
+    axes[0][0].legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(os.path.join(directory, "stale_loss_curves.png"), dpi=120)
+    print(f"plots in {directory}")
+
+
+if __name__ == "__main__":
+    main()
