@@ -223,6 +223,10 @@ def _edge_list(path: Path, windows: int, seed: int = 0, vertices: int = 30, per_
     (["train", "england_covid", "--epochs", "0"], "--epochs must be >= 1"),
     (["train", "england_covid", "--max-restarts", "2"], "--max-restarts needs --nproc"),
     (["train", "england_covid", "--lr", "nan"], "--lr must be a positive number"),
+    (["train", "england_covid", "--stale", "sometimes"], "--stale sometimes"),
+    (["train", "england_covid", "--stale", "static:x"], "static:<c>"),
+    (["train", "england_covid", "--stale", "intent", "--stale-kinds", "halo"], "stale.kinds"),
+    (["train", "england_covid", "--stale", "intent", "--stale-kind", "temporal"], "write KIND=POLICY"),
 ])
 def test_bad_input_is_one_clear_line(args: list, message: str, capsys) -> None:
     assert main(args + ["--no-progress"]) == 2
@@ -303,3 +307,14 @@ def test_roc_auc_matches_pair_counting() -> None:
     assert roc_auc(torch.tensor([0.1, 0.9]), torch.tensor([0.0, 1.0])) == 1.0
     with pytest.raises(ValueError, match="both classes"):
         roc_auc(torch.tensor([0.1, 0.9]), torch.tensor([1.0, 1.0]))
+
+
+def test_stale_cache_from_the_command_line() -> None:
+    r = _report(_cli(["train", "england_covid", "--model", "tgcn-deep", "--nproc", "2", "--epochs", "6", "--json",
+                      "--no-progress", "--stale", "static:0.7", "--stale-kind", "temporal=static:0.9"]))
+    assert r["stale"].startswith("static:0.7") and "temporal static:0.9" in r["stale"]
+    assert r["stale_factor"] == [0.7] * 6 and len(r["stale_fresh_fraction"]) == 6
+    assert r["stale_fresh_fraction"][0] == 1.0 and min(r["stale_fresh_fraction"][1:]) < 1.0
+    m, p = r["bytes_measured"], r["bytes_predicted"]
+    assert m["total"][0] == p["total"][0]  # the first epoch sends everything, no masks yet
+    assert all(a < b for a, b in zip(m["total"][1:], p["total"][1:])) and m["stale_meta"][1] > 0

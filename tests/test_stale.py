@@ -47,6 +47,15 @@ def test_parse(spec: str, policy: str, c) -> None:
     assert cfg.policy == policy and cfg.c == c and cfg.enabled == (policy != "off")
 
 
+def test_per_kind_policy_overrides_the_main_one() -> None:
+    cfg = StaleConfig("intent", kinds=("spatial", "temporal"), per_kind=(("temporal", "static:0.25"),))
+    assert cfg.factor(0.0, "temporal") == 0.25 and cfg.factor(0.0, "spatial") == 0.5 and cfg.factor(0.0) == 0.5
+    with pytest.raises(ModelInputError, match="not in kinds"):
+        StaleConfig("intent", kinds=("spatial",), per_kind=(("temporal", "static:0.25"),))
+    with pytest.raises(ModelInputError, match="leave the kind out"):
+        StaleConfig("intent", per_kind=(("temporal", "off"),))
+
+
 @pytest.mark.parametrize("kwargs", [dict(policy="sometimes"), dict(policy="static"), dict(policy="static", c=-1.0),
                                     dict(policy="static", c=float("nan")), dict(policy="intent", kinds=("halo",)),
                                     dict(policy="intent", kinds=()), dict(policy="intent", backward="maybe"),
@@ -233,3 +242,11 @@ def test_measured_bytes_equal_what_the_masks_imply() -> None:
     fresh = sum(r["history"][5]["exchanges"]["0:spatial:1"]["fresh"] for r in runs)
     planned = sum(r["history"][5]["exchanges"]["0:spatial:1"]["planned"] for r in runs)
     assert 0 < fresh < planned  # some rows were cached, some sent: the mask is doing something
+
+
+def test_per_kind_policy_applies_to_its_exchanges_only() -> None:
+    cfg = StaleConfig("static", 0.0, kinds=("spatial", "temporal"), per_kind=(("temporal", "static:inf"),))
+    run = spawn(_run, 2, "tgcn2", "random", cfg, 3)[0]
+    for t in run["traffic"][1:]:
+        assert t["measured"]["temporal"] == 0 < t["predicted"]["temporal"]  # frozen after the first epoch
+        assert t["measured"]["spatial"] == t["predicted"]["spatial"] > 0  # theta = 0: every row

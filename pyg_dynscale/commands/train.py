@@ -80,6 +80,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "(Eq. 6 as printed), intent (Eq. 6 sign-corrected), ramp, adaptive (the recommended one)")
     p.add_argument("--stale-kinds", default="spatial,temporal,redistribution", metavar="KINDS",
                    help="exchange kinds the cache covers, comma-separated (default: spatial,temporal,redistribution)")
+    p.add_argument("--stale-kind", action="append", default=[], metavar="KIND=POLICY",
+                   help="a policy for one exchange kind, overriding --stale there (repeatable), e.g. temporal=static:0.3")
     p.add_argument("--stale-backward", choices=("skip", "send"), default="skip",
                    help="gradients of cached rows: skip (constants, default) or send (applied to the current rows)")
     p.add_argument("--stale-scope", choices=("local", "global"), default="local",
@@ -178,8 +180,15 @@ def _stale_config(args: argparse.Namespace) -> Any:
     from ..errors import DynScaleError
 
     kinds = tuple(k.strip() for k in str(args.stale_kinds).split(",") if k.strip())
+    per_kind = []
+    for item in args.stale_kind:
+        kind, sep, spec = item.partition("=")
+        if not sep:
+            _fail(f"--stale-kind {item!r}: write KIND=POLICY, e.g. temporal=static:0.3.")
+        per_kind.append((kind.strip(), spec.strip()))
     try:
-        return StaleConfig.parse(args.stale, kinds=kinds, backward=args.stale_backward, scope=args.stale_scope)
+        return StaleConfig.parse(args.stale, kinds=kinds, backward=args.stale_backward, scope=args.stale_scope,
+                                 per_kind=tuple(per_kind))
     except DynScaleError as exc:
         _fail(f"--stale {args.stale}: {exc}")
 

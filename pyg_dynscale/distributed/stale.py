@@ -95,6 +95,9 @@ class StaleConfig:
         kinds: exchange kinds the cache applies to (others stay exact).
         backward: ``"skip"`` or ``"send"`` (module doc).
         scope: ``"local"`` or ``"global"`` scope of :math:`D_r`.
+        per_kind: ``((kind, spec), ...)`` policies for single kinds that
+            override ``policy`` there (``spec`` as in :meth:`parse`, e.g.
+            ``(("temporal", "static:0.3"),)``); the kind must be in ``kinds``.
     """
 
     policy: str = "off"
@@ -102,6 +105,7 @@ class StaleConfig:
     kinds: tuple = ("spatial", "temporal", "redistribution")
     backward: str = "skip"
     scope: str = "local"
+    per_kind: tuple = ()
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -117,6 +121,14 @@ class StaleConfig:
             raise ModelInputError("stale.backward", f"is {self.backward!r}.", "use 'skip' or 'send'.")
         if self.scope not in ("local", "global"):
             raise ModelInputError("stale.scope", f"is {self.scope!r}.", "use 'local' or 'global'.")
+        for kind, spec in self.per_kind:
+            if kind not in self.kinds:
+                raise ModelInputError("stale.per_kind", f"sets a policy for {kind!r}, which is not in kinds {self.kinds}.",
+                                      "add the kind to kinds, or drop its override.")
+            sub = StaleConfig.parse(spec)
+            if not sub.enabled or sub.per_kind:
+                raise ModelInputError("stale.per_kind", f"gives {kind!r} the policy {spec!r}.",
+                                      "use a policy such as 'static:0.5' (leave the kind out of kinds to keep it exact).")
 
     @classmethod
     def parse(cls, spec: "str | StaleConfig | None", **options: Any) -> "StaleConfig":
@@ -140,12 +152,18 @@ class StaleConfig:
     def enabled(self) -> bool:
         return self.policy != "off"
 
-    def factor(self, norm: float) -> float:
+    def factor(self, norm: float, kind: Optional[str] = None) -> float:
+        r""":math:`\theta_r / D_r` for an exchange of ``kind`` (default: the main policy)."""
+        for k, spec in self.per_kind:
+            if k == kind:
+                sub = StaleConfig.parse(spec)
+                return policy_factor(sub.policy, sub.c, norm)
         return policy_factor(self.policy, self.c, norm)
 
     def describe(self) -> str:
         p = f"static:{self.c:g}" if self.policy == "static" else self.policy
-        return f"{p} (kinds {','.join(self.kinds)}, backward {self.backward}, D {self.scope})"
+        extra = "".join(f", {k} {v}" for k, v in self.per_kind)
+        return f"{p} (kinds {','.join(self.kinds)}{extra}, backward {self.backward}, D {self.scope})"
 
 
 @dataclass
@@ -262,7 +280,7 @@ class StaleCache:
                 comm.calls += 1
                 comm.bytes[(key[0], key[1], "stale_meta", "fwd")] += 8 if comm.world_size > 1 else 0
                 D = float(t)
-            f = self.factor()
+            f = self.config.factor(self.norm(), key[2])
             theta = math.inf if math.isinf(f) else f * D
             # theta = 0 sends every row (c = 0 is the exact path plus the masks)
             fresh = d > theta if theta > 0 else torch.ones(n_send, dtype=torch.bool, device=send.device)
