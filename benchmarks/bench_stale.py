@@ -48,7 +48,7 @@ POLICIES = [("no stale", "off", {}), ("0.3D", "static:0.3", {}), ("0.5D", "stati
 ALL_KINDS = {"kinds": ("spatial", "temporal", "redistribution", "readout")}
 #: Variants that also cache the link readout (the far endpoints of labelled pairs): ``--policies extra``.
 EXTRA = [("no stale", "off", {}), ("0.7D +readout", "static:0.7", ALL_KINDS), ("0.9D +readout", "static:0.9", ALL_KINDS),
-         ("intent +readout", "intent", ALL_KINDS), ("adaptive +readout", "adaptive", ALL_KINDS)]
+         ("rise", "rise", {}), ("rise +readout", "rise", ALL_KINDS)]
 DATA = {"CollegeMsg": ("snap/CollegeMsg.txt", 7 * DAY), "email-Eu": ("snap/email-Eu-core-temporal.txt.gz", 7 * DAY),
         "bitcoin-otc": ("snap/soc-sign-bitcoinotc.csv.gz", 14 * DAY), "england_covid": (None, None)}
 MODELS = {"T-GCN": "tgcn-deep", "DySAT": "dysat", "MPNN-LSTM": "mpnnlstm-dgc"}

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from pyg_dynscale.distributed import DistributedTrainer, spawn
-from pyg_dynscale.distributed.stale import ADAPTIVE, StaleCache, StaleConfig, policy_factor
+from pyg_dynscale.distributed.stale import ADAPTIVE, DEFAULT_KINDS, StaleCache, StaleConfig, policy_factor
 from pyg_dynscale.errors import ModelInputError
 from pyg_dynscale.nn.decomposed import FusedGraph, Halo
 from pyg_dynscale.runtime import FusedTrainer
@@ -25,7 +25,11 @@ def test_policy_factors() -> None:
     assert policy_factor("printed", None, 0.0) == 0.5 and abs(policy_factor("printed", None, 1.0) - 1 / (1 + e)) < 1e-15
     assert abs(policy_factor("intent", None, 1.0) - 1 / (1 + 1 / e)) < 1e-15 and policy_factor("intent", None, 0.0) == 0.5
     assert policy_factor("ramp", None, 0.0) == 0.0 and abs(policy_factor("ramp", None, 1.0) - math.tanh(0.5)) < 1e-15
+    assert policy_factor("rise", None, 0.0) == 0.7 and abs(policy_factor("rise", None, 0.1) - 0.8) < 1e-15
+    assert abs(policy_factor("rise", None, 0.5) - 0.9) < 1e-15 and policy_factor("rise", None, -0.3) == 0.7
     assert policy_factor("adaptive", None, 0.4) == policy_factor(ADAPTIVE[0], ADAPTIVE[1], 0.4)
+    assert StaleConfig.parse("adaptive").kinds == ADAPTIVE[2] and StaleConfig.parse("intent").kinds == DEFAULT_KINDS
+    assert StaleConfig.parse("adaptive", kinds=("spatial",)).kinds == ("spatial",)
     # printed shrinks as the loss falls (norm grows), intent grows: the ambiguity of Eq. 6
     assert policy_factor("printed", None, 0.8) < policy_factor("printed", None, 0.2)
     assert policy_factor("intent", None, 0.8) > policy_factor("intent", None, 0.2)

@@ -78,8 +78,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--stale", default="off", metavar="POLICY",
                    help="stale embedding cache (DGC 5.2): off (exact, default), static:<c> (theta = c*D), printed "
                         "(Eq. 6 as printed), intent (Eq. 6 sign-corrected), ramp, adaptive (the recommended one)")
-    p.add_argument("--stale-kinds", default="spatial,temporal,redistribution", metavar="KINDS",
-                   help="exchange kinds the cache covers, comma-separated (default: spatial,temporal,redistribution)")
+    p.add_argument("--stale-kinds", default=None, metavar="KINDS",
+                   help="exchange kinds the cache covers, comma-separated (default: spatial,temporal,redistribution; "
+                        "adaptive: also readout)")
     p.add_argument("--stale-kind", action="append", default=[], metavar="KIND=POLICY",
                    help="a policy for one exchange kind, overriding --stale there (repeatable), e.g. temporal=static:0.3")
     p.add_argument("--stale-backward", choices=("skip", "send"), default="skip",
@@ -179,7 +180,7 @@ def _stale_config(args: argparse.Namespace) -> Any:
     from ..distributed.stale import StaleConfig
     from ..errors import DynScaleError
 
-    kinds = tuple(k.strip() for k in str(args.stale_kinds).split(",") if k.strip())
+    kinds = None if args.stale_kinds is None else tuple(k.strip() for k in str(args.stale_kinds).split(",") if k.strip())
     per_kind = []
     for item in args.stale_kind:
         kind, sep, spec = item.partition("=")

@@ -26,6 +26,10 @@ the global training losses of the first and the previous epoch:
   "small early, larger later", and what Table 3's traffic figures fit);
 * ``ramp`` -- :math:`f = \tanh(\mathrm{norm}/2)`: literally small early
   (0 at the first loss), growing to 0.46;
+* ``rise`` -- :math:`f = 0.7 + 0.2 \min(1, \mathrm{norm} / 0.2)`: starts at
+  the largest static factor that held the test metric within 1% on every
+  Table-3 row that learns (0.7), and rises with the loss's progress to 0.9,
+  reached once the loss fell by 20%;
 * ``adaptive`` -- the policy this project's measurements recommend
   (:data:`ADAPTIVE`; ``benchmarks/bench_stale.py``, ``docs/stale.md``).
 
@@ -59,20 +63,22 @@ from torch import Tensor
 
 from ..errors import ModelInputError
 
-__all__ = ["StaleConfig", "StaleCache", "POLICIES", "ADAPTIVE", "STALE_KINDS"]
+__all__ = ["StaleConfig", "StaleCache", "POLICIES", "ADAPTIVE", "DEFAULT_KINDS", "STALE_KINDS"]
 
-POLICIES = ("off", "static", "printed", "intent", "ramp", "adaptive")
+POLICIES = ("off", "static", "printed", "intent", "ramp", "rise", "adaptive")
 STALE_KINDS = ("spatial", "temporal", "redistribution", "readout")
 #: What ``policy="adaptive"`` runs: chosen from the Table-3 measurements in
 #: docs/stale.md (see there for the figures behind the choice).
-ADAPTIVE = ("intent", None)
+ADAPTIVE = ("rise", None, ("spatial", "temporal", "redistribution", "readout"))
+#: Kinds a policy covers unless told otherwise (``adaptive``: :data:`ADAPTIVE`'s).
+DEFAULT_KINDS = ("spatial", "temporal", "redistribution")
 
 
 def policy_factor(policy: str, c: Optional[float], norm: float) -> float:
     r""":math:`\theta_r / D_r` of ``policy`` at loss progress ``norm``
     (Eq. 7; 0 before any progress)."""
     if policy == "adaptive":
-        policy, c = ADAPTIVE
+        policy, c = ADAPTIVE[0], ADAPTIVE[1]
     if policy == "static":
         return float(c)
     if policy == "printed":
@@ -81,6 +87,8 @@ def policy_factor(policy: str, c: Optional[float], norm: float) -> float:
         return 1.0 / (1.0 + math.exp(-norm))
     if policy == "ramp":
         return math.tanh(norm / 2.0)
+    if policy == "rise":
+        return 0.7 + 0.2 * min(1.0, max(norm, 0.0) / 0.2)
     raise ValueError(f"unknown stale policy {policy!r}")
 
 
@@ -92,7 +100,8 @@ class StaleConfig:
         policy: one of :data:`POLICIES` (``"off"``: the exact path).
         c: the factor of ``"static"`` (``math.inf``: nothing is re-sent after
             the first epoch).
-        kinds: exchange kinds the cache applies to (others stay exact).
+        kinds: exchange kinds the cache applies to (others stay exact);
+            ``None``: :data:`DEFAULT_KINDS` (``adaptive``: :data:`ADAPTIVE`'s).
         backward: ``"skip"`` or ``"send"`` (module doc).
         scope: ``"local"`` or ``"global"`` scope of :math:`D_r`.
         per_kind: ``((kind, spec), ...)`` policies for single kinds that
@@ -102,12 +111,15 @@ class StaleConfig:
 
     policy: str = "off"
     c: Optional[float] = None
-    kinds: tuple = ("spatial", "temporal", "redistribution")
+    kinds: Optional[tuple] = None
     backward: str = "skip"
     scope: str = "local"
     per_kind: tuple = ()
 
     def __post_init__(self) -> None:
+        if self.kinds is None:
+            object.__setattr__(self, "kinds", ADAPTIVE[2] if self.policy == "adaptive" else DEFAULT_KINDS)
+        object.__setattr__(self, "kinds", tuple(self.kinds))
         if self.policy not in POLICIES:
             raise ModelInputError("stale.policy", f"is {self.policy!r}.", f"use one of {POLICIES}.")
         if self.policy == "static":
