@@ -81,11 +81,13 @@ def _worker(rank: int, world_size: int, job: dict) -> list:
             job["test_part"] = partition(test, "pgc", world_size, pattern, seed=0, threads=1)
         stale = StaleConfig.parse(spec, **opts)
         tr = DistributedTrainer(model, train, job["part"], head=head, loss=loss, lr=job["lr"], stale=stale)
-        losses, measured, factors, fresh = [], 0, [], []
+        losses, measured, factors, fresh, by_kind = [], 0, [], [], {}
         for _ in range(job["epochs"]):
             losses.append(tr.train_epoch())
             t = tr.traffic()
             measured += t["measured"]["total"]
+            for kind in ("spatial", "temporal", "redistribution", "readout", "stale_meta"):
+                by_kind[kind] = by_kind.get(kind, 0) + t["measured"][kind]
             if tr.stale is not None:
                 h = tr.stale.history[-1]
                 factors.append(h["factor"])
@@ -104,7 +106,7 @@ def _worker(rank: int, world_size: int, job: dict) -> list:
         epoch_s = torch.tensor(tr.epoch_seconds[1:] or tr.epoch_seconds, dtype=torch.float64).mean().reshape(1)
         torch.distributed.all_reduce(epoch_s, op=torch.distributed.ReduceOp.MAX)
         out.append({"policy": label, "spec": stale.describe() if stale.enabled else "off", "losses": losses,
-                    "bytes": measured, "metric": metric, "epoch_seconds": float(epoch_s), "factor": factors,
+                    "bytes": measured, "bytes_by_kind": by_kind, "metric": metric, "epoch_seconds": float(epoch_s), "factor": factors,
                     "fresh_fraction": fresh})
     return out
 

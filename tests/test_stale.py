@@ -11,6 +11,7 @@ import torch
 from pyg_dynscale.distributed import DistributedTrainer, spawn
 from pyg_dynscale.distributed.stale import ADAPTIVE, DEFAULT_KINDS, StaleCache, StaleConfig, policy_factor
 from pyg_dynscale.errors import ModelInputError
+from pyg_dynscale.nn import adapt
 from pyg_dynscale.nn.decomposed import FusedGraph, Halo
 from pyg_dynscale.runtime import FusedTrainer
 from tests import distributed_cases as cases
@@ -108,7 +109,7 @@ def test_unsent_row_is_compared_with_its_last_transmitted_copy() -> None:
 def _run(rank: int, world_size: int, name: str, scheme: str, stale, epochs: int = EPOCHS) -> dict:
     sig = cases.signal()
     m, head, loss = cases.model(name)
-    part = cases.make_partition(sig, scheme, world_size, m.dependency_pattern(8))
+    part = cases.make_partition(sig, scheme, world_size, adapt(m).dependency_pattern(8))
     tr = DistributedTrainer(m, sig, part, head=head, loss=loss, optimizer=cases.optimizer_for(name), stale=stale)
     losses, traffic = [], []
     for _ in range(epochs):
@@ -254,3 +255,26 @@ def test_per_kind_policy_applies_to_its_exchanges_only() -> None:
     for t in run["traffic"][1:]:
         assert t["measured"]["temporal"] == 0 < t["predicted"]["temporal"]  # frozen after the first epoch
         assert t["measured"]["spatial"] == t["predicted"]["spatial"] > 0  # theta = 0: every row
+
+
+# ------------------------------------------------- every model and scheme
+ALL_KINDS = ("spatial", "temporal", "redistribution", "readout")
+MATRIX = [(name, scheme) for name in cases.MODELS for scheme in cases.SCHEMES]
+
+
+def _matrix(rank: int, world_size: int) -> list:
+    out = []
+    for name, scheme in MATRIX:
+        exact = _run(rank, world_size, name, scheme, None, 2)
+        zero = _run(rank, world_size, name, scheme, StaleConfig("static", 0.0, kinds=ALL_KINDS), 2)
+        half = _run(rank, world_size, name, scheme, StaleConfig("static", 0.5, kinds=ALL_KINDS), 2)
+        out.append((exact["losses"], zero["losses"], half["traffic"][-1], exact["traffic"][-1]))
+    return out
+
+
+def test_every_model_and_scheme_runs_with_the_cache() -> None:
+    results = spawn(_matrix, 3, timeout=600)[0]
+    for (name, scheme), (exact, zero, half, full) in zip(MATRIX, results):
+        assert zero == exact, (name, scheme)  # theta = 0 over every kind is the exact path
+        planned = full["measured"]["total"]
+        assert half["measured"]["total"] - half["measured"]["stale_meta"] <= planned, (name, scheme)

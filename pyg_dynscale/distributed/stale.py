@@ -26,12 +26,15 @@ the global training losses of the first and the previous epoch:
   "small early, larger later", and what Table 3's traffic figures fit);
 * ``ramp`` -- :math:`f = \tanh(\mathrm{norm}/2)`: literally small early
   (0 at the first loss), growing to 0.46;
-* ``rise`` -- :math:`f = 0.7 + 0.2 \min(1, \mathrm{norm} / 0.2)`: starts at
-  the largest static factor that held the test metric within 1% on every
-  Table-3 row that learns (0.7), and rises with the loss's progress to 0.9,
-  reached once the loss fell by 20%;
+* ``rise`` -- :math:`f = 0.7 + 0.2 \min(1, \mathrm{norm} / 0.2)`: a
+  loss-driven schedule that does grow in practice (Eq. 6's forms barely move
+  when the loss falls by only 5-30%, as link losses do), from 0.7 to 0.9 once
+  the loss fell by 20%; measured, it did no better than a constant 0.9;
 * ``adaptive`` -- the policy this project's measurements recommend
-  (:data:`ADAPTIVE`; ``benchmarks/bench_stale.py``, ``docs/stale.md``).
+  (:data:`ADAPTIVE`: :math:`0.9 D_r` over every kind, the link readout
+  included; ``benchmarks/bench_stale.py``, ``docs/stale.md``). :math:`D_r`
+  is measured every epoch, so the threshold still follows the embeddings'
+  convergence.
 
 The first epoch has no cache and sends everything. Every rank knows that,
 so no mask moves then. Afterwards each exchange first moves a bit mask over
@@ -67,9 +70,12 @@ __all__ = ["StaleConfig", "StaleCache", "POLICIES", "ADAPTIVE", "DEFAULT_KINDS",
 
 POLICIES = ("off", "static", "printed", "intent", "ramp", "rise", "adaptive")
 STALE_KINDS = ("spatial", "temporal", "redistribution", "readout")
-#: What ``policy="adaptive"`` runs: chosen from the Table-3 measurements in
-#: docs/stale.md (see there for the figures behind the choice).
-ADAPTIVE = ("rise", None, ("spatial", "temporal", "redistribution", "readout"))
+#: What ``policy="adaptive"`` runs: :math:`\theta_r = 0.9 D_r` over every kind,
+#: the link readout included. On the Table-3 rows of ``benchmarks/bench_stale.py``
+#: it saved the most traffic on average (94.7%) with the best mean test metric
+#: among the policies that save more than 80%; the loss-driven schedules
+#: (``intent``, ``rise``) did not do better (docs/stale.md has the tables).
+ADAPTIVE = ("static", 0.9, ("spatial", "temporal", "redistribution", "readout"))
 #: Kinds a policy covers unless told otherwise (``adaptive``: :data:`ADAPTIVE`'s).
 DEFAULT_KINDS = ("spatial", "temporal", "redistribution")
 
