@@ -89,12 +89,8 @@ def _worker(rank: int, world_size: int, job: dict) -> list:
             for kind in ("spatial", "temporal", "redistribution", "readout", "stale_meta"):
                 by_kind[kind] = by_kind.get(kind, 0) + t["measured"][kind]
             if tr.stale is not None:
-                h = tr.stale.history[-1]
-                factors.append(h["factor"])
-                c = torch.tensor([sum(e["fresh"] for e in h["exchanges"].values()),
-                                  sum(e["planned"] for e in h["exchanges"].values())], dtype=torch.float64)
-                torch.distributed.all_reduce(c)
-                fresh.append(float(c[0] / c[1]) if c[1] else 1.0)
+                factors.append(tr.stale.history[-1]["factor"])
+                fresh.append(tr.stale.fresh_fraction())
         ev = DistributedTrainer(model, test, job["test_part"], head=head, loss=loss)
         if link:
             s, y = ev.link_scores()

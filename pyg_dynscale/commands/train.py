@@ -280,7 +280,7 @@ def _worker(args: argparse.Namespace) -> int:
     import torch.distributed as dist
     from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
 
-    from ..distributed.failure import failure_of_others, install_stop_report, is_transport_error, publish_failure
+    from ..distributed.failure import install_stop_report, is_transport_error, publish_failure
     from ..errors import DynScaleError
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -295,16 +295,14 @@ def _worker(args: argparse.Namespace) -> int:
             _print_report(args, report)
         return 0
     except (DynScaleError, OSError, ValueError) as exc:
-        usage = not dist.is_initialized() or not is_transport_error(exc)
-        cause = f"{type(exc).__name__}: {exc}"
-        if usage:
-            publish_failure(rank, cause)
-            ErrorHandler().record_exception(exc)
-            print(f"{PROG}: error (rank {rank}): {exc}", file=sys.stderr, flush=True)
-            return 2
-        return _report_runtime_failure(rank, world, exc, failure_of_others, publish_failure, ErrorHandler)
+        if dist.is_initialized() and is_transport_error(exc):
+            return _report_runtime_failure(rank, world, exc)
+        publish_failure(rank, f"{type(exc).__name__}: {exc}")
+        ErrorHandler().record_exception(exc)
+        print(f"{PROG}: error (rank {rank}): {exc}", file=sys.stderr, flush=True)
+        return 2
     except Exception as exc:
-        return _report_runtime_failure(rank, world, exc, failure_of_others, publish_failure, ErrorHandler)
+        return _report_runtime_failure(rank, world, exc)
     finally:
         if dist.is_initialized():
             with contextlib.suppress(Exception):
@@ -328,9 +326,12 @@ def _init_torchrun_group(rank: int, world: int, timeout: timedelta) -> None:
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=timeout)
 
 
-def _report_runtime_failure(rank: int, world: int, exc: BaseException, failure_of_others: Callable,
-                            publish_failure: Callable, handler: Any) -> int:
-    from ..distributed.failure import is_transport_error
+def _report_runtime_failure(rank: int, world: int, exc: BaseException) -> int:
+    """A failure during training: name another rank's published failure when
+    ``exc`` only says that a peer is gone, else publish and report ours."""
+    from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
+
+    from ..distributed.failure import failure_of_others, is_transport_error, publish_failure
 
     if is_transport_error(exc):
         other = failure_of_others(rank, world)
@@ -339,7 +340,7 @@ def _report_runtime_failure(rank: int, world: int, exc: BaseException, failure_o
             return 1
     cause = f"{type(exc).__name__}: {exc}"
     publish_failure(rank, cause)
-    handler().record_exception(exc)
+    ErrorHandler().record_exception(exc)
     traceback.print_exc()
     print(f"{PROG}: error (rank {rank}): {cause}", file=sys.stderr, flush=True)
     return 1
@@ -391,7 +392,8 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
     from tqdm.auto import tqdm
 
     from ..distributed import DistributedTrainer
-    from ..distributed.checkpoint import load_checkpoint, latest_checkpoint, read_record, save_checkpoint
+    from ..distributed.checkpoint import (CheckpointMismatchError, check_run, latest_checkpoint, load_checkpoint,
+                                          save_checkpoint)
     from ..errors import PartitionError
     from ..nn.zoo import build_model
     from ..partition.io import load_partition, save_partition
@@ -425,12 +427,10 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
     if args.resume:
         found = latest_checkpoint(args.checkpoint_dir)
         if found is not None:
-            theirs = read_record(found[1])["run"]
-            diff = [f"{k}: checkpoint {theirs.get(k)!r}, this run {record.get(k)!r}"
-                    for k in sorted(set(record) | set(theirs)) if theirs.get(k) != record.get(k)]
-            if diff:
-                _fail(f"--resume: the checkpoint {found[1]} was written by another run ({'; '.join(diff)}); use the "
-                      "same model, data, scheme and number of processes, or a new --checkpoint-dir.")
+            try:
+                check_run(found[1], record)  # before the processes connect: the same error on every rank
+            except CheckpointMismatchError as exc:
+                _fail(f"--resume: {exc}")
             resume_from = found
     saved_part = os.path.join(args.checkpoint_dir, "partition.pt") if args.checkpoint_dir else None
     if part is None and resume_from is not None and os.path.isfile(saved_part):
@@ -481,7 +481,7 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
                 progress[f"bytes_{key}"].setdefault(kind, []).append(int(value))
         if trainer.stale is not None:
             progress["stale_factor"].append(trainer.stale.history[-1]["factor"])
-            progress["stale_fresh_fraction"].append(_fresh_fraction(trainer.stale.history[-1]))
+            progress["stale_fresh_fraction"].append(trainer.stale.fresh_fraction(trainer.comm.group))
         bar.set_postfix(loss=f"{loss_value:.4f}", refresh=False)
         done = epoch + 1
         if args.checkpoint_dir and (done % args.checkpoint_every == 0 or done == args.epochs):
@@ -515,17 +515,6 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
         "setup_seconds": trainer.setup_seconds, "resumed_from_epoch": resume_from[0] if resume_from else None,
         "checkpoints": checkpoints, "total_seconds": time.perf_counter() - t_start,
     }
-
-
-def _fresh_fraction(record: dict) -> float:
-    """Share of the planned rows the cache sent in one epoch, over all ranks."""
-    import torch
-    import torch.distributed as dist
-
-    t = torch.tensor([sum(e["fresh"] for e in record["exchanges"].values()),
-                      sum(e["planned"] for e in record["exchanges"].values())], dtype=torch.float64)
-    dist.all_reduce(t)
-    return float(t[0] / t[1]) if t[1] > 0 else 1.0
 
 
 def _max_over_ranks(value: float) -> float:

@@ -28,7 +28,8 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 
 from ..errors import DynScaleError
 
-__all__ = ["CheckpointMismatchError", "save_checkpoint", "load_checkpoint", "latest_checkpoint", "CHECKPOINT_FORMAT"]
+__all__ = ["CheckpointMismatchError", "save_checkpoint", "load_checkpoint", "latest_checkpoint", "check_run",
+           "CHECKPOINT_FORMAT"]
 
 #: Version of the ``pyg_dynscale.json`` record.
 CHECKPOINT_FORMAT = 1
@@ -116,6 +117,24 @@ def read_record(path: str) -> dict:
     return record
 
 
+def check_run(path: str, run: dict) -> dict:
+    """The record of the checkpoint at ``path``, after checking that it was
+    written by a run configured as ``run``.
+
+    Raises:
+        CheckpointMismatchError: naming every differing field with both values.
+    """
+    record = read_record(path)
+    theirs = record.get("run", {})
+    diff = [f"{k}: checkpoint {theirs.get(k)!r}, this run {run.get(k)!r}"
+            for k in sorted(set(run) | set(theirs)) if theirs.get(k) != run.get(k)]
+    if diff:
+        raise CheckpointMismatchError(
+            f"the checkpoint {path} was written by another run ({'; '.join(diff)}). "
+            "Resume with the same model, data, scheme and number of processes, or use a new --checkpoint-dir.")
+    return record
+
+
 def load_checkpoint(path: str, module: torch.nn.Module, optimizer: torch.optim.Optimizer, run: dict,
                     *, group: Optional[Any] = None) -> dict:
     r"""Restore ``module`` and ``optimizer`` from the checkpoint at ``path``
@@ -125,14 +144,7 @@ def load_checkpoint(path: str, module: torch.nn.Module, optimizer: torch.optim.O
         CheckpointMismatchError: the checkpoint's ``run`` differs from this
             run's (each differing field is named with both values).
     """
-    record = read_record(path)
-    theirs = record.get("run", {})
-    diff = [f"{k}: checkpoint {theirs.get(k)!r}, this run {run.get(k)!r}"
-            for k in sorted(set(run) | set(theirs)) if theirs.get(k) != run.get(k)]
-    if diff:
-        raise CheckpointMismatchError(
-            f"the checkpoint {path} was written by another run configuration ({'; '.join(diff)}). "
-            "Resume with the same model, data, scheme and number of processes, or use a new --checkpoint-dir.")
+    record = check_run(path, run)
     model_state, optim_state = get_state_dict(module, optimizer)
     state = {"model": model_state, "optim": optim_state}
     dcp.load(state, checkpoint_id=path, process_group=group)

@@ -144,11 +144,11 @@ class Communicator:
         self.bytes[key + (direction,)] += sent * width * flat.element_size()
         return out.view((out.shape[0],) + tuple(row_shape))
 
-    def _all_reduce(self, x: Tensor, key: Key, direction: str) -> Tensor:
+    def _all_reduce(self, x: Tensor, key: Key, direction: str, op: Any = dist.ReduceOp.SUM) -> Tensor:
         out = x.detach().clone().contiguous()
         if self.world_size > 1:
             t0 = time.perf_counter()
-            dist.all_reduce(out, group=self.group)
+            dist.all_reduce(out, op=op, group=self.group)
             self.seconds += time.perf_counter() - t0
         self.calls += 1
         self.bytes[key + (direction,)] += out.numel() * out.element_size() if self.world_size > 1 else 0

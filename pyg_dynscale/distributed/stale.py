@@ -139,6 +139,7 @@ class StaleConfig:
             raise ModelInputError("stale.backward", f"is {self.backward!r}.", "use 'skip' or 'send'.")
         if self.scope not in ("local", "global"):
             raise ModelInputError("stale.scope", f"is {self.scope!r}.", "use 'local' or 'global'.")
+        overrides = {}
         for kind, spec in self.per_kind:
             if kind not in self.kinds:
                 raise ModelInputError("stale.per_kind", f"sets a policy for {kind!r}, which is not in kinds {self.kinds}.",
@@ -147,6 +148,8 @@ class StaleConfig:
             if not sub.enabled or sub.per_kind:
                 raise ModelInputError("stale.per_kind", f"gives {kind!r} the policy {spec!r}.",
                                       "use a policy such as 'static:0.5' (leave the kind out of kinds to keep it exact).")
+            overrides[kind] = (sub.policy, sub.c)
+        object.__setattr__(self, "_overrides", overrides)  # parsed once: factor() runs for every exchange
 
     @classmethod
     def parse(cls, spec: "str | StaleConfig | None", **options: Any) -> "StaleConfig":
@@ -172,11 +175,8 @@ class StaleConfig:
 
     def factor(self, norm: float, kind: Optional[str] = None) -> float:
         r""":math:`\theta_r / D_r` for an exchange of ``kind`` (default: the main policy)."""
-        for k, spec in self.per_kind:
-            if k == kind:
-                sub = StaleConfig.parse(spec)
-                return policy_factor(sub.policy, sub.c, norm)
-        return policy_factor(self.policy, self.c, norm)
+        policy, c = self._overrides.get(kind, (self.policy, self.c))  # type: ignore[attr-defined]
+        return policy_factor(policy, c, norm)
 
     def describe(self) -> str:
         p = f"static:{self.c:g}" if self.policy == "static" else self.policy
@@ -273,6 +273,14 @@ class StaleCache:
     def factor(self) -> float:
         return self.config.factor(self.norm()) if self.config.enabled else 0.0
 
+    def fresh_fraction(self, group: Optional[Any] = None) -> float:
+        """Share of the planned rows sent in the last epoch, over all ranks (a
+        collective: call it on every rank)."""
+        ex = self.history[-1]["exchanges"].values() if self.history else []
+        t = torch.tensor([sum(e["fresh"] for e in ex), sum(e["planned"] for e in ex)], dtype=torch.float64)
+        dist.all_reduce(t, group=group)
+        return float(t[0] / t[1]) if t[1] > 0 else 1.0
+
     def end_epoch(self, loss: float) -> None:
         if self.first_loss is None:
             self.first_loss = loss
@@ -293,11 +301,8 @@ class StaleCache:
             d = (flat - st.sent).norm(dim=1) if n_send else flat.new_zeros(0)
             D = float(d.max()) if n_send else 0.0
             if self.config.scope == "global":
-                t = torch.tensor([D], dtype=torch.float64)
-                dist.all_reduce(t, op=dist.ReduceOp.MAX, group=comm.group)
-                comm.calls += 1
-                comm.bytes[(key[0], key[1], "stale_meta", "fwd")] += 8 if comm.world_size > 1 else 0
-                D = float(t)
+                D = float(comm._all_reduce(torch.tensor([D], dtype=torch.float64), (key[0], key[1], "stale_meta"),
+                                           "fwd", op=dist.ReduceOp.MAX))
             f = self.config.factor(self.norm(), key[2])
             theta = math.inf if math.isinf(f) else f * D
             # theta = 0 sends every row (c = 0 is the exact path plus the masks)
