@@ -88,7 +88,7 @@ def install_stop_report(rank: int, world_size: int, prefix: str) -> None:
 
     def wait() -> None:
         signum = signal.sigwait({signal.SIGTERM})
-        other = failure_of_others(rank, world_size, wait=0.5)
+        other = failure_of_others(rank, world_size, wait=2.0)  # torchrun waits 30 s before SIGKILL
         why = f"rank {other[0]} failed: {other[1]}" if other else "the launcher stopped the job"
         print(f"{prefix} (rank {rank}): stopping: {why}", file=sys.stderr, flush=True)
         os._exit(128 + signum)
