@@ -212,35 +212,52 @@ def _print_summary(rows: list) -> None:
               f"worst {max(loss):+6.2f}%   rows within 1%: {sum(x <= 1.0 for x in loss)}/{len(loss)}")
 
 
+def _grid(rows: list) -> tuple:
+    """One figure row per dataset, one column per model."""
+    import matplotlib.pyplot as plt
+
+    datasets = list(dict.fromkeys(r["dataset"] for r in rows))
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    fig, axes = plt.subplots(len(datasets), len(models), figsize=(3.4 * len(models), 2.8 * len(datasets)), squeeze=False)
+    cells = []
+    for i, d in enumerate(datasets):
+        for j, m in enumerate(models):
+            mine = [r for r in rows if (r["dataset"], r["model"]) == (d, m)]
+            if mine:
+                axes[i][j].set_title(f"{d} / {m}", fontsize=8)
+                cells.append((axes[i][j], d, mine))
+            else:
+                axes[i][j].axis("off")
+    return fig, cells
+
+
 def _plots(rows: list, directory: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     os.makedirs(directory, exist_ok=True)
-    groups = sorted({(r["dataset"], r["model"]) for r in rows})
-    fig, axes = plt.subplots(1, len(groups), figsize=(3.2 * len(groups), 3.2), squeeze=False)
-    for ax, (d, m) in zip(axes[0], groups):
-        for r in (r for r in rows if (r["dataset"], r["model"]) == (d, m)):
-            ax.scatter(r["reduction"], r["metric"], label=r["policy"])
-        ax.set_title(f"{d} / {m}", fontsize=8)
-        ax.set_xlabel("traffic reduction (%)")
-        ax.set_ylabel(_metric_name(d))
-    axes[0][0].legend(fontsize=6)
+    fig, cells = _grid(rows)
+    for ax, d, mine in cells:
+        for r in mine:
+            ax.scatter(r["reduction"], r["metric"], label=r["policy"], s=14)
+        ax.set_xlabel("traffic reduction (%)", fontsize=7)
+        ax.set_ylabel(_metric_name(d), fontsize=7)
+        ax.tick_params(labelsize=6)
+    cells[0][0].legend(fontsize=6)
     fig.tight_layout()
-    fig.savefig(os.path.join(directory, "stale_tradeoff.png"), dpi=120)
-    fig, axes = plt.subplots(1, len(groups), figsize=(3.2 * len(groups), 3.2), squeeze=False)
-    for ax, (d, m) in zip(axes[0], groups):
-        for r in (r for r in rows if (r["dataset"], r["model"]) == (d, m)):
+    fig.savefig(os.path.join(directory, "stale_tradeoff.png"), dpi=80)
+    fig, cells = _grid(rows)
+    for ax, d, mine in cells:
+        for r in mine:
             ax.plot(r["losses"], label=r["policy"], linewidth=0.8)
-        ax.set_title(f"{d} / {m}", fontsize=8)
-        ax.set_xlabel("epoch")
-        ax.set_ylabel("training loss")
+        ax.set_xlabel("epoch", fontsize=7)
+        ax.set_ylabel("training loss", fontsize=7)
         ax.set_yscale("log")
-    axes[0][0].legend(fontsize=6)
+        ax.tick_params(labelsize=6)
+    cells[0][0].legend(fontsize=6)
     fig.tight_layout()
-    fig.savefig(os.path.join(directory, "stale_loss_curves.png"), dpi=120)
+    fig.savefig(os.path.join(directory, "stale_loss_curves.png"), dpi=80)
     print(f"plots in {directory}")
 
 

@@ -71,10 +71,10 @@ __all__ = ["StaleConfig", "StaleCache", "POLICIES", "ADAPTIVE", "DEFAULT_KINDS",
 POLICIES = ("off", "static", "printed", "intent", "ramp", "rise", "adaptive")
 STALE_KINDS = ("spatial", "temporal", "redistribution", "readout")
 #: What ``policy="adaptive"`` runs: :math:`\theta_r = 0.9 D_r` over every kind,
-#: the link readout included. On the Table-3 rows of ``benchmarks/bench_stale.py``
-#: it saved the most traffic on average (94.7%) with the best mean test metric
-#: among the policies that save more than 80%; the loss-driven schedules
-#: (``intent``, ``rise``) did not do better (docs/stale.md has the tables).
+#: the link readout included: the only measured policy that saves more than 80%
+#: of the traffic (docs/stale.md); the loss-driven schedules (``intent``,
+#: ``rise``) saved less without holding the metric better. It is not exact and
+#: does not hold every task's metric within 1% (docs/stale.md, repeated seeds).
 ADAPTIVE = ("static", 0.9, ("spatial", "temporal", "redistribution", "readout"))
 #: Kinds a policy covers unless told otherwise (``adaptive``: :data:`ADAPTIVE`'s).
 DEFAULT_KINDS = ("spatial", "temporal", "redistribution")
