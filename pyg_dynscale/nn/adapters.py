@@ -222,7 +222,7 @@ def self_check(adapter: PyGTAdapter, atol: float = 1e-8) -> float:
     per-snapshot loop on a tiny random dynamic graph (float64, eval mode, on a
     deep copy so the user's object is untouched). Returns the max abs
     difference; raises :class:`DecompositionMismatchError` above ``atol``."""
-    from ..runtime.reference import per_snapshot_outputs
+    from .reference import per_snapshot_outputs
 
     twin = copy.deepcopy(adapter).double().eval()
     gen = torch.Generator().manual_seed(12345)
