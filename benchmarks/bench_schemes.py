@@ -144,14 +144,20 @@ def run(args: argparse.Namespace) -> list[dict]:
                     group.append(row_of(dname, label, model, evaluate(sig, pat, p).to_dict()))
                 if have_pgc:
                     from pyg_dynscale.partition.pgc import partition_pgc
-                    try:
-                        p = partition_pgc(sig, R, pat, seed=args.seed, max_divergence=args.pgc_max_divergence or None)
-                        group.append(row_of(dname, "pgc", model, evaluate(sig, pat, p).to_dict()))
-                    except Exception as exc:
-                        traceback.print_exc(file=sys.stderr)
-                        group.append({"dataset": dname, "model": model, "num_parts": R, "scheme": "pgc",
-                                      "error": f"{type(exc).__name__}: {exc}"})
-                ok = [r for r in group if "error" not in r and r["scheme"] != "pgc"]
+                    # the multi-start, and DGC's own PGC (label propagation + Algorithm 1) beside it
+                    for label, starts in (("pgc", None), ("pgc-dgc", ("lp",))):
+                        try:
+                            opts = {"starts": starts} if starts else {}
+                            p = partition_pgc(sig, R, pat, seed=args.seed, max_divergence=args.pgc_max_divergence or None,
+                                              **opts)
+                            row = row_of(dname, label, model, evaluate(sig, pat, p).to_dict())
+                            row["start"] = p.meta["start"]
+                            group.append(row)
+                        except Exception as exc:
+                            traceback.print_exc(file=sys.stderr)
+                            group.append({"dataset": dname, "model": model, "num_parts": R, "scheme": label,
+                                          "error": f"{type(exc).__name__}: {exc}"})
+                ok = [r for r in group if "error" not in r and not r["scheme"].startswith("pgc")]
                 best = min((r["bytes_total"] for r in ok), default=None)
                 # best among the baselines that are balanced enough (lambda <= LAMBDA_LIMIT)
                 best_bal = min((r["bytes_total"] for r in ok if r["lambda"] <= LAMBDA_LIMIT), default=None)
@@ -161,7 +167,7 @@ def run(args: argparse.Namespace) -> list[dict]:
                         continue
                     r["bytes_vs_best_baseline"] = ratio(r["bytes_total"], best)
                     r["bytes_vs_best_balanced"] = ratio(r["bytes_total"], best_bal)
-                    if r["scheme"] == "pgc":
+                    if r["scheme"].startswith("pgc"):
                         reasons = []
                         if r["bytes_total"] > best:
                             reasons.append("bytes>best")
@@ -194,12 +200,20 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     rows = run(args)
     cols = ("dataset", "model", "num_parts", "scheme", "bytes_total", "bytes_spatial", "bytes_temporal",
-            "bytes_redistribution", "lambda", "seconds", "bytes_vs_best_baseline", "bytes_vs_best_balanced", "flag",
-            "error")
+            "bytes_redistribution", "lambda", "seconds", "bytes_vs_best_baseline", "bytes_vs_best_balanced", "start",
+            "flag", "error")
     text = format_table(rows, cols)
     out = sys.stderr if (args.json == "-" or args.csv == "-") else sys.stdout
     print(text, file=out)
     flagged = [r for r in rows if r.get("flag")]
+    won = [r["start"] for r in rows if r.get("scheme") == "pgc" and "start" in r]
+    print("PGC multi-start winners: " + ", ".join(f"{st} {won.count(st)}/{len(won)}" for st in sorted(set(won))), file=out)
+    dgc = {(r["dataset"], r["model"], r["num_parts"]): r for r in rows if r.get("scheme") == "pgc-dgc" and "error" not in r}
+    ratios = [dgc[k]["bytes_total"] / r["bytes_total"] for r in rows if r.get("scheme") == "pgc" and "error" not in r
+              for k in [(r["dataset"], r["model"], r["num_parts"])] if k in dgc and r["bytes_total"] > 0]
+    if ratios:
+        print(f"DGC's own PGC / multi-start bytes: geometric mean {math.prod(ratios) ** (1 / len(ratios)):.2f}x, "
+              f"range {min(ratios):.2f}-{max(ratios):.2f}x over {len(ratios)} rows", file=out)
     print(f"\n{len(rows)} rows, {len(flagged)} flagged PGC rows, {time.perf_counter() - t0:.1f}s total "
           "(bytes: per epoch, forward + backward; lambda: max/min of vertex-time nodes + edges)", file=out)
     if args.json:

@@ -17,13 +17,23 @@ def test_bench_schemes_quick(tmp_path, capsys):
     rows = json.loads(out.read_text())
     assert not [r for r in rows if "error" in r]
     schemes = {r["scheme"] for r in rows}
-    assert {"pss", "pss-bal", "pts", "pts-bal", "pss-ts", "pgc"} <= schemes
+    assert {"pss", "pss-bal", "pts", "pts-bal", "pss-ts", "pgc", "pgc-dgc"} <= schemes
     for r in rows:
         assert r["bytes_total"] == r["bytes_spatial"] + r["bytes_temporal"] + r["bytes_redistribution"]
         if r["scheme"] == "pss":
             assert r["bytes_spatial"] == 0 and r["cut_spatial_edges"] == 0
         if r["scheme"].startswith("pts"):
             assert r["bytes_temporal"] == 0
+        if r["scheme"] == "pgc-dgc":  # DGC's own PGC: label propagation + Algorithm 1, nothing else
+            assert r["start"] == "lp"
         if r["scheme"] == "pgc":
-            assert r["flag"] == "" or r["flag"].startswith("!")
-    assert "flagged PGC rows" in capsys.readouterr().out
+            assert r["start"] in ("lp", "pss", "pts")
+            twin = next(d for d in rows if d["scheme"] == "pgc-dgc" and (d["dataset"], d["model"], d["num_parts"])
+                        == (r["dataset"], r["model"], r["num_parts"]))
+            # the multi-start keeps DGC's start unless another one moves fewer bytes
+            assert r["bytes_total"] <= twin["bytes_total"]
+            assert (r["start"] == "lp") == (r["bytes_total"] == twin["bytes_total"])
+            # a flag is set exactly when PGC moves more bytes than the best baseline or is unbalanced
+            assert bool(r["flag"]) == (r["bytes_vs_best_baseline"] > 1 or r["lambda"] > mod.LAMBDA_LIMIT)
+    out = capsys.readouterr().out
+    assert "flagged PGC rows" in out and "PGC multi-start winners:" in out

@@ -1,8 +1,9 @@
 r"""The supergraph view of a dynamic graph on vertex-time nodes (DESIGN.md)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+import weakref
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 from torch import Tensor
@@ -52,6 +53,16 @@ class Supergraph:
     sequence_ptr: Tensor
     sequence_vertex: Tensor
     num_vertices: int
+    #: weak reference to the signal it was built from (for :meth:`fingerprint`)
+    source: Optional[Any] = field(default=None, repr=False, compare=False)
+
+    def fingerprint(self) -> str:
+        """The fingerprint of the signal this supergraph was built from
+        (:meth:`DynamicGraphSignal.fingerprint`), so that partitions and plans
+        refuse another graph's supergraph of the same size; ``""`` when the
+        supergraph was built by hand or its signal is gone."""
+        signal = self.source() if self.source is not None else None
+        return signal.fingerprint() if signal is not None else ""
 
     @classmethod
     def from_signal(cls, signal: "DynamicGraphSignal") -> "Supergraph":
@@ -84,6 +95,7 @@ class Supergraph:
             sequence_ptr=seq_ptr,
             sequence_vertex=sv[seq_start],
             num_vertices=signal.num_vertices,
+            source=weakref.ref(signal),
         )
 
     @property

@@ -45,6 +45,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="tgcn: GCN layers per gate (default 1 = PyGT's T-GCN, whose only spatial rows are raw "
                         "features loaded once, so spatial cuts cost nothing per epoch; DGC's T-GCN: 2)")
     p.add_argument("--balanced", action="store_true", help="pss/pts/pss-ts: balance workload instead of counts")
+    p.add_argument("--pgc-starts", choices=("multi", "dgc"), default="multi",
+                   help="pgc: 'multi' keeps the cheapest of DGC's start (label propagation + Algorithm 1) and refined "
+                        "balanced PSS / PTS starts; 'dgc': DGC's own PGC only (default: multi)")
+    p.add_argument("--workload", default=None, metavar="MODEL",
+                   help="pgc: node-cost model, 'linear' (default), 'vertices', or a saved MLPWorkload file (DGC's MLP)")
     p.add_argument("--format", choices=FORMATS, default="auto", help="file format (default: auto)")
     p.add_argument("--window", default=None, metavar="SECONDS",
                    help="snapshot length when reading a temporal edge list: seconds, or a duration like 1d, 12h, 30min")
@@ -72,6 +77,12 @@ def _check(args: argparse.Namespace) -> None:
             args.window = parse_window(args.window)
         except ValueError as exc:
             raise CommandError(f"--window: {exc}") from None
+    if args.scheme == "pgc" and args.balanced:
+        raise CommandError("--balanced applies to pss, pts and pss-ts; pgc balances its chunks by itself: drop --balanced.")
+    if args.scheme != "pgc" and (args.pgc_starts != "multi" or args.workload is not None):
+        raise CommandError("--pgc-starts and --workload apply to --scheme pgc only.")
+    if args.workload not in (None, "linear", "vertices") and not os.path.isfile(args.workload):
+        raise CommandError(f"--workload: '{args.workload}' is neither 'linear', 'vertices' nor a saved MLPWorkload file.")
     if args.out is not None:
         folder = os.path.dirname(os.path.abspath(args.out))
         if os.path.isdir(args.out):
@@ -117,7 +128,9 @@ def partition_report(args: argparse.Namespace, progress: bool = False) -> dict[s
     step("partition")
     opts: dict[str, Any] = {}
     if args.scheme == "pgc":
-        opts["progress"] = progress
+        opts.update(progress=progress, workload=args.workload)
+        if args.pgc_starts == "dgc":
+            opts["starts"] = ("lp",)
     elif args.balanced:
         opts["balanced"] = True
     part = partition(signal, args.scheme, args.parts, pattern, seed=args.seed, **opts)
@@ -147,7 +160,17 @@ def partition_report(args: argparse.Namespace, progress: bool = False) -> dict[s
         "lambda_time": finite(m["lambda_time"]),
         "nodes_per_rank": m["nodes_per_rank"], "edges_per_rank": m["edges_per_rank"],
         "seconds": m["seconds"], "total_seconds": time.perf_counter() - t0, "out": args.out,
+        **_pgc_report(part),
     }
+
+
+def _pgc_report(part: Any) -> dict[str, Any]:
+    """Which PGC start won and what each candidate cost (``None`` for other schemes)."""
+    if part.scheme != "pgc":
+        return {"pgc_start": None, "pgc_candidate_bytes": None, "pgc_max_chunk_cost": None, "pgc_coarsened": None}
+    meta = part.meta
+    return {"pgc_start": meta["start"], "pgc_candidate_bytes": meta["candidate_bytes"] or None,
+            "pgc_max_chunk_cost": meta["max_chunk_cost"], "pgc_coarsened": meta["coarsened"]}
 
 
 def _text(r: dict[str, Any]) -> str:
@@ -167,6 +190,9 @@ def _text(r: dict[str, Any]) -> str:
         f"  nodes per rank      {r['nodes_per_rank']}",
         f"  partitioning time   {r['seconds']:>13.3f}s",
     ]
+    if r["pgc_start"] is not None:
+        names = {"lp": "DGC's label propagation + Algorithm 1", "pss": "refined balanced PSS", "pts": "refined balanced PTS"}
+        lines.append(f"  pgc start           {r['pgc_start']:>14}   ({names.get(r['pgc_start'], r['pgc_start'])})")
     if r["out"]:
         lines.append(f"  saved to {r['out']}")
     return "\n".join(lines)

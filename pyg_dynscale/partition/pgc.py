@@ -324,7 +324,9 @@ def partition_pgc(
         seed (int): makes the result deterministic (halves, tie-breaks).
         cap (float, optional): largest chunk, in units of the workload model's
             additive node cost (vertex-time nodes + spatial in-edges for the
-            default model). Default ``total / (P * chunks_per_part)``.
+            default model). Default ``total / (P * chunks_per_part)``. An
+            explicit cap is honoured: a refined PSS / PTS start whose chunks
+            exceed it cannot win the multi-start.
         chunks_per_part (int): sets the default cap.
         effort (str): ``"thorough"``, ``"fast"`` or ``"auto"`` -- fills in
             ``max_rounds``, ``coarse_rounds``, ``max_levels`` and
@@ -397,7 +399,14 @@ def partition_pgc(
         ``scheme="pgc"``, ``owner [N]``, ``chunk [N]`` and ``meta`` (rounds,
         num_chunks, cap, loads, divergence, timings of each step;
         ``candidates``: cut weight per start (``None`` when a start is
-        infeasible), ``candidate_divergence``, ``start``: the winner).
+        infeasible), ``candidate_divergence``, ``start``: the winner --
+        ``"lp"`` (DGC's own PGC: label-propagation chunks + Algorithm 1) or a
+        refined ``"pss"`` / ``"pts"`` start; ``cap``: the cap label
+        propagation used, ``max_chunk_cost``: the heaviest chunk returned
+        (above ``cap`` when a refined PSS / PTS start won under the default
+        cap); with an explicit ``cap`` no start whose chunks exceed it can
+        win (``starts_over_cap``); ``coarsened``: whether temporal coarsening
+        ran).
 
     Raises:
         PartitionError: ``num_parts`` out of range, a cap below the largest
@@ -426,6 +435,11 @@ def partition_pgc(
                                          and math.isfinite(start_margin)):
         raise PartitionError("start_margin", f"must be a positive number or None, got {start_margin!r}.",
                              f"use e.g. {START_MARGIN}, or None to refine every start.")
+    _check_numbers(slack=slack, tol=tol, gain_tol=gain_tol, refine_tol=refine_tol, chunks_per_part=chunks_per_part,
+                   max_chunks=max_chunks, max_rounds=max_rounds, coarse_rounds=coarse_rounds, max_levels=max_levels,
+                   refine_rounds=refine_rounds)
+    if signal.device.type != "cpu":  # the kernels run on the host: partition a host copy, same fingerprint
+        signal = signal.to("cpu")
     n_threads = int(threads) if threads is not None else DEFAULT_THREADS
     before = torch.get_num_threads()
     torch.set_num_threads(n_threads or TORCH_THREADS)
@@ -443,6 +457,36 @@ def partition_pgc(
             return part
     finally:
         torch.set_num_threads(before)
+
+
+def _largest_chunk(chunk: Tensor, num_chunks: int, node_w: Tensor) -> float:
+    """Cost of the heaviest chunk of a vertex-time-node chunk array."""
+    return float(torch.zeros(num_chunks, dtype=torch.float64).index_add_(0, chunk, node_w).max()) if num_chunks else 0.0
+
+
+#: fraction bounds and integer minimums of :func:`partition_pgc`'s tuning knobs (``None`` = preset)
+_FRACTIONS = {"slack": (0.0, 1.0), "tol": (0.0, 1.0), "gain_tol": (0.0, 1.0), "refine_tol": (0.0, 1.0)}
+_COUNTS = {"chunks_per_part": 1, "max_chunks": 1, "max_rounds": 0, "coarse_rounds": 0, "max_levels": 0, "refine_rounds": 0}
+
+
+def _check_numbers(**values: Any) -> None:
+    """Refuse NaN, negative or out-of-range tuning knobs at the boundary,
+    naming the argument (a NaN tolerance would silently never stop a loop)."""
+    for name, value in values.items():
+        if name in _FRACTIONS:
+            lo, hi = _FRACTIONS[name]
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and lo <= float(value) < hi
+            if not ok:
+                raise PartitionError(name, f"must be a number in [{lo:g}, {hi:g}), got {value!r}.",
+                                     f"use e.g. {_DEFAULT_FRACTION[name]}.")
+        elif value is not None:
+            lo = _COUNTS[name]
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or int(value) < lo:
+                raise PartitionError(name, f"must be an int >= {lo} or None, got {value!r}.",
+                                     "leave it at None for the effort preset." if lo == 0 else "use e.g. 16.")
+
+
+_DEFAULT_FRACTION = {"slack": 0.03, "tol": 1e-3, "gain_tol": 0.003, "refine_tol": 1e-3}
 
 
 def _refine(levels: list[Level], chunk_owner: np.ndarray, P: int, total: float, slack: float, rounds: int,
@@ -690,6 +734,7 @@ def _partition_pgc(signal: "DynamicGraphSignal", P: int, pattern: Any, *, seed: 
     winner, best = "lp", None
     pss_split = False
     eligible: dict[str, tuple] = {}  # refined starts within the balance tolerance
+    over_cap: list[str] = []  # refined starts whose chunks exceed an explicit cap
     # the plan sends each (row, destination rank) once, so the cut weight
     # over-counts nodes with many edges into one rank: with a pattern the
     # candidates are ranked (and far starts pruned) by the bytes the
@@ -728,7 +773,9 @@ def _partition_pgc(signal: "DynamicGraphSignal", P: int, pattern: Any, *, seed: 
         res = _refined_start(start_owner, P, sg, node_w, ws, tw, seg, graph, slack, total, refine_rounds,
                              refine_tol, gain_tol, seed, progress)
         candidates[st], cand_div[st] = res[0], res[1]
-        if res[1] <= tolerance * (1 + 1e-12):
+        if cap is not None and _largest_chunk(res[3], res[4], node_w) > cap_v * (1 + 1e-9):
+            over_cap.append(st)  # an explicit cap is honoured: this start's chunks are larger
+        elif res[1] <= tolerance * (1 + 1e-12):
             eligible[st] = res
     del tw
     if eligible and by_bytes:
@@ -762,7 +809,10 @@ def _partition_pgc(signal: "DynamicGraphSignal", P: int, pattern: Any, *, seed: 
         "num_levels": len(levels),
         "num_chunks": C,
         "cap": cap_v,
-        "coarsened": seg is not None,
+        "cap_explicit": cap is not None,
+        "max_chunk_cost": float(cost_final.max()) if C else 0.0,
+        "starts_over_cap": over_cap,
+        "coarsened": use_coarsen,
         "effort": effort,
         "level0_nodes": n0,
         "edge_weights": edge_weights(pattern),

@@ -277,8 +277,8 @@ class CommunicationPlan:
         """
         if input_halo not in ("load", "exchange"):
             raise PartitionError("input_halo", f"is {input_halo!r}.", "use 'load' or 'exchange'.")
+        partition.check_signal(supergraph)  # node count and fingerprint, for a signal or its supergraph
         if not hasattr(supergraph, "spatial_edge_index"):
-            partition.check_signal(supergraph)
             supergraph = supergraph.supergraph()
         if not isinstance(pattern, DependencyPattern):
             raise PartitionError("pattern", f"expected a DependencyPattern, got {type(pattern).__name__}.",
