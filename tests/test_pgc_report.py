@@ -133,3 +133,15 @@ def test_cli_reports_the_winning_start(capsys):
 def test_cli_refuses_options_that_would_be_ignored(args, message, capsys):
     rc, out = _cli(args, capsys)
     assert rc == 2 and message in out.err
+
+
+def test_default_is_one_thread_so_a_busy_machine_does_not_collapse_it():
+    """numba's parallel kernels spin-wait: with another process on a core a
+    parallel PGC ran 10-80x slower, so the default uses one thread."""
+    sig = make_dynamic_signal(seed=1, T=6, V=12)
+    assert partition_pgc(sig, 2).meta["threads"] == 1
+    import torch
+
+    before = torch.get_num_threads()
+    partition_pgc(sig, 2)
+    assert torch.get_num_threads() == before  # restored

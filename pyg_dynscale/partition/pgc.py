@@ -88,13 +88,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from .partition import Partition
 
 
-#: ``threads=None``: the compiled kernels (numba backend) use every core of
-#: numba's pool (``NUMBA_NUM_THREADS``) -- their results do not depend on the
-#: thread count -- while the remaining torch tensor operations run on
-#: ``TORCH_THREADS``: they are small gathers and sorts that gain little from a
-#: second thread and stalled badly (4-5x slower) when other processes shared
-#: the cores (docs/pgc.md, "Threads")
-DEFAULT_THREADS = None
+#: ``threads=None``: the compiled kernels and torch run on one thread. numba's
+#: parallel kernels spin-wait for their workers, so when another process
+#: holds a core a parallel partition slows down by 10-80x (docs/pgc.md,
+#: "Threads"); ``threads=k`` asks for ``k`` on a machine known to be idle.
+DEFAULT_THREADS = 1
 TORCH_THREADS = 1
 #: chunk generation breaks Eq. 2 ties towards the label of larger weighted
 #: degree (then the seeded random order): labels grow around hubs, which cuts
@@ -360,10 +358,9 @@ def partition_pgc(
             :class:`~pyg_dynscale.partition.workload.MLPWorkload` path, or a
             :class:`~pyg_dynscale.partition.workload.WorkloadModel`.
         threads (int, optional): threads of the compiled kernels and of
-            torch (``torch.set_num_threads``, restored after). Default: the
-            kernels use all of numba's threads (every core unless
-            ``NUMBA_NUM_THREADS`` says otherwise), torch one thread
-            (:data:`TORCH_THREADS`). Results do not depend on the thread count.
+            torch (``torch.set_num_threads``, restored after). Default
+            (:data:`DEFAULT_THREADS`): one, which does not collapse when other
+            processes share the cores. Results do not depend on the thread count.
         starts (tuple of str): starting assignments to try (multi-start,
             module doc step 7), a subset of ``("lp", "pss", "pts")``
             containing ``"lp"``: ``"lp"`` -- label-propagation chunks + Algorithm 1

@@ -26,6 +26,7 @@ from torch import Tensor
 
 from ..errors import PartitionError
 from . import kernels
+from .cost import default_node_cost, resolve_node_cost
 from .label_propagation import _np
 from .partition import Partition, check_num_parts
 
@@ -37,31 +38,6 @@ SCHEMES = ("pss", "pts", "pss-ts", "pgc")
 
 #: sequences placed one by one by exact LPT before the vectorized fill
 LPT_EXACT_ITEMS = 20000
-
-
-def default_node_cost(signal: "DynamicGraphSignal") -> Tensor:
-    r"""``[N]`` float64 cost :math:`c_v = 1 + \deg_\text{in}(v)` of each
-    vertex-time node (its own row plus the spatial edges it aggregates)."""
-    sg = signal.supergraph()
-    return 1.0 + torch.bincount(sg.spatial_edge_index[1], minlength=sg.num_nodes).to(torch.float64)
-
-
-def resolve_node_cost(signal: "DynamicGraphSignal", workload: Any = None) -> Tensor:
-    """``workload`` as a ``[N]`` float64 tensor: ``None`` -> :func:`default_node_cost`;
-    a tensor -> checked; an object with ``node_cost(signal)`` -> called."""
-    N = signal.num_vertex_time_nodes
-    if workload is None:
-        return default_node_cost(signal)
-    if hasattr(workload, "node_cost") and not isinstance(workload, Tensor):
-        workload = workload.node_cost(signal)
-    w = torch.as_tensor(workload)
-    if w.dim() != 1 or w.numel() != N:
-        raise PartitionError("workload", f"must be a [{N}] cost per vertex-time node, got shape {list(w.shape)}.",
-                             "Pass one non-negative cost per vertex-time node (gid order).")
-    w = w.to(torch.float64).cpu()
-    if not bool(torch.isfinite(w).all()) or bool((w < 0).any()):
-        raise PartitionError("workload", "costs must be finite and >= 0.")
-    return w
 
 
 def _linear_partition(cost: Tensor, R: int) -> Tensor:
