@@ -145,3 +145,26 @@ def test_default_is_one_thread_so_a_busy_machine_does_not_collapse_it():
     before = torch.get_num_threads()
     partition_pgc(sig, 2)
     assert torch.get_num_threads() == before  # restored
+
+
+def test_auto_backend_compiles_only_large_graphs(monkeypatch):
+    """A first partition must not wait a minute for numba: below
+    AUTO_NUMBA_ABOVE the bit-identical torch backend runs, above it the
+    compiled one (whose compile cost a large graph earns back)."""
+    from pyg_dynscale.partition import kernels
+
+    if not kernels.HAVE_NUMBA:
+        pytest.skip("numba is not installed")
+    monkeypatch.delenv("PYG_DYNSCALE_LP_BACKEND", raising=False)
+    sig = make_dynamic_signal(seed=3, T=8, V=20)
+    small = partition_pgc(sig, 2)
+    assert small.meta["backend"] == "torch"
+    monkeypatch.setattr(kernels, "AUTO_NUMBA_ABOVE", 0)
+    large = partition_pgc(sig, 2)
+    assert large.meta["backend"] == "numba"
+    assert small.owner.equal(large.owner) and small.chunk.equal(large.chunk)
+    assert kernels.backend_for(10**9) == "numba" and kernels.backend_for(1) == "numba"
+    monkeypatch.setattr(kernels, "AUTO_NUMBA_ABOVE", 10**6)
+    assert kernels.backend_for(10**6) == "torch" and kernels.backend_for(10**6 + 1) == "numba"
+    with kernels.use_backend("numba"):  # an explicit choice wins over the size rule
+        assert kernels.backend_for(0) == "numba"

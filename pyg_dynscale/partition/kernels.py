@@ -13,10 +13,14 @@ backends that compute **bit-identical** results:
   built by counting sorts (:mod:`.csr_kernels`, multi-threaded). 3-10x faster
   on CPU (``benchmarks/bench_pgc_vs_metis.py``).
 
-``"auto"`` (the default) picks ``"numba"`` when numba imports, else
-``"torch"``. Choose with :func:`use_backend` (a context manager), the
-``backend=`` argument of :func:`~pyg_dynscale.partition.pgc.partition_pgc`, or
-the environment variable ``PYG_DYNSCALE_LP_BACKEND``.
+``"auto"`` (the default) picks, per partitioning call (:func:`backend_for`),
+``"numba"`` for graphs above :data:`AUTO_NUMBA_ABOVE` vertex-time nodes plus
+edges, and ``"torch"`` below it or when numba does not import: compiling the
+kernels the first time costs about a minute on two cores, which a small
+graph never earns back (docs/pgc.md, "First use"). Choose with
+:func:`use_backend` (a context manager), the ``backend=`` argument of
+:func:`~pyg_dynscale.partition.pgc.partition_pgc`, or the environment
+variable ``PYG_DYNSCALE_LP_BACKEND``.
 
 Bit-identity holds because both backends evaluate the same nodes in the same
 order, sum each node's edge weights in CSR order in float64, break ties the
@@ -24,8 +28,9 @@ same way (largest internal label), and share the cap acceptance, the hashed
 half masks (:func:`half_mask`) and the dirty bookkeeping; parallel kernels
 concatenate per-block results in a fixed order, so the thread count does not
 change results either (tested in ``tests/test_kernels.py``).
-The first call of a kernel compiles it (a few seconds); compiled code is
-cached on disk (numba ``cache=True``), so later processes start fast.
+The first call of a kernel compiles it; compiled code is cached on disk
+(numba ``cache=True``; numba falls back to a per-user cache directory when
+the package's folder is read-only), so later processes start fast.
 """
 from __future__ import annotations
 
@@ -57,8 +62,24 @@ def _check(name: str, field: str) -> str:
     return name
 
 
+#: vertex-time nodes + spatial + temporal edges above which ``"auto"`` compiles:
+#: below it the torch backend partitions in about a second (1.1M: 1.1 s
+#: against 0.4 s compiled) while a cold numba cache costs ~50 s of compiling
+AUTO_NUMBA_ABOVE = 2_000_000
+
+
+def backend_for(size: int) -> str:
+    """The backend for a graph of ``size`` vertex-time nodes plus edges:
+    the one in effect, with ``"auto"`` resolved by :data:`AUTO_NUMBA_ABOVE`."""
+    name = _override if _override is not None else _check(os.environ.get(_ENV, "auto"), _ENV)
+    if name == "auto":
+        return "numba" if HAVE_NUMBA and size > AUTO_NUMBA_ABOVE else "torch"
+    return backend()
+
+
 def backend() -> str:
-    """The backend label propagation uses now: ``"numba"`` or ``"torch"``."""
+    """The backend label propagation uses now: ``"numba"`` or ``"torch"``
+    (``"auto"`` outside a partitioning call: ``"numba"`` when it imports)."""
     name = _override if _override is not None else _check(os.environ.get(_ENV, "auto"), _ENV)
     if name == "auto":
         return "numba" if HAVE_NUMBA else "torch"

@@ -388,7 +388,9 @@ def partition_pgc(
         backend (str, optional): label-propagation backend, ``"numba"``,
             ``"torch"`` or ``"auto"`` (:mod:`.kernels`; identical results).
             ``None``: the current one (``"auto"`` unless set by
-            :func:`.kernels.use_backend` or ``PYG_DYNSCALE_LP_BACKEND``).
+            :func:`.kernels.use_backend` or ``PYG_DYNSCALE_LP_BACKEND``);
+            ``"auto"`` compiles only graphs above
+            :data:`.kernels.AUTO_NUMBA_ABOVE` nodes plus edges.
         progress (bool): print per-round progress.
 
     Returns:
@@ -442,7 +444,9 @@ def partition_pgc(
     torch.set_num_threads(n_threads or TORCH_THREADS)
     try:
         # resolved once: inside, kernels.backend() is a variable read instead of an environment lookup per call
-        with kernels.use_backend(backend if backend is not None else kernels.backend()) as used_backend, \
+        sg = signal.supergraph()
+        size = sg.num_nodes + sg.num_spatial_edges + sg.num_temporal_edges
+        with kernels.use_backend(backend if backend is not None else kernels.backend_for(size)) as used_backend, \
                 kernels.use_threads(n_threads) as kernel_threads:
             part = _partition_pgc(signal, P, pattern, seed=seed, cap=cap, chunks_per_part=chunks_per_part,
                                   effort=effort, max_rounds=max_rounds, coarse_rounds=coarse_rounds, tol=tol, gain_tol=gain_tol, max_levels=max_levels,

@@ -245,6 +245,12 @@ def _finish(scheme: str, signal: "DynamicGraphSignal", R: int, owner: Tensor, t0
                      seconds=seconds, meta=meta)
 
 
+def _backend(signal: "DynamicGraphSignal") -> Any:
+    """The kernels backend for this signal's size (:func:`.kernels.backend_for`)."""
+    sg = signal.supergraph()
+    return kernels.use_backend(kernels.backend_for(sg.num_nodes + sg.num_spatial_edges + sg.num_temporal_edges))
+
+
 def partition_pss(signal: "DynamicGraphSignal", num_parts: int, *, balanced: bool = False,
                   workload: Any = None) -> Partition:
     r"""Partition by snapshot: rank :math:`r` owns snapshots
@@ -260,7 +266,8 @@ def partition_pss(signal: "DynamicGraphSignal", num_parts: int, *, balanced: boo
     """
     _signal_info(signal)
     t0 = time.perf_counter()
-    owner, meta = _pss_owner(signal, num_parts, balanced, workload)
+    with _backend(signal):
+        owner, meta = _pss_owner(signal, num_parts, balanced, workload)
     return _finish("pss", signal, num_parts, owner, t0, meta)
 
 
@@ -277,7 +284,8 @@ def partition_pts(signal: "DynamicGraphSignal", num_parts: int, *, balanced: boo
     _signal_info(signal)
     signal.supergraph()  # build (and cache) outside the timed region
     t0 = time.perf_counter()
-    owner, meta = _pts_owner(signal, num_parts, balanced, workload)
+    with _backend(signal):
+        owner, meta = _pts_owner(signal, num_parts, balanced, workload)
     return _finish("pts", signal, num_parts, owner, t0, meta)
 
 
@@ -288,8 +296,9 @@ def partition_pss_ts(signal: "DynamicGraphSignal", num_parts: int, *, balanced: 
     _signal_info(signal)
     signal.supergraph()
     t0 = time.perf_counter()
-    owner, m1 = _pss_owner(signal, num_parts, balanced, workload)
-    towner, _ = _pts_owner(signal, num_parts, balanced, workload)
+    with _backend(signal):
+        owner, m1 = _pss_owner(signal, num_parts, balanced, workload)
+        towner, _ = _pts_owner(signal, num_parts, balanced, workload)
     return _finish("pss-ts", signal, num_parts, owner, t0, m1, time_owner=towner)
 
 
