@@ -288,14 +288,16 @@ def test_pgc_separates_persistent_communities(interleave: bool) -> None:
 
 def test_pgc_bytes_not_above_pss_pts_on_chunked_graph() -> None:
     """Four communities of interleaved vertex ids that persist over time: PSS
-    cuts temporal edges, PTS's contiguous vertex ranges cut spatial edges; PGC
-    cuts neither."""
+    cuts temporal edges, PTS's contiguous vertex ranges cut spatial edges;
+    DGC's PGC alone (label propagation + Algorithm 1, no PSS / PTS start to
+    fall back on) cuts neither."""
     s = community_signal(T=8, k=4, size=10, interleave=True, seed=1)
     pat = DependencyPattern.preset("tgcn", 2, 16, gcn_layers=2)
     b = {}
-    for name, p in (("pgc", partition_pgc(s, 4, pat, seed=0)), ("pss", partition_pss(s, 4)), ("pts", partition_pts(s, 4))):
+    for name, p in (("pgc", partition_pgc(s, 4, pat, seed=0, starts=("lp",))),
+                    ("pss", partition_pss(s, 4, balanced=True)), ("pts", partition_pts(s, 4, balanced=True))):
         b[name] = CommunicationPlan.build(s, p, pat).bytes_by_kind()["total"]
-    assert b["pgc"] <= min(b["pss"], b["pts"])
+    assert b["pgc"] < min(b["pss"], b["pts"])
     assert b["pss"] > 0 and b["pts"] > 0
 
 
@@ -450,9 +452,14 @@ def test_temporal_coarsening_preserves_cut_weights() -> None:
     assert float(tc.node_w.max()) < 12.0 + float(nw.max())
     assert torch.equal(tc.node_w, torch.zeros(tc.num_segments, dtype=torch.float64).index_add_(0, tc.seg, nw))
     # a segment holds one vertex only, and its appearances are consecutive in the sequence
-    assert bool((sg.vertex[tc.seg.argsort()] == sg.vertex[tc.seg.argsort()]).all())
     v_of_seg = torch.full((tc.num_segments,), -1).scatter_reduce(0, tc.seg, sg.vertex, reduce="amax")
     assert torch.equal(v_of_seg[tc.seg], sg.vertex)
+    lengths = sg.sequence_ptr[1:] - sg.sequence_ptr[:-1]
+    pos = torch.empty_like(sg.sequence_order)  # position of each node in its vertex's sequence
+    pos[sg.sequence_order] = torch.arange(sg.num_nodes) - torch.repeat_interleave(sg.sequence_ptr[:-1], lengths)
+    first = torch.full((tc.num_segments,), sg.num_nodes).scatter_reduce(0, tc.seg, pos, reduce="amin")
+    last = torch.full((tc.num_segments,), -1).scatter_reduce(0, tc.seg, pos, reduce="amax")
+    assert torch.equal(last - first + 1, torch.bincount(tc.seg, minlength=tc.num_segments))  # no gaps
     G = CSRGraph.from_edges(tc.num_segments, tc.src, tc.dst, tc.weight)
     src, dst, w = weighted_supergraph(s, PATTERN)
     g = torch.Generator().manual_seed(0)
