@@ -1,4 +1,4 @@
-r"""The supergraph view of a dynamic graph on vertex-time nodes (DESIGN.md)."""
+r"""The supergraph view of a dynamic graph on vertex-time nodes (docs/design.md, "Vertex-time nodes")."""
 from __future__ import annotations
 
 import weakref

@@ -1,6 +1,6 @@
 r"""The models ``pyg-dynscale train --model`` builds, by name.
 
-Each entry is a decomposed model (DESIGN.md, "two runtime paths") in the form
+Each entry is a decomposed model (docs/design.md, "Two runtime paths") in the form
 DGC evaluates or PyGT ships, with the head and loss its task needs:
 
 =================  ==============================================  =====================

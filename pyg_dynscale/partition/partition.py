@@ -1,4 +1,4 @@
-r"""A partition: an owner array over vertex-time nodes (DESIGN.md)."""
+r"""A partition: an owner array over vertex-time nodes (docs/design.md, "Owner arrays")."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -1,4 +1,4 @@
-r"""The communication plan: exactly which rows cross which ranks (DESIGN.md).
+r"""The communication plan: exactly which rows cross which ranks (docs/design.md).
 
 One object answers both "how many bytes would this partition move per epoch"
 (for partitioners, metrics and benchmarks) and "which rows does rank ``s``
