@@ -28,21 +28,17 @@ from collections.abc import Sequence
 from typing import Optional
 
 from . import __version__
-from .errors import DynScaleError
+from .errors import CommandError, DynScaleError
 
 #: Subcommand modules, in the order ``--help`` lists them.
 COMMANDS: tuple[str, ...] = (
     "pyg_dynscale.commands.inspect",
-    "pyg_dynscale.partition.cli",
+    "pyg_dynscale.commands.partition",
     "pyg_dynscale.commands.train",
 )
 
 #: Exit status for bad usage or bad input.
 EXIT_USAGE = 2
-
-
-class CommandError(DynScaleError):
-    """A user-facing error of a subcommand: printed on stderr, exit status 2."""
 
 
 def build_parser() -> argparse.ArgumentParser:

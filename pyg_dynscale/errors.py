@@ -74,3 +74,8 @@ class DecompositionMismatchError(DynScaleError, RuntimeError):
 
 class UnsupportedModelError(DynScaleError, NotImplementedError):
     """Raised for a model class that has no adapter to the decomposed path."""
+
+
+class CommandError(DynScaleError):
+    """A user-facing error of a ``pyg-dynscale`` subcommand: printed on stderr,
+    exit status 2 (:data:`pyg_dynscale.cli.EXIT_USAGE`)."""

@@ -20,6 +20,8 @@ import os
 import sys
 from typing import Any
 
+from ..errors import CommandError
+
 SCHEMA_VERSION = 1
 FORMATS = ("auto", "pygt-json", "edgelist", "dynscale")
 _SUMMARY_KEYS = ("min", "p50", "mean", "max", "std", "cv")
@@ -48,7 +50,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def _check_path(path: str) -> None:
-    from ..cli import CommandError
 
     if not os.path.exists(path):
         raise CommandError(f"no such file: '{path}'.")
@@ -76,7 +77,6 @@ def inspect_path(path: str, format: str = "auto", window: float | str | None = N
         window: snapshot length for edge lists, seconds or a duration string
             (``"1d"``); reported in seconds.
     """
-    from ..cli import CommandError
     from ..data.loaders import detect_format, load, parse_window
 
     _check_path(path)

@@ -36,6 +36,8 @@ import traceback
 from datetime import timedelta
 from typing import Any, Callable
 
+from ..errors import CommandError
+
 SCHEMA_VERSION = 1
 FORMATS = ("auto", "pygt-json", "edgelist", "dynscale")
 DTYPES = ("float32", "float64", "float16", "bfloat16")
@@ -46,7 +48,7 @@ _LAUNCHER_OPTIONS = ("--nproc", "--max-restarts")
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     from ..nn.zoo import MODEL_NAMES, TARGETS
-    from ..partition.schemes import SCHEMES
+    from ..partition.partition import SCHEMES
 
     p = subparsers.add_parser(
         "train", help="train a dynamic GNN across processes (torchrun) and report the test metric and traffic",
@@ -108,7 +110,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 # ---------------------------------------------------------------------- checks
 def _fail(message: str) -> None:
-    from ..cli import CommandError
 
     raise CommandError(message)
 
@@ -397,7 +398,7 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
     from ..errors import PartitionError
     from ..nn.zoo import build_model
     from ..partition.io import load_partition, save_partition
-    from ..partition.schemes import SCHEMES
+    from ..partition.partition import SCHEMES
     from ..runtime.metrics import roc_auc
 
     t_start = time.perf_counter()
@@ -532,7 +533,7 @@ def _print_report(args: argparse.Namespace, r: dict) -> None:
     if args.json:
         print(json.dumps(r, allow_nan=False), flush=True)
         return
-    from ..partition.metrics import _human
+    from ..partition.metrics import format_bytes
 
     secs = r["epoch_seconds"]
     steady = secs[1:] or secs
@@ -550,10 +551,10 @@ def _print_report(args: argparse.Namespace, r: dict) -> None:
     for k in kinds:
         if k in m:
             flag = "" if m[k][-1] == p[k][-1] else ("   (stale cache)" if r["stale"] != "off" else "   <- differs")
-            lines.append(f"    {k:<15} {_human(m[k][-1]):>10} / {_human(p[k][-1]):<10}{flag}")
-    lines.append(f"    not planned: gradient all-reduce {_human(m['grad_sync'][-1])}, "
-                 f"BatchNorm statistics {_human(m['norm'][-1])}")
-    lines.append(f"  loaded once      {_human(r['load_bytes']['measured'])} (plan {_human(r['load_bytes']['predicted'])})")
+            lines.append(f"    {k:<15} {format_bytes(m[k][-1]):>10} / {format_bytes(p[k][-1]):<10}{flag}")
+    lines.append(f"    not planned: gradient all-reduce {format_bytes(m['grad_sync'][-1])}, "
+                 f"BatchNorm statistics {format_bytes(m['norm'][-1])}")
+    lines.append(f"  loaded once      {format_bytes(r['load_bytes']['measured'])} (plan {format_bytes(r['load_bytes']['predicted'])})")
     if r["stale"] != "off":
         total_m = sum(m["total"])
         total_p = sum(p["total"])

@@ -20,7 +20,7 @@ from typing import Any
 from .cost import default_node_cost
 from .io import load_partition, save_partition
 from .metrics import PartitionMetrics, compare, evaluate, format_table
-from .partition import Partition
+from .partition import SCHEMES, Partition
 from .pattern import BlockPattern, DependencyPattern
 from .plan import CommunicationPlan, Exchange
 
@@ -30,7 +30,7 @@ del partition  # noqa: F821
 
 #: public names loaded on first use, and the submodule that defines each
 _LAZY = {
-    "SCHEMES": "schemes", "partition": "schemes", "partition_pss": "schemes", "partition_pts": "schemes",
+    "partition": "schemes", "partition_pss": "schemes", "partition_pts": "schemes",
     "partition_pss_ts": "schemes", "partition_pgc": "pgc",
     "LinearWorkload": "workload", "MLPWorkload": "workload", "profile": "workload",
 }

@@ -113,7 +113,7 @@ def compare(signal: "DynamicGraphSignal", pattern: DependencyPattern, partitions
     return rows
 
 
-def _human(n: float) -> str:
+def format_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(n) < 1024 or unit == "TiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
@@ -134,7 +134,7 @@ def format_table(rows: Sequence[dict], columns: Sequence[str] = DEFAULT_COLUMNS,
         if v is None:
             return "-"
         if human and c.startswith("bytes") and "_vs_" not in c and isinstance(v, (int, float)):
-            return _human(float(v))
+            return format_bytes(float(v))
         if isinstance(v, float):
             return "inf" if math.isinf(v) else f"{v:.3f}"
         return str(v)

@@ -14,6 +14,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..data.supergraph import Supergraph
 
 
+#: the partition schemes :func:`~pyg_dynscale.partition.partition` dispatches to
+SCHEMES = ("pss", "pts", "pss-ts", "pgc")
+
+
 def check_num_parts(num_parts: int, num_nodes: int) -> int:
     """Validate ``num_parts`` against the number of vertex-time nodes."""
     if isinstance(num_parts, bool) or not isinstance(num_parts, int):

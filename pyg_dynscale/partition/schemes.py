@@ -28,13 +28,12 @@ from ..errors import PartitionError
 from . import kernels
 from .cost import default_node_cost, resolve_node_cost
 from .label_propagation import _np
-from .partition import Partition, check_num_parts
+from .partition import SCHEMES, Partition, check_num_parts
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..data.signal import DynamicGraphSignal
     from .pattern import DependencyPattern
 
-SCHEMES = ("pss", "pts", "pss-ts", "pgc")
 
 #: sequences placed one by one by exact LPT before the vectorized fill
 LPT_EXACT_ITEMS = 20000

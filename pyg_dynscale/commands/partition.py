@@ -22,13 +22,15 @@ import sys
 import time
 from typing import Any
 
+from ..errors import CommandError
+
 SCHEMA_VERSION = 1
 FORMATS = ("auto", "pygt-json", "edgelist")
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    from .pattern import MODELS
-    from .schemes import SCHEMES
+    from ..partition.pattern import MODELS
+    from ..partition.partition import SCHEMES
 
     p = subparsers.add_parser(
         "partition",
@@ -61,7 +63,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def _check(args: argparse.Namespace) -> None:
     """Reject bad options before any work; ``args.window`` becomes seconds (float)."""
-    from ..cli import CommandError
     from ..data.loaders import parse_window
 
     if not os.path.exists(args.path):
@@ -95,14 +96,13 @@ def partition_report(args: argparse.Namespace, progress: bool = False) -> dict[s
     """Do the work of the subcommand; return the JSON report as a dict."""
     from tqdm import tqdm
 
-    from ..cli import CommandError
     from ..data.loaders import load
     from ..errors import SignalValidationError
-    from .io import save_partition
-    from .metrics import evaluate
-    from .pattern import DependencyPattern
-    from .plan import CommunicationPlan
-    from .schemes import partition
+    from ..partition.io import save_partition
+    from ..partition.metrics import evaluate
+    from ..partition.pattern import DependencyPattern
+    from ..partition.plan import CommunicationPlan
+    from ..partition.schemes import partition
 
     _check(args)
     steps = ["load", "supergraph", "partition", "plan", "metrics"] + (["save"] if args.out else [])
@@ -174,7 +174,7 @@ def _pgc_report(part: Any) -> dict[str, Any]:
 
 
 def _text(r: dict[str, Any]) -> str:
-    from .metrics import _human
+    from ..partition.metrics import format_bytes
 
     lam = "inf" if r["lambda"] is None else f"{r['lambda']:.3f}"
     lines = [
@@ -182,10 +182,10 @@ def _text(r: dict[str, Any]) -> str:
         f"  vertex-time nodes   {r['vertex_time_nodes']:>14,}",
         f"  spatial edges       {r['spatial_edges']:>14,}   cut: {r['cut_spatial_edges']:,}",
         f"  temporal edges      {r['temporal_edges']:>14,}   cut: {r['cut_temporal_edges']:,}",
-        f"  bytes / epoch       {_human(r['bytes_total']):>14}   (forward + backward)",
-        f"    spatial           {_human(r['bytes_spatial']):>14}",
-        f"    temporal          {_human(r['bytes_temporal']):>14}",
-        f"    redistribution    {_human(r['bytes_redistribution']):>14}",
+        f"  bytes / epoch       {format_bytes(r['bytes_total']):>14}   (forward + backward)",
+        f"    spatial           {format_bytes(r['bytes_spatial']):>14}",
+        f"    temporal          {format_bytes(r['bytes_temporal']):>14}",
+        f"    redistribution    {format_bytes(r['bytes_redistribution']):>14}",
         f"  lambda (max/min)    {lam:>14}",
         f"  nodes per rank      {r['nodes_per_rank']}",
         f"  partitioning time   {r['seconds']:>13.3f}s",
