@@ -204,17 +204,15 @@ def test_dispatcher_and_errors(sig):
 
 
 def test_pgc_dispatch_reaches_pgc_module(sig, monkeypatch):
-    import sys
-    import types
+    from pyg_dynscale.partition import dispatch
+
     calls = {}
-    fake = types.ModuleType("pyg_dynscale.partition.pgc")
 
     def partition_pgc(signal, num_parts, pattern, seed=0, **opts):
         calls.update(num_parts=num_parts, pattern=pattern, seed=seed, opts=opts)
         return Partition("pgc", num_parts, torch.zeros(signal.num_vertex_time_nodes, dtype=torch.long))
 
-    fake.partition_pgc = partition_pgc
-    monkeypatch.setitem(sys.modules, "pyg_dynscale.partition.pgc", fake)
+    monkeypatch.setattr(dispatch, "partition_pgc", partition_pgc)
     pat = DependencyPattern.preset("dysat", 2, 2)
     p = partition(sig, "pgc", 2, pat, seed=7, cap=3)
     assert p.scheme == "pgc" and calls == {"num_parts": 2, "pattern": pat, "seed": 7, "opts": {"cap": 3}}

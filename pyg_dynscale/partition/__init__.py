@@ -30,7 +30,7 @@ del partition  # noqa: F821
 
 #: public names loaded on first use, and the submodule that defines each
 _LAZY = {
-    "partition": "schemes", "partition_pss": "schemes", "partition_pts": "schemes",
+    "partition": "dispatch", "partition_pss": "schemes", "partition_pts": "schemes",
     "partition_pss_ts": "schemes", "partition_pgc": "pgc",
     "LinearWorkload": "workload", "MLPWorkload": "workload", "profile": "workload",
 }

@@ -49,9 +49,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from . import kernels
+from .label_propagation import CSRGraph, as_numpy
+from .pattern import edge_weights
+
 if TYPE_CHECKING:  # pragma: no cover
     from ..data.supergraph import Supergraph
-    from .label_propagation import CSRGraph
 
 
 def sequence_positions(supergraph: "Supergraph") -> tuple[Tensor, Tensor]:
@@ -71,8 +74,6 @@ def attention_split(pattern: Any) -> tuple[float, float]:
     for ``k`` attention rows (``w_att = 0`` for recurrent-only patterns, pairs
     and ``None``)."""
     if pattern is None or isinstance(pattern, (tuple, list)) or not hasattr(pattern, "temporal_edge_weight"):
-        from .pgc import edge_weights
-
         return edge_weights(pattern)[1], 0.0
     one, two = float(pattern.temporal_edge_weight(1.0)), float(pattern.temporal_edge_weight(2.0))
     return 2 * one - two, two - one
@@ -105,10 +106,9 @@ def as_weight_tensor(weight: Union[Tensor, float], num_edges: int, device: Any =
 def _kernel_weights(weight: Union[Tensor, float]) -> tuple[np.ndarray, float]:
     """``(w, c)`` as the compiled kernels take edge weights: per-edge float64
     weights and ``c = 0``, or an empty ``w`` and the constant ``c``."""
-    from .label_propagation import _np
 
     if isinstance(weight, Tensor):
-        return _np(weight, torch.float64), 0.0
+        return as_numpy(weight, torch.float64), 0.0
     return np.zeros(0, np.float64), float(weight)
 
 
@@ -155,8 +155,6 @@ def segment_sequences(supergraph: "Supergraph", node_w: Tensor, segment_cap: flo
     r"""``(seg [N], S)``: cut every sequence into runs of summed node cost
     below ``segment_cap`` (module doc); ``segment_cap = inf`` keeps every
     sequence whole."""
-    from . import kernels
-    from .label_propagation import _np
 
     order, ptr = supergraph.sequence_order, supergraph.sequence_ptr
     N = order.numel()
@@ -164,8 +162,8 @@ def segment_sequences(supergraph: "Supergraph", node_w: Tensor, segment_cap: flo
     if N == 0:
         return torch.zeros(0, dtype=torch.long, device=dev), 0
     if kernels.backend() == "numba" and dev.type == "cpu":  # one compiled pass, same segments
-        seg_np, S = kernels.csr_kernels.segment_ids(_np(order, torch.long), _np(ptr, torch.long),
-                                                    _np(node_w, torch.float64), float(segment_cap))
+        seg_np, S = kernels.csr_kernels.segment_ids(as_numpy(order, torch.long), as_numpy(ptr, torch.long),
+                                                    as_numpy(node_w, torch.float64), float(segment_cap))
         return torch.from_numpy(seg_np), int(S)
     starts = torch.zeros(N, dtype=torch.bool, device=dev)
     starts[ptr[:-1]] = True
@@ -227,14 +225,13 @@ def _maybe_symmetric(supergraph: "Supergraph") -> bool:
     """:func:`.csr_kernels.maybe_symmetric` of the spatial edges, cached per
     storage and in-place version of ``spatial_edge_index`` (a few entries)."""
     from . import csr_kernels
-    from .label_propagation import _np
 
     se = supergraph.spatial_edge_index
     key = (se.data_ptr(), se._version, tuple(se.shape), supergraph.num_nodes)
     if key not in _SYMMETRY:
         if len(_SYMMETRY) >= 8:
             _SYMMETRY.pop(next(iter(_SYMMETRY)))
-        _SYMMETRY[key] = bool(csr_kernels.maybe_symmetric(supergraph.num_nodes, _np(se[0], torch.long), _np(se[1], torch.long)))
+        _SYMMETRY[key] = bool(csr_kernels.maybe_symmetric(supergraph.num_nodes, as_numpy(se[0], torch.long), as_numpy(se[1], torch.long)))
     return _SYMMETRY[key]
 
 
@@ -274,8 +271,6 @@ def supergraph_csr(supergraph: "Supergraph", spatial_weight: float, temporal_wei
         seg (Tensor, optional): ``[N]`` segment of every node (:func:`segment_sequences`).
         num_segments (int, optional): :math:`S` (required with ``seg``).
     """
-    from . import kernels
-    from .label_propagation import CSRGraph, _np
 
     se, te = supergraph.spatial_edge_index, supergraph.temporal_edge_index
     n = supergraph.num_nodes if seg is None else int(num_segments)
@@ -283,8 +278,8 @@ def supergraph_csr(supergraph: "Supergraph", spatial_weight: float, temporal_wei
     if kernels.backend() == "numba" and se.device.type == "cpu":
         from . import csr_kernels
 
-        node_map = _np(seg, torch.long) if seg is not None else np.zeros(0, np.int64)
-        s1, d1, s2, d2 = (_np(x, torch.long) for x in (se[0], se[1], te[0], te[1]))
+        node_map = as_numpy(seg, torch.long) if seg is not None else np.zeros(0, np.int64)
+        s1, d1, s2, d2 = (as_numpy(x, torch.long) for x in (se[0], se[1], te[0], te[1]))
         none = np.zeros(0, np.float64)
         # a constant temporal weight travels as c2 (w2 empty); placement_types checks it like an array
         w2, c2 = _kernel_weights(temporal_weight)
@@ -295,11 +290,11 @@ def supergraph_csr(supergraph: "Supergraph", spatial_weight: float, temporal_wei
             ptr, d, w = csr_kernels.edges_to_csr(n, node_map, s1, d1, none, 2.0 * ws, False, s2, d2, w2, c2,
                                                  kernels.threads(), *csr_kernels.placement_types(n, 2.0 * ws, w2_check))
             if csr_kernels.is_symmetric(ptr, d, w, kernels.threads()):
-                return _known_integral(CSRGraph._finish(n, torch.from_numpy(ptr), torch.from_numpy(d), torch.from_numpy(w)),
+                return _known_integral(CSRGraph.from_csr(n, torch.from_numpy(ptr), torch.from_numpy(d), torch.from_numpy(w)),
                                        integral, nonneg)
         ptr, d, w = csr_kernels.edges_to_csr(n, node_map, s1, d1, none, ws, True, s2, d2, w2, c2, kernels.threads(),
                                              *csr_kernels.placement_types(n, ws, w2_check))
-        return _known_integral(CSRGraph._finish(n, torch.from_numpy(ptr), torch.from_numpy(d), torch.from_numpy(w)),
+        return _known_integral(CSRGraph.from_csr(n, torch.from_numpy(ptr), torch.from_numpy(d), torch.from_numpy(w)),
                                integral, nonneg)
     return CSRGraph.from_edges(n, *mapped_edges(supergraph, ws, temporal_weight, seg))
 
@@ -308,12 +303,10 @@ def unit_cut(unit: Tensor, rank: Tensor, edge_index: Tensor, weight: Union[Tenso
     """Bytes of the edges ``edge_index [2, E]`` cut when node ``v`` sits on
     ``rank[unit[v]]`` (``unit``: each node's snapshot or vertex), at
     ``weight`` (``[E]`` or one number per edge)."""
-    from . import kernels
-    from .label_propagation import _np
 
     if kernels.backend() == "numba" and edge_index.device.type == "cpu":
         return float(kernels.csr_kernels.unit_cut(
-            _np(unit, torch.long), _np(rank, torch.long), _np(edge_index[0], torch.long), _np(edge_index[1], torch.long),
+            as_numpy(unit, torch.long), as_numpy(rank, torch.long), as_numpy(edge_index[0], torch.long), as_numpy(edge_index[1], torch.long),
             *_kernel_weights(weight)))
     node_rank = rank.index_select(0, unit)
     cut = node_rank.index_select(0, edge_index[0]) != node_rank.index_select(0, edge_index[1])
@@ -327,14 +320,12 @@ def supergraph_cut(supergraph: "Supergraph", owner: Tensor, spatial_weight: floa
     """Bytes of the supergraph edges cut by ``owner`` (``[N]``): spatial edges
     at ``spatial_weight``, temporal edges at ``temporal_weight`` (``[M]``, or
     one number for all)."""
-    from . import kernels
-    from .label_propagation import _np
 
     se, te = supergraph.spatial_edge_index, supergraph.temporal_edge_index
     if kernels.backend() == "numba" and se.device.type == "cpu":
         return float(kernels.csr_kernels.edge_list_cut(
-            _np(owner, torch.long), _np(se[0], torch.long), _np(se[1], torch.long), float(spatial_weight),
-            _np(te[0], torch.long), _np(te[1], torch.long), *_kernel_weights(temporal_weight)))
+            as_numpy(owner, torch.long), as_numpy(se[0], torch.long), as_numpy(se[1], torch.long), float(spatial_weight),
+            as_numpy(te[0], torch.long), as_numpy(te[1], torch.long), *_kernel_weights(temporal_weight)))
     cut_s = (owner.index_select(0, se[0]) != owner.index_select(0, se[1])).sum()
     cut_mask = owner.index_select(0, te[0]) != owner.index_select(0, te[1])
     if not isinstance(temporal_weight, Tensor):

@@ -145,7 +145,7 @@ class CSRGraph:
         exact integers and label propagation packs them with the label."""
         if self._integral is None:
             if kernels.backend() == "numba" and self.weight.device.type == "cpu":
-                self._integral = bool(kernels.is_integral(_np(self.weight)))
+                self._integral = bool(kernels.is_integral(as_numpy(self.weight)))
             else:
                 self._integral = bool((self.weight == torch.round(self.weight)).all()) if self.weight.numel() else True
         return self._integral
@@ -158,8 +158,8 @@ class CSRGraph:
         ``(source, neighbour)`` pair occurs once."""
         n = int(num_nodes)
         if kernels.backend() == "numba" and src.device.type == "cpu":
-            ptr, d, w = kernels.csr_from_edges(n, _np(src, torch.long), _np(dst, torch.long), _np(weight, torch.float64))
-            return cls._finish(n, torch.from_numpy(ptr), torch.from_numpy(d), torch.from_numpy(w))
+            ptr, d, w = kernels.csr_from_edges(n, as_numpy(src, torch.long), as_numpy(dst, torch.long), as_numpy(weight, torch.float64))
+            return cls.from_csr(n, torch.from_numpy(ptr), torch.from_numpy(d), torch.from_numpy(w))
         s, d, w = undirected_entries(src.to(torch.long), dst.to(torch.long), weight)
         key, order = torch.sort(s * n + d, stable=True)
         del s, d
@@ -173,10 +173,10 @@ class CSRGraph:
         del s
         ptr = torch.zeros(n + 1, dtype=torch.long, device=deg.device)
         torch.cumsum(deg, 0, out=ptr[1:])
-        return cls._finish(n, ptr, d, w)
+        return cls.from_csr(n, ptr, d, w)
 
     @classmethod
-    def _finish(cls, n: int, ptr: Tensor, d: Tensor, w: Tensor) -> "CSRGraph":
+    def from_csr(cls, n: int, ptr: Tensor, d: Tensor, w: Tensor) -> "CSRGraph":
         """A graph from a symmetric builder (both directions of every edge)."""
         # integer byte weights are exact in float32: halve the memory traffic
         if w.dtype == torch.float64 and _exact_in_float32(w):
@@ -190,7 +190,7 @@ class CSRGraph:
     def weighted_degree(self) -> Tensor:
         """``[n]`` summed weight of each node's edges (float64)."""
         if kernels.backend() == "numba" and self.ptr.device.type == "cpu":
-            return torch.from_numpy(kernels.csr_kernels.weighted_degree(_np(self.ptr, torch.long), _np(self.weight)))
+            return torch.from_numpy(kernels.csr_kernels.weighted_degree(as_numpy(self.ptr, torch.long), as_numpy(self.weight)))
         cs = torch.zeros(self.dst.numel() + 1, dtype=torch.float64, device=self.ptr.device)
         torch.cumsum(self.weight.to(torch.float64), 0, out=cs[1:])
         return _take(cs, self.ptr[1:]) - _take(cs, self.ptr[:-1])
@@ -198,8 +198,8 @@ class CSRGraph:
     def cut(self, labels: Tensor) -> float:
         """Summed weight of the edges whose endpoints have different ``labels`` (``[n]``)."""
         if kernels.backend() == "numba" and self.ptr.device.type == "cpu":
-            return float(kernels.csr_kernels.csr_cut(_np(self.ptr, torch.long), _np(self.dst, torch.long),
-                                                      _np(self.weight), _np(labels, torch.long)))
+            return float(kernels.csr_kernels.csr_cut(as_numpy(self.ptr, torch.long), as_numpy(self.dst, torch.long),
+                                                      as_numpy(self.weight), as_numpy(labels, torch.long)))
         srcs = self.sources()
         return float(self.weight[_take(labels, srcs) != _take(labels, self.dst)].double().sum()) / 2.0
 
@@ -217,7 +217,7 @@ class CSRGraph:
         C = int(num_labels)
         if kernels.backend() == "numba" and self.ptr.device.type == "cpu":
             ptr, d, wsum = (torch.from_numpy(a) for a in kernels.contract_csr(
-                _np(self.ptr, torch.long), _np(self.dst, torch.long), _np(self.weight), _np(labels, torch.long), C,
+                as_numpy(self.ptr, torch.long), as_numpy(self.dst, torch.long), as_numpy(self.weight), as_numpy(labels, torch.long), C,
                 self.symmetric))
             return self._contracted(C, ptr, d, wsum)
         lu = torch.repeat_interleave(labels, self.degree, output_size=self.dst.numel())
@@ -256,11 +256,11 @@ class CSRGraph:
 def _exact_in_float32(w: Tensor) -> bool:
     """Whether a float64 tensor is unchanged by a float32 round trip."""
     if kernels.backend() == "numba" and w.device.type == "cpu":
-        return bool(kernels.exact_in_float32(_np(w)))
+        return bool(kernels.exact_in_float32(as_numpy(w)))
     return bool((w.float().double() == w).all())
 
 
-def _np(x: Tensor, dtype: Optional[torch.dtype] = None) -> np.ndarray:
+def as_numpy(x: Tensor, dtype: Optional[torch.dtype] = None) -> np.ndarray:
     """Contiguous CPU numpy view (a copy only when a dtype change needs one)."""
     if dtype is not None and x.dtype != dtype:
         x = x.to(dtype)
@@ -431,7 +431,7 @@ def _label_propagation_compiled(graph: CSRGraph, nw: Tensor, label_pri: Tensor, 
     mapping back in one compiled call (:func:`.kernels.lp_run`); same values
     as the torch steps."""
     n = int(graph.num_nodes)
-    dst_np = _np(graph.dst, torch.long)
+    dst_np = as_numpy(graph.dst, torch.long)
     dense = (L <= kernels.DENSE_MAX_LABELS and n * L <= kernels.DENSE_MAX_FILL * int(dst_np.shape[0])
              and graph.integral())
     total_w = graph.total_weight() if (gain_tol > 0 or dense) else 0.0
@@ -441,10 +441,10 @@ def _label_propagation_compiled(graph: CSRGraph, nw: Tensor, label_pri: Tensor, 
     moved_np = np.zeros(max(0, max_rounds), np.int64)
     gains_np = np.zeros(max(0, max_rounds), np.float64)
     labels, r, converged = kernels.lp_run(
-        _np(graph.ptr, torch.long), dst_np, _np(graph.weight), _np(label_pri, torch.long),
-        _np(priority, torch.float64) if priority is not None else kernels._EMPTY_F,
-        _np(init, torch.long) if init is not None else kernels._EMPTY_I, bool(boundary_only), _np(nw),
-        _np(node_pri, torch.long), L, float("inf") if cap is None else float(cap), cap is not None,
+        as_numpy(graph.ptr, torch.long), dst_np, as_numpy(graph.weight), as_numpy(label_pri, torch.long),
+        as_numpy(priority, torch.float64) if priority is not None else kernels._EMPTY_F,
+        as_numpy(init, torch.long) if init is not None else kernels._EMPTY_I, bool(boundary_only), as_numpy(nw),
+        as_numpy(node_pri, torch.long), L, float("inf") if cap is None else float(cap), cap is not None,
         float(floor) if floor is not None else 0.0, floor is not None, int(max_rounds), float(tol),
         float(gain_tol), total_w if gain_tol > 0 else 0.0, int(min_rounds), bool(tie_moves), int(seed), moved_np,
         gains_np, kernels.threads(), scale, dense)
@@ -645,7 +645,7 @@ def compact_labels(labels: Tensor) -> tuple[Tensor, int]:
     if kernels.backend() == "numba" and labels.device.type == "cpu" and n:
         lo, hi = int(labels.min()), int(labels.max())
         if lo >= 0 and hi < 4 * n + 1024:  # a presence array, no sort (same result)
-            inv, C = kernels.compact(_np(labels, torch.long), hi + 1)
+            inv, C = kernels.compact(as_numpy(labels, torch.long), hi + 1)
             return torch.from_numpy(inv), int(C)
     uniq, inv = torch.unique(labels, return_inverse=True)
     return inv, int(uniq.numel())

@@ -26,8 +26,9 @@ before training (no per-epoch traffic, no gradient; see
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Literal, Optional
+from typing import Any, Literal, Optional
 
 from ..errors import PartitionError
 
@@ -279,3 +280,27 @@ class DependencyPattern:
             blocks.append(b)
             inp = nxt
         return cls(tuple(blocks), bytes_per_element, key)
+
+
+def edge_weights(pattern: Any) -> tuple[float, float]:
+    r"""``(spatial, temporal)`` bytes that cutting one edge of each kind costs
+    (temporal: one row per attention block, see
+    :func:`.coarsen.temporal_edge_weights` for the per-edge weights).
+
+    ``pattern`` is a :class:`~pyg_dynscale.partition.pattern.DependencyPattern`
+    (anything with ``spatial_edge_weight()`` and ``temporal_edge_weight()``), a
+    ``(spatial, temporal)`` pair, or ``None`` (both 1).
+    """
+    if pattern is None:
+        return 1.0, 1.0
+    if isinstance(pattern, (tuple, list)) and len(pattern) == 2:
+        ws, wt = float(pattern[0]), float(pattern[1])
+    elif hasattr(pattern, "spatial_edge_weight") and hasattr(pattern, "temporal_edge_weight"):
+        ws, wt = float(pattern.spatial_edge_weight()), float(pattern.temporal_edge_weight())
+    else:
+        raise PartitionError("pattern", f"must be a DependencyPattern, a (spatial, temporal) pair or None, not {type(pattern).__name__}.",
+                             "build one with DependencyPattern.preset(model, in_channels, hidden).")
+    for name, v in (("spatial", ws), ("temporal", wt)):
+        if not math.isfinite(v) or v < 0:
+            raise PartitionError("pattern", f"{name} edge weight is {v}.", "edge weights must be finite and >= 0.")
+    return ws, wt

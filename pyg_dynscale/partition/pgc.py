@@ -77,16 +77,17 @@ from torch import Tensor
 from ..errors import PartitionError
 from . import kernels
 from .assign import ChunkGraph, assign_chunks, divergence, rank_loads, refine_chunks
-from .coarsen import min_weight, segment_sequences, supergraph_csr, temporal_edge_weights, temporal_weights
+from .coarsen import (min_weight, segment_sequences, supergraph_csr, supergraph_cut, temporal_edge_weights,
+                      temporal_weights, unit_cut)
 from .label_propagation import CSRGraph, compact_labels, label_propagation
-from .pattern import DependencyPattern
+from .partition import Partition, check_num_parts
+from .pattern import DependencyPattern, edge_weights
 from .plan_count import plan_bytes
+from .schemes import pss_snapshot_ranks, pts_sequence_ranks
 from .workload import WorkloadModel, resolve_workload
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..data.signal import DynamicGraphSignal
-    from .partition import Partition
-
 
 #: ``threads=None``: the compiled kernels and torch run on one thread. numba's
 #: parallel kernels spin-wait for their workers, so when another process
@@ -136,30 +137,6 @@ START_MARGIN = 1.1
 #: that would lose, 40% of its run
 START_BYTES_MARGIN = 1.3
 TIE_MOVES = True  # label propagation moves on ties towards higher-priority labels (see label_propagation)
-
-
-def edge_weights(pattern: Any) -> tuple[float, float]:
-    r"""``(spatial, temporal)`` bytes that cutting one edge of each kind costs
-    (temporal: one row per attention block, see
-    :func:`.coarsen.temporal_edge_weights` for the per-edge weights).
-
-    ``pattern`` is a :class:`~pyg_dynscale.partition.pattern.DependencyPattern`
-    (anything with ``spatial_edge_weight()`` and ``temporal_edge_weight()``), a
-    ``(spatial, temporal)`` pair, or ``None`` (both 1).
-    """
-    if pattern is None:
-        return 1.0, 1.0
-    if isinstance(pattern, (tuple, list)) and len(pattern) == 2:
-        ws, wt = float(pattern[0]), float(pattern[1])
-    elif hasattr(pattern, "spatial_edge_weight") and hasattr(pattern, "temporal_edge_weight"):
-        ws, wt = float(pattern.spatial_edge_weight()), float(pattern.temporal_edge_weight())
-    else:
-        raise PartitionError("pattern", f"must be a DependencyPattern, a (spatial, temporal) pair or None, not {type(pattern).__name__}.",
-                             "build one with DependencyPattern.preset(model, in_channels, hidden).")
-    for name, v in (("spatial", ws), ("temporal", wt)):
-        if not math.isfinite(v) or v < 0:
-            raise PartitionError("pattern", f"{name} edge weight is {v}.", "edge weights must be finite and >= 0.")
-    return ws, wt
 
 
 def weighted_supergraph(signal: "DynamicGraphSignal", pattern: Any) -> tuple[Tensor, Tensor, Tensor]:
@@ -412,8 +389,6 @@ def partition_pgc(
             node cost, fewer chunks than ranks, or a bad ``coarsen`` /
             ``segment_fraction`` / ``threads``.
     """
-    from .partition import check_num_parts
-
     N = signal.num_vertex_time_nodes
     P = check_num_parts(int(num_parts) if isinstance(num_parts, np.integer) else num_parts, N)
     if effort not in EFFORT and effort != "auto":
@@ -542,8 +517,6 @@ class _Start:
     def make(cls, name: str, signal: "DynamicGraphSignal", P: int, node_w: Tensor) -> Optional["_Start"]:
         """``None`` if the start does not exist for this graph (e.g. fewer
         non-empty snapshots than ranks); ``node_w`` is already validated."""
-        from .schemes import pss_snapshot_ranks, pts_sequence_ranks
-
         sg = signal.supergraph()
         try:
             if name == "pss":
@@ -566,8 +539,6 @@ class _Start:
 
     def cut(self, sg: Any, ws: float, tw: Union[Tensor, float]) -> float:
         """Cut weight on the weighted supergraph (as :func:`.coarsen.supergraph_cut` of :meth:`owner`)."""
-        from .coarsen import supergraph_cut, unit_cut
-
         if self.unit is None:  # a split start cuts both kinds of edges
             return supergraph_cut(sg, self.rank, ws, tw)
         if self.name == "pss":
@@ -634,8 +605,6 @@ def _partition_pgc(signal: "DynamicGraphSignal", P: int, pattern: Any, *, seed: 
                    gain_tol: float, max_levels: Optional[int], max_chunks: int, slack: float, refine_rounds: Optional[int], refine_tol: float, coarsen: Union[bool, str],
                    segment_fraction: float, workload: Any, starts: tuple[str, ...], max_divergence: Optional[float],
                    start_margin: Optional[float], progress: bool) -> "Partition":
-    from .partition import Partition
-
     t_start = time.perf_counter()
     N = signal.num_vertex_time_nodes
     model = resolve_workload(workload)

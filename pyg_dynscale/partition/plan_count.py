@@ -38,7 +38,10 @@ from torch import Tensor
 
 from ..errors import PartitionError
 from . import kernels
+from .label_propagation import as_numpy
+from .partition import Partition
 from .pattern import DependencyPattern
+from .plan import CommunicationPlan
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..data.supergraph import Supergraph
@@ -73,7 +76,7 @@ if kernels.HAVE_NUMBA:
         return rows
 
     @_numba.njit(cache=True, nogil=True)
-    def _attention_rows(owner, seq_order, seq_ptr):  # pragma: no cover
+    def _count_attention_rows(owner, seq_order, seq_ptr):  # pragma: no cover
         """Rows of attention time encoders: each node to every other rank
         that owns a later appearance of its vertex."""
         rows = 0
@@ -91,17 +94,16 @@ def plan_row_counts(supergraph: "Supergraph", owner: Tensor, kinds: set[str]) ->
     encoders) by phase kind: ``"spatial"`` (per structure-encoder layer),
     ``"recurrent"`` and/or ``"attention"`` (the time kinds in ``kinds``).
     Needs the numba backend and ``owner.max() < MAX_PARTS``."""
-    from .label_propagation import _np
 
-    own = _np(owner, torch.long)
+    own = as_numpy(owner, torch.long)
     se, te = supergraph.spatial_edge_index, supergraph.temporal_edge_index
     mask = np.empty(own.shape[0], np.uint64)
-    out = {"spatial": int(_edge_rows(own, _np(se[0], torch.long), _np(se[1], torch.long), mask))}
+    out = {"spatial": int(_edge_rows(own, as_numpy(se[0], torch.long), as_numpy(se[1], torch.long), mask))}
     if "recurrent" in kinds:
-        out["recurrent"] = int(_edge_rows(own, _np(te[0], torch.long), _np(te[1], torch.long), mask))
+        out["recurrent"] = int(_edge_rows(own, as_numpy(te[0], torch.long), as_numpy(te[1], torch.long), mask))
     if "attention" in kinds:
-        out["attention"] = int(_attention_rows(own, _np(supergraph.sequence_order, torch.long),
-                                               _np(supergraph.sequence_ptr, torch.long)))
+        out["attention"] = int(_count_attention_rows(own, as_numpy(supergraph.sequence_order, torch.long),
+                                               as_numpy(supergraph.sequence_ptr, torch.long)))
     return out
 
 
@@ -125,8 +127,6 @@ def plan_bytes(supergraph: Any, owner: Tensor, num_parts: int, pattern: Dependen
     if owner.numel() and (int(owner.min()) < 0 or int(owner.max()) >= num_parts):
         raise PartitionError("owner", f"values must lie in [0, {num_parts}).")
     if kernels.backend() != "numba" or num_parts > MAX_PARTS or owner.device.type != "cpu":
-        from .partition import Partition
-        from .plan import CommunicationPlan
 
         part = Partition("pgc", num_parts, owner)
         return int(CommunicationPlan.build(supergraph, part, pattern).bytes_by_kind()["total"])

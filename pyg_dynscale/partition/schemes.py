@@ -7,8 +7,9 @@ r"""Snapshot, sequence and hybrid partition schemes (DGC §2.2, SC'21).
 * **PSS-TS** (:func:`partition_pss_ts`, the SC'21 paper): structure encoder by
   snapshot (PSS owner), time encoder by sequence (PTS owner); neither kind of
   edge is cut, but each block redistributes the structure output between them.
-* **PGC** (chunks, DGC §4): :mod:`pyg_dynscale.partition.pgc`, reached through
-  :func:`partition`.
+* **PGC** (chunks, DGC §4): :mod:`pyg_dynscale.partition.pgc`.
+
+:func:`pyg_dynscale.partition.partition` (:mod:`.dispatch`) picks one by name.
 
 Balancing uses a cost per vertex-time node :math:`c_v`; by default
 :math:`c_v = 1 + \deg_\text{in}(v)` so that a rank's load is its vertex-time
@@ -26,13 +27,12 @@ from torch import Tensor
 
 from ..errors import PartitionError
 from . import kernels
-from .cost import default_node_cost, resolve_node_cost
-from .label_propagation import _np
-from .partition import SCHEMES, Partition, check_num_parts
+from .cost import resolve_node_cost
+from .label_propagation import as_numpy
+from .partition import Partition, check_num_parts
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..data.signal import DynamicGraphSignal
-    from .pattern import DependencyPattern
 
 
 #: sequences placed one by one by exact LPT before the vectorized fill
@@ -177,7 +177,7 @@ def pss_snapshot_ranks(signal: "DynamicGraphSignal", R: int, balanced: bool, wor
     check_num_parts(R, N)
     if balanced and kernels.backend() == "numba":  # the same steps in one compiled call
         cost = resolve_node_cost(signal, workload) if cost is None else cost
-        out = kernels.scheme_kernels.pss_balanced(_np(signal.node_ptr.cpu(), torch.long), _np(cost, torch.float64), int(R))
+        out = kernels.scheme_kernels.pss_balanced(as_numpy(signal.node_ptr.cpu(), torch.long), as_numpy(cost, torch.float64), int(R))
         if R > out[1].shape[0]:
             _too_few_snapshots(out[1].shape[0], R)
         return tuple(torch.from_numpy(x) for x in out)  # type: ignore[return-value]
@@ -206,7 +206,7 @@ def _pts_owner(signal: "DynamicGraphSignal", R: int, balanced: bool, workload: A
     sg = signal.supergraph()
     if kernels.backend() == "numba":
         owner = torch.from_numpy(kernels.scheme_kernels.sequence_owner(
-            _np(sg.sequence_order.cpu(), torch.long), _np(sg.sequence_ptr.cpu(), torch.long), _np(seq_rank, torch.long)))
+            as_numpy(sg.sequence_order.cpu(), torch.long), as_numpy(sg.sequence_ptr.cpu(), torch.long), as_numpy(seq_rank, torch.long)))
     else:
         owner = torch.empty(signal.num_vertex_time_nodes, dtype=torch.long)
         owner[sg.sequence_order.cpu()] = torch.repeat_interleave(seq_rank, sg.sequence_lengths.cpu(),
@@ -230,7 +230,7 @@ def pts_sequence_ranks(signal: "DynamicGraphSignal", R: int, balanced: bool, wor
     cost = resolve_node_cost(signal, workload) if cost is None else cost
     if kernels.backend() == "numba":  # one compiled pass, the same sums
         seq_cost = torch.from_numpy(kernels.scheme_kernels.sequence_costs(
-            _np(sg.sequence_order.cpu(), torch.long), _np(sg.sequence_ptr.cpu(), torch.long), _np(cost, torch.float64)))
+            as_numpy(sg.sequence_order.cpu(), torch.long), as_numpy(sg.sequence_ptr.cpu(), torch.long), as_numpy(cost, torch.float64)))
     else:
         seq_id = torch.repeat_interleave(torch.arange(S), sg.sequence_lengths.cpu(), output_size=N)
         seq_cost = torch.zeros(S, dtype=torch.float64).index_add_(0, seq_id, cost[sg.sequence_order.cpu()])
@@ -299,28 +299,3 @@ def partition_pss_ts(signal: "DynamicGraphSignal", num_parts: int, *, balanced: 
         owner, m1 = _pss_owner(signal, num_parts, balanced, workload)
         towner, _ = _pts_owner(signal, num_parts, balanced, workload)
     return _finish("pss-ts", signal, num_parts, owner, t0, m1, time_owner=towner)
-
-
-def partition(signal: "DynamicGraphSignal", scheme: str, num_parts: int,
-              pattern: Optional["DependencyPattern"] = None, seed: int = 0, **opts: Any) -> Partition:
-    """Dispatch to a scheme by name (``"pss"``, ``"pts"``, ``"pss-ts"``, ``"pgc"``).
-
-    ``pattern`` and ``seed`` are used by PGC (edge weights, tie-breaking); the
-    other schemes are deterministic and ignore them. ``opts`` go to the scheme.
-    """
-    key = str(scheme).lower().replace("_", "-")
-    if key in ("pssts", "pss+ts"):
-        key = "pss-ts"
-    if key == "pss":
-        return partition_pss(signal, num_parts, **opts)
-    if key == "pts":
-        return partition_pts(signal, num_parts, **opts)
-    if key == "pss-ts":
-        return partition_pss_ts(signal, num_parts, **opts)
-    if key == "pgc":
-        try:
-            from .pgc import partition_pgc
-        except ImportError as exc:
-            raise NotImplementedError(f"the PGC scheme is not available: pyg_dynscale.partition.pgc could not be imported ({exc}).") from None
-        return partition_pgc(signal, num_parts, pattern, seed=seed, **opts)
-    raise PartitionError("scheme", f"unknown partition scheme {scheme!r}.", f"Use one of {list(SCHEMES)}.")

@@ -1,0 +1,34 @@
+r"""One entry point for every partition scheme, by name."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Optional
+
+from ..errors import PartitionError
+from .partition import SCHEMES, Partition
+from .pgc import partition_pgc
+from .schemes import partition_pss, partition_pss_ts, partition_pts
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..data.signal import DynamicGraphSignal
+    from .pattern import DependencyPattern
+
+
+def partition(signal: "DynamicGraphSignal", scheme: str, num_parts: int,
+              pattern: Optional["DependencyPattern"] = None, seed: int = 0, **opts: Any) -> Partition:
+    """Dispatch to a scheme by name (``"pss"``, ``"pts"``, ``"pss-ts"``, ``"pgc"``).
+
+    ``pattern`` and ``seed`` are used by PGC (edge weights, tie-breaking); the
+    other schemes are deterministic and ignore them. ``opts`` go to the scheme.
+    """
+    key = str(scheme).lower().replace("_", "-")
+    if key in ("pssts", "pss+ts"):
+        key = "pss-ts"
+    if key == "pss":
+        return partition_pss(signal, num_parts, **opts)
+    if key == "pts":
+        return partition_pts(signal, num_parts, **opts)
+    if key == "pss-ts":
+        return partition_pss_ts(signal, num_parts, **opts)
+    if key == "pgc":
+        return partition_pgc(signal, num_parts, pattern, seed=seed, **opts)
+    raise PartitionError("scheme", f"unknown partition scheme {scheme!r}.", f"Use one of {list(SCHEMES)}.")
