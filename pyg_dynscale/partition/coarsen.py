@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import math
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional, Union
 
 import numpy as np
@@ -130,27 +129,6 @@ def temporal_edge_weights(supergraph: "Supergraph", pattern: Any) -> Tensor:
     return w_rec + (pos[not_last] + 1).to(torch.float64) * w_att
 
 
-@dataclass
-class TemporalCoarsening:
-    r"""Segments of the temporal sequences and the quotient graph's edges.
-
-    Attributes:
-        seg (Tensor): ``[N]`` segment of every vertex-time node (segments are
-            numbered in ``sequence_order``: by vertex, then time).
-        num_segments (int): :math:`S`.
-        node_w (Tensor): ``[S]`` summed node cost of each segment.
-        src, dst, weight (Tensor): quotient edges, each undirected edge once
-            (parallel edges not yet merged), float64 byte weights.
-    """
-
-    seg: Tensor
-    num_segments: int
-    node_w: Tensor
-    src: Tensor
-    dst: Tensor
-    weight: Tensor
-
-
 def segment_sequences(supergraph: "Supergraph", node_w: Tensor, segment_cap: float) -> tuple[Tensor, int]:
     r"""``(seg [N], S)``: cut every sequence into runs of summed node cost
     below ``segment_cap`` (module doc); ``segment_cap = inf`` keeps every
@@ -178,26 +156,6 @@ def segment_sequences(supergraph: "Supergraph", node_w: Tensor, segment_cap: flo
     seg = torch.empty(N, dtype=torch.long, device=dev)
     seg[order] = seg_sorted
     return seg, int(seg_sorted[-1]) + 1
-
-
-def coarsen_temporal(supergraph: "Supergraph", node_w: Tensor, spatial_weight: float, temporal_weight: Tensor,
-                     segment_cap: float) -> TemporalCoarsening:
-    r"""Contract sequence segments (module doc).
-
-    Args:
-        supergraph (Supergraph): :math:`N` vertex-time nodes.
-        node_w (Tensor): ``[N]`` additive node costs.
-        spatial_weight (float): bytes per cut spatial edge.
-        temporal_weight (Tensor): ``[M]`` bytes per cut temporal edge
-            (:func:`temporal_edge_weights`).
-        segment_cap (float): segments cost less than ``segment_cap + max(node_w)``.
-
-    Returns:
-        :class:`TemporalCoarsening`.
-    """
-    seg, S = segment_sequences(supergraph, node_w, segment_cap)
-    sw = torch.zeros(S, dtype=torch.float64, device=seg.device).index_add_(0, seg, node_w.to(torch.float64))
-    return TemporalCoarsening(seg, S, sw, *mapped_edges(supergraph, spatial_weight, temporal_weight, seg))
 
 
 def mapped_edges(supergraph: "Supergraph", spatial_weight: float, temporal_weight: Union[Tensor, float],
@@ -254,7 +212,7 @@ def supergraph_csr(supergraph: "Supergraph", spatial_weight: float, temporal_wei
     Equal to :meth:`CSRGraph.from_edges` over the spatial edges (weight
     ``spatial_weight``) followed by the temporal edges (``temporal_weight``),
     mapped through ``seg`` (edges inside a segment dropped, parallel edges
-    merged, as :func:`coarsen_temporal`), without materializing those edge
+    merged), without materializing those edge
     lists. With the numba backend, integral weights and ``spatial_weight >
     0``, the spatial edges are first taken as a *symmetric* list (both
     directions stored, as loaders store undirected graphs): only their forward

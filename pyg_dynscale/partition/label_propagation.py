@@ -209,7 +209,8 @@ class CSRGraph:
                                        output_size=self.dst.numel())
 
     def contract(self, labels: Tensor, num_labels: int) -> "CSRGraph":
-        """The label-level graph (:func:`contract`) as a :class:`CSRGraph`.
+        """The label-level graph: labels as nodes, the summed weight of the
+        edges between two labels as their edge, as a :class:`CSRGraph`.
 
         Every edge is stored in both directions already, so one sort of the
         key ``(label[u], label[v])`` over the entries yields the contracted
@@ -649,26 +650,3 @@ def compact_labels(labels: Tensor) -> tuple[Tensor, int]:
             return torch.from_numpy(inv), int(C)
     uniq, inv = torch.unique(labels, return_inverse=True)
     return inv, int(uniq.numel())
-
-
-def contract(
-    labels: Tensor, num_labels: int, src: Tensor, dst: Tensor, weight: Tensor
-) -> tuple[Tensor, Tensor, Tensor]:
-    r"""The label-level graph: each undirected pair ``a < b`` of distinct labels
-    once, with the summed weight of the edges between them.
-
-    Args:
-        labels: ``[n]`` compact labels. src, dst, weight: ``[E]`` edges, each
-            undirected edge given once (either direction).
-
-    Returns:
-        ``(a [P], b [P], w [P])`` with ``a < b``.
-    """
-    la, lb = labels[src], labels[dst]
-    keep = la != lb
-    la, lb, w = la[keep], lb[keep], weight[keep].to(torch.float64)
-    lo, hi = torch.minimum(la, lb), torch.maximum(la, lb)
-    key, perm = torch.sort(lo * num_labels + hi, stable=True)
-    ukey, inv = torch.unique_consecutive(key, return_inverse=True)
-    wsum = torch.zeros(ukey.numel(), dtype=torch.float64, device=labels.device).index_add_(0, inv, w[perm])
-    return ukey // num_labels, ukey % num_labels, wsum

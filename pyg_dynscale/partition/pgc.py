@@ -95,10 +95,6 @@ if TYPE_CHECKING:  # pragma: no cover
 #: "Threads"); ``threads=k`` asks for ``k`` on a machine known to be idle.
 DEFAULT_THREADS = 1
 TORCH_THREADS = 1
-#: chunk generation breaks Eq. 2 ties towards the label of larger weighted
-#: degree (then the seeded random order): labels grow around hubs, which cuts
-#: fewer bytes for the same number of rounds (docs/pgc.md, "Speed")
-HUB_PRIORITY = True
 #: round budgets of the ``effort`` settings of :func:`partition_pgc`. "fast"
 #: is for big graphs without much structure, where every round is a pass over
 #: tens of millions of entries and mostly churns (docs/pgc.md, "Speed and quality")
@@ -136,7 +132,6 @@ START_MARGIN = 1.1
 #: e.g. email-Eu-core (7-day snapshots, 4 ranks) skips refining a PSS start
 #: that would lose, 40% of its run
 START_BYTES_MARGIN = 1.3
-TIE_MOVES = True  # label propagation moves on ties towards higher-priority labels (see label_propagation)
 
 
 def weighted_supergraph(signal: "DynamicGraphSignal", pattern: Any) -> tuple[Tensor, Tensor, Tensor]:
@@ -219,9 +214,10 @@ def generate_chunks(
         per-level statistics.
     """
     t0 = time.perf_counter()
+    # ties of Eq. 2 go to the label of larger weighted degree: labels grow around hubs (docs/pgc.md, step 3)
     res = label_propagation(graph, node_weight=node_w, cap=cap, seed=seed, max_rounds=max_rounds, tol=tol,
-                            progress=progress, tie_moves=TIE_MOVES, gain_tol=gain_tol,
-                            priority=graph.weighted_degree() if HUB_PRIORITY else None)
+                            progress=progress, tie_moves=True, gain_tol=gain_tol,
+                            priority=graph.weighted_degree())
     up, C = compact_labels(res.labels)
     levels = [Level(graph, node_w, up)]
     chunk = up
@@ -235,10 +231,10 @@ def generate_chunks(
         if g.dst.numel() == 0:
             levels.append(Level(g, cw, torch.arange(C)))
             break
-        r = label_propagation(g, node_weight=cw, cap=cap, seed=seed + 7919 * level, tie_moves=TIE_MOVES,
+        r = label_propagation(g, node_weight=cw, cap=cap, seed=seed + 7919 * level, tie_moves=True,
                               max_rounds=coarse_rounds, tol=tol, gain_tol=gain_tol, progress=progress,
                               min_rounds=COARSE_MIN_ROUNDS,
-                              priority=g.weighted_degree() if HUB_PRIORITY else None)
+                              priority=g.weighted_degree())
         up, C2 = compact_labels(r.labels)
         levels.append(Level(g, cw, up))
         info["level_chunks"].append(C2)
