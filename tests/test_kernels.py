@@ -7,10 +7,11 @@ import pytest
 import torch
 
 from pyg_dynscale.errors import PartitionError
-from pyg_dynscale.partition import DependencyPattern, kernels, partition
-from pyg_dynscale.partition.kernels import use_backend
-from pyg_dynscale.partition.label_propagation import CSRGraph, label_propagation
-from pyg_dynscale.partition.pgc import partition_pgc
+from pyg_dynscale.partition import DependencyPattern, partition
+from pyg_dynscale.partition.algorithms import kernels
+from pyg_dynscale.partition.algorithms.kernels import use_backend
+from pyg_dynscale.partition.algorithms.label_propagation import CSRGraph, label_propagation
+from pyg_dynscale.partition.algorithms.pgc import partition_pgc
 from tests.test_pgc import community_signal, random_signal
 
 pytestmark = pytest.mark.skipif(not kernels.HAVE_NUMBA, reason="numba backend not installed")
@@ -77,7 +78,7 @@ def test_contract_long_rows_identical(num_labels: int, float_weights: bool) -> N
     with 3000 labels): whole-number weights are sorted by the transpose,
     float weights row by row (shell sort, argsort above SHELL_MAX), both
     summed in entry order as the reference."""
-    from pyg_dynscale.partition import csr_kernels
+    from pyg_dynscale.partition.algorithms import csr_kernels
 
     n = 3000
     src, dst, w = random_edges(n, 6000, seed=4, float_weights=float_weights)
@@ -256,7 +257,7 @@ def random_chunk_graph(rng, C: int, draws: int, max_weight: int):
     with integer byte weights in ``[1, max_weight)``."""
     import numpy as np
 
-    from pyg_dynscale.partition.assign import ChunkGraph
+    from pyg_dynscale.partition.algorithms.assign import ChunkGraph
 
     a, b = rng.integers(0, C, draws), rng.integers(0, C, draws)
     keep = a < b
@@ -270,7 +271,7 @@ def test_refine_chunks_identical(seed: int, P: int) -> None:
     """Balance + cut phases (single moves and swaps) of the chunk refinement."""
     import numpy as np
 
-    from pyg_dynscale.partition.assign import refine_chunks
+    from pyg_dynscale.partition.algorithms.assign import refine_chunks
 
     rng = np.random.default_rng(seed)
     C = 60
@@ -300,7 +301,7 @@ def test_assign_chunks_identical(seed: int, P: int) -> None:
     that fit nowhere and chunks without affinity (empty ranks, Eq. 3's epsilon)."""
     import numpy as np
 
-    from pyg_dynscale.partition.assign import assign_chunks
+    from pyg_dynscale.partition.algorithms.assign import assign_chunks
 
     rng = np.random.default_rng(seed)
     C = 80
@@ -339,11 +340,11 @@ def test_supergraph_csr_matches_reference(symmetric: bool, segments: str, weight
     path, entries pre-merged before the transpose when segments collapse
     many edges: "whole" sequences of 12 vertices over 20 snapshots) equals
     CSRGraph.from_edges over the explicit edge lists."""
-    from pyg_dynscale.partition import csr_kernels
-    from pyg_dynscale.partition.coarsen import (
+    from pyg_dynscale.partition.algorithms import csr_kernels
+    from pyg_dynscale.partition.algorithms.coarsen import (
         segment_sequences, supergraph_csr, supergraph_cut, temporal_edge_weights, temporal_weights,
     )
-    from pyg_dynscale.partition.pgc import edge_weights
+    from pyg_dynscale.partition.algorithms.pgc import edge_weights
 
     V, T = (12, 20) if segments == "whole" else (50, 6)
     s = symmetric_signal(3, T=T, V=V) if symmetric else random_signal(3, T=T, V=V)
@@ -381,7 +382,7 @@ def test_supergraph_csr_matches_reference(symmetric: bool, segments: str, weight
 def test_segment_sequences_identical(cap: float) -> None:
     """The one-pass compiled segmentation equals the torch steps (same
     float prefix arithmetic) for fractional node costs and any cap."""
-    from pyg_dynscale.partition.coarsen import segment_sequences
+    from pyg_dynscale.partition.algorithms.coarsen import segment_sequences
 
     sg = random_signal(5, T=12, V=40).supergraph()
     cost = torch.rand(sg.num_nodes, generator=torch.Generator().manual_seed(3), dtype=torch.float64) * 1.7 + 0.01
@@ -396,7 +397,7 @@ def test_placement_types_narrow_only_when_exact() -> None:
     float32 round trip."""
     import numpy as np
 
-    from pyg_dynscale.partition import csr_kernels
+    from pyg_dynscale.partition.algorithms import csr_kernels
 
     ints = np.array([8.0, 256.0, 3.0 * 2 ** 20])
     ids, ws = csr_kernels.placement_types(1000, 16.0, ints)
@@ -410,7 +411,7 @@ def test_placement_types_narrow_only_when_exact() -> None:
 def test_supergraph_csr_with_a_fractional_spatial_weight() -> None:
     """A spatial weight that is not a float32 (0.1) next to whole temporal
     weights keeps float64 placement: the CSR equals the reference."""
-    from pyg_dynscale.partition.coarsen import segment_sequences, supergraph_csr
+    from pyg_dynscale.partition.algorithms.coarsen import segment_sequences, supergraph_csr
 
     s = random_signal(4, T=6, V=50)
     sg = s.supergraph()
@@ -429,9 +430,9 @@ def test_start_cut_by_units_equals_the_supergraph_cut(start: str, model: str) ->
     """A multi-start candidate's unrefined cut counted between its units
     (snapshots: temporal edges; vertices: spatial edges) equals the cut of
     its expanded owner over all supergraph edges, on both backends."""
-    from pyg_dynscale.partition.coarsen import supergraph_cut, temporal_edge_weights
-    from pyg_dynscale.partition.pgc import _Start
-    from pyg_dynscale.partition.workload import LinearWorkload
+    from pyg_dynscale.partition.algorithms.coarsen import supergraph_cut, temporal_edge_weights
+    from pyg_dynscale.partition.algorithms.pgc import _Start
+    from pyg_dynscale.partition.algorithms.workload import LinearWorkload
 
     s = random_signal(9, T=10, V=70)
     sg = s.supergraph()
@@ -452,7 +453,7 @@ def test_premerge_rows_sums_in_entry_order() -> None:
     in entry order: after a per-row sort it equals a sequential sort-and-merge."""
     import numpy as np
 
-    from pyg_dynscale.partition import csr_kernels
+    from pyg_dynscale.partition.algorithms import csr_kernels
 
     rng = np.random.default_rng(0)
     n = 30
@@ -473,7 +474,7 @@ def test_premerge_rows_sums_in_entry_order() -> None:
 def test_symmetry_tests() -> None:
     import numpy as np
 
-    from pyg_dynscale.partition import csr_kernels
+    from pyg_dynscale.partition.algorithms import csr_kernels
 
     src, dst, w = random_edges(40, 200, seed=5, hub=False)
     g = CSRGraph.from_edges(40, src, dst, w)  # undirected: symmetric
@@ -505,7 +506,7 @@ def test_stable_argsort_is_torch_stable_sort() -> None:
 def test_compact_labels_identical() -> None:
     """compact_labels: the presence-array kernel == torch.unique (and its
     fallback for sparse label ranges)."""
-    from pyg_dynscale.partition.label_propagation import compact_labels
+    from pyg_dynscale.partition.algorithms.label_propagation import compact_labels
 
     g = torch.Generator().manual_seed(0)
     for labels in (torch.randint(0, 50, (300,), generator=g), torch.randint(0, 5, (7,), generator=g) * 1000,
@@ -520,7 +521,7 @@ def test_compact_labels_identical() -> None:
 def test_half_masks_identical_and_balanced() -> None:
     import numpy as np
 
-    from pyg_dynscale.partition.label_propagation import half_bits
+    from pyg_dynscale.partition.algorithms.label_propagation import half_bits
 
     for seed, pair in ((0, 0), (7, 3), (2**40 + 5, 11)):
         ref = half_bits(seed, pair, 5000)
@@ -531,7 +532,7 @@ def test_half_masks_identical_and_balanced() -> None:
 
 
 def test_cut_and_degree_kernels_match_torch() -> None:
-    from pyg_dynscale.partition.coarsen import supergraph_cut, temporal_edge_weights
+    from pyg_dynscale.partition.algorithms.coarsen import supergraph_cut, temporal_edge_weights
 
     src, dst, w = random_edges(300, 1500, seed=8, float_weights=False)
     g = CSRGraph.from_edges(300, src, dst, w)
@@ -577,7 +578,7 @@ def test_contraction_of_small_whole_weights_skips_the_scans(monkeypatch: pytest.
     """The byte-weight supergraph (whole, non-negative weights summing below
     2^24) contracts to float32 sums marked integral without scanning them;
     the result equals the scanned contraction of the same graph unmarked."""
-    from pyg_dynscale.partition.coarsen import supergraph_csr
+    from pyg_dynscale.partition.algorithms.coarsen import supergraph_csr
 
     s = random_signal(5, T=6, V=80, deg=3)
     with use_backend("numba"):
@@ -596,7 +597,7 @@ def test_contraction_of_small_whole_weights_skips_the_scans(monkeypatch: pytest.
         with monkeypatch.context() as mp:
             mp.setattr(kernels, "exact_in_float32", no_scan)
             mp.setattr(kernels, "is_integral", no_scan)
-            mp.setattr("pyg_dynscale.partition.label_propagation._exact_in_float32", no_scan)
+            mp.setattr("pyg_dynscale.partition.algorithms.label_propagation._exact_in_float32", no_scan)
             got = marked.contract(labels, 40)
             assert got._integral is True and got.integral() and got.weight.dtype == torch.float32
             assert got._abs_bound == marked._abs_bound  # inherited: the next level skips its scans too
@@ -619,7 +620,7 @@ def test_whole_weights_of_either_sign_are_scanned_when_contracted() -> None:
 def test_supergraph_csr_marks_whole_weights_integral() -> None:
     """The weighted supergraph of byte weights is known integral when built
     (label propagation and contraction then skip their scans)."""
-    from pyg_dynscale.partition.coarsen import supergraph_csr
+    from pyg_dynscale.partition.algorithms.coarsen import supergraph_csr
 
     s = random_signal(3, T=6, V=80, deg=3)
     sg = s.supergraph()

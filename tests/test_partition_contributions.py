@@ -13,8 +13,8 @@ import torch
 
 from pyg_dynscale.data.synthetic import generate_dynamic_graph
 from pyg_dynscale.partition import DependencyPattern, partition_pgc
-from pyg_dynscale.partition.assign import ChunkGraph, assign_chunks, rank_loads
-from pyg_dynscale.partition.workload import MLPWorkload, chunk_statistics, mape
+from pyg_dynscale.partition.algorithms.assign import ChunkGraph, assign_chunks, rank_loads
+from pyg_dynscale.partition.algorithms.workload import MLPWorkload, chunk_statistics, mape
 from tests.test_workload import small_signal, synthetic_timings
 
 
@@ -29,7 +29,7 @@ def test_algorithm1_follows_affinity_not_chunk_order(backend):
     """Chunk pairs (0, 3) and (1, 2) are tied strongly, 1 and 3 weakly; equal
     costs, 2 ranks. Eq. 3 puts each pair on one rank; a round-robin (or
     chunk-order) assignment splits both pairs."""
-    from pyg_dynscale.partition import kernels
+    from pyg_dynscale.partition.algorithms import kernels
 
     if backend == "numba" and not kernels.HAVE_NUMBA:
         pytest.skip("numba is not installed")

@@ -12,8 +12,8 @@ from pyg_dynscale.errors import PartitionError
 from pyg_dynscale.partition import (
     BlockPattern, CommunicationPlan, DependencyPattern, partition, partition_pss, partition_pts,
 )
-from pyg_dynscale.partition.assign import ChunkGraph, assign_chunks, divergence, rank_loads, refine_chunks
-from pyg_dynscale.partition.label_propagation import (
+from pyg_dynscale.partition.algorithms.assign import ChunkGraph, assign_chunks, divergence, rank_loads, refine_chunks
+from pyg_dynscale.partition.algorithms.label_propagation import (
     CSRGraph,
     _accept_by_budget,
     budget_scale,
@@ -21,11 +21,11 @@ from pyg_dynscale.partition.label_propagation import (
     label_propagation,
     undirected_entries,
 )
-from pyg_dynscale.partition import pgc as pgc_mod
-from pyg_dynscale.partition.pgc import edge_weights, partition_pgc, weighted_supergraph
+from pyg_dynscale.partition.algorithms import pgc as pgc_mod
+from pyg_dynscale.partition.algorithms.pgc import edge_weights, partition_pgc, weighted_supergraph
 from tests.partition_reference import contract
-from pyg_dynscale.partition.plan_count import plan_bytes
-from pyg_dynscale.partition.workload import LinearWorkload
+from pyg_dynscale.partition.algorithms.plan_count import plan_bytes
+from pyg_dynscale.partition.algorithms.workload import LinearWorkload
 
 
 def community_signal(T: int = 6, k: int = 2, size: int = 10, p_in: float = 0.5, interleave: bool = False,
@@ -441,7 +441,7 @@ def test_temporal_coarsening_preserves_cut_weights() -> None:
     """Any labelling of segments cuts exactly the byte weight, on the quotient
     graph, that its expansion cuts on the supergraph; segments stay below
     segment_cap + the heaviest node and are contiguous runs of one sequence."""
-    from pyg_dynscale.partition.coarsen import temporal_edge_weights
+    from pyg_dynscale.partition.algorithms.coarsen import temporal_edge_weights
     from tests.partition_reference import coarsen_temporal
 
     s = random_signal(16, T=12, V=50)
@@ -476,7 +476,7 @@ def test_attention_temporal_weights_count_earlier_rows() -> None:
     """DySAT: cutting after position j of a sequence moves j + 1 rows; the
     per-edge weights reproduce the plan's temporal bytes for a single cut."""
     from pyg_dynscale.partition import Partition
-    from pyg_dynscale.partition.coarsen import temporal_edge_weights
+    from pyg_dynscale.partition.algorithms.coarsen import temporal_edge_weights
 
     # one vertex present in 6 snapshots, no spatial edges
     s = DynamicGraphSignal([np.zeros((2, 0), dtype=np.int64)] * 6, None, [np.ones((1, 2))] * 6, None)
@@ -778,8 +778,8 @@ def test_pss_start_splits_snapshots_when_ranges_miss_the_tolerance() -> None:
     """A whole-snapshot PSS start knows its lambda; split, the ranks take
     contiguous runs of nodes in gid order: each within one node's cost of
     the mean, the unrefined cut counted over both edge kinds."""
-    from pyg_dynscale.partition.coarsen import supergraph_cut, temporal_edge_weights
-    from pyg_dynscale.partition.pgc import _Start
+    from pyg_dynscale.partition.algorithms.coarsen import supergraph_cut, temporal_edge_weights
+    from pyg_dynscale.partition.algorithms.pgc import _Start
 
     s = static_ring_signal(V=12, T=62)
     sg = s.supergraph()
@@ -833,8 +833,8 @@ def test_bad_node_costs_are_a_clear_error(bad: float) -> None:
 
 @pytest.mark.parametrize("costs", ["random", "zero"])
 def test_split_snapshot_owner_is_the_same_on_both_backends(costs: str) -> None:
-    from pyg_dynscale.partition import kernels
-    from pyg_dynscale.partition.pgc import _split_snapshot_owner
+    from pyg_dynscale.partition.algorithms import kernels
+    from pyg_dynscale.partition.algorithms.pgc import _split_snapshot_owner
 
     rng = np.random.default_rng(1)
     w = torch.from_numpy(rng.random(997) * 3) if costs == "random" else torch.zeros(997, dtype=torch.float64)

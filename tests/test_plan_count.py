@@ -6,8 +6,8 @@ import torch
 
 from pyg_dynscale.errors import PartitionError
 from pyg_dynscale.partition import CommunicationPlan, Partition, partition
-from pyg_dynscale.partition.kernels import use_backend
-from pyg_dynscale.partition.plan_count import MAX_PARTS, plan_bytes, plan_row_counts
+from pyg_dynscale.partition.algorithms.kernels import use_backend
+from pyg_dynscale.partition.algorithms.plan_count import MAX_PARTS, plan_bytes, plan_row_counts
 from tests.conftest import make_dynamic_signal
 from tests.test_partition_plan import PRESETS
 

@@ -9,8 +9,8 @@ import torch
 
 from pyg_dynscale import DynamicGraphSignal
 from pyg_dynscale.errors import SignalFormatError
-from pyg_dynscale.partition.pgc import partition_pgc
-from pyg_dynscale.partition.workload import (
+from pyg_dynscale.partition.algorithms.pgc import partition_pgc
+from pyg_dynscale.partition.algorithms.workload import (
     LinearWorkload,
     MLPWorkload,
     TimingSet,

@@ -102,7 +102,7 @@ def partition_report(args: argparse.Namespace, progress: bool = False) -> dict[s
     from ..partition.metrics import evaluate
     from ..partition.pattern import DependencyPattern
     from ..partition.plan import CommunicationPlan
-    from ..partition.dispatch import partition
+    from ..partition.algorithms.dispatch import partition
 
     _check(args)
     steps = ["load", "supergraph", "partition", "plan", "metrics"] + (["save"] if args.out else [])

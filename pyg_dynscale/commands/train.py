@@ -374,7 +374,7 @@ def _check_target(signal: Any, args: argparse.Namespace) -> None:
 
 
 def _partition(signal: Any, scheme: str, world: int, pattern: Any, args: argparse.Namespace) -> Any:
-    from ..partition.dispatch import partition
+    from ..partition.algorithms.dispatch import partition
 
     opts = {"threads": args.threads} if scheme == "pgc" else {}
     return partition(signal, scheme, world, pattern, seed=args.seed, **opts)

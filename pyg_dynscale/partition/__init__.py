@@ -30,9 +30,9 @@ del partition  # noqa: F821
 
 #: public names loaded on first use, and the submodule that defines each
 _LAZY = {
-    "partition": "dispatch", "partition_pss": "schemes", "partition_pts": "schemes",
-    "partition_pss_ts": "schemes", "partition_pgc": "pgc",
-    "LinearWorkload": "workload", "MLPWorkload": "workload", "profile": "workload",
+    "partition": "algorithms.dispatch", "partition_pss": "algorithms.schemes", "partition_pts": "algorithms.schemes",
+    "partition_pss_ts": "algorithms.schemes", "partition_pgc": "algorithms.pgc",
+    "LinearWorkload": "algorithms.workload", "MLPWorkload": "algorithms.workload", "profile": "algorithms.workload",
 }
 
 

@@ -20,7 +20,7 @@ label-propagation rounds:
 * the *quotient graph* has one node per segment (weight = summed node cost);
   a spatial edge :math:`(u, v)` becomes the edge ``(seg[u], seg[v])`` (edges
   inside a segment disappear, parallel edges are merged by
-  :meth:`~pyg_dynscale.partition.label_propagation.CSRGraph.from_edges`), and
+  :meth:`~pyg_dynscale.partition.algorithms.label_propagation.CSRGraph.from_edges`), and
   the temporal edge between two consecutive segments of a sequence keeps its
   weight.
 
@@ -50,10 +50,10 @@ from torch import Tensor
 
 from . import kernels
 from .label_propagation import CSRGraph, as_numpy
-from .pattern import edge_weights
+from ..pattern import edge_weights
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..data.supergraph import Supergraph
+    from ...data.supergraph import Supergraph
 
 
 def sequence_positions(supergraph: "Supergraph") -> tuple[Tensor, Tensor]:
@@ -207,7 +207,7 @@ def _known_integral(graph: "CSRGraph", integral: bool, nonneg: bool) -> "CSRGrap
 def supergraph_csr(supergraph: "Supergraph", spatial_weight: float, temporal_weight: Union[Tensor, float],
                    seg: Optional[Tensor] = None, num_segments: Optional[int] = None) -> "CSRGraph":
     r"""The weighted supergraph -- or, given ``seg``, its segment quotient --
-    as an undirected :class:`~pyg_dynscale.partition.label_propagation.CSRGraph`.
+    as an undirected :class:`~pyg_dynscale.partition.algorithms.label_propagation.CSRGraph`.
 
     Equal to :meth:`CSRGraph.from_edges` over the spatial edges (weight
     ``spatial_weight``) followed by the temporal edges (``temporal_weight``),

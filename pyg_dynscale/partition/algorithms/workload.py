@@ -36,11 +36,11 @@ from typing import TYPE_CHECKING, Optional, Sequence
 import torch
 from torch import Tensor, nn
 
-from .._archive import read_archive
-from ..errors import DynScaleError, SignalFormatError
+from ..._archive import read_archive
+from ...errors import DynScaleError, SignalFormatError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..data.signal import DynamicGraphSignal
+    from ...data.signal import DynamicGraphSignal
 
 FORMAT_VERSION = 1
 KINDS = ("structure", "time")

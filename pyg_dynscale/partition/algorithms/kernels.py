@@ -19,7 +19,7 @@ edges, and ``"torch"`` below it or when numba does not import: compiling the
 kernels the first time costs about a minute on two cores, which a small
 graph never earns back (docs/pgc.md, "First use"). Choose with
 :func:`use_backend` (a context manager), the ``backend=`` argument of
-:func:`~pyg_dynscale.partition.pgc.partition_pgc`, or the environment
+:func:`~pyg_dynscale.partition.algorithms.pgc.partition_pgc`, or the environment
 variable ``PYG_DYNSCALE_LP_BACKEND``.
 
 Bit-identity holds because both backends evaluate the same nodes in the same
@@ -41,7 +41,7 @@ from typing import Iterator, Optional
 
 import numpy as np
 
-from ..errors import MissingDependencyError, PartitionError
+from ...errors import MissingDependencyError, PartitionError
 
 BACKENDS = ("auto", "numba", "torch")
 _ENV = "PYG_DYNSCALE_LP_BACKEND"

@@ -4,7 +4,7 @@ segment quotient and the contracted label graphs.
 Every builder places entries row by row in a fixed *entry order* and then
 sorts each row by neighbour and merges equal neighbours, summing weights in
 entry order -- exactly what the torch reference
-(:meth:`~pyg_dynscale.partition.label_propagation.CSRGraph.from_edges`: a
+(:meth:`~pyg_dynscale.partition.algorithms.label_propagation.CSRGraph.from_edges`: a
 stable sort of the key ``(row, column)``) computes, so both backends give
 bit-identical graphs whatever the thread count:
 
@@ -245,7 +245,7 @@ def exact_in_float32(w):  # pragma: no cover
 @_pjit
 def edges_to_csr(n, node_map, s1, d1, w1, c1, both1, s2, d2, w2, c2, nb, itype, wtype):  # pragma: no cover
     r"""Undirected CSR on ``n`` nodes from two edge lists, as
-    :meth:`~pyg_dynscale.partition.label_propagation.CSRGraph.from_edges` on
+    :meth:`~pyg_dynscale.partition.algorithms.label_propagation.CSRGraph.from_edges` on
     their concatenation:
 
     * part 1: ``(map(s1[i]), map(d1[i]))`` with weight ``w1[i]`` (or the

@@ -3,14 +3,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Optional
 
-from ..errors import PartitionError
-from .partition import SCHEMES, Partition
+from ...errors import PartitionError
+from ..partition import SCHEMES, Partition
 from .pgc import partition_pgc
 from .schemes import partition_pss, partition_pss_ts, partition_pts
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..data.signal import DynamicGraphSignal
-    from .pattern import DependencyPattern
+    from ...data.signal import DynamicGraphSignal
+    from ..pattern import DependencyPattern
 
 
 def partition(signal: "DynamicGraphSignal", scheme: str, num_parts: int,

@@ -1,6 +1,6 @@
 r"""Size-constrained, weighted label propagation on an edge list (DGC §4.1).
 
-The kernel behind chunk generation (:func:`~pyg_dynscale.partition.pgc.partition_pgc`)
+The kernel behind chunk generation (:func:`~pyg_dynscale.partition.algorithms.pgc.partition_pgc`)
 and behind its boundary refinement (labels = ranks). The torch reference does
 everything with sorts and segment reductions on edge arrays, with one Python
 iteration per round; the numba backend runs all rounds in one compiled call
@@ -64,7 +64,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..errors import PartitionError  # noqa: F401  (re-exported for callers)
+from ...errors import PartitionError  # noqa: F401  (re-exported for callers)
 from . import kernels
 
 

@@ -74,20 +74,20 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..errors import PartitionError
+from ...errors import PartitionError
 from . import kernels
 from .assign import ChunkGraph, assign_chunks, divergence, rank_loads, refine_chunks
 from .coarsen import (min_weight, segment_sequences, supergraph_csr, supergraph_cut, temporal_edge_weights,
                       temporal_weights, unit_cut)
 from .label_propagation import CSRGraph, compact_labels, label_propagation
-from .partition import Partition, check_num_parts
-from .pattern import DependencyPattern, edge_weights
+from ..partition import Partition, check_num_parts
+from ..pattern import DependencyPattern, edge_weights
 from .plan_count import plan_bytes
 from .schemes import pss_snapshot_ranks, pts_sequence_ranks
 from .workload import WorkloadModel, resolve_workload
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..data.signal import DynamicGraphSignal
+    from ...data.signal import DynamicGraphSignal
 
 #: ``threads=None``: the compiled kernels and torch run on one thread. numba's
 #: parallel kernels spin-wait for their workers, so when another process
@@ -328,8 +328,8 @@ def partition_pgc(
         segment_fraction (float): segments cost at most this fraction of the
             cap (plus one node), in ``(0, 1]``.
         workload: ``None``/``"linear"``, ``"vertices"``, a saved
-            :class:`~pyg_dynscale.partition.workload.MLPWorkload` path, or a
-            :class:`~pyg_dynscale.partition.workload.WorkloadModel`.
+            :class:`~pyg_dynscale.partition.algorithms.workload.MLPWorkload` path, or a
+            :class:`~pyg_dynscale.partition.algorithms.workload.WorkloadModel`.
         threads (int, optional): threads of the compiled kernels and of
             torch (``torch.set_num_threads``, restored after). Default
             (:data:`DEFAULT_THREADS`): one, which does not collapse when other

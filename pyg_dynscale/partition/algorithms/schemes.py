@@ -7,7 +7,7 @@ r"""Snapshot, sequence and hybrid partition schemes (DGC §2.2, SC'21).
 * **PSS-TS** (:func:`partition_pss_ts`, the SC'21 paper): structure encoder by
   snapshot (PSS owner), time encoder by sequence (PTS owner); neither kind of
   edge is cut, but each block redistributes the structure output between them.
-* **PGC** (chunks, DGC §4): :mod:`pyg_dynscale.partition.pgc`.
+* **PGC** (chunks, DGC §4): :mod:`pyg_dynscale.partition.algorithms.pgc`.
 
 :func:`pyg_dynscale.partition.partition` (:mod:`.dispatch`) picks one by name.
 
@@ -25,14 +25,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..errors import PartitionError
+from ...errors import PartitionError
 from . import kernels
-from .cost import resolve_node_cost
+from ..cost import resolve_node_cost
 from .label_propagation import as_numpy
-from .partition import Partition, check_num_parts
+from ..partition import Partition, check_num_parts
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..data.signal import DynamicGraphSignal
+    from ...data.signal import DynamicGraphSignal
 
 
 #: sequences placed one by one by exact LPT before the vectorized fill

@@ -36,15 +36,15 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..errors import PartitionError
+from ...errors import PartitionError
 from . import kernels
 from .label_propagation import as_numpy
-from .partition import Partition
-from .pattern import DependencyPattern
-from .plan import CommunicationPlan
+from ..partition import Partition
+from ..pattern import DependencyPattern
+from ..plan import CommunicationPlan
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..data.supergraph import Supergraph
+    from ...data.supergraph import Supergraph
 
 #: ranks the bitmask counter handles (one bit per rank in a uint64)
 MAX_PARTS = 64
