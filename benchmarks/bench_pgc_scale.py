@@ -61,7 +61,7 @@ def main() -> None:
     ap.add_argument("--model", default="tgcn",
                     help="dependency pattern preset in DGC's model form: tgcn (default) = T-GCN with gcn_layers=2, "
                          "dysat = DySAT with num_blocks=2, mpnnlstm unchanged")
-    ap.add_argument("--threads", type=int, default=None, help="threads for partition_pgc (default: its default, every core for the kernels)")
+    ap.add_argument("--threads", type=int, default=None, help="threads for partition_pgc (default: its default, one core for the kernels)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--progress", action="store_true")
     ap.add_argument("--json", default=None)

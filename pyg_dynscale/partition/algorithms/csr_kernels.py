@@ -370,8 +370,8 @@ def contract_csr(ptr, dst, weight, labels, num_labels, nb, symmetric):  # pragma
     in entry order, as the reference's stable sort does. A first pass counts
     every row's distinct labels, so the output is written in place (no
     intermediate array of all the entries). Both passes are branch-free
-    (:func:`_merge_entry`; 2.2 -> 1.3 ms and 3.1 -> 2.0 ms on the 376k
-    entries of the synthetic 100k level-0 graph, one thread). The merged rows
+    (:func:`_merge_entry`: a row's labels are unpredictable, so a branch
+    mispredicts). The merged rows
     are then sorted: when the input is ``symmetric`` (both directions of every edge, same
     weight: the library's builders) and the weights are whole numbers (exact
     sums, :func:`_exact_sums`), by transposing the -- then symmetric --
@@ -493,9 +493,8 @@ def csr_cut(ptr, dst, weight, labels):  # pragma: no cover
         lv = labels[v]
         s = 0.0
         for e in range(ptr[v], ptr[v + 1]):
-            # a select, not a branch (cut or not is a coin flip per entry;
-            # 4.7x faster on the synthetic 100k level-0 graph): the load
-            # comes first, else the compiler keeps the branch that guards it
+            # a select, not a branch (cut or not is a coin flip per entry):
+            # the load comes first, else the compiler keeps the branch that guards it
             x = np.float64(weight[e])
             s += x if labels[dst[e]] != lv else 0.0
         total += s

@@ -10,8 +10,8 @@ backends that compute **bit-identical** results:
   accumulated in a scratch array indexed by label (a "sparse accumulator",
   :math:`O(\deg v)` per node instead of a sort of all active entries), and on
   big graphs a round's active nodes are split over threads. CSR graphs are
-  built by counting sorts (:mod:`.csr_kernels`, multi-threaded). 3-10x faster
-  on CPU (``benchmarks/bench_pgc_vs_metis.py``).
+  built by counting sorts (:mod:`.csr_kernels`, multi-threaded). Faster per
+  call than the torch backend once compiled (docs/pgc.md, "First use").
 
 ``"auto"`` (the default) picks, per partitioning call (:func:`backend_for`),
 ``"numba"`` for graphs above :data:`AUTO_NUMBA_ABOVE` vertex-time nodes plus

@@ -244,8 +244,7 @@ class CSRGraph:
         whole numbers are whole (float64 rounds large ones to whole numbers
         too), so an integral graph contracts to an integral one; when their
         summed magnitude is also below :math:`2^{24}` (``_abs_bound``) every
-        sum is exact in float32: no scan (each level of chunk generation
-        used to scan its weights twice)."""
+        sum is exact in float32: no scan of the weights per level."""
         whole = self._integral is True
         small_whole = whole and self._abs_bound is not None and self._abs_bound < 2.0 ** 24
         if self.weight.dtype == torch.float32 and (small_whole or _exact_in_float32(wsum)):

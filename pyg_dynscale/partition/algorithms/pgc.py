@@ -105,9 +105,8 @@ EFFORT = {
 #: ``effort="auto"`` picks "fast" above this many level-0 CSR entries
 FAST_ABOVE = 8_000_000
 #: coarsening stops at a level whose label propagation merged fewer than
-#: this fraction of its nodes; that level is not refined on the way down
-#: (it nearly is the chunk graph: -1.5 to -2.5% time on the small graphs, bytes
-#: within +-1% on the 72 rows of bench_schemes.py, docs/pgc.md "Speed")
+#: this fraction of its nodes; that level is not refined on the way down:
+#: it nearly is the chunk graph (docs/pgc.md, "Speed")
 STOP_SHRINK = 0.1
 #: coarse levels run at least this many rounds before ``gain_tol`` may stop
 #: them: their first rounds merge many chunks for little gain
@@ -119,18 +118,14 @@ STARTS = ("lp", "pss", "pts")
 #: benchmark inside its budget (docs/pgc.md, Pipeline step 7)
 MULTI_START_MAX_ENTRIES = FAST_ABOVE
 #: a non-LP start is refined only when its unrefined cut is at most this
-#: factor above the LP candidate's cut: on the 24 dataset x model x parts rows
-#: of docs/pgc.md ("Multi-start") every winning start already cut less than
-#: LP before refinement, while refining a start costs a full rank-level label
-#: propagation on the level-0 graph
+#: factor above the LP candidate's cut: winning starts already cut less than
+#: LP before refinement, and refining one costs a full rank-level label
+#: propagation on the level-0 graph (docs/pgc.md, step 7)
 START_MARGIN = 1.1
 #: ... and, with a ``DependencyPattern``, only when its unrefined plan bytes
-#: are at most this factor above the LP candidate's: on the 72 dataset x
-#: model x parts rows of ``benchmarks/bench_schemes.py`` (every start
-#: refined) the refinement lowered a start's plan bytes by at most 21%
-#: (x 0.79, i.e. a start more than 1 / 0.79 = 1.27x above LP never won);
-#: e.g. email-Eu-core (7-day snapshots, 4 ranks) skips refining a PSS start
-#: that would lose, 40% of its run
+#: are at most this factor above the LP candidate's: refinement lowers a
+#: start's bytes by a bounded factor, so a start far above LP cannot win
+#: (measurements in docs/pgc.md, step 7)
 START_BYTES_MARGIN = 1.3
 
 
