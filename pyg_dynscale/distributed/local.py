@@ -30,6 +30,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
+from ..data.supergraph import Supergraph
 from ..nn.decomposed import FusedGraph
 
 __all__ = ["LocalGraph", "ExchangeMap", "RankLayout", "node_subset_graph"]
@@ -107,8 +108,15 @@ def node_subset_graph(sg: Any, gids: Tensor, x: Optional[Tensor] = None, *, edge
     torch.cumsum(torch.bincount(time, minlength=T), 0, out=node_ptr[1:])
     order, ptr, sv = _sequences(vertex)
     ei, ew = edges if edges is not None else (torch.zeros(2, 0, dtype=torch.long, device=gids.device), None)
-    return cls(x=x, edge_index=ei, edge_weight=ew, node_ptr=node_ptr, time=time, vertex=vertex,
-               sequence_order=order, sequence_ptr=ptr, sequence_vertex=sv, num_vertices=sg.num_vertices)
+    # consecutive appearances inside each local sequence
+    same = torch.ones(order.numel(), dtype=torch.bool, device=gids.device)
+    same[ptr[:-1]] = False
+    later = order[same]
+    earlier = order[torch.roll(same, -1)] if order.numel() else order
+    local = Supergraph(node_ptr=node_ptr, vertex=vertex, time=time, spatial_edge_index=ei,
+                       temporal_edge_index=torch.stack([earlier, later]), sequence_order=order, sequence_ptr=ptr,
+                       sequence_vertex=sv, num_vertices=sg.num_vertices)
+    return cls(x=x, edge_weight=ew, supergraph=local)
 
 
 @dataclass

@@ -30,6 +30,8 @@ tests assert it in float64).
 """
 from __future__ import annotations
 
+import dataclasses
+
 import hashlib
 import json
 import math
@@ -404,9 +406,8 @@ class DistributedTrainer:
             gids = S[lo:hi]
             g = node_subset_graph(sg, gids, None, edges=(ei, ew))
             # BatchNorm segments of this call: its snapshots, in order (a PyGT call is one snapshot)
-            g.time = tS[lo:hi] - t0
-            g.node_ptr = ptr[t0:t1 + 1] - lo
-            g._cache = {}
+            g = FusedGraph(x=None, edge_weight=g.edge_weight,
+                           supergraph=dataclasses.replace(g.supergraph, time=tS[lo:hi] - t0, node_ptr=ptr[t0:t1 + 1] - lo))
             g.gcn_norm = self._snapshot_norm(lo, hi)  # type: ignore[method-assign]
             maps = {}
             for key, m in lay.maps.items():

@@ -186,7 +186,7 @@ class MPNNLSTMAdapter(PyGTAdapter):
     def time_encoder(self, z: Tensor, graph: FusedGraph, h0: Optional[Tensor] = None, block: int = 0) -> Tensor:
         if h0 is not None:
             raise ModelInputError("h0", "MPNN-LSTM carries no state across snapshots.", "pass h0=None.")
-        return mpnn_time(self.module, z, graph)
+        return mpnn_time(self.module, z, graph.node_ptr)
 
     def reference_step(self, x, edge_index, edge_weight, H):  # type: ignore[override]
         return self.module(x, edge_index, edge_weight)

@@ -81,49 +81,64 @@ class FusedGraph:
     structure encoder applied to :attr:`x` over :attr:`edge_index` computes
     every snapshot at once and exactly as it would per snapshot.
 
+    The structure is the signal's (or a rank's local)
+    :class:`~pyg_dynscale.data.supergraph.Supergraph`, read through the
+    properties below rather than copied.
+
     Attributes:
         x (Tensor): ``[N, ...]`` node features.
-        edge_index (Tensor): ``[2, E]`` spatial edges in vertex-time ids.
-        edge_weight (Tensor, optional): ``[E]``.
-        node_ptr (Tensor): ``[T+1]`` snapshot offsets (one PyGT call each).
-        time (Tensor): ``[N]`` snapshot of each node.
-        vertex (Tensor): ``[N]`` global vertex id of each node.
-        sequence_order (Tensor): ``[N]`` node ids grouped by vertex, time order
-            inside each vertex.
-        sequence_ptr (Tensor): ``[S+1]`` offsets of the ``S`` sequences.
-        sequence_vertex (Tensor): ``[S]`` vertex of each sequence.
-        num_vertices (int): size of the vertex id space.
+        edge_weight (Tensor, optional): ``[E]`` weights of the spatial edges.
+        supergraph (Supergraph): the vertex-time nodes, spatial edges and
+            sequences; :attr:`edge_index` (``[2, E]`` spatial edges),
+            :attr:`node_ptr` (``[T+1]`` snapshot offsets, one PyGT call each),
+            :attr:`time`, :attr:`vertex` (``[N]``), :attr:`sequence_order`
+            (``[N]`` node ids grouped by vertex, time order inside),
+            :attr:`sequence_ptr` (``[S+1]``), :attr:`sequence_vertex` (``[S]``)
+            and :attr:`num_vertices` are its fields.
     """
 
     x: Optional[Tensor]
-    edge_index: Tensor
     edge_weight: Optional[Tensor]
-    node_ptr: Tensor
-    time: Tensor
-    vertex: Tensor
-    sequence_order: Tensor
-    sequence_ptr: Tensor
-    sequence_vertex: Tensor
-    num_vertices: int
+    supergraph: Any
     _cache: dict = field(default_factory=dict, repr=False)
 
     @classmethod
     def from_signal(cls, signal: Any, x: Optional[Tensor] = None) -> "FusedGraph":
         """Build from a :class:`~pyg_dynscale.data.DynamicGraphSignal` (uses its
         cached :meth:`supergraph`)."""
-        sg = signal.supergraph()
-        return cls(
-            x=signal.x if x is None else x,
-            edge_index=sg.spatial_edge_index,
-            edge_weight=signal.edge_weight,
-            node_ptr=signal.node_ptr,
-            time=sg.time,
-            vertex=sg.vertex,
-            sequence_order=sg.sequence_order,
-            sequence_ptr=sg.sequence_ptr,
-            sequence_vertex=sg.sequence_vertex,
-            num_vertices=signal.num_vertices,
-        )
+        return cls(x=signal.x if x is None else x, edge_weight=signal.edge_weight, supergraph=signal.supergraph())
+
+    @property
+    def edge_index(self) -> Tensor:
+        return self.supergraph.spatial_edge_index
+
+    @property
+    def node_ptr(self) -> Tensor:
+        return self.supergraph.node_ptr
+
+    @property
+    def time(self) -> Tensor:
+        return self.supergraph.time
+
+    @property
+    def vertex(self) -> Tensor:
+        return self.supergraph.vertex
+
+    @property
+    def sequence_order(self) -> Tensor:
+        return self.supergraph.sequence_order
+
+    @property
+    def sequence_ptr(self) -> Tensor:
+        return self.supergraph.sequence_ptr
+
+    @property
+    def sequence_vertex(self) -> Tensor:
+        return self.supergraph.sequence_vertex
+
+    @property
+    def num_vertices(self) -> int:
+        return self.supergraph.num_vertices
 
     @property
     def num_nodes(self) -> int:

@@ -129,7 +129,7 @@ def _plain_lstm(lstm: Any) -> bool:
             and getattr(lstm, "proj_size", 0) == 0 and not lstm.batch_first)
 
 
-def mpnn_time(module: Any, z: Tensor, graph: FusedGraph) -> Tensor:
+def mpnn_time(module: Any, z: Tensor, node_ptr: Tensor) -> Tensor:
     r"""Time encoder of MPNN-LSTM: two LSTMs over each node's ``window`` stacked
     graphs, for every snapshot at once; output
     :math:`[h^{(1)}_W \| h^{(2)}_W \| S]`, ``[sum_t B_t * num_nodes, 2*hidden + in + window - 1]``."""
@@ -139,7 +139,7 @@ def mpnn_time(module: Any, z: Tensor, graph: FusedGraph) -> Tensor:
         S = z[:, 2 * Hd:]
     else:
         n = module.num_nodes
-        counts = graph.node_ptr[1:] - graph.node_ptr[:-1]
+        counts = node_ptr[1:] - node_ptr[:-1]
         bad = (counts % (W * n)) != 0
         if bool(bad.any()):
             t = int(bad.nonzero()[0])
@@ -227,10 +227,7 @@ class MPNNLSTM(DecomposedModule):
         h2 = F.relu(self._convolution_2(h1, edge_index, edge_weight))
         h2 = F.dropout(self._batch_norm_2(h2), self.dropout, self.training)
         z = torch.cat([h1, h2, X], 1)
-        ptr = torch.tensor([0, X.shape[0]], device=X.device)
-        one = FusedGraph(None, edge_index, edge_weight, ptr, torch.zeros(X.shape[0], dtype=torch.long, device=X.device),
-                         torch.zeros(0), torch.zeros(0), torch.zeros(0), torch.zeros(0), 0)
-        return mpnn_time(self, z, one)
+        return mpnn_time(self, z, torch.tensor([0, X.shape[0]], device=X.device))
 
     def structure_encoder(self, graph: FusedGraph, x: Optional[Tensor] = None, block: int = 0,
                           halo: Optional[Halo] = None) -> Tensor:
@@ -239,7 +236,7 @@ class MPNNLSTM(DecomposedModule):
     def time_encoder(self, z: Tensor, graph: FusedGraph, h0: Optional[Tensor] = None, block: int = 0) -> Tensor:
         if h0 is not None:
             raise ModelInputError("h0", "MPNN-LSTM carries no state across snapshots.", "pass h0=None.")
-        return mpnn_time(self, z, graph)
+        return mpnn_time(self, z, graph.node_ptr)
 
     def dependency_pattern(self, bytes_per_element: int = 4) -> Any:
         return mpnn_pygt_pattern(self.in_channels, self.hidden_size, bytes_per_element)
