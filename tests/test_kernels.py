@@ -642,3 +642,143 @@ def test_threads_reads_the_count_in_effect(monkeypatch: pytest.MonkeyPatch) -> N
             assert same == 1 and kernels.threads() == 1
         assert kernels.threads() == 1
     assert kernels.threads() == outside
+
+
+@pytest.mark.skipif(not kernels.HAVE_NUMBA, reason="numba's thread setting")
+def test_default_is_one_thread_whatever_numbas_pool(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Outside use_threads the kernels run on one thread -- not numba's pool
+    size, whose spin-waiting workers collapse on a busy machine -- unless
+    PYG_DYNSCALE_THREADS asks for more (capped at the pool); a bad value is
+    an error, not a silent default."""
+    monkeypatch.delenv("PYG_DYNSCALE_THREADS", raising=False)
+    monkeypatch.setattr(kernels._numba, "get_num_threads", lambda: 8)
+    assert kernels.threads() == 1
+    with kernels.use_threads(None) as n:
+        assert n == 1
+    pool = kernels._numba.config.NUMBA_NUM_THREADS
+    monkeypatch.setenv("PYG_DYNSCALE_THREADS", "2")
+    assert kernels.threads() == min(2, pool)
+    monkeypatch.setenv("PYG_DYNSCALE_THREADS", str(pool + 5))
+    assert kernels.threads() == pool
+    for bad in ("0", "-1", "two"):
+        monkeypatch.setenv("PYG_DYNSCALE_THREADS", bad)
+        with pytest.raises(PartitionError, match="PYG_DYNSCALE_THREADS"):
+            kernels.threads()
+
+
+def _compiled_kernels():
+    """Every compiled kernel of the kernel modules, by name."""
+    from numba.core.dispatcher import Dispatcher
+
+    from pyg_dynscale.partition.algorithms import csr_kernels, plan_count, scheme_kernels
+
+    for mod in (kernels, csr_kernels, scheme_kernels, plan_count):
+        for name, obj in vars(mod).items():
+            if isinstance(obj, Dispatcher):
+                yield name, obj
+
+
+def _parallel_kernels():
+    """Every compiled kernel of the kernel modules built with parallel=True."""
+    return ((name, k) for name, k in _compiled_kernels() if k.targetoptions.get("parallel"))
+
+
+def _callees(kernel):
+    """The compiled kernels ``kernel``'s code names (globals, or attributes of a module global)."""
+    import types
+
+    from numba.core.dispatcher import Dispatcher
+
+    from pyg_dynscale.partition.algorithms import csr_kernels
+
+    fn = kernel.py_func
+    names = csr_kernels._code_names(fn.__code__)
+    for n in names:
+        v = fn.__globals__.get(n)
+        if isinstance(v, Dispatcher):
+            yield v
+        elif isinstance(v, types.ModuleType):
+            yield from (getattr(v, a) for a in names if isinstance(getattr(v, a, None), Dispatcher))
+
+
+def test_one_thread_runs_serial_twins_with_their_own_cache_files() -> None:
+    """On one thread the kernels with parallel regions run as serial twins:
+    not parallel, calling the twins of their parallel callees, cached under
+    their own file names (never mixed with the parallel builds); every
+    parallel kernel has one, and the twins compute the same bits."""
+    from pyg_dynscale.partition.algorithms import csr_kernels
+
+    kinds = dict(_parallel_kernels())
+    assert {"edges_to_csr", "contract_csr", "transpose_merge", "candidates_parallel"} <= set(kinds)
+    for name, k in kinds.items():
+        twin = csr_kernels.one_thread(k)
+        assert twin is not k and not twin.targetoptions.get("parallel"), name
+        assert twin._cache._impl.filename_base != k._cache._impl.filename_base, name
+        assert csr_kernels.one_thread(k) is twin  # built once
+    for caller in (kernels.lp_run, kernels.lp_rounds):  # serial kernels calling parallel ones get twins too
+        assert csr_kernels.one_thread(caller) is not caller
+
+    def reaches_parallel(k, seen):
+        if id(k) in seen:
+            return False
+        seen.add(id(k))
+        return bool(k.targetoptions.get("parallel")) or any(reaches_parallel(c, seen) for c in _callees(k))
+
+    for name, k in _compiled_kernels():  # a kernel added without registering would compile parallel code on one thread
+        if reaches_parallel(k, set()):
+            assert csr_kernels.one_thread(k) is not k, f"{name} reaches a parallel kernel but has no serial twin"
+    assert csr_kernels.one_thread(kernels.round_candidates) is kernels.round_candidates  # nothing parallel inside
+    tm = csr_kernels.one_thread(csr_kernels.transpose_merge)
+    assert tm.py_func.__globals__["_transpose"] is csr_kernels.one_thread(csr_kernels._transpose)
+    lr = csr_kernels.one_thread(kernels.lp_rounds)
+    assert lr.py_func.__globals__["candidates_parallel"] is csr_kernels.one_thread(kernels.candidates_parallel)
+    with kernels.use_threads(1):
+        assert kernels.for_threads(csr_kernels.edges_to_csr) is csr_kernels.one_thread(csr_kernels.edges_to_csr)
+    if kernels._numba.config.NUMBA_NUM_THREADS > 1:
+        with kernels.use_threads(2):
+            assert kernels.for_threads(csr_kernels.edges_to_csr) is csr_kernels.edges_to_csr
+    n = 500
+    src, dst, w = random_edges(n, 6000, seed=4, float_weights=True)
+    with use_backend("numba"), kernels.use_threads(1):
+        g = CSRGraph.from_edges(n, src, dst, w)
+        lp = label_propagation(g, node_weight=torch.ones(n, dtype=torch.float64), cap=30.0, seed=1, max_rounds=6)
+    assert csr_kernels.one_thread(kernels.lp_run).signatures  # the twin ran
+    ptr, d, wt = (x.numpy() for x in (g.ptr, g.dst, g.weight))
+    labels = lp.labels.numpy()
+    for a, b in zip(csr_kernels.contract_csr(ptr, d, wt, labels, n, 2, False),
+                    csr_kernels.one_thread(csr_kernels.contract_csr)(ptr, d, wt, labels, n, 2, False)):
+        assert a.dtype == b.dtype and (a == b).all()
+    with kernels.use_threads(1):  # a float sum over prange: one thread of the parallel kernel sums in order, as the twin
+        assert csr_kernels.csr_cut(ptr, d, wt, labels) == csr_kernels.one_thread(csr_kernels.csr_cut)(ptr, d, wt, labels)
+
+
+def test_kernels_compile_without_a_writable_cache_directory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a read-only package and no writable user cache directory numba
+    refuses ``cache=True`` at decoration time, which broke the import of every
+    partitioner; the kernels are then compiled without a disk cache."""
+    import numba
+    import numpy as np
+    from numba.core import caching
+
+    from pyg_dynscale.partition.algorithms import csr_kernels
+
+    monkeypatch.setattr(caching.CacheImpl, "_locator_classes", [])  # no directory is writable
+    monkeypatch.setattr(caching.config, "CACHE_LOCATOR_CLASSES", "", raising=False)
+    monkeypatch.setattr(csr_kernels, "_CACHE", [True])
+
+    def inc(x):  # pragma: no cover - compiled
+        return x + 1
+
+    with pytest.raises(RuntimeError, match="cannot cache"):
+        numba.njit(cache=True)(inc)
+    k = csr_kernels.compiled(inc)
+    assert k(1) == 2 and type(k._cache).__name__ == "NullCache" and csr_kernels._CACHE == [False]
+
+    def total(x):  # pragma: no cover - compiled
+        s = 0.0
+        for i in numba.prange(x.shape[0]):
+            s += x[i]
+        return s
+
+    p = csr_kernels.compiled(total, parallel=True)
+    assert p.targetoptions.get("parallel") and p(np.ones(5)) == 5.0 and type(p._cache).__name__ == "NullCache"

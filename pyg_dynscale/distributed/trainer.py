@@ -31,7 +31,6 @@ tests assert it in float64).
 from __future__ import annotations
 
 import dataclasses
-
 import hashlib
 import json
 import math
