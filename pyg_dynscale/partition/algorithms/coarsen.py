@@ -245,15 +245,13 @@ def supergraph_csr(supergraph: "Supergraph", spatial_weight: float, temporal_wei
         integral = ws == round(ws) and bool(kernels.is_integral(w2_check))
         nonneg = ws >= 0 and min_weight(temporal_weight) >= 0
         if ws > 0 and integral and se.shape[1] > 0 and _maybe_symmetric(supergraph):
-            ptr, d, w = kernels.for_threads(csr_kernels.edges_to_csr)(
-                n, node_map, s1, d1, none, 2.0 * ws, False, s2, d2, w2, c2, kernels.threads(),
-                *csr_kernels.placement_types(n, 2.0 * ws, w2_check))
-            if kernels.for_threads(csr_kernels.is_symmetric)(ptr, d, w, kernels.threads()):
+            ptr, d, w = csr_kernels.edges_to_csr(n, node_map, s1, d1, none, 2.0 * ws, False, s2, d2, w2, c2,
+                                                 kernels.threads(), *csr_kernels.placement_types(n, 2.0 * ws, w2_check))
+            if csr_kernels.is_symmetric(ptr, d, w, kernels.threads()):
                 return _known_integral(CSRGraph.from_csr(n, torch.from_numpy(ptr), torch.from_numpy(d), torch.from_numpy(w)),
                                        integral, nonneg)
-        ptr, d, w = kernels.for_threads(csr_kernels.edges_to_csr)(n, node_map, s1, d1, none, ws, True, s2, d2, w2, c2,
-                                                                  kernels.threads(),
-                                                                  *csr_kernels.placement_types(n, ws, w2_check))
+        ptr, d, w = csr_kernels.edges_to_csr(n, node_map, s1, d1, none, ws, True, s2, d2, w2, c2, kernels.threads(),
+                                             *csr_kernels.placement_types(n, ws, w2_check))
         return _known_integral(CSRGraph.from_csr(n, torch.from_numpy(ptr), torch.from_numpy(d), torch.from_numpy(w)),
                                integral, nonneg)
     return CSRGraph.from_edges(n, *mapped_edges(supergraph, ws, temporal_weight, seg))
@@ -265,7 +263,7 @@ def unit_cut(unit: Tensor, rank: Tensor, edge_index: Tensor, weight: Union[Tenso
     ``weight`` (``[E]`` or one number per edge)."""
 
     if kernels.backend() == "numba" and edge_index.device.type == "cpu":
-        return float(kernels.for_threads(kernels.csr_kernels.unit_cut)(
+        return float(kernels.csr_kernels.unit_cut(
             as_numpy(unit, torch.long), as_numpy(rank, torch.long), as_numpy(edge_index[0], torch.long), as_numpy(edge_index[1], torch.long),
             *_kernel_weights(weight)))
     node_rank = rank.index_select(0, unit)
@@ -283,7 +281,7 @@ def supergraph_cut(supergraph: "Supergraph", owner: Tensor, spatial_weight: floa
 
     se, te = supergraph.spatial_edge_index, supergraph.temporal_edge_index
     if kernels.backend() == "numba" and se.device.type == "cpu":
-        return float(kernels.for_threads(kernels.csr_kernels.edge_list_cut)(
+        return float(kernels.csr_kernels.edge_list_cut(
             as_numpy(owner, torch.long), as_numpy(se[0], torch.long), as_numpy(se[1], torch.long), float(spatial_weight),
             as_numpy(te[0], torch.long), as_numpy(te[1], torch.long), *_kernel_weights(temporal_weight)))
     cut_s = (owner.index_select(0, se[0]) != owner.index_select(0, se[1])).sum()

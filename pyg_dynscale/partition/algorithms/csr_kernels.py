@@ -17,123 +17,14 @@ bit-identical graphs whatever the thread count:
 
 Imported through :mod:`.kernels` (which owns backend selection); only usable
 when numba is installed.
-
-**Serial twins.** A kernel with ``numba.prange`` loops is compiled with
-``parallel=True`` only when it runs on more than one thread. On one thread
-(the default, :func:`.kernels.threads`) callers run its *serial twin*
-(:func:`one_thread`): the same Python function compiled without
-``parallel=True`` -- ``prange`` is then ``range`` -- with every parallel
-kernel it calls replaced by that kernel's twin. Compiling the parallel
-regions cost about a third of a cold compile (55 s -> 37 s on England COVID,
-docs/pgc.md "First use"), and a one-thread run pays nothing for them. The
-twin walks the blocks in order, which is what one thread of the parallel
-kernel does, so results are the same (and they do not depend on the thread
-count anyway).
 """
 from __future__ import annotations
-
-import types
-from typing import Any
 
 import numba
 import numpy as np
 
-#: whether numba can cache compiled kernels on disk (cleared when it cannot)
-_CACHE = [True]
-
-
-def compiled(fn: Any = None, *, parallel: bool = False) -> Any:
-    """``numba.njit(cache=True, nogil=True)`` (``parallel=True`` if asked):
-    compiled on first call and cached on disk -- next to the module, or in
-    ``NUMBA_CACHE_DIR``, or numba's per-user cache directory when the
-    package's folder is read-only. Where none of them is writable numba
-    refuses ``cache=True`` at import (``RuntimeError``); the kernels are then
-    compiled without a disk cache (once per process) instead of breaking
-    the import of every partitioner, the torch backend's included."""
-    if fn is None:
-        return lambda f: compiled(f, parallel=parallel)
-    opts: dict[str, Any] = {"nogil": True}
-    if parallel:
-        opts["parallel"] = True
-    if _CACHE[0]:
-        try:
-            return numba.njit(cache=True, **opts)(fn)
-        except RuntimeError:  # "cannot cache function ...: no locator available"
-            _CACHE[0] = False
-    return numba.njit(**opts)(fn)
-
-
-_jit = compiled
-
-#: ``id(kernel) -> [kernel, serial twin or None]``: the kernels with parallel
-#: regions (:func:`_pjit`) and the serial ones that call them (:func:`threaded`)
-_THREADED: dict[int, list[Any]] = {}
-
-
-def threaded(kernel: Any) -> Any:
-    """Register a compiled ``kernel`` whose code (or a kernel it calls) has
-    parallel regions, so that :func:`one_thread` builds a serial twin of it."""
-    _THREADED[id(kernel)] = [kernel, None]
-    return kernel
-
-
-def _pjit(fn: Any) -> Any:
-    """Compile ``fn`` (with ``numba.prange`` loops) with ``parallel=True`` on
-    first call; its serial twin comes from :func:`one_thread`."""
-    return threaded(compiled(fn, parallel=True))
-
-
-def _is_threaded(obj: Any) -> bool:
-    entry = _THREADED.get(id(obj))
-    return entry is not None and entry[0] is obj
-
-
-def one_thread(kernel: Any) -> Any:
-    """The variant of ``kernel`` to run on one thread: its serial twin if it
-    has parallel regions (built on first request, compiled lazily on its
-    first call and cached on disk under its own name, ``<name>_1thread``),
-    else ``kernel`` itself."""
-    if not _is_threaded(kernel):
-        return kernel
-    entry = _THREADED[id(kernel)]
-    if entry[1] is None:
-        entry[1] = _serial_twin(kernel)
-    return entry[1]
-
-
-def _code_names(code: types.CodeType) -> set[str]:
-    """Global and attribute names a code object (and its nested code) reads."""
-    names = set(code.co_names)
-    for c in code.co_consts:
-        if isinstance(c, types.CodeType):
-            names |= _code_names(c)
-    return names
-
-
-def _serial_twin(kernel: Any) -> Any:
-    """``kernel``'s Python function compiled without ``parallel=True``, its
-    parallel callees (globals, or attributes of a module global) replaced by
-    their twins. A new function object on the same code: only its globals
-    and ``__qualname__`` (numba's cache file name) differ."""
-    fn = kernel.py_func
-    names = _code_names(fn.__code__)
-    env = dict(fn.__globals__)
-    for name in names:
-        value = env.get(name)
-        if isinstance(value, types.ModuleType):  # e.g. ``csr_kernels.transpose_merge`` from another module
-            swap = {a: one_thread(getattr(value, a)) for a in names if _is_threaded(getattr(value, a, None))}
-            if swap:
-                proxy = types.ModuleType(value.__name__)
-                proxy.__dict__.update(vars(value))
-                proxy.__dict__.update(swap)
-                env[name] = proxy
-        elif _is_threaded(value):
-            env[name] = one_thread(value)
-    twin = types.FunctionType(fn.__code__, env, fn.__name__, fn.__defaults__, fn.__closure__)
-    twin.__qualname__ = fn.__qualname__ + "_1thread"
-    twin.__doc__ = fn.__doc__
-    twin.__kwdefaults__ = fn.__kwdefaults__
-    return compiled(twin)
+_jit = numba.njit(cache=True, nogil=True)
+_pjit = numba.njit(cache=True, nogil=True, parallel=True)
 
 
 

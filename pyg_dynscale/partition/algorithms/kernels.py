@@ -16,9 +16,8 @@ backends that compute **bit-identical** results:
 ``"auto"`` (the default) picks, per partitioning call (:func:`backend_for`),
 ``"numba"`` for graphs above :data:`AUTO_NUMBA_ABOVE` vertex-time nodes plus
 edges, and ``"torch"`` below it or when numba does not import: compiling the
-kernels the first time costs about 40 s on two cores (one thread; the
-parallel regions add ~15 s when ``threads > 1``), which a small graph never
-earns back (docs/pgc.md, "First use"). Choose with
+kernels the first time costs about a minute on two cores, which a small
+graph never earns back (docs/pgc.md, "First use"). Choose with
 :func:`use_backend` (a context manager), the ``backend=`` argument of
 :func:`~pyg_dynscale.partition.algorithms.pgc.partition_pgc`, or the environment
 variable ``PYG_DYNSCALE_LP_BACKEND``.
@@ -31,12 +30,7 @@ concatenate per-block results in a fixed order, so the thread count does not
 change results either (tested in ``tests/test_kernels.py``).
 The first call of a kernel compiles it; compiled code is cached on disk
 (numba ``cache=True``; numba falls back to a per-user cache directory when
-the package's folder is read-only, and without any writable directory the
-kernels compile uncached: :func:`.csr_kernels.compiled`), so later processes
-start fast. The kernels run on :func:`threads` threads -- one unless asked
-(:func:`use_threads`, ``PYG_DYNSCALE_THREADS``) -- and on one thread as
-their serial twins (:func:`for_threads`), whose compile skips the parallel
-regions.
+the package's folder is read-only), so later processes start fast.
 """
 from __future__ import annotations
 
@@ -70,7 +64,7 @@ def _check(name: str, field: str) -> str:
 
 #: vertex-time nodes + spatial + temporal edges above which ``"auto"`` compiles:
 #: below it the torch backend partitions in about a second (1.1M: 1.1 s
-#: against 0.4 s compiled) while a cold numba cache costs ~40 s of compiling
+#: against 0.4 s compiled) while a cold numba cache costs ~50 s of compiling
 AUTO_NUMBA_ABOVE = 2_000_000
 
 
@@ -113,57 +107,25 @@ def use_backend(name: Optional[str]) -> Iterator[str]:
 #: cost ~5 us a call -- and a label propagation asks a few times
 _in_effect = threading.local()
 
-#: kernel threads outside :func:`use_threads` (and so for the library's
-#: building blocks called directly: ``label_propagation``, ``CSRGraph``, the
-#: coarsening): one, unless ``PYG_DYNSCALE_THREADS`` asks for more. numba's
-#: parallel regions spin-wait for their workers, so with another process on
-#: the cores a 2-thread kernel ran 10-80x slower than a 1-thread one
-#: (docs/pgc.md, "Threads"); on one thread the serial twins run and the
-#: parallel regions are never compiled (:mod:`.csr_kernels`)
-DEFAULT_THREADS = 1
-_THREADS_ENV = "PYG_DYNSCALE_THREADS"
-
-
-def default_threads() -> int:
-    """Kernel threads outside :func:`use_threads`: ``PYG_DYNSCALE_THREADS``
-    (a positive integer, capped at numba's pool size ``NUMBA_NUM_THREADS``)
-    or :data:`DEFAULT_THREADS`; 1 without numba."""
-    raw = os.environ.get(_THREADS_ENV, "").strip()
-    if not raw:
-        n = DEFAULT_THREADS
-    else:
-        try:
-            n = int(raw)
-        except ValueError:
-            n = 0
-        if n < 1:
-            raise PartitionError(_THREADS_ENV, f"must be a positive integer, not {raw!r}.")
-    return max(1, min(n, _numba.config.NUMBA_NUM_THREADS)) if HAVE_NUMBA else 1
-
 
 def threads() -> int:
-    """Threads the compiled kernels may use now: the count :func:`use_threads`
-    put in effect, else :func:`default_threads` (1 unless
-    ``PYG_DYNSCALE_THREADS`` says otherwise; not numba's pool size)."""
+    """Threads the compiled kernels may use now (``numba.get_num_threads()``; 1 without numba)."""
     n = getattr(_in_effect, "n", None)
     if n is not None:
         return n
-    return default_threads()
+    return int(_numba.get_num_threads()) if HAVE_NUMBA else 1
 
 
 @contextlib.contextmanager
 def use_threads(n: Optional[int]) -> Iterator[int]:
-    """Run the block with ``n`` kernel threads (``None``: the count in effect,
-    :func:`threads`; capped at numba's pool size, ``NUMBA_NUM_THREADS``);
-    yields the count in effect."""
+    """Run the block with ``n`` kernel threads (``None``: unchanged; capped at
+    numba's pool size, ``NUMBA_NUM_THREADS``); yields the count in effect."""
     outer = getattr(_in_effect, "n", None)
     change = HAVE_NUMBA and n is not None
     if change:
         before = _numba.get_num_threads()
         _numba.set_num_threads(max(1, min(int(n), _numba.config.NUMBA_NUM_THREADS)))
-        _in_effect.n = int(_numba.get_num_threads())
-    else:
-        _in_effect.n = threads()
+    _in_effect.n = int(_numba.get_num_threads()) if HAVE_NUMBA else 1
     try:
         yield _in_effect.n
     finally:
@@ -175,20 +137,7 @@ def use_threads(n: Optional[int]) -> Iterator[int]:
 if HAVE_NUMBA:
     from . import csr_kernels, scheme_kernels
 
-    _jit = csr_kernels.compiled
-
-    def _tjit(fn):
-        """A serial kernel that calls parallel ones: :func:`for_threads` runs
-        its serial twin on one thread (:mod:`.csr_kernels`, "Serial twins")."""
-        return csr_kernels.threaded(_jit(fn))
-
-    def for_threads(kernel):
-        """``kernel`` as the thread count in effect (:func:`threads`) runs it:
-        itself on several threads, its serial twin on one
-        (:func:`.csr_kernels.one_thread`; the parallel regions are then never
-        compiled). Same results either way."""
-        return kernel if threads() > 1 else csr_kernels.one_thread(kernel)
-
+    _jit = _numba.njit(cache=True, nogil=True)
     _EMPTY_I = np.zeros(0, np.int64)
     _EMPTY_F = np.zeros(0, np.float64)
 
@@ -197,16 +146,14 @@ if HAVE_NUMBA:
         ``(dst, src)`` (self loops dropped), rows sorted by neighbour, equal
         pairs merged -- as :meth:`.label_propagation.CSRGraph.from_edges`
         (:func:`.csr_kernels.edges_to_csr`, multi-threaded)."""
-        return for_threads(csr_kernels.edges_to_csr)(int(n), _EMPTY_I, src, dst, weight, 0.0, True, _EMPTY_I,
-                                                     _EMPTY_I, _EMPTY_F, 0.0, threads(),
-                                                     *csr_kernels.placement_types(int(n), 0.0, weight))
+        return csr_kernels.edges_to_csr(int(n), _EMPTY_I, src, dst, weight, 0.0, True, _EMPTY_I, _EMPTY_I, _EMPTY_F,
+                                        0.0, threads(), *csr_kernels.placement_types(int(n), 0.0, weight))
 
     def contract_csr(ptr: np.ndarray, dst: np.ndarray, weight: np.ndarray, labels: np.ndarray,
                      num_labels: int, symmetric: bool = False) -> tuple[np.ndarray, ...]:
         """CSR of the label-level graph (:func:`.csr_kernels.contract_csr`;
         ``symmetric``: the input stores both directions of every edge)."""
-        return for_threads(csr_kernels.contract_csr)(ptr, dst, weight, labels, int(num_labels), threads(),
-                                                     bool(symmetric))
+        return csr_kernels.contract_csr(ptr, dst, weight, labels, int(num_labels), threads(), bool(symmetric))
 
     #: budget units: a label's room is clamped to this many units
     BUDGET_LIMIT = float(2 ** 62)
@@ -317,7 +264,7 @@ if HAVE_NUMBA:
                 k += 1
         return k
 
-    @csr_kernels._pjit
+    @_numba.njit(cache=True, nogil=True, parallel=True)
     def candidates_parallel(ptr, dst, weight, labels, act, nw, size, cap, tie_moves, score, out_node, out_to,
                             out_gain):  # pragma: no cover
         """:func:`round_candidates` on ``score.shape[0]`` contiguous blocks of
@@ -568,7 +515,7 @@ if HAVE_NUMBA:
             for e in range(ptr[v], ptr[v + 1]):
                 conn[v, labels[dst[e]]] += np.float64(weight[e])
 
-    @csr_kernels._pjit
+    @_numba.njit(cache=True, nogil=True, parallel=True)
     def label_weights_parallel(ptr, dst, weight, labels, conn, nb):  # pragma: no cover
         """:func:`_label_weight_rows` over ``nb`` blocks of rows in parallel:
         each row is summed by one thread in entry order, so the table does not
@@ -577,7 +524,7 @@ if HAVE_NUMBA:
         for t in _numba.prange(nb):
             _label_weight_rows(ptr, dst, weight, labels, conn, bounds[t], bounds[t + 1])
 
-    @_tjit
+    @_jit
     def lp_rounds(ptr, dst, weight, labels, nw, node_pri, dirty, num_labels, cap, has_cap, floor, has_floor,
                   max_rounds, tol, gain_tol, total_w, min_rounds, tie_moves, seed, moved_hist,
                   gain_hist, blocks, scale, dense):  # pragma: no cover
@@ -691,7 +638,7 @@ if HAVE_NUMBA:
                 return r + 1, True
         return max_rounds, False
 
-    @_tjit
+    @_jit
     def lp_run(ptr, dst, weight, label_pri, key, init, boundary_only, nw, node_pri, num_labels, cap, has_cap, floor,
                has_floor, max_rounds, tol, gain_tol, total_w, min_rounds, tie_moves, seed, moved_hist, gain_hist,
                blocks, scale, dense):  # pragma: no cover

@@ -50,9 +50,9 @@ if TYPE_CHECKING:  # pragma: no cover
 MAX_PARTS = 64
 
 if kernels.HAVE_NUMBA:
-    from .csr_kernels import compiled as _jit
+    import numba as _numba
 
-    @_jit
+    @_numba.njit(cache=True, nogil=True)
     def _popcount(x):  # pragma: no cover
         """Set bits of a uint64 (SWAR)."""
         x = x - ((x >> np.uint64(1)) & np.uint64(0x5555555555555555))
@@ -60,7 +60,7 @@ if kernels.HAVE_NUMBA:
         x = (x + (x >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
         return np.int64((x * np.uint64(0x0101010101010101)) >> np.uint64(56))
 
-    @_jit
+    @_numba.njit(cache=True, nogil=True)
     def _edge_rows(owner, src, dst, mask):  # pragma: no cover
         """Distinct ``(owner[dst], src)`` pairs over the edges that cross ranks."""
         mask[:] = 0
@@ -75,7 +75,7 @@ if kernels.HAVE_NUMBA:
                 rows += _popcount(mask[u])
         return rows
 
-    @_jit
+    @_numba.njit(cache=True, nogil=True)
     def _count_attention_rows(owner, seq_order, seq_ptr):  # pragma: no cover
         """Rows of attention time encoders: each node to every other rank
         that owns a later appearance of its vertex."""
