@@ -190,8 +190,7 @@ class CSRGraph:
     def weighted_degree(self) -> Tensor:
         """``[n]`` summed weight of each node's edges (float64)."""
         if kernels.backend() == "numba" and self.ptr.device.type == "cpu":
-            return torch.from_numpy(kernels.for_threads(kernels.csr_kernels.weighted_degree)(
-                as_numpy(self.ptr, torch.long), as_numpy(self.weight)))
+            return torch.from_numpy(kernels.csr_kernels.weighted_degree(as_numpy(self.ptr, torch.long), as_numpy(self.weight)))
         cs = torch.zeros(self.dst.numel() + 1, dtype=torch.float64, device=self.ptr.device)
         torch.cumsum(self.weight.to(torch.float64), 0, out=cs[1:])
         return _take(cs, self.ptr[1:]) - _take(cs, self.ptr[:-1])
@@ -199,9 +198,8 @@ class CSRGraph:
     def cut(self, labels: Tensor) -> float:
         """Summed weight of the edges whose endpoints have different ``labels`` (``[n]``)."""
         if kernels.backend() == "numba" and self.ptr.device.type == "cpu":
-            return float(kernels.for_threads(kernels.csr_kernels.csr_cut)(
-                as_numpy(self.ptr, torch.long), as_numpy(self.dst, torch.long), as_numpy(self.weight),
-                as_numpy(labels, torch.long)))
+            return float(kernels.csr_kernels.csr_cut(as_numpy(self.ptr, torch.long), as_numpy(self.dst, torch.long),
+                                                      as_numpy(self.weight), as_numpy(labels, torch.long)))
         srcs = self.sources()
         return float(self.weight[_take(labels, srcs) != _take(labels, self.dst)].double().sum()) / 2.0
 
@@ -442,7 +440,7 @@ def _label_propagation_compiled(graph: CSRGraph, nw: Tensor, label_pri: Tensor, 
     scale = budget_scale(float(nw.sum())) if (cap is not None or floor is not None) else 1.0
     moved_np = np.zeros(max(0, max_rounds), np.int64)
     gains_np = np.zeros(max(0, max_rounds), np.float64)
-    labels, r, converged = kernels.for_threads(kernels.lp_run)(
+    labels, r, converged = kernels.lp_run(
         as_numpy(graph.ptr, torch.long), dst_np, as_numpy(graph.weight), as_numpy(label_pri, torch.long),
         as_numpy(priority, torch.float64) if priority is not None else kernels._EMPTY_F,
         as_numpy(init, torch.long) if init is not None else kernels._EMPTY_I, bool(boundary_only), as_numpy(nw),

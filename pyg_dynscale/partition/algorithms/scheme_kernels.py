@@ -10,14 +10,12 @@ float arithmetic and tie-breaks (``tests/test_partition_schemes.py``).
 """
 from __future__ import annotations
 
+import numba
 import numpy as np
 
-from .csr_kernels import compiled as _jit
-from .csr_kernels import one_thread, weighted_degree
+from .csr_kernels import weighted_degree
 
-#: :func:`.csr_kernels.weighted_degree` without parallel regions (its serial
-#: twin, the same sums): the rows here are a few hundred snapshots
-_row_sums = one_thread(weighted_degree)
+_jit = numba.njit(cache=True, nogil=True)
 
 
 @_jit
@@ -147,7 +145,7 @@ def pss_balanced(node_ptr, cost, R):  # pragma: no cover
     [R])``; when fewer than ``R`` snapshots are non-empty only ``nonempty``
     is filled (the caller raises)."""
     T = node_ptr.shape[0] - 1
-    per = _row_sums(node_ptr, cost)  # a snapshot's gids are one contiguous row
+    per = weighted_degree(node_ptr, cost)  # a snapshot's gids are one contiguous row
     count = 0
     for t in range(T):
         count += node_ptr[t + 1] > node_ptr[t]
