@@ -42,11 +42,14 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..errors import DecompositionMismatchError, ModelInputError, PartitionError
-from ..nn.adapters import adapt
+from ..errors import DecompositionMismatchError, ModelInputError, PartitionError, UnsupportedModelError
 from ..nn.decomposed import DecomposedModule, FusedGraph, Halo, check_initial_state
+from ..nn.snapshot_model import SnapshotModel
+from ..partition.halo_plan import StatePlan
 from ..partition.plan import CommunicationPlan
 from ..runtime.fused import LOSSES, eval_mode, resolve_targets, snapshot_mean_part
+from ..runtime.paths import as_signal, edge_fields_of, prepare_snapshot_model, resolve_model
+from ..runtime.snapshot_runner import SnapshotRunner
 from .exchange import Communicator
 from .local import ExchangeMap, RankLayout, halo_keys, node_subset_graph, positions_in
 from .stale import StaleCache, StaleConfig
@@ -80,6 +83,35 @@ class _RankHalo(Halo):
         return self.trainer.comm.all_reduce((-1, "batch_norm", "norm"), x)
 
 
+class _BlackBoxLayout:
+    """What the loss and :meth:`DistributedTrainer.predict` read of a layout
+    on the black-box path: the owned gids ``Q`` and the supergraph."""
+
+    def __init__(self, Q: Tensor, sg: Any) -> None:
+        self.Q, self.sg = Q, sg
+
+
+def _check_dcrnn_edge_order(signal: Any) -> None:
+    """PyGT's DConv pairs its in-degree normalizers (listed in input edge
+    order) with the reverse edges of a dense adjacency (in sorted order);
+    the pairs line up, and outputs depend on nearby edges only, when every
+    snapshot's edges are sorted by (target, source) without duplicates."""
+    ei, ptr = signal.edge_index, signal.edge_ptr
+    E = ei.shape[1]
+    if E < 2:
+        return
+    t = torch.repeat_interleave(torch.arange(signal.num_snapshots), ptr[1:] - ptr[:-1], output_size=E)
+    n = int(signal.nodes_per_snapshot.max()) + 1
+    key = (t * n + ei[1]) * n + ei[0]
+    if not bool((key[1:] > key[:-1]).all()):
+        raise ModelInputError(
+            "signal.edge_index", "is not sorted by (target, source) without duplicates in every snapshot; PyGT's DCRNN "
+            "pairs degree normalizers with edges by position, so its output then depends on the order of edges "
+            "anywhere in the snapshot and cannot be split across ranks.",
+            "sort each snapshot's edges by (target, source) and merge duplicates (torch_geometric.utils.coalesce "
+            "on (dst, src)) before training, or train on one process.")
+
+
 def _param_digest(modules: list) -> str:
     h = hashlib.sha256()
     for m in modules:
@@ -97,10 +129,15 @@ class DistributedTrainer:
 
     Args:
         model: a :class:`~pyg_dynscale.nn.DecomposedModule` (``TGCN``,
-            ``MPNNLSTM``, ``MPNNLSTMDGC``, ``DySAT``) or a supported PyGT
-            object (wrapped with :func:`~pyg_dynscale.nn.adapt`). Its
-            parameters are broadcast from rank 0.
-        signal: the whole training signal (every rank passes the same one).
+            ``MPNNLSTM``, ``MPNNLSTMDGC``, ``DySAT``), a supported PyGT
+            object (wrapped with :func:`~pyg_dynscale.nn.adapt`), or any
+            per-snapshot module ``model(x, edge_index, edge_weight[, h[, c]])``
+            (PyGT's other cells, a ``RecurrentGCN``) on the black-box path:
+            called unchanged on each rank's local subgraph, with one state
+            exchange per snapshot (docs/blackbox.md). Its parameters are
+            broadcast from rank 0.
+        signal: the whole training signal (every rank passes the same one),
+            a :class:`~pyg_dynscale.data.DynamicGraphSignal` or a PyGT signal.
         partition: a :class:`~pyg_dynscale.partition.Partition` of ``signal``.
         head: optional row-wise module applied to every output row.
         loss: ``"mse"``, ``"mae"``, ``"ce"`` or ``"bce_link"`` (as
@@ -128,6 +165,15 @@ class DistributedTrainer:
             ``"intent"``, ``"ramp"``, ``"adaptive"`` or a
             :class:`~pyg_dynscale.distributed.stale.StaleConfig` (kinds,
             backward, scope). Evaluation and prediction stay exact.
+            Decomposed path only.
+        path: ``"auto"`` (decomposed when an adapter exists, else black-box),
+            ``"decomposed"`` or ``"blackbox"``.
+        depth: a black-box model's halo depth (``"auto"``: its preset or the
+            sum over the PyGT cells it contains; hops; ``None``; or a
+            :class:`~pyg_dynscale.partition.halo_plan.HaloDepth`), verified by
+            :func:`~pyg_dynscale.nn.halo_check.check_halo` when ``check``.
+        checkpoint_every: black-box path: gradient checkpointing over blocks
+            of this many snapshots (``None``: off).
 
     Example::
 
@@ -161,6 +207,9 @@ class DistributedTrainer:
         group: Optional[Any] = None,
         check: bool = True,
         stale: Union[str, StaleConfig, None] = None,
+        path: str = "auto",
+        depth: Any = "auto",
+        checkpoint_every: Optional[int] = None,
     ) -> None:
         t_setup = time.perf_counter()
         if not dist.is_available() or not dist.is_initialized():
@@ -170,7 +219,18 @@ class DistributedTrainer:
         self.group = group
         self.rank = dist.get_rank(group)
         self.world_size = dist.get_world_size(group)
-        self.model: DecomposedModule = adapt(model, check=check)
+        signal = as_signal(signal)
+        self.model = resolve_model(model, path, depth, check)
+        #: ``"decomposed"`` or ``"blackbox"``
+        self.path = "blackbox" if isinstance(self.model, SnapshotModel) else "decomposed"
+        self.runner: Optional[SnapshotRunner] = None
+        if self.path == "blackbox":
+            self._init_blackbox(signal, partition, head, loss, optimizer, lr, device, target, h0, snapshot_reduction,
+                                check, stale, checkpoint_every, t_setup)
+            return
+        if checkpoint_every is not None:
+            raise NotImplementedError("checkpoint_every on the decomposed path is not built yet; use path='blackbox' "
+                                      "for gradient checkpointing over blocks of snapshots.")
         self.head = head
         if callable(loss) or loss not in LOSSES:
             raise ModelInputError("loss", f"is {loss!r}.", f"use one of {LOSSES} (callables are not distributed).")
@@ -286,6 +346,85 @@ class DistributedTrainer:
                 dist.broadcast(t.data, 0, group=group)
         self.optimizer = optimizer(self.params) if optimizer is not None else torch.optim.Adam(self.params, lr=lr)
         #: wall seconds of each training epoch on this rank, and the part spent in collectives
+        self.epoch_seconds: list[float] = []
+        self.comm_seconds: list[float] = []
+        self.setup_seconds = time.perf_counter() - t_setup
+
+    # ------------------------------------------------------------------ black-box path
+    def _init_blackbox(self, signal: Any, partition: Any, head: Optional[torch.nn.Module], loss: str,
+                       optimizer: Optional[Callable], lr: float, device: Any, target: str, h0: Optional[Tensor],
+                       snapshot_reduction: str, check: bool, stale: Any, checkpoint_every: Optional[int],
+                       t_setup: float) -> None:
+        """Set-up of the black-box path: probe and check the module, build
+        this rank's :class:`StatePlan` from the partition's owner array and
+        the step runner whose exchanges go through the :class:`Communicator`."""
+        model: SnapshotModel = self.model  # type: ignore[assignment]
+        self.head = head
+        if loss not in ("mse", "mae", "ce"):
+            if loss == "bce_link":
+                raise NotImplementedError("loss='bce_link' on the black-box path is not built yet (it needs a readout "
+                                          "exchange of link endpoints); use a node loss, or the decomposed path.")
+            raise ModelInputError("loss", f"is {loss!r}.", "use 'mse', 'mae' or 'ce' (callables are not distributed).")
+        if snapshot_reduction not in ("mean", "sum"):
+            raise ModelInputError("snapshot_reduction", f"is {snapshot_reduction!r}.", "use 'mean' or 'sum'.")
+        if StaleConfig.parse(stale).enabled:
+            raise NotImplementedError("the stale cache works on the decomposed path only; pass stale=None.")
+        if h0 is not None:
+            raise NotImplementedError("h0 on the black-box path is not built yet: states start at zero.")
+        if model.spec.global_reason and self.world_size > 1:
+            raise UnsupportedModelError(f"{model.spec.name} cannot be split across ranks on the black-box path: "
+                                        f"{model.spec.global_reason}")
+        self.loss_kind, self.snapshot_reduction = loss, snapshot_reduction
+        self.stale, self._stale_on = None, False
+        self.fusion, self.fusion_budget, self.groups = "blackbox", None, None
+        params = list(model.parameters()) + (list(head.parameters()) if head is not None else [])
+        devs = {p.device for p in params}
+        if len(devs) > 1:
+            raise ModelInputError("model", f"has parameters on several devices {sorted(map(str, devs))}.",
+                                  "move the model and the head to one device.")
+        device = torch.device(device) if device is not None else (next(iter(devs)) if devs else torch.device("cpu"))
+        if device.type != "cpu":
+            raise NotImplementedError("the distributed runtime runs on CPU ranks (gloo) in this release; "
+                                      "CUDA ranks (NCCL, one GPU per rank) are not built yet.")
+        self.device = device
+        self.dtype = params[0].dtype if params else torch.float32
+        bpe = torch.empty((), dtype=self.dtype).element_size()
+        if partition.num_parts != self.world_size:
+            raise PartitionError("partition.num_parts", f"is {partition.num_parts} but the process group has "
+                                 f"{self.world_size} ranks.", "partition into world-size parts (one part per rank).")
+        partition.check_signal(signal)
+        if signal.device.type != "cpu":
+            signal = signal.to("cpu")
+        if signal.x is None:
+            raise ModelInputError("signal.x", "is missing.", "give the signal node features.")
+        self.signal, self.partition = signal, partition
+        fields = edge_fields_of(model, signal)
+        prepare_snapshot_model(model, signal, check and self.world_size > 1, fields)
+        if self.world_size > 1 and model.spec.name == "DCRNN":
+            _check_dcrnn_edge_order(signal)
+        tg = resolve_targets(signal, loss, target, "edge_label_index", "edge_label", self.dtype)
+        self._check_same_everywhere(signal, partition)
+        t0 = time.perf_counter()
+        self.plan = StatePlan(signal, partition.owner, self.world_size, model.depth, model.state_widths, self.rank, bpe)
+        self.comm = Communicator(self.group, device, self.dtype)
+        self.runner = SnapshotRunner(model, signal, self.plan, exchange=self.comm.exchange,
+                                     checkpoint_every=checkpoint_every, dtype=self.dtype, device=device,
+                                     edge_fields=fields)
+        sg = signal.supergraph()
+        Q = self.plan.owned_gids
+        self.layout = _BlackBoxLayout(Q, sg)
+        T = signal.num_snapshots
+        self.target_Q = tg.target.index_select(0, Q).to(device)
+        self.time_Q = sg.time.index_select(0, Q).to(device)
+        self.node_counts = torch.bincount(sg.time, minlength=T).to(device)
+        self.h0 = None
+        self.load_seconds = time.perf_counter() - t0
+        self.load_bytes_measured = 0
+        self.params = params
+        for m in [model] + ([head] if head is not None else []):
+            for t in list(m.parameters()) + list(m.buffers()):
+                dist.broadcast(t.data, 0, group=self.group)
+        self.optimizer = optimizer(self.params) if optimizer is not None else torch.optim.Adam(self.params, lr=lr)
         self.epoch_seconds: list[float] = []
         self.comm_seconds: list[float] = []
         self.setup_seconds = time.perf_counter() - t_setup
@@ -507,6 +646,9 @@ class DistributedTrainer:
     def outputs(self) -> Tensor:
         """``[|Q_r|, H]`` model outputs of this rank's time-owned nodes
         (``layout.Q``, gid order), before the head."""
+        if self.runner is not None:
+            self.comm.start(requires_grad=torch.is_grad_enabled())
+            return self.runner.outputs()
         lay = self.layout
         self.comm.start(requires_grad=torch.is_grad_enabled())
         h_S = self.x_S
@@ -607,6 +749,8 @@ class DistributedTrainer:
         loss.backward()
         self._sync_gradients()
         self.optimizer.step()
+        if self.runner is not None:
+            self.model.detach_carried()
         self.comm_seconds.append(self.comm.seconds)  # before the loss report below: training traffic only
         self.epoch_seconds.append(time.perf_counter() - t0)
         total = loss.detach().reshape(1).clone()
@@ -702,6 +846,8 @@ class DistributedTrainer:
         chunk (:math:`\sum_c |\mathrm{halo}(c)|`, in-neighbours outside the
         chunk, same-rank ones included: unfused chunk execution); ``None``
         for partitions without chunks."""
+        if self.runner is not None:
+            raise ModelInputError("path", "is 'blackbox'.", "halo_rows() describes the decomposed path's fused halo.")
         sg = self.layout.sg
         fused = int(halo_keys(self.partition.owner, sg.spatial_edge_index, sg.num_nodes).numel())
         chunk = self.partition.chunk

@@ -30,8 +30,11 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..errors import ModelInputError
-from ..nn.adapters import adapt
 from ..nn.decomposed import DecomposedModule, FusedGraph, check_initial_state
+from ..nn.snapshot_model import SnapshotModel
+from ..partition.halo_plan import StatePlan
+from .paths import as_signal, edge_fields_of, prepare_snapshot_model, resolve_model
+from .snapshot_runner import SnapshotRunner
 
 __all__ = ["FusedTrainer", "LOSSES", "snapshot_mean", "snapshot_mean_part", "resolve_targets", "Targets", "eval_mode"]
 
@@ -130,10 +133,15 @@ class FusedTrainer:
 
     Args:
         model: a :class:`~pyg_dynscale.nn.DecomposedModule` (``TGCN``,
-            ``MPNNLSTM``, ``DySAT``) or a PyGT ``TGCN``/``TGCN2``/``A3TGCN``/
+            ``MPNNLSTM``, ``DySAT``), a PyGT ``TGCN``/``TGCN2``/``A3TGCN``/
             ``MPNNLSTM`` instance (wrapped with :func:`~pyg_dynscale.nn.adapt`,
-            sharing its parameters).
-        signal: the training signal (a window ``signal[a:b]`` works too).
+            sharing its parameters), or any module called per snapshot as
+            ``model(x, edge_index, edge_weight[, h[, c]])`` returning ``h``,
+            ``(y, h)``, ``(h, c)`` or ``(y, h, c)`` -- PyGT's other recurrent
+            cells, or a PyGT example's ``RecurrentGCN`` -- run on the
+            black-box path (docs/blackbox.md). The loss is computed on ``y``.
+        signal: the training signal (a window ``signal[a:b]`` works too), a
+            :class:`~pyg_dynscale.data.DynamicGraphSignal` or a PyGT signal.
         head: optional row-wise module applied to every vertex-time node's
             output (e.g. ``Sequential(ReLU(), Linear(32, 1))``); its
             parameters are trained as well.
@@ -152,6 +160,14 @@ class FusedTrainer:
             carried from a previous window), default zeros.
         snapshot_reduction: ``"mean"`` (PyGT's ``cost / (time + 1)``) or ``"sum"``.
         check: self-check PyGT adapters at wrap time.
+        path: ``"auto"`` (decomposed when an adapter exists, else black-box),
+            ``"decomposed"`` or ``"blackbox"``.
+        depth: a black-box model's halo depth (``"auto"``, hops, ``None`` or a
+            :class:`~pyg_dynscale.partition.halo_plan.HaloDepth`); one
+            process computes whole snapshots, so it is only recorded.
+        checkpoint_every: black-box path: recompute activations in blocks of
+            this many snapshots during the backward (gradient
+            checkpointing; ``None``: keep all).
 
     Example::
 
@@ -178,8 +194,17 @@ class FusedTrainer:
         snapshot_reduction: str = "mean",
         transfer: str = "diff",
         check: bool = True,
+        path: str = "auto",
+        depth: Any = "auto",
+        checkpoint_every: Optional[int] = None,
     ) -> None:
-        self.model: DecomposedModule = adapt(model, check=check)
+        signal = as_signal(signal)
+        self.model: Union[DecomposedModule, SnapshotModel] = resolve_model(model, path, depth, check)
+        #: ``"decomposed"`` or ``"blackbox"``
+        self.path = "blackbox" if isinstance(self.model, SnapshotModel) else "decomposed"
+        if checkpoint_every is not None and self.path != "blackbox":
+            raise NotImplementedError("checkpoint_every on the decomposed path is not built yet; use path='blackbox' "
+                                      "for gradient checkpointing over blocks of snapshots.")
         self.head = head
         if not callable(loss) and loss not in LOSSES:
             raise ModelInputError("loss", f"is {loss!r}.", f"use one of {LOSSES} or a callable.")
@@ -209,7 +234,17 @@ class FusedTrainer:
         self.graph = FusedGraph.from_signal(signal)
         if self.graph.x is None:
             raise ModelInputError("signal.x", "is missing.", "give the signal node features.")
-        if h0 is not None:
+        self.runner: Optional[SnapshotRunner] = None
+        if self.path == "blackbox":
+            if h0 is not None:
+                raise NotImplementedError("h0 on the black-box path is not built yet: states start at zero.")
+            fields = edge_fields_of(self.model, signal)
+            prepare_snapshot_model(self.model, signal, False, fields)  # one process: no halo to check
+            plan = StatePlan(signal, torch.zeros(signal.num_vertex_time_nodes, dtype=torch.long), 1, self.model.depth,
+                             self.model.state_widths)
+            self.runner = SnapshotRunner(self.model, signal, plan, checkpoint_every=checkpoint_every,
+                                         dtype=self._params_dtype(), device=device, edge_fields=fields)
+        elif h0 is not None:
             check_initial_state(h0, self.graph, self.model.state_width)
         self.h0 = h0
         self._prepare_targets(target, link_index, link_label)
@@ -231,6 +266,8 @@ class FusedTrainer:
 
     def outputs(self) -> Tensor:
         """``[N, H]`` model outputs (before the head) of all vertex-time nodes."""
+        if self.runner is not None:
+            return self.runner.outputs()
         x = self.graph.x.to(self._params_dtype())
         return self.model.forward_fused(self.graph, self.h0, x=x)
 
@@ -284,6 +321,8 @@ class FusedTrainer:
         loss = self.compute_loss()
         loss.backward()
         self.optimizer.step()
+        if self.runner is not None:
+            self.model.detach_carried()
         return float(loss.detach())
 
     @torch.no_grad()

@@ -1,0 +1,92 @@
+r"""Choosing a runtime path for a user's model, and accepting PyGT signals.
+
+* ``path="decomposed"``: the model is (or is adapted to) a
+  :class:`~pyg_dynscale.nn.DecomposedModule` -- spatial chunk fusion and
+  masked temporal fusion, the fast path;
+* ``path="blackbox"``: the model is called unchanged once per snapshot
+  (:class:`~pyg_dynscale.nn.snapshot_model.SnapshotModel`);
+* ``path="auto"``: decomposed when an adapter exists for the model's class
+  (:func:`~pyg_dynscale.nn.adapt`), black-box otherwise.
+"""
+from __future__ import annotations
+
+from typing import Any, Union
+
+import torch
+
+from ..errors import ModelInputError, UnsupportedModelError
+from ..nn.adapters import adapt
+from ..nn.decomposed import DecomposedModule
+from ..nn.halo_check import check_halo
+from ..nn.snapshot_model import SnapshotModel
+
+__all__ = ["PATHS", "resolve_model", "as_signal", "prepare_snapshot_model", "edge_fields_of"]
+
+PATHS = ("auto", "decomposed", "blackbox")
+
+
+def as_signal(signal: Any) -> Any:
+    """A :class:`~pyg_dynscale.data.DynamicGraphSignal`, converting a PyGT
+    signal object (``StaticGraphTemporalSignal``, ...) with
+    :func:`~pyg_dynscale.data.pygt.from_pygt`."""
+    from ..data.signal import DynamicGraphSignal
+
+    if isinstance(signal, DynamicGraphSignal):
+        return signal
+    if hasattr(signal, "snapshot_count") and hasattr(signal, "targets"):
+        return DynamicGraphSignal.from_pygt(signal)
+    raise ModelInputError("signal", f"is a {type(signal).__name__}.",
+                          "pass a DynamicGraphSignal or a PyGT signal (StaticGraphTemporalSignal, DynamicGraphTemporalSignal, ...).")
+
+
+def resolve_model(model: torch.nn.Module, path: str = "auto", depth: Any = "auto",
+                  check: bool = True) -> Union[DecomposedModule, SnapshotModel]:
+    """The module a trainer runs: a :class:`DecomposedModule` or a
+    :class:`SnapshotModel` (not yet probed)."""
+    if path not in PATHS:
+        raise ModelInputError("path", f"is {path!r}.", f"use one of {PATHS}.")
+    if isinstance(model, SnapshotModel):
+        if path == "decomposed":
+            raise ModelInputError("path", "is 'decomposed' but the model is a SnapshotModel.", "pass the inner module.")
+        return model
+    if path == "blackbox":
+        if isinstance(model, DecomposedModule) and not hasattr(model, "module"):
+            raise ModelInputError("path", f"is 'blackbox' but {type(model).__name__} is written for the decomposed path.",
+                                  "use path='decomposed' (or 'auto').")
+        inner = model.module if isinstance(model, DecomposedModule) else model
+        return SnapshotModel(inner, depth=depth)
+    try:
+        return adapt(model, check=check)
+    except UnsupportedModelError:
+        if path == "decomposed":
+            raise
+        return SnapshotModel(model, depth=depth)
+
+
+def prepare_snapshot_model(model: SnapshotModel, signal: Any, check: bool, edge_fields: tuple = ()) -> None:
+    """Probe the state widths on the first non-empty snapshot and, with
+    ``check``, verify the declared halo depth (:func:`check_halo`)."""
+    counts = signal.nodes_per_snapshot
+    nonempty = (counts > 0).nonzero().flatten()
+    if nonempty.numel() == 0:
+        raise ModelInputError("signal", "has no nodes.", "pass a signal with at least one node.")
+    t = int(nonempty[0])
+    a, b = int(signal.node_ptr[t]), int(signal.node_ptr[t + 1])
+    x = signal.x[a:b]
+    e0, e1 = int(signal.edge_ptr[t]), int(signal.edge_ptr[t + 1])
+    fields = {k: signal.fields[k].values[e0:e1] for k in edge_fields}
+    model.probe(x, edge_weight=signal.edge_weight is not None, edge_fields=fields)
+    if check:
+        check_halo(model, x, edge_weight=signal.edge_weight is not None, edge_fields=fields)
+
+
+def edge_fields_of(model: SnapshotModel, signal: Any) -> tuple:
+    """The edge-level signal fields the model's call reads (PyGT's LRGCN:
+    ``edge_type``; a user's module gets the edge weight as its third argument)."""
+    if model.spec.name == "LRGCN":
+        f = signal.fields.get("edge_type")
+        if f is None or f.level != "edge":
+            raise ModelInputError("edge_type", "is not an edge-level field of the signal; LRGCN takes relation ids per edge.",
+                                  "give the signal edge_type=[E_t] (integers) per snapshot.")
+        return ("edge_type",)
+    return ()

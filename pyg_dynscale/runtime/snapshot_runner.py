@@ -1,0 +1,184 @@
+r"""The black-box path's step loop: a user's module called once per snapshot.
+
+:class:`SnapshotRunner` runs a :class:`~pyg_dynscale.nn.snapshot_model.SnapshotModel`
+over a signal on one rank's share (the whole signal on one process), as
+PyGT's own loop does::
+
+    for t in range(T):
+        y_t, states = model(x_t, edge_index_t, edge_weight_t, *states)
+
+with the state of vertex :math:`v` at :math:`t` taken from its previous
+appearance (zeros at its first), which is PyGT's loop when the vertex set is
+fixed (:func:`~pyg_dynscale.nn.reference.per_snapshot_outputs`). On several
+ranks each call sees the rank's local subgraph and the state rows its halo
+needs, moved by the exchanges of a
+:class:`~pyg_dynscale.partition.halo_plan.StatePlan`.
+
+**Gradient checkpointing** (SC'21 §3.1): with ``checkpoint_every=B`` the
+steps run in blocks of :math:`B` snapshots under
+:func:`torch.utils.checkpoint.checkpoint`; a block keeps only the state rows
+it hands on, and its activations are recomputed during the backward, so the
+activation memory is that of one block instead of all :math:`T` snapshots
+(plus the carried state rows of every step). The rows a block received from
+other ranks are kept and reused by the recomputation, which therefore issues
+no collective.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import torch
+from torch import Tensor
+from torch.utils.checkpoint import checkpoint
+
+from ..errors import ModelInputError
+from ..nn.snapshot_model import SnapshotModel
+from ..partition.halo_plan import StatePlan, state_phase
+
+__all__ = ["SnapshotRunner"]
+
+Exchange = Callable[[tuple, Tensor, list, list], Tensor]
+
+
+class SnapshotRunner:
+    r"""One rank's per-snapshot loop.
+
+    Args:
+        model: the :class:`SnapshotModel` (``state_widths`` set).
+        signal: the :class:`~pyg_dynscale.data.DynamicGraphSignal` (host).
+        plan: the :class:`StatePlan` of this rank.
+        exchange: ``exchange(key, send, send_splits, recv_splits) -> recv``
+            (a :class:`~pyg_dynscale.distributed.exchange.Communicator`'s);
+            ``None`` on one process.
+        checkpoint_every: snapshots per checkpointed block (``None``: off).
+        dtype: floating dtype of features and states.
+        device: where the calls run.
+        edge_fields: names of edge-level signal fields passed to the module
+            (LRGCN's ``edge_type``).
+    """
+
+    def __init__(self, model: SnapshotModel, signal: Any, plan: StatePlan, exchange: Optional[Exchange] = None,
+                 checkpoint_every: Optional[int] = None, dtype: torch.dtype = torch.float32,
+                 device: Optional[torch.device] = None, edge_fields: tuple = ()) -> None:
+        if checkpoint_every is not None:
+            if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) or checkpoint_every < 1:
+                raise ModelInputError("checkpoint_every", f"is {checkpoint_every!r}.", "give a number of snapshots >= 1, or None.")
+            if model.spec.evolving:
+                raise ModelInputError("checkpoint_every", f"cannot be used with {model.spec.name}: it keeps an "
+                                      "evolving weight between calls, which recomputation would advance twice.",
+                                      "train it without checkpointing.")
+        self.model, self.plan, self.exchange = model, plan, exchange
+        self.checkpoint_every = checkpoint_every
+        self.dtype = dtype
+        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        dev = self.device
+        x = signal.x.to(dtype)
+        ew = signal.edge_weight.to(dtype) if signal.edge_weight is not None else None
+        fields = {k: signal.fields[k].values for k in edge_fields}
+        node_ptr, edge_ptr = signal.node_ptr.tolist(), signal.edge_ptr.tolist()
+        self.inputs = []
+        for s in plan.steps:
+            g0, g1 = node_ptr[s.t], node_ptr[s.t + 1]
+            e0, e1 = edge_ptr[s.t], edge_ptr[s.t + 1]
+            xs = x[g0:g1] if s.nodes is None else x[g0:g1].index_select(0, s.nodes)
+            ws = None if ew is None else (ew[e0:e1] if s.edges is None else ew[e0:e1].index_select(0, s.edges))
+            fs = {k: (v[e0:e1] if s.edges is None else v[e0:e1].index_select(0, s.edges)).to(dev) for k, v in fields.items()}
+            owned = None if s.owned is None else s.owned.to(dev)
+            routes = [(r, r.self_dst.to(dev), {k: v.to(dev) for k, v in r.recv_dst.items()}) for r in s.routes]
+            self.inputs.append((xs.to(dev), s.edge_index.to(dev), None if ws is None else ws.to(dev), fs, owned, routes))
+        self._recv_cache: Optional[dict] = None
+        #: wall seconds of the last :meth:`outputs` spent in the module calls
+        self.call_seconds = 0.0
+
+    # ------------------------------------------------------------------ pieces
+    def _exchange(self, t: int, c: int, kind: str, send: Tensor, route: Any) -> Tensor:
+        key = (t, c, kind)
+        cache = self._recv_cache
+        if cache is not None and key in cache:  # recomputation inside a checkpointed block: no collective
+            rows, grad = cache[key]
+            return rows.detach().requires_grad_(grad)  # as in the first pass, so the same tensors are saved
+        if self.exchange is None:
+            raise RuntimeError("a one-process StatePlan has no exchanges")
+        recv = self.exchange((0, state_phase(t, c, kind), kind), send, route.send_splits[kind], route.recv_splits[kind])
+        if cache is not None:
+            cache[key] = (recv.detach(), recv.requires_grad)
+        return recv
+
+    def _step(self, i: int, history: Callable[[int, int], Tensor]) -> tuple[Tensor, tuple]:
+        s = self.plan.steps[i]
+        x, ei, ew, fs, owned, routes = self.inputs[i]
+        states = []
+        for c, (route, self_dst, recv_dst) in enumerate(routes):
+            w = self.model.state_widths[c]
+            like = x.new_zeros(0, w)
+            rows = route.gather(lambda t, c=c: history(t, c), like)
+            if route.identity:
+                states.append(rows)
+                continue
+            srcs, dsts = [rows[:route.num_self]], [self_dst]
+            off = route.num_self
+            for kind in route.active:
+                n_send = sum(route.send_splits[kind])
+                srcs.append(self._exchange(s.t, c, kind, rows[off:off + n_send], route).to(x.dtype))
+                dsts.append(recv_dst[kind])
+                off += n_send
+            src = torch.cat(srcs, 0) if len(srcs) > 1 else srcs[0]
+            dst = torch.cat(dsts, 0) if len(dsts) > 1 else dsts[0]
+            states.append(x.new_zeros(s.num_local, w).index_copy(0, dst, src))
+        if s.num_local == 0 and not self.model.spec.evolving:
+            y = x.new_zeros((0,))
+            return y, tuple(x.new_zeros(0, w) for w in self.model.state_widths)
+        y, new = self.model.step(x, ei, ew, tuple(states), fs)
+        if owned is not None:
+            y = y.index_select(0, owned)
+            new = tuple(h.index_select(0, owned) for h in new)
+        return y, tuple(new)
+
+    # ------------------------------------------------------------------ forward
+    def outputs(self) -> Tensor:
+        """``[|Q|, ...]`` outputs ``y`` of this rank's owned vertex-time nodes,
+        in gid order (``plan.owned_gids``)."""
+        T = len(self.plan.steps)
+        C = len(self.model.state_widths)
+        kept: list[list[Tensor]] = [[None] * T for _ in range(C)]  # type: ignore[list-item]
+        ys: list[Tensor] = []
+        B = self.checkpoint_every
+        use_ckpt = B is not None and torch.is_grad_enabled()
+        self._recv_cache = {} if use_ckpt else None
+        if not use_ckpt:
+            for i in range(T):
+                y, new = self._step(i, lambda t, c: kept[c][t])
+                ys.append(y)
+                for c in range(C):
+                    kept[c][i] = new[c]
+        else:
+            for a in range(0, T, B):
+                b = min(a + B, T)
+                outs = checkpoint(self._block, a, b, kept, use_reentrant=False, preserve_rng_state=True)
+                for i in range(a, b):
+                    k = (i - a) * (C + 1)
+                    ys.append(outs[k])
+                    for c in range(C):
+                        kept[c][i] = outs[k + 1 + c]
+        ys = [y for y in ys if y.numel() or y.dim() > 1]
+        if not ys:
+            return torch.zeros(0, dtype=self.dtype, device=self.device)
+        return torch.cat(ys, 0) if len(ys) > 1 else ys[0]
+
+    def _block(self, a: int, b: int, kept: list) -> tuple:
+        """Steps ``a..b-1``; earlier steps' states are read from ``kept``
+        (finished blocks), this block's from its own list (so that the
+        recomputation does not depend on what the first pass stored)."""
+        own: dict = {}
+
+        def history(t: int, c: int) -> Tensor:
+            return own[(t, c)] if t >= a else kept[c][t]
+
+        flat = []
+        for i in range(a, b):
+            y, new = self._step(i, history)
+            flat.append(y)
+            for c, h in enumerate(new):
+                own[(i, c)] = h
+                flat.append(h)
+        return tuple(flat)
