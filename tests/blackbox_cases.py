@@ -180,3 +180,51 @@ def make_partition(sig: DynamicGraphSignal, scheme: str, R: int) -> Partition:
     if scheme == "random":
         return Partition("random", R, torch.randint(0, R, (N,), generator=torch.Generator().manual_seed(R + 1)))
     return partition(sig, scheme, R, DependencyPattern.preset("tgcn", F, H), seed=0)
+
+
+class RecurrentGCN(torch.nn.Module):
+    """PyGT's example model (examples/recurrent/*_example.py): a cell, ReLU,
+    a Linear head; ``forward(x, edge_index, edge_weight, h) -> (y, h)``."""
+
+    def __init__(self, cell_name: str, state_transform: bool = False) -> None:
+        super().__init__()
+        from torch_geometric_temporal.nn import recurrent as rec
+
+        torch.manual_seed(4)
+        self.recurrent = rec.TGCN(F, H) if cell_name == "TGCN" else rec.GConvGRU(F, H, 2)
+        self.linear = torch.nn.Linear(H, 1)
+        self.state_transform = state_transform
+
+    def forward(self, x, edge_index, edge_weight, prev_hidden_state):
+        h = self.recurrent(x, edge_index, edge_weight, prev_hidden_state)
+        y = self.linear(torch.relu(h))
+        return y, (torch.tanh(h) if self.state_transform else h)
+
+
+def recurrent_gcn_reference(cell_name: str, epochs: int, lr: float = 0.05, state_transform: bool = False) -> dict:
+    """PyGT's loop (C) for :class:`RecurrentGCN`: ``y_hat, h = model(..., h)``,
+    cost = mean over snapshots of ``mean((y_hat.squeeze() - y)**2)``."""
+    torch.set_default_dtype(torch.float64)
+    try:
+        m = RecurrentGCN(cell_name, state_transform).double()
+        sig = signal("plain")
+        opt = torch.optim.SGD(m.parameters(), lr=lr)
+        losses, grads = [], None
+        for e in range(epochs):
+            opt.zero_grad()
+            table = torch.zeros(sig.num_vertices, H)
+            per = []
+            for t in range(sig.num_snapshots):
+                d = sig.snapshot(t)
+                y_hat, h = m(d.x, d.edge_index, d.edge_attr, table.index_select(0, d.n_id))
+                table = table.index_copy(0, d.n_id, h)
+                per.append(torch.mean((y_hat.squeeze(1) - d.y) ** 2))
+            loss = torch.stack(per).mean()
+            loss.backward()
+            if e == 0:
+                grads = [p.grad.clone() for p in m.parameters()]
+            opt.step()
+            losses.append(float(loss.detach()))
+        return {"losses": losses, "grads": grads, "params": [p.detach().clone() for p in m.parameters()]}
+    finally:
+        torch.set_default_dtype(torch.float32)

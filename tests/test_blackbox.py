@@ -119,3 +119,171 @@ def test_mpnnlstm_is_refused_on_split_snapshots_and_auto_takes_the_adapter():
 
     with pytest.raises(SpawnError, match="BatchNorm"):
         spawn(_ranks, 2, [("MPNNLSTM", "pts", None)], timeout=120)
+
+
+# ---------------------------------------------------------------- the user's own model class
+def _recurrent_gcn_fused(cell_name: str, path: str, signal=None, state_transform: bool = False):
+    from pyg_dynscale.runtime import FusedTrainer
+
+    torch.set_default_dtype(torch.float64)
+    try:
+        m = cases.RecurrentGCN(cell_name, state_transform).double()
+        sig = cases.signal("plain") if signal is None else signal
+        tr = FusedTrainer(m, sig, loss="mse", path=path, optimizer=torch.optim.SGD(m.parameters(), lr=0.05))
+        res = _trained(tr, m, torch.nn.Sequential())
+        res["path"] = tr.path
+        return res
+    finally:
+        torch.set_default_dtype(torch.float32)
+
+
+@pytest.mark.parametrize("cell_name,auto_path", [("TGCN", "decomposed"), ("GConvGRU", "blackbox")])
+def test_recurrent_gcn_unchanged_on_both_paths(cell_name, auto_path):
+    ref = cases.recurrent_gcn_reference(cell_name, EPOCHS)
+    got = _recurrent_gcn_fused(cell_name, "auto")
+    assert got["path"] == auto_path
+    _assert_same(got, ref, f"RecurrentGCN({cell_name}) auto")
+    _assert_same(_recurrent_gcn_fused(cell_name, "blackbox"), ref, f"RecurrentGCN({cell_name}) blackbox")
+
+
+def test_module_whose_state_is_not_the_cells_output_is_not_decomposed():
+    from pyg_dynscale.errors import DecompositionMismatchError
+
+    ref = cases.recurrent_gcn_reference("TGCN", EPOCHS, state_transform=True)
+    got = _recurrent_gcn_fused("TGCN", "auto", state_transform=True)
+    assert got["path"] == "blackbox"  # the self-check sent it to the path that calls it unchanged
+    _assert_same(got, ref, "RecurrentGCN(TGCN, tanh state) auto")
+    with pytest.raises(DecompositionMismatchError):
+        _recurrent_gcn_fused("TGCN", "decomposed", state_transform=True)
+
+
+def test_pygt_signal_objects_are_accepted():
+    from torch_geometric_temporal.signal import StaticGraphTemporalSignal
+
+    g = torch.Generator().manual_seed(2)
+    n, steps = 7, 4
+    ei = torch.stack([torch.arange(n), (torch.arange(n) + 1) % n])
+    ei = torch.cat([ei, ei.flip(0)], 1)
+    w = torch.rand(ei.shape[1], generator=g, dtype=torch.float64) + 0.5
+    xs = [torch.randn(n, cases.F, generator=g, dtype=torch.float64).numpy() for _ in range(steps)]
+    ys = [torch.randn(n, generator=g, dtype=torch.float64).numpy() for _ in range(steps)]
+    pygt = StaticGraphTemporalSignal(ei.numpy(), w.numpy(), xs, ys)
+    from pyg_dynscale import DynamicGraphSignal
+
+    ours = DynamicGraphSignal.from_pygt(pygt)
+    a = _recurrent_gcn_fused("GConvGRU", "auto", signal=pygt)
+    b = _recurrent_gcn_fused("GConvGRU", "auto", signal=ours)
+    assert a["losses"] == b["losses"]
+
+
+def _recurrent_gcn_ranks(rank: int, world_size: int, configs: list) -> list:
+    from pyg_dynscale.distributed import DistributedTrainer
+
+    torch.set_default_dtype(torch.float64)
+    out = []
+    for cell_name, path, scheme in configs:
+        m = cases.RecurrentGCN(cell_name).double()
+        sig = cases.signal("plain")
+        tr = DistributedTrainer(m, sig, cases.make_partition(sig, scheme, world_size), loss="mse", path=path,
+                                optimizer=lambda p: torch.optim.SGD(p, lr=0.05))
+        res = _trained(tr, m, torch.nn.Sequential())
+        res["config"], res["path"] = (cell_name, path, scheme), tr.path
+        out.append(res)
+    return out
+
+
+def test_recurrent_gcn_distributed_on_both_paths():
+    from pyg_dynscale.distributed import spawn
+
+    configs = [("TGCN", "auto", "pgc"), ("TGCN", "blackbox", "random"), ("GConvGRU", "auto", "pts"),
+               ("GConvGRU", "auto", "random")]
+    refs = {c: cases.recurrent_gcn_reference(c, EPOCHS) for c in ("TGCN", "GConvGRU")}
+    for per_rank in zip(*spawn(_recurrent_gcn_ranks, 2, configs, timeout=300)):
+        cell_name, path, scheme = per_rank[0]["config"]
+        assert per_rank[0]["path"] == ("decomposed" if (cell_name, path) == ("TGCN", "auto") else "blackbox")
+        for res in per_rank:
+            _assert_same(res, refs[cell_name], f"RecurrentGCN({cell_name}) {path} {scheme}")
+
+
+# ---------------------------------------------------------------- the depth check
+def test_halo_check_catches_an_under_declared_depth():
+    from torch_geometric_temporal.nn.recurrent import GConvGRU
+
+    from pyg_dynscale.nn.halo_check import HaloCheckError, check_halo
+    from pyg_dynscale.nn.snapshot_model import SnapshotModel
+
+    x = torch.randn(10, cases.F)
+    m = SnapshotModel(GConvGRU(cases.F, cases.H, 3), depth=1)
+    m.probe(x)
+    with pytest.raises(HaloCheckError, match="smallest uniform depth that passes is 4"):
+        check_halo(m, x)
+    good = SnapshotModel(GConvGRU(cases.F, cases.H, 3))
+    good.probe(x)
+    assert good.depth.hops == 4 and check_halo(good, x) <= 1e-9
+
+
+class _Centered(torch.nn.Module):
+    """Subtracts the snapshot mean: every output reads every node."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(cases.F, cases.H)
+
+    def forward(self, x, edge_index, edge_weight):
+        return self.lin(x - x.mean(0))
+
+
+def test_halo_check_names_a_whole_snapshot_dependency_and_inference_needs_a_declaration():
+    from pyg_dynscale.errors import ModelInputError
+    from pyg_dynscale.nn.halo_check import HaloCheckError, check_halo
+    from pyg_dynscale.nn.snapshot_model import SnapshotModel
+
+    with pytest.raises(ModelInputError, match="cannot be inferred"):
+        SnapshotModel(_Centered())
+    m = SnapshotModel(_Centered(), depth=2)
+    x = torch.randn(10, cases.F)
+    m.probe(x)
+    with pytest.raises(HaloCheckError, match="whole snapshot"):
+        check_halo(m, x)
+    exact = SnapshotModel(_Centered(), depth=None)
+    exact.probe(x)
+    assert check_halo(exact, x) == 0.0
+
+
+def _under_declared(rank: int, world_size: int) -> list:
+    from pyg_dynscale.distributed import DistributedTrainer
+
+    torch.set_default_dtype(torch.float64)
+    m, head = cases.cell("GConvGRU_K3")
+    sig = cases.signal("plain")
+    tr = DistributedTrainer(m, sig, cases.make_partition(sig, "random", world_size), head=head, loss="mse",
+                            path="blackbox", depth=1, check=False, optimizer=lambda p: torch.optim.SGD(p, lr=0.05))
+    return [tr.train_epoch() for _ in range(EPOCHS)]
+
+
+def test_an_unchecked_under_declared_depth_trains_a_different_model(references):
+    """The oracle can fail: with the check off, depth 1 for GConvGRU(K=3) (needs 4) changes the loss."""
+    from pyg_dynscale.distributed import spawn
+
+    losses = spawn(_under_declared, 2)[0]
+    assert abs(losses[0] - references["GConvGRU_K3"]["losses"][0]) > 1e-6
+
+
+# ---------------------------------------------------------------- refusals
+def test_refusals_name_the_reason():
+    from torch_geometric_temporal.nn.recurrent import AGCRN, EvolveGCNO, GConvGRU
+
+    from pyg_dynscale.errors import ModelInputError, UnsupportedModelError
+    from pyg_dynscale.runtime import FusedTrainer
+
+    sig = cases.signal("plain")
+    with pytest.raises(UnsupportedModelError, match="node embeddings"):
+        FusedTrainer(AGCRN(cases.V, cases.F, cases.H, 2, 3), sig)
+    with pytest.raises(ModelInputError, match="evolving weight"):
+        FusedTrainer(EvolveGCNO(cases.F).double(), sig, checkpoint_every=2)
+    with pytest.raises(NotImplementedError, match="decomposed path is not built"):
+        FusedTrainer(cases.RecurrentGCN("TGCN").double(), sig, checkpoint_every=2)
+    with pytest.raises(ModelInputError, match="checkpoint_every"):
+        FusedTrainer(GConvGRU(cases.F, cases.H, 2).double(), sig, checkpoint_every=0)
+    with pytest.raises(ModelInputError, match="path"):
+        FusedTrainer(GConvGRU(cases.F, cases.H, 2).double(), sig, path="fast")

@@ -667,6 +667,9 @@ class DistributedTrainer:
             else:
                 z_Q = z_S.index_select(0, lay.S_owned)
             h_Q = self._time(b, z_Q)
+        readout = getattr(self.model, "readout", None)  # a user's module around the cell: its per-node part
+        if readout is not None:
+            h_Q = readout(h_Q, self.signal.x.index_select(0, lay.Q).to(device=h_Q.device, dtype=h_Q.dtype))
         return h_Q
 
     def _apply_head(self, out: Tensor) -> Tensor:

@@ -11,9 +11,17 @@ through the decomposition, and raises :class:`DecompositionMismatchError` if
 they differ: a subclass that changed ``forward`` is caught before it can
 silently train a different model.
 
+A user's module *around* one such cell (PyGT's example ``RecurrentGCN``:
+the cell, then per-node operations such as ReLU and a ``Linear``, returning
+``(y, h)``) is wrapped by :class:`ModuleAdapter`: the cell runs decomposed,
+and the user's own ``forward`` runs once over all rows with the cell replaced
+by the rows it computed (so only its per-node operations execute). The same
+self-check against the module's own per-snapshot loop guards it.
+
 Classes whose cell convolves the hidden state (GConvGRU, GConvLSTM, GCLSTM,
 DCRNN, EvolveGCN, ...) do not decompose; they raise
-:class:`UnsupportedModelError` (they need the black-box path).
+:class:`UnsupportedModelError` and run on the black-box path
+(:mod:`pyg_dynscale.nn.snapshot_model`).
 """
 from __future__ import annotations
 
@@ -35,6 +43,7 @@ __all__ = [
     "TGCN2Adapter",
     "A3TGCNAdapter",
     "MPNNLSTMAdapter",
+    "ModuleAdapter",
     "SUPPORTED_PYGT_CLASSES",
     "self_check",
 ]
@@ -196,6 +205,116 @@ class MPNNLSTMAdapter(PyGTAdapter):
         return _random_signal(gen, int(m.in_channels), changing=False, num_nodes=int(m.window) * int(m.num_nodes))
 
 
+class ModuleAdapter(PyGTAdapter):
+    r"""A user's module around one adaptable PyGT cell, on the decomposed path.
+
+    The cell (``cell_adapter``) computes the state :math:`H` of every
+    vertex-time node decomposed; :meth:`readout` then calls the user's
+    ``forward(x, edge_index, edge_weight, h)`` once on all rows with the cell
+    returning those rows, so that only the operations around it run:
+    :math:`y = f(x, H)` row by row. Valid when ``forward`` returns
+    ``(y, h)`` with ``h`` the cell's output and everything else is per node;
+    :func:`self_check` verifies it on a tiny graph.
+    """
+
+    def __init__(self, module: torch.nn.Module, cell_adapter: PyGTAdapter) -> None:
+        super().__init__(module)
+        self.cell_adapter = cell_adapter
+        self.pygt_class = f"{type(module).__name__}({cell_adapter.pygt_class})"
+        self.time_kind = cell_adapter.time_kind
+        self.state_width = cell_adapter.state_width
+
+    @property
+    def num_blocks(self) -> int:
+        return self.cell_adapter.num_blocks
+
+    @property
+    def out_channels(self) -> int:
+        return int(getattr(self.cell_adapter.module, "out_channels", 0) or self.state_width)
+
+    @property
+    def window(self) -> int:
+        return int(getattr(self.cell_adapter, "window", 1) or 1)
+
+    def structure_encoder(self, graph: FusedGraph, x: Optional[Tensor] = None, block: int = 0,
+                          halo: Optional[Halo] = None) -> Tensor:
+        return self.cell_adapter.structure_encoder(graph, x, block, halo)
+
+    def time_encoder(self, z: Tensor, graph: FusedGraph, h0: Optional[Tensor] = None, block: int = 0) -> Tensor:
+        return self.cell_adapter.time_encoder(z, graph, h0, block)
+
+    def time_encoder_with_state(self, z: Tensor, graph: FusedGraph, h0: Optional[Tensor] = None, block: int = 0):
+        return self.cell_adapter.time_encoder_with_state(z, graph, h0, block)
+
+    def forward_fused(self, graph: FusedGraph, h0: Optional[Tensor] = None, x: Optional[Tensor] = None) -> Tensor:
+        return self.cell_adapter.forward_fused(graph, h0, x)
+
+    def dependency_pattern(self, bytes_per_element: int = 4) -> Any:
+        return self.cell_adapter.dependency_pattern(bytes_per_element)
+
+    def readout(self, h: Tensor, x: Tensor) -> Tensor:
+        r"""``y`` ``[n, ...]`` of the user's ``forward`` for rows with state
+        ``h`` ``[n, H]`` and features ``x`` ``[n, ...]``."""
+        cell = self.cell_adapter.module
+        batched = self.cell_adapter.pygt_class == "TGCN2"
+        cell.forward = lambda *args, **kwargs: h.unsqueeze(0) if batched else h  # type: ignore[method-assign]
+        try:
+            out = self.module(x, x.new_zeros(2, 0, dtype=torch.long), None, None)
+        finally:
+            del cell.forward
+        if not isinstance(out, (tuple, list)) or len(out) != 2:
+            raise DecompositionMismatchError(f"{type(self.module).__name__} must return (y, h) to run decomposed.")
+        return out[0]
+
+    def reference_step(self, x, edge_index, edge_weight, H):  # type: ignore[override]
+        return self.module(x, edge_index, edge_weight, H)[1]
+
+    def _tiny_signal(self, gen: torch.Generator) -> Any:
+        return self.cell_adapter._tiny_signal(gen)
+
+
+def _adapter_of(model: torch.nn.Module) -> Optional[PyGTAdapter]:
+    """The adapter of a PyGT instance of a supported class (``None``: none)."""
+    try:
+        from .._optional import import_pygt
+
+        rec = import_pygt("PyGT adapters").nn.recurrent
+    except ImportError:
+        return None
+    for cls_name, adapter_cls in (
+        ("A3TGCN", A3TGCNAdapter), ("TGCN2", TGCN2Adapter), ("TGCN", TGCNAdapter), ("MPNNLSTM", MPNNLSTMAdapter)
+    ):
+        if isinstance(model, getattr(rec, cls_name)):
+            return adapter_cls(model)
+    return None
+
+
+def _module_adapter(model: torch.nn.Module) -> Optional[ModuleAdapter]:
+    """A :class:`ModuleAdapter` when ``model`` holds exactly one adaptable
+    cell and no other message-passing layer, and ``forward`` takes
+    ``(x, edge_index, edge_weight, h)``."""
+    from torch_geometric.nn import MessagePassing
+
+    inner = [(m, _adapter_of(m)) for m in model.modules() if m is not model]
+    cells = [(m, a) for m, a in inner if a is not None]
+    if len(cells) != 1:
+        return None
+    cell, adapter = cells[0]
+    in_cell = {id(m) for m in cell.modules()}
+    if any(isinstance(m, MessagePassing) and id(m) not in in_cell for m in model.modules()):
+        return None
+    if adapter.time_kind != "recurrent" or not adapter.state_width:
+        return None
+    import inspect
+
+    try:
+        n = len([p for p in inspect.signature(model.forward).parameters.values()
+                 if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)])
+    except (TypeError, ValueError):
+        return None
+    return ModuleAdapter(model, adapter) if n == 4 else None
+
+
 # ------------------------------------------------------------------ self-check
 def _random_signal(gen: torch.Generator, F: int, changing: bool, periods: int = 0, num_nodes: int = 5) -> Any:
     from ..data.signal import DynamicGraphSignal
@@ -230,7 +349,13 @@ def self_check(adapter: PyGTAdapter, atol: float = 1e-8) -> float:
     try:
         with torch.no_grad():
             ref = per_snapshot_outputs(twin.reference_step, signal, twin.state_width)
-            fused = twin.forward_fused(FusedGraph.from_signal(signal))
+            graph = FusedGraph.from_signal(signal)
+            fused = twin.forward_fused(graph)
+            if isinstance(twin, ModuleAdapter):  # the user's y as well as the carried state
+                ref_y = per_snapshot_outputs(_y_step(twin.module), signal, twin.state_width, y_only=True)
+                y = twin.readout(fused, graph.x)
+                if ref_y.shape != y.shape or float((ref_y - y).abs().max()) > atol:
+                    ref, fused = ref_y, y
     except (DecompositionMismatchError, ModelInputError):
         raise
     except Exception as exc:  # the model's own forward cannot run as its class declares
@@ -244,9 +369,16 @@ def self_check(adapter: PyGTAdapter, atol: float = 1e-8) -> float:
             f"{type(adapter.module).__name__} does not match the {adapter.pygt_class} decomposition "
             f"(structure encoder per snapshot, then time encoder per vertex sequence): max abs difference "
             f"{diff:.3g} on a tiny test graph. Its forward was probably changed (e.g. a subclass). Train it "
-            "with the per-snapshot loop, or with the general black-box path (planned for a later release)."
+            "on the black-box path (path='blackbox'), which calls its forward unchanged."
         )
     return diff
+
+
+def _y_step(module: torch.nn.Module) -> Callable:
+    def step(x: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor], H: Optional[Tensor]) -> tuple:
+        return module(x, edge_index, edge_weight, H)
+
+    return step
 
 
 def adapt(model: torch.nn.Module, check: bool = True) -> DecomposedModule:
@@ -254,8 +386,10 @@ def adapt(model: torch.nn.Module, check: bool = True) -> DecomposedModule:
 
     Args:
         model: an instance of PyGT's ``TGCN``, ``TGCN2``, ``A3TGCN`` or
-            ``MPNNLSTM`` (or a subclass), or a :class:`DecomposedModule`
-            (returned unchanged).
+            ``MPNNLSTM`` (or a subclass), a module around exactly one of
+            them with ``forward(x, edge_index, edge_weight, h) -> (y, h)``
+            and per-node operations otherwise (:class:`ModuleAdapter`), or a
+            :class:`DecomposedModule` (returned unchanged).
         check: run :func:`self_check` (recommended; a few milliseconds).
 
     Raises:
@@ -264,19 +398,9 @@ def adapt(model: torch.nn.Module, check: bool = True) -> DecomposedModule:
     """
     if isinstance(model, DecomposedModule):
         return model
-    adapter: Optional[PyGTAdapter] = None
-    try:
-        from .._optional import import_pygt
-
-        rec = import_pygt("PyGT adapters").nn.recurrent
-        for cls_name, adapter_cls in (
-            ("A3TGCN", A3TGCNAdapter), ("TGCN2", TGCN2Adapter), ("TGCN", TGCNAdapter), ("MPNNLSTM", MPNNLSTMAdapter)
-        ):
-            if isinstance(model, getattr(rec, cls_name)):
-                adapter = adapter_cls(model)
-                break
-    except ImportError:
-        pass
+    adapter: Optional[PyGTAdapter] = _adapter_of(model)
+    if adapter is None:
+        adapter = _module_adapter(model)
     if adapter is None:
         name = type(model).__name__
         hint = (
@@ -286,8 +410,8 @@ def adapt(model: torch.nn.Module, check: bool = True) -> DecomposedModule:
         raise UnsupportedModelError(
             f"No decomposed-path adapter for {name}. {hint}Adapters exist for PyGT's "
             f"{', '.join(SUPPORTED_PYGT_CLASSES)}; pyg_dynscale.nn also has TGCN, MPNNLSTM and DySAT. "
-            "Models like GConvGRU, DCRNN or EvolveGCN need the general black-box path (vertex partition + "
-            "per-step halo exchange), planned for a later release; until then train them with PyGT's own loop."
+            "Other models (GConvGRU, DCRNN, EvolveGCN, ...) run on the black-box path: pass path='blackbox' "
+            "(or 'auto') to FusedTrainer / DistributedTrainer."
         )
     if check:
         self_check(adapter)

@@ -152,7 +152,10 @@ def _check(twin, model, x_like, edge_weight, edge_fields, n, seeds, tol, max_hop
         d = _mismatch(twin, depth, x, ei, ew if edge_weight else None, states, ef, owned, ref)
         if d > tol:
             found = None
+            far = hop_distance(ei, n, owned.unsqueeze(0), n)[0]
             for k in range((depth.hops or 0) + 1, min(n // 2, max_hops) + 1):
+                if bool((far <= k + 1).all()):  # the local set is the whole test graph: no halo depth suffices
+                    break
                 trial = HaloDepth(k, (k,) * len(depth.state), depth.full_nodes)
                 if _mismatch(twin, trial, x, ei, ew if edge_weight else None, states, ef, owned, ref) <= tol:
                     found = k

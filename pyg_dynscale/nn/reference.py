@@ -21,7 +21,8 @@ __all__ = ["per_snapshot_outputs"]
 Step = Callable[[Tensor, Tensor, Optional[Tensor], Optional[Tensor]], Tensor]
 
 
-def per_snapshot_outputs(step: Step, signal: Any, state_width: int = 0, h0_table: Optional[Tensor] = None) -> Tensor:
+def per_snapshot_outputs(step: Step, signal: Any, state_width: int = 0, h0_table: Optional[Tensor] = None,
+                         y_only: bool = False) -> Tensor:
     r"""Run ``step(x_t, edge_index_t, edge_weight_t, H_t)`` once per snapshot.
 
     Args:
@@ -31,6 +32,8 @@ def per_snapshot_outputs(step: Step, signal: Any, state_width: int = 0, h0_table
             every call, outputs concatenated as returned).
         h0_table: ``[num_vertices, state_width]`` initial state per vertex
             (default zeros, = PyGT's ``H=None``).
+        y_only: the step returns ``(y, h)`` (PyGT's example ``RecurrentGCN``):
+            carry ``h``, return the ``y`` rows.
 
     Returns:
         ``[N, *]`` the outputs of all snapshots, concatenated in vertex-time
@@ -44,7 +47,9 @@ def per_snapshot_outputs(step: Step, signal: Any, state_width: int = 0, h0_table
             if table is None:
                 table = d.x.new_zeros(signal.num_vertices, state_width)
             h = step(d.x, d.edge_index, d.edge_attr, table.index_select(0, d.n_id))
+            y, h = h if y_only else (h, h)
             table = table.index_copy(0, d.n_id, h)  # out of place: autograd keeps every step
+            h = y
         else:
             h = step(d.x, d.edge_index, d.edge_attr, None)
         outs.append(h)

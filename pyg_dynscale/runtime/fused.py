@@ -269,7 +269,9 @@ class FusedTrainer:
         if self.runner is not None:
             return self.runner.outputs()
         x = self.graph.x.to(self._params_dtype())
-        return self.model.forward_fused(self.graph, self.h0, x=x)
+        out = self.model.forward_fused(self.graph, self.h0, x=x)
+        readout = getattr(self.model, "readout", None)  # a user's module around the cell: its per-node part
+        return readout(out, x) if readout is not None else out
 
     def _apply_head(self, out: Tensor) -> Tensor:
         return self.head(out) if self.head is not None else out

@@ -5,8 +5,9 @@ r"""Choosing a runtime path for a user's model, and accepting PyGT signals.
   masked temporal fusion, the fast path;
 * ``path="blackbox"``: the model is called unchanged once per snapshot
   (:class:`~pyg_dynscale.nn.snapshot_model.SnapshotModel`);
-* ``path="auto"``: decomposed when an adapter exists for the model's class
-  (:func:`~pyg_dynscale.nn.adapt`), black-box otherwise.
+* ``path="auto"``: decomposed when an adapter exists for the model (or the
+  one cell it wraps, :class:`~pyg_dynscale.nn.adapters.ModuleAdapter`) and
+  passes its self-check, black-box otherwise.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any, Union
 
 import torch
 
-from ..errors import ModelInputError, UnsupportedModelError
+from ..errors import DecompositionMismatchError, ModelInputError, UnsupportedModelError
 from ..nn.adapters import adapt
 from ..nn.decomposed import DecomposedModule
 from ..nn.halo_check import check_halo
@@ -57,7 +58,8 @@ def resolve_model(model: torch.nn.Module, path: str = "auto", depth: Any = "auto
         return SnapshotModel(inner, depth=depth)
     try:
         return adapt(model, check=check)
-    except UnsupportedModelError:
+    except (UnsupportedModelError, DecompositionMismatchError):
+        # no decomposition, or one its own forward does not follow: the black-box path calls it unchanged
         if path == "decomposed":
             raise
         return SnapshotModel(model, depth=depth)
