@@ -169,7 +169,7 @@ def reference_run(name: str, epochs: int, lr: float = 0.05) -> dict:
                 grads = [p.grad.clone() if p.grad is not None else None for p in list(m.parameters()) + list(head.parameters())]
             opt.step()
             detach_evolving(m)
-            losses.append(float(loss))
+            losses.append(float(loss.detach()))
         return {"losses": losses, "grads": grads, "params": [p.detach().clone() for p in list(m.parameters()) + list(head.parameters())]}
     finally:
         torch.set_default_dtype(torch.float32)
