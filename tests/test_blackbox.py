@@ -281,8 +281,6 @@ def test_refusals_name_the_reason():
         FusedTrainer(AGCRN(cases.V, cases.F, cases.H, 2, 3), sig)
     with pytest.raises(ModelInputError, match="evolving weight"):
         FusedTrainer(EvolveGCNO(cases.F).double(), sig, checkpoint_every=2)
-    with pytest.raises(NotImplementedError, match="decomposed path is not built"):
-        FusedTrainer(cases.RecurrentGCN("TGCN").double(), sig, checkpoint_every=2)
     with pytest.raises(ModelInputError, match="checkpoint_every"):
         FusedTrainer(GConvGRU(cases.F, cases.H, 2).double(), sig, checkpoint_every=0)
     with pytest.raises(ModelInputError, match="path"):

@@ -229,8 +229,8 @@ class DistributedTrainer:
                                 check, stale, checkpoint_every, t_setup)
             return
         if checkpoint_every is not None:
-            raise NotImplementedError("checkpoint_every on the decomposed path is not built yet; use path='blackbox' "
-                                      "for gradient checkpointing over blocks of snapshots.")
+            raise NotImplementedError("checkpoint_every on DistributedTrainer's decomposed path is not built yet; use "
+                                      "path='blackbox', or FusedTrainer on one process.")
         self.head = head
         if callable(loss) or loss not in LOSSES:
             raise ModelInputError("loss", f"is {loss!r}.", f"use one of {LOSSES} (callables are not distributed).")

@@ -35,6 +35,7 @@ from ..nn.snapshot_model import SnapshotModel
 from ..partition.halo_plan import StatePlan
 from .paths import as_signal, edge_fields_of, prepare_snapshot_model, resolve_model
 from .snapshot_runner import SnapshotRunner
+from .time_blocks import TimeBlockCheckpoint
 
 __all__ = ["FusedTrainer", "LOSSES", "snapshot_mean", "snapshot_mean_part", "resolve_targets", "Targets", "eval_mode"]
 
@@ -165,9 +166,10 @@ class FusedTrainer:
         depth: a black-box model's halo depth (``"auto"``, hops, ``None`` or a
             :class:`~pyg_dynscale.partition.halo_plan.HaloDepth`); one
             process computes whole snapshots, so it is only recorded.
-        checkpoint_every: black-box path: recompute activations in blocks of
-            this many snapshots during the backward (gradient
-            checkpointing; ``None``: keep all).
+        checkpoint_every: recompute activations in blocks of this many
+            snapshots during the backward (gradient checkpointing, both
+            paths; :class:`~pyg_dynscale.runtime.time_blocks.TimeBlockCheckpoint`
+            on the decomposed path; ``None``: keep all).
 
     Example::
 
@@ -202,9 +204,6 @@ class FusedTrainer:
         self.model: Union[DecomposedModule, SnapshotModel] = resolve_model(model, path, depth, check)
         #: ``"decomposed"`` or ``"blackbox"``
         self.path = "blackbox" if isinstance(self.model, SnapshotModel) else "decomposed"
-        if checkpoint_every is not None and self.path != "blackbox":
-            raise NotImplementedError("checkpoint_every on the decomposed path is not built yet; use path='blackbox' "
-                                      "for gradient checkpointing over blocks of snapshots.")
         self.head = head
         if not callable(loss) and loss not in LOSSES:
             raise ModelInputError("loss", f"is {loss!r}.", f"use one of {LOSSES} or a callable.")
@@ -247,6 +246,9 @@ class FusedTrainer:
         elif h0 is not None:
             check_initial_state(h0, self.graph, self.model.state_width)
         self.h0 = h0
+        self.time_blocks: Optional[TimeBlockCheckpoint] = None
+        if checkpoint_every is not None and self.runner is None:
+            self.time_blocks = TimeBlockCheckpoint(self.model, signal, checkpoint_every)
         self._prepare_targets(target, link_index, link_label)
         params = list(self.model.parameters()) + (list(head.parameters()) if head is not None else [])
         self.optimizer = optimizer if optimizer is not None else torch.optim.Adam(params, lr=lr)
@@ -269,7 +271,10 @@ class FusedTrainer:
         if self.runner is not None:
             return self.runner.outputs()
         x = self.graph.x.to(self._params_dtype())
-        out = self.model.forward_fused(self.graph, self.h0, x=x)
+        if self.time_blocks is not None and torch.is_grad_enabled():
+            out = self.time_blocks.outputs(x, self.h0, self.graph.sequence_vertex)
+        else:
+            out = self.model.forward_fused(self.graph, self.h0, x=x)
         readout = getattr(self.model, "readout", None)  # a user's module around the cell: its per-node part
         return readout(out, x) if readout is not None else out
 
