@@ -78,14 +78,14 @@ def _ranks(rank: int, world_size: int, configs: list) -> list:
 
     torch.set_default_dtype(torch.float64)
     out = []
-    for name, scheme, every in configs:
+    for name, scheme, every, *path in configs:
         m, head = cases.cell(name)
         sig = cases.signal(cases.CELLS[name][0])
         part = cases.make_partition(sig, scheme, world_size)
-        tr = DistributedTrainer(m, sig, part, head=head, loss="mse", path="blackbox", checkpoint_every=every,
-                                optimizer=lambda p: torch.optim.SGD(p, lr=0.05))
+        tr = DistributedTrainer(m, sig, part, head=head, loss="mse", path=(path or ["blackbox"])[0],
+                                checkpoint_every=every, optimizer=lambda p: torch.optim.SGD(p, lr=0.05))
         res = _trained(tr, m, head)
-        res["config"] = (name, scheme, every)
+        res["config"], res["path"] = (name, scheme, every), tr.path
         res["predicted"] = tr.plan.bytes_by_kind()["total"]
         out.append(res)
     return out
@@ -97,7 +97,8 @@ def test_distributed_equals_pygt_loop(world_size, references):
 
     schemes = ["pts", "pgc", "random"]
     configs = [(n, s, None) for n in SPLIT for s in schemes]
-    configs += [("GConvGRU_K3", "random", 2), ("GConvLSTM", "pss", 1)]
+    configs += [("GConvGRU_K3", "random", 2), ("GConvLSTM", "pss", 1), ("EvolveGCNO", "empty_rank", None),
+                ("EvolveGCNH", "empty_rank", None), ("GConvLSTM", "empty_rank", None), ("DCRNN", "pss", None)]
     results = spawn(_ranks, world_size, configs, timeout=300)
     moved = 0
     for per_rank in zip(*results):
@@ -113,12 +114,16 @@ def test_distributed_equals_pygt_loop(world_size, references):
     assert moved > 0  # the configurations do exchange state rows
 
 
-def test_mpnnlstm_is_refused_on_split_snapshots_and_auto_takes_the_adapter():
+def test_mpnnlstm_is_refused_on_split_snapshots_and_auto_takes_the_adapter(references):
     from pyg_dynscale.distributed import spawn
     from pyg_dynscale.distributed.launch import SpawnError
 
     with pytest.raises(SpawnError, match="BatchNorm"):
         spawn(_ranks, 2, [("MPNNLSTM", "pts", None)], timeout=120)
+    for res in spawn(_ranks, 2, [("MPNNLSTM", "random", None, "auto")], timeout=120):
+        r = res[0]
+        assert r["path"] == "decomposed"  # the adapter with distributed BatchNorm statistics
+        _assert_same(r, references["MPNNLSTM"], "MPNNLSTM auto R=2")
 
 
 # ---------------------------------------------------------------- the user's own model class
@@ -187,7 +192,7 @@ def _recurrent_gcn_ranks(rank: int, world_size: int, configs: list) -> list:
         tr = DistributedTrainer(m, sig, cases.make_partition(sig, scheme, world_size), loss="mse", path=path,
                                 optimizer=lambda p: torch.optim.SGD(p, lr=0.05))
         res = _trained(tr, m, torch.nn.Sequential())
-        res["config"], res["path"] = (cell_name, path, scheme), tr.path
+        res["config"], res["path"], res["pred"] = (cell_name, path, scheme), tr.path, tr.predict()
         out.append(res)
     return out
 
@@ -198,11 +203,25 @@ def test_recurrent_gcn_distributed_on_both_paths():
     configs = [("TGCN", "auto", "pgc"), ("TGCN", "blackbox", "random"), ("GConvGRU", "auto", "pts"),
                ("GConvGRU", "auto", "random")]
     refs = {c: cases.recurrent_gcn_reference(c, EPOCHS) for c in ("TGCN", "GConvGRU")}
+    preds = {}
+    for c in refs:  # one process, same training: what predict() must return on every rank
+        from pyg_dynscale.runtime import FusedTrainer
+
+        torch.set_default_dtype(torch.float64)
+        try:
+            m = cases.RecurrentGCN(c).double()
+            tr = FusedTrainer(m, cases.signal("plain"), loss="mse", optimizer=torch.optim.SGD(m.parameters(), lr=0.05))
+            for _ in range(EPOCHS):
+                tr.train_epoch()
+            preds[c] = tr.predict()
+        finally:
+            torch.set_default_dtype(torch.float32)
     for per_rank in zip(*spawn(_recurrent_gcn_ranks, 2, configs, timeout=300)):
         cell_name, path, scheme = per_rank[0]["config"]
         assert per_rank[0]["path"] == ("decomposed" if (cell_name, path) == ("TGCN", "auto") else "blackbox")
         for res in per_rank:
             _assert_same(res, refs[cell_name], f"RecurrentGCN({cell_name}) {path} {scheme}")
+            assert _close(res["pred"], preds[cell_name]), f"RecurrentGCN({cell_name}) {path} {scheme}: predict()"
 
 
 # ---------------------------------------------------------------- the depth check

@@ -308,6 +308,8 @@ class SnapshotModel(torch.nn.Module):
         self.spec = spec
         #: widths of the carried state components (set by :meth:`probe`)
         self.state_widths: tuple = ()
+        #: shape of one row of ``y`` (set by :meth:`probe`)
+        self.output_shape: tuple = ()
 
     @property
     def depth(self) -> HaloDepth:
@@ -370,7 +372,7 @@ class SnapshotModel(torch.nn.Module):
         ef = {k: (v[:1].float() if v.is_floating_point() else v[:1]).expand(ei.shape[1], *v.shape[1:]) for k, v in (edge_fields or {}).items()}
         try:
             with torch.no_grad(), default_dtype(torch.float32):
-                _, states = twin.step(x, ei, ew, (None,) * self.num_states, ef)
+                y, states = twin.step(x, ei, ew, (None,) * self.num_states, ef)
         except (ModelInputError, UnsupportedModelError):
             raise
         except Exception as exc:
@@ -386,6 +388,7 @@ class SnapshotModel(torch.nn.Module):
                                       "carry per-node state rows [n, w] between snapshots.")
             widths.append(int(s.shape[1]))
         self.state_widths = tuple(widths)
+        self.output_shape = tuple(y.shape[1:]) if isinstance(y, Tensor) and y.dim() >= 1 else ()
         return self.state_widths
 
     def detach_carried(self) -> None:

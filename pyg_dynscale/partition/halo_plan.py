@@ -311,7 +311,7 @@ class StatePlan:
                 self_dst = local_pos[ii[selfm]]
                 self_gid = p[selfm]
                 active = []
-                for k, kind in enumerate(STATE_KINDS):
+                for k, kind in enumerate(STATE_KINDS if R > 1 else ()):
                     sel = remote & (kind_of == k)
                     ex = Exchange.from_rows(0, state_phase(t, c, kind), kind, self.widths[c], self.bytes_per_element, R,
                                             src[sel], rr[sel], p[sel], N)

@@ -125,8 +125,8 @@ class SnapshotRunner:
             src = torch.cat(srcs, 0) if len(srcs) > 1 else srcs[0]
             dst = torch.cat(dsts, 0) if len(dsts) > 1 else dsts[0]
             states.append(x.new_zeros(s.num_local, w).index_copy(0, dst, src))
-        if s.num_local == 0 and not self.model.spec.evolving:
-            y = x.new_zeros((0,))
+        if s.num_local == 0 and not self.model.spec.evolving:  # nothing to compute here
+            y = x.new_zeros((0,) + tuple(self.model.output_shape))
             return y, tuple(x.new_zeros(0, w) for w in self.model.state_widths)
         y, new = self.model.step(x, ei, ew, tuple(states), fs)
         if owned is not None:
@@ -160,9 +160,8 @@ class SnapshotRunner:
                     ys.append(outs[k])
                     for c in range(C):
                         kept[c][i] = outs[k + 1 + c]
-        ys = [y for y in ys if y.numel() or y.dim() > 1]
         if not ys:
-            return torch.zeros(0, dtype=self.dtype, device=self.device)
+            return torch.zeros((0,) + tuple(self.model.output_shape), dtype=self.dtype, device=self.device)
         return torch.cat(ys, 0) if len(ys) > 1 else ys[0]
 
     def _block(self, a: int, b: int, kept: list) -> tuple:

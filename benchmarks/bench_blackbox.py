@@ -1,0 +1,251 @@
+r"""The black-box path against PyGT's own loop, the price of generality, and
+memory with and without gradient checkpointing -- side by side in one run.
+
+1. **Black-box vs PyGT's loop** (GConvGRU(K=2) and DCRNN(K=2), hidden 32):
+   PyGT's canonical loop on one process (snapshots pre-built as PyG ``Data``,
+   state carried, one backward per epoch), ``FusedTrainer`` (black-box, one
+   process) and ``DistributedTrainer`` (black-box, PTS, 2 and 4 gloo ranks),
+   on England COVID and on a synthetic graph of >= 100k vertex-time nodes.
+   Epoch time is the median over epochs of the slowest rank; bytes per epoch
+   are measured (== predicted, asserted).
+2. **Decomposed vs black-box** for PyGT's T-GCN on one process: what calling
+   the cell per snapshot costs against the fused path.
+3. **Peak memory** (growth of the process's peak RSS during training, each
+   configuration in a fresh process) with and without ``checkpoint_every`` on
+   a synthetic graph with 500 snapshots, on both paths.
+4. **Sequence length**: time per snapshot of the black-box path and of PyGT's
+   loop for 100 to 4000 tiny snapshots (Python overhead per snapshot).
+
+    python benchmarks/bench_blackbox.py            # full (about 15 min on 2 cores)
+    python benchmarks/bench_blackbox.py --quick    # smoke test (about a minute)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from pyg_dynscale import DynamicGraphSignal  # noqa: E402
+from pyg_dynscale._optional import import_pygt  # noqa: E402
+
+HIDDEN = 32
+
+
+# ------------------------------------------------------------------ data
+def sorted_copy(sig: DynamicGraphSignal) -> DynamicGraphSignal:
+    """The same snapshots with edges symmetric, unique and sorted by
+    (target, source) (PyGT's DCRNN needs that to split a snapshot)."""
+    eis, ws, xs, ys, ids = [], [], [], [], []
+    for d in sig:
+        n = d.num_nodes
+        a, b = d.edge_index
+        w = d.edge_attr if d.edge_attr is not None else torch.ones(a.numel())
+        src, dst, ww = torch.cat([a, b]), torch.cat([b, a]), torch.cat([w, w])
+        keep = src != dst
+        key, inv = torch.unique(dst[keep] * n + src[keep], return_inverse=True)
+        wsum = torch.zeros(key.numel(), dtype=ww.dtype).index_add_(0, inv, ww[keep])
+        eis.append(torch.stack([key % n, key // n]))
+        ws.append(wsum)
+        xs.append(d.x)
+        ys.append(d.y)
+        ids.append(d.n_id)
+    return DynamicGraphSignal(eis, ws, xs, ys, node_ids=ids, num_vertices=sig.num_vertices)
+
+
+def dataset(name: str, quick: bool) -> DynamicGraphSignal:
+    from pyg_dynscale.data.loaders import load_england_covid
+    from pyg_dynscale.data.synthetic import generate_dynamic_graph
+
+    if name == "england_covid":
+        return sorted_copy(load_england_covid())
+    V, T = (300, 10) if quick else (2000, 50)  # 100k vertex-time nodes in full
+    return sorted_copy(generate_dynamic_graph(V, 4 * V * T, T, presence=1.0, num_features=8, seed=0))
+
+
+def cell(name: str, F: int):
+    rec = import_pygt("bench_blackbox").nn.recurrent
+    torch.manual_seed(0)
+    if name == "GConvGRU":
+        return rec.GConvGRU(F, HIDDEN, 2)
+    if name == "DCRNN":
+        return rec.DCRNN(F, HIDDEN, 2)
+    return rec.TGCN(F, HIDDEN)
+
+
+# ------------------------------------------------------------------ PyGT's loop
+def pygt_epochs(m, head, sig: DynamicGraphSignal, epochs: int) -> list[float]:
+    snaps = list(sig)  # pre-built: the baseline pays no conversion
+    opt = torch.optim.Adam(list(m.parameters()) + list(head.parameters()), lr=0.01)
+    times = []
+    for _ in range(epochs):
+        t0 = time.perf_counter()
+        opt.zero_grad()
+        table = torch.zeros(sig.num_vertices, HIDDEN)
+        cost = 0
+        for t, d in enumerate(snaps):
+            h = m(d.x, d.edge_index, d.edge_attr, table.index_select(0, d.n_id))
+            table = table.index_copy(0, d.n_id, h)
+            cost = cost + torch.mean((head(h).squeeze(1) - d.y) ** 2)
+        (cost / (t + 1)).backward()
+        opt.step()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def fused_epochs(m, head, sig, epochs: int, path: str = "blackbox", every=None) -> list[float]:
+    from pyg_dynscale.runtime import FusedTrainer
+
+    tr = FusedTrainer(m, sig, head=head, loss="mse", lr=0.01, path=path, checkpoint_every=every)
+    times = []
+    for _ in range(epochs):
+        t0 = time.perf_counter()
+        tr.train_epoch()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def _rank(rank: int, world_size: int, configs: list, quick: bool, epochs: int) -> list:
+    from pyg_dynscale.distributed import DistributedTrainer
+    from pyg_dynscale.partition import DependencyPattern, partition
+
+    out = []
+    for data, cname in configs:
+        sig = dataset(data, quick)
+        m, head = cell(cname, sig.num_node_features), torch.nn.Linear(HIDDEN, 1)
+        part = partition(sig, "pts", world_size, DependencyPattern.preset("tgcn", sig.num_node_features, HIDDEN))
+        tr = DistributedTrainer(m, sig, part, head=head, loss="mse", lr=0.01, path="blackbox")
+        for _ in range(epochs):
+            tr.train_epoch()
+        t = tr.traffic()
+        assert t["measured"]["total"] == t["predicted"]["total"], t
+        out.append({"data": data, "cell": cname, "epoch": tr.epoch_seconds, "bytes": t["measured"]["total"],
+                    "grad_sync": t["measured"]["grad_sync"]})
+    return out
+
+
+def median_tail(times: list[float]) -> float:
+    return statistics.median(times[1:] if len(times) > 1 else times)
+
+
+# ------------------------------------------------------------------ sections
+def section_pygt(quick: bool, epochs: int) -> None:
+    from pyg_dynscale.distributed import spawn
+
+    print("\n== 1. black-box vs PyGT's loop (epoch seconds, slowest rank; ratio = PyGT / ours) ==")
+    configs = [(d, c) for d in ("england_covid", "synthetic") for c in ("GConvGRU", "DCRNN")]
+    dist_res = {R: spawn(_rank, R, configs, quick, epochs, timeout=3600) for R in ((2,) if quick else (2, 4))}
+    print(f"{'dataset':<14}{'cell':<10}{'nodes':>8} {'PyGT loop':>10} {'1 proc':>8} {'ratio':>6}"
+          + "".join(f" {f'{R} ranks':>9} {'ratio':>6} {'KiB/epoch':>10}" for R in dist_res))
+    for i, (data, cname) in enumerate(configs):
+        sig = dataset(data, quick)
+        F = sig.num_node_features
+        m, head = cell(cname, F), torch.nn.Linear(HIDDEN, 1)
+        base = median_tail(pygt_epochs(m, head, sig, epochs))
+        one = median_tail(fused_epochs(cell(cname, F), torch.nn.Linear(HIDDEN, 1), sig, epochs))
+        row = f"{data:<14}{cname:<10}{sig.num_vertex_time_nodes:>8} {base:>10.3f} {one:>8.3f} {base / one:>6.2f}"
+        for R, res in dist_res.items():
+            per_rank = [r[i] for r in res]
+            ep = statistics.median([max(e) for e in zip(*[r["epoch"][1:] or r["epoch"] for r in per_rank])])
+            row += f" {ep:>9.3f} {base / ep:>6.2f} {per_rank[0]['bytes'] / 1024:>10.1f}"
+        print(row)
+    print(f"(machine: {os.cpu_count()} cores; 4 ranks oversubscribe a 2-core machine)")
+
+
+def section_generality(quick: bool, epochs: int) -> None:
+    print("\n== 2. T-GCN: decomposed vs black-box, one process (epoch seconds) ==")
+    print(f"{'dataset':<14}{'decomposed':>11} {'black-box':>10} {'black-box / decomposed':>24}")
+    for data in ("england_covid", "synthetic"):
+        sig = dataset(data, quick)
+        F = sig.num_node_features
+        dec = median_tail(fused_epochs(cell("TGCN", F), torch.nn.Linear(HIDDEN, 1), sig, epochs, path="decomposed"))
+        bb = median_tail(fused_epochs(cell("TGCN", F), torch.nn.Linear(HIDDEN, 1), sig, epochs, path="blackbox"))
+        print(f"{data:<14}{dec:>11.3f} {bb:>10.3f} {bb / dec:>24.2f}")
+
+
+def memory_child(cfg: dict) -> None:
+    from pyg_dynscale.data.synthetic import generate_dynamic_graph
+
+    torch.set_num_threads(1)
+    V, T = cfg["V"], cfg["T"]
+    sig = generate_dynamic_graph(V, 3 * V * T, T, presence=1.0, num_features=8, seed=1)
+    m, head = cell(cfg["cell"], 8), torch.nn.Linear(HIDDEN, 1)
+    from pyg_dynscale.runtime import FusedTrainer
+
+    tr = FusedTrainer(m, sig, head=head, loss="mse", lr=0.01, path=cfg["path"], checkpoint_every=cfg["every"])
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    times = []
+    for _ in range(cfg["epochs"]):
+        t0 = time.perf_counter()
+        tr.train_epoch()
+        times.append(time.perf_counter() - t0)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({"peak_growth_mb": (peak - base) / 1024, "epoch": median_tail(times)}))
+
+
+def section_memory(quick: bool, epochs: int) -> None:
+    V, T, every = (100, 60, 10) if quick else (400, 500, 25)
+    print(f"\n== 3. peak memory over {T} snapshots x {V} vertices (growth of peak RSS while training; fresh process each) ==")
+    print(f"{'path':<11}{'cell':<10}{'checkpoint_every':>17} {'peak MiB':>9} {'epoch s':>8}")
+    for path, cname in (("blackbox", "GConvGRU"), ("decomposed", "TGCN")):
+        rows = []
+        for ev in (None, every):
+            cfg = {"V": V, "T": T, "cell": cname, "path": path, "every": ev, "epochs": epochs}
+            out = subprocess.run([sys.executable, __file__, "--memory-child", json.dumps(cfg)], capture_output=True,
+                                 text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+            if out.returncode != 0:
+                raise RuntimeError(out.stderr[-2000:])
+            r = json.loads(out.stdout.strip().splitlines()[-1])
+            rows.append(r)
+            print(f"{path:<11}{cname:<10}{str(ev):>17} {r['peak_growth_mb']:>9.1f} {r['epoch']:>8.3f}")
+        print(f"{'':<21}memory ratio (off / on) {rows[0]['peak_growth_mb'] / max(rows[1]['peak_growth_mb'], 1e-9):.2f}, "
+              f"time ratio (on / off) {rows[1]['epoch'] / rows[0]['epoch']:.2f}")
+
+
+def section_length(quick: bool, epochs: int) -> None:
+    from pyg_dynscale.data.synthetic import generate_dynamic_graph
+
+    print("\n== 4. sequence length: microseconds per snapshot per epoch (10 vertices per snapshot, GConvGRU) ==")
+    print(f"{'snapshots':>9} {'PyGT loop':>10} {'black-box':>10} {'ratio':>6}")
+    for T in ((100, 400) if quick else (100, 1000, 4000)):
+        sig = generate_dynamic_graph(10, 30 * T, T, presence=1.0, num_features=4, seed=2)
+        base = median_tail(pygt_epochs(cell("GConvGRU", 4), torch.nn.Linear(HIDDEN, 1), sig, epochs))
+        bb = median_tail(fused_epochs(cell("GConvGRU", 4), torch.nn.Linear(HIDDEN, 1), sig, epochs))
+        print(f"{T:>9} {1e6 * base / T:>10.1f} {1e6 * bb / T:>10.1f} {base / bb:>6.2f}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--epochs", type=int, default=None)
+    ap.add_argument("--sections", default="1,2,3,4")
+    ap.add_argument("--memory-child", default=None, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.memory_child:
+        memory_child(json.loads(a.memory_child))
+        return
+    torch.set_num_threads(1)
+    epochs = a.epochs or (2 if a.quick else 4)
+    secs = set(a.sections.split(","))
+    t0 = time.perf_counter()
+    if "1" in secs:
+        section_pygt(a.quick, epochs)
+    if "2" in secs:
+        section_generality(a.quick, epochs)
+    if "3" in secs:
+        section_memory(a.quick, epochs)
+    if "4" in secs:
+        section_length(a.quick, epochs)
+    print(f"\ntotal {time.perf_counter() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
