@@ -43,7 +43,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..errors import DecompositionMismatchError, ModelInputError, PartitionError, UnsupportedModelError
-from ..nn.decomposed import DecomposedModule, FusedGraph, Halo, check_initial_state
+from ..nn.decomposed import FusedGraph, Halo, check_initial_state
 from ..nn.snapshot_model import SnapshotModel
 from ..partition.halo_plan import StatePlan
 from ..partition.plan import CommunicationPlan

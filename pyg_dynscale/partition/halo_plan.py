@@ -29,7 +29,7 @@ sends one gradient row per forward row.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterator, Optional, Union
+from typing import TYPE_CHECKING, Callable, Iterator, Optional
 
 import torch
 from torch import Tensor
@@ -147,15 +147,16 @@ def hop_distance(edge_index: Tensor, num_nodes: int, seeds: Tensor, max_hops: in
 
 @dataclass
 class Gather:
-    """Rows of earlier steps' kept states: ``cat(history[t][rows] for t, rows
-    in groups)[order]`` (``order=None``: already in order)."""
+    """Rows of earlier steps' kept states: ``cat(history(t)[rows] for t, rows,
+    whole in groups)[order]`` (``whole``: the rows are all of step ``t``'s, in
+    order, taken without a copy; ``order=None``: already in order)."""
 
     groups: list
     order: Optional[Tensor]
     size: int
 
     @classmethod
-    def build(cls, gids: Tensor, time: Tensor, position: Tensor) -> "Gather":
+    def build(cls, gids: Tensor, time: Tensor, position: Tensor, kept_per_step: Tensor) -> "Gather":
         if gids.numel() == 0:
             return cls([], None, 0)
         tg = time[gids]
@@ -163,18 +164,17 @@ class Gather:
         ts, idx = sort.values, sort.indices
         uniq, counts = torch.unique_consecutive(ts, return_counts=True)
         pos = position[gids[idx]]
-        groups = [(int(t), p) for t, p in zip(uniq.tolist(), torch.split(pos, counts.tolist()))]
+        groups = []
+        for t, p in zip(uniq.tolist(), torch.split(pos, counts.tolist())):
+            groups.append((t, p, p.numel() == int(kept_per_step[t]) and _is_arange(p)))
         identity = bool((idx == torch.arange(idx.numel())).all())
         order = None if identity else torch.argsort(idx)
         return cls(groups, order, int(gids.numel()))
 
-    def __call__(self, history: "callable", like: Tensor) -> Tensor:  # type: ignore[valid-type]
+    def __call__(self, history: Callable[[int], Tensor], like: Tensor) -> Tensor:
         if not self.groups:
             return like.new_zeros((0,) + tuple(like.shape[1:]))
-        parts = []
-        for t, rows in self.groups:
-            h = history(t)
-            parts.append(h if rows.numel() == h.shape[0] and _is_arange(rows) else h.index_select(0, rows))
+        parts = [history(t) if whole else history(t).index_select(0, rows) for t, rows, whole in self.groups]
         out = parts[0] if len(parts) == 1 else torch.cat(parts, 0)
         return out if self.order is None else out.index_select(0, self.order)
 
@@ -270,6 +270,7 @@ class StatePlan:
         torch.cumsum(torch.bincount(time[my_gids], minlength=T), 0, out=my_ptr[1:])
         position = torch.full((N,), -1, dtype=torch.long)
         position[my_gids] = torch.arange(my_gids.numel()) - my_ptr[time[my_gids]]
+        kept = my_ptr[1:] - my_ptr[:-1]  # rows of history[t]
         #: ``[|Q|]`` the vertex-time nodes this rank owns, in gid order (= output order)
         self.owned_gids = my_gids
         node_ptr, edge_ptr = signal.node_ptr.cpu(), signal.edge_ptr.cpu()
@@ -326,7 +327,7 @@ class StatePlan:
                     route.recv_splits[kind] = rsplits
                     route.recv_dst[kind] = local_pos[nxt[rgids] - g0]
                 gids = torch.cat([self_gid] + route_send_gids)
-                route.gather = Gather.build(gids, time, position)
+                route.gather = Gather.build(gids, time, position, kept)
                 route.num_self = int(self_gid.numel())
                 route.self_dst = self_dst
                 route.active = tuple(active)
