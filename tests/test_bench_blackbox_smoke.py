@@ -1,0 +1,28 @@
+"""Smoke test: benchmarks/bench_blackbox.py --quick runs every section, and
+its distributed runs measure the bytes their plans predict (asserted inside)."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.join(os.path.dirname(__file__), "..")
+
+
+def test_bench_blackbox_quick():
+    pytest.importorskip("torch_geometric_temporal")
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "bench_blackbox.py"), "--quick"],
+                         capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    text = out.stdout
+    for header in ("== 1.", "== 2.", "== 3.", "== 4."):
+        assert header in text, text
+    # one row per dataset x cell in section 1, each with a positive 2-rank epoch time
+    rows = [line for line in text.splitlines() if re.match(r"^(england_covid|synthetic|road_grid)\s+(GConvGRU|DCRNN)\s", line)]
+    assert len(rows) == 6, text
+    for line in rows:
+        assert float(line.split()[6]) > 0
+    assert "saved activations off / on" in text
