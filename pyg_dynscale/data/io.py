@@ -61,12 +61,9 @@ def save_signal(signal: "DynamicGraphSignal", path: str) -> None:
     torch.save(payload, path)
 
 
-def load_signal(
-    path: str, map_location: Union[str, torch.device, None] = "cpu", cls: Optional[type] = None
-) -> "DynamicGraphSignal":
-    from .signal import DynamicGraphSignal
-
-    cls = cls or DynamicGraphSignal
+def load_signal(path: str, cls: type, map_location: Union[str, torch.device, None] = "cpu") -> "DynamicGraphSignal":
+    """Read a file written by :func:`save_signal` into a ``cls``
+    (:meth:`DynamicGraphSignal.load` is the public entry point)."""
     payload = read_archive(
         path, tag=FORMAT_TAG, version=FORMAT_VERSION, what="signal", error=SignalFormatError,
         remedy="Re-create it with DynamicGraphSignal.save().", map_location=map_location,

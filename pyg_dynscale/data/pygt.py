@@ -33,22 +33,21 @@ def _is_hetero(signal: Any) -> bool:
     return any(hasattr(signal, a) for a in ("edge_index_dict", "edge_index_dicts", "feature_dicts", "feature_dict"))
 
 
-def from_pygt(signal: Any, cls: Optional[type] = None, **kwargs: Any) -> "DynamicGraphSignal":
+def from_pygt(signal: Any, cls: type, **kwargs: Any) -> "DynamicGraphSignal":
     """Read any non-hetero PyGT signal into a :class:`DynamicGraphSignal`.
 
     Args:
         signal: a ``StaticGraphTemporalSignal``, ``DynamicGraphTemporalSignal``,
             ``DynamicGraphStaticSignal`` or one of their ``*Batch`` variants
             (or any object with the same attributes).
+        cls: the class to build (:meth:`DynamicGraphSignal.from_pygt`, the
+            public entry point, passes itself).
         **kwargs: passed to the :class:`DynamicGraphSignal` constructor
             (e.g. ``dtype=None`` to keep float64).
 
     An extra named ``n_id`` (written by :func:`to_pygt` for changing vertex
     sets) becomes the node ids again.
     """
-    from .signal import DynamicGraphSignal
-
-    cls = cls or DynamicGraphSignal
     if _is_hetero(signal):
         raise NotImplementedError(
             "Heterogeneous PyGT signals (HeteroData snapshots) are not supported by DynamicGraphSignal; "

@@ -12,6 +12,10 @@ from torch_geometric.data import Batch, Data
 from ..errors import SignalValidationError
 from . import normalize as nz
 from .fields import FIELD_LEVELS, SnapshotField, default_cat_dim, gather_ranges, ptr_from_counts
+from .io import load_signal, save_signal
+from .pygt import from_pygt, to_pygt
+from .stats import SignalStatistics
+from .supergraph import Supergraph
 
 ArrayLike = Any  # numpy array, torch tensor or nested list
 
@@ -649,14 +653,12 @@ class DynamicGraphSignal:
     def supergraph(self) -> "Supergraph":
         """The static graph on vertex-time nodes (cached): see :class:`Supergraph`."""
         if self._supergraph is None:
-            from .supergraph import Supergraph
 
             self._supergraph = Supergraph.from_signal(self)
         return self._supergraph
 
     def statistics(self) -> "SignalStatistics":
         """Non-uniformity statistics (DGC §2.2.1): see :class:`SignalStatistics`."""
-        from .stats import SignalStatistics
 
         return SignalStatistics.from_signal(self)
 
@@ -690,14 +692,12 @@ class DynamicGraphSignal:
 
     def save(self, path: str) -> None:
         """Save in pyg_dynscale's versioned format (tensors only, no pickled objects)."""
-        from .io import save_signal
 
         save_signal(self, path)
 
     @classmethod
     def load(cls, path: str, map_location: Union[str, torch.device, None] = "cpu") -> "DynamicGraphSignal":
         """Load a file written by :meth:`save`."""
-        from .io import load_signal
 
         return load_signal(path, map_location=map_location, cls=cls)
 
@@ -705,13 +705,11 @@ class DynamicGraphSignal:
     @classmethod
     def from_pygt(cls, signal: Any, **kwargs: Any) -> "DynamicGraphSignal":
         """Convert any non-hetero PyGT signal (duck-typed)."""
-        from .pygt import from_pygt
 
         return from_pygt(signal, cls=cls, **kwargs)
 
     def to_pygt(self, kind: Optional[str] = None) -> Any:
         """Convert to a PyGT signal object (needs the ``pygt`` extra)."""
-        from .pygt import to_pygt
 
         return to_pygt(self, kind=kind)
 
@@ -756,5 +754,3 @@ def temporal_signal_split(signal: Any, train_ratio: float = 0.8) -> tuple[Any, A
     return signal[0:n], signal[n:]
 
 
-from .stats import SignalStatistics  # noqa: E402  (re-export for type hints)
-from .supergraph import Supergraph  # noqa: E402

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any, Optional
 import torch
 from torch import Tensor
 
-from .fields import ptr_from_counts
 
 if TYPE_CHECKING:  # pragma: no cover
     from .signal import DynamicGraphSignal

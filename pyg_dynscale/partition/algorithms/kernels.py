@@ -63,8 +63,8 @@ def _check(name: str, field: str) -> str:
 
 
 #: vertex-time nodes + spatial + temporal edges above which ``"auto"`` compiles:
-#: below it the torch backend partitions in about a second (1.1M: 1.1 s
-#: against 0.4 s compiled) while a cold numba cache costs ~50 s of compiling
+#: below it the torch backend is fast enough that compiling (tens of seconds
+#: with a cold cache) never pays off (docs/pgc.md, "First use")
 AUTO_NUMBA_ABOVE = 2_000_000
 
 
@@ -182,15 +182,12 @@ if HAVE_NUMBA:
         label. Each row takes branch-free passes -- zero the scores of its
         labels, add the edge weights (CSR order, as the torch backend), the
         best allowed score, the largest label with it -- instead of a "first
-        time seen?" test per entry: that test mispredicts on about half the
-        entries of a mixed row and cost 1.5-2x the whole scan. The choice is
-        two plain maxima, as the torch backend's two ``amax``
-        (:func:`.label_propagation._choose_float`), not one pass comparing
-        (score, label) pairs: that pass compiled to a compare-and-select
-        chain through every entry and cost 4.2 of the 6.5 ns per entry of a
-        round (1.3 ns as two maxima; synthetic 100k level-0 graph, one
-        thread). A label met twice is evaluated twice with the same score
-        (idempotent)."""
+        time seen?" test per entry, which mispredicts on mixed rows. The
+        choice is two plain maxima, as the torch backend's two ``amax``
+        (:func:`.label_propagation._choose_float`): one pass comparing
+        (score, label) pairs compiles to a compare-and-select chain through
+        every entry (docs/pgc.md, "Speed and quality"). A label met twice is evaluated
+        twice with the same score (idempotent)."""
         A = act.shape[0]
         tl = np.empty(64, np.int64)
         ts = np.empty(64, np.float64)
@@ -311,8 +308,8 @@ if HAVE_NUMBA:
         without NaN: an LSD radix sort (11-bit digits, 16-bit above 2^17
         keys) of the order-preserving
         integer image of each key (``-0.0`` counts as ``0.0``); digits equal
-        for all keys are skipped. :math:`O(n)`, several times faster than a
-        comparison sort on the priority keys of label propagation."""
+        for all keys are skipped. :math:`O(n)`, where the priority keys of
+        label propagation would need a comparison sort."""
         n = keys.shape[0]
         bits = (keys + 0.0).view(np.int64)  # (+ 0.0: -0.0 -> 0.0)
         u = np.empty(n, np.uint64)

@@ -90,9 +90,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from ...data.signal import DynamicGraphSignal
 
 #: ``threads=None``: the compiled kernels and torch run on one thread. numba's
-#: parallel kernels spin-wait for their workers, so when another process
-#: holds a core a parallel partition slows down by 10-80x (docs/pgc.md,
-#: "Threads"); ``threads=k`` asks for ``k`` on a machine known to be idle.
+#: parallel kernels spin-wait for their workers, so a parallel partition
+#: collapses when another process holds a core (docs/pgc.md, "Threads");
+#: ``threads=k`` asks for ``k`` on a machine known to be idle.
 DEFAULT_THREADS = 1
 TORCH_THREADS = 1
 #: round budgets of the ``effort`` settings of :func:`partition_pgc`. "fast"
@@ -114,8 +114,8 @@ COARSE_MIN_ROUNDS = 6
 #: starting assignments of the multi-start (module doc, step 7)
 STARTS = ("lp", "pss", "pts")
 #: the extra (non-LP) starts are skipped when the level-0 graph has more CSR
-#: entries than this: they cost a supergraph pass each and keep the 10M-node
-#: benchmark inside its budget (docs/pgc.md, Pipeline step 7)
+#: entries than this: each costs a supergraph pass, which on graphs that big
+#: outweighs what it can win (docs/pgc.md, Pipeline step 7)
 MULTI_START_MAX_ENTRIES = FAST_ABOVE
 #: a non-LP start is refined only when its unrefined cut is at most this
 #: factor above the LP candidate's cut: winning starts already cut less than
