@@ -37,7 +37,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from typing import Iterator, Optional
+from typing import Iterator, NamedTuple, Optional
 
 import numpy as np
 
@@ -132,6 +132,58 @@ def use_threads(n: Optional[int]) -> Iterator[int]:
         _in_effect.n = outer
         if change:
             _numba.set_num_threads(before)
+
+
+class LabelPropagationJob(NamedTuple):
+    r"""Everything one compiled label propagation (:func:`lp_run`) reads.
+
+    Graph (CSR, numpy): ``ptr`` ``[n+1]``, ``dst`` ``[nnz]``, ``weight``
+    ``[nnz]`` and the node weights ``node_weight`` ``[n]``. Start:
+    ``label_pri`` ``[L]`` (random label priorities), ``node_pri`` ``[n]``,
+    ``key`` (``[L]`` float64 re-ranking key, or empty), ``init`` (``[n]``
+    initial labels, or empty for Eq. 1's unique labels), ``num_labels``.
+    Constraints: ``cap`` / ``floor`` (``None``: none) in units of ``scale``
+    (:func:`.label_propagation.budget_scale`). Stopping: ``max_rounds``,
+    ``min_rounds``, ``tol`` (moved fraction), ``gain_tol`` relative to
+    ``total_weight``. Moves: ``boundary_only`` start, ``tie_moves``, ``seed``
+    of the half masks, ``dense`` per-label accumulators, ``threads``.
+    """
+
+    ptr: np.ndarray
+    dst: np.ndarray
+    weight: np.ndarray
+    node_weight: np.ndarray
+    label_pri: np.ndarray
+    node_pri: np.ndarray
+    key: np.ndarray
+    init: np.ndarray
+    num_labels: int
+    cap: Optional[float]
+    floor: Optional[float]
+    scale: float
+    max_rounds: int
+    min_rounds: int
+    tol: float
+    gain_tol: float
+    total_weight: float
+    boundary_only: bool
+    tie_moves: bool
+    seed: int
+    dense: bool
+    threads: int
+
+
+def lp_run(job: LabelPropagationJob) -> tuple[np.ndarray, int, bool, list, list]:
+    """A whole label propagation in one compiled call. Returns ``(labels
+    [n], rounds, converged, moved per round, gain per round)``."""
+    moved = np.zeros(max(0, job.max_rounds), np.int64)
+    gains = np.zeros(max(0, job.max_rounds), np.float64)
+    labels, r, converged = _lp_run(
+        job.ptr, job.dst, job.weight, job.label_pri, job.key, job.init, job.boundary_only, job.node_weight,
+        job.node_pri, job.num_labels, float("inf") if job.cap is None else float(job.cap), job.cap is not None,
+        0.0 if job.floor is None else float(job.floor), job.floor is not None, job.max_rounds, job.tol, job.gain_tol,
+        job.total_weight, job.min_rounds, job.tie_moves, job.seed, moved, gains, job.threads, job.scale, job.dense)
+    return labels, r, converged, moved[:r].tolist(), gains[:r].tolist()
 
 
 if HAVE_NUMBA:
@@ -636,13 +688,13 @@ if HAVE_NUMBA:
         return max_rounds, False
 
     @_jit
-    def lp_run(ptr, dst, weight, label_pri, key, init, boundary_only, nw, node_pri, num_labels, cap, has_cap, floor,
-               has_floor, max_rounds, tol, gain_tol, total_w, min_rounds, tie_moves, seed, moved_hist, gain_hist,
-               blocks, scale, dense):  # pragma: no cover
-        """A whole label propagation in one compiled call: :func:`priority_space`,
+    def _lp_run(ptr, dst, weight, label_pri, key, init, boundary_only, nw, node_pri, num_labels, cap, has_cap, floor,
+                has_floor, max_rounds, tol, gain_tol, total_w, min_rounds, tie_moves, seed, moved_hist, gain_hist,
+                blocks, scale, dense):  # pragma: no cover
+        """:func:`lp_run` flattened for the compiler: :func:`priority_space`,
         :func:`initial_dirty`, :func:`lp_rounds` and :func:`from_priority_space`
-        (one dispatch instead of four: on small graphs a call's set-up costs
-        as much as its rounds). Returns ``(labels [n], rounds, converged)``."""
+        in one dispatch (on small graphs a call's set-up costs as much as its
+        rounds). Returns ``(labels [n], rounds, converged)``."""
         lp, labels = priority_space(label_pri, key, init)
         dirty = initial_dirty(ptr, dst, labels, boundary_only)
         r, converged = lp_rounds(ptr, dst, weight, labels, nw, node_pri, dirty, num_labels, cap, has_cap, floor,

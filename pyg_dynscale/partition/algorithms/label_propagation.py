@@ -438,17 +438,16 @@ def _label_propagation_compiled(graph: CSRGraph, nw: Tensor, label_pri: Tensor, 
     # dense label weights are exact while every sum is an integer below 2^53
     dense = dense and 2.0 * total_w < 2.0 ** 53
     scale = budget_scale(float(nw.sum())) if (cap is not None or floor is not None) else 1.0
-    moved_np = np.zeros(max(0, max_rounds), np.int64)
-    gains_np = np.zeros(max(0, max_rounds), np.float64)
-    labels, r, converged = kernels.lp_run(
-        as_numpy(graph.ptr, torch.long), dst_np, as_numpy(graph.weight), as_numpy(label_pri, torch.long),
-        as_numpy(priority, torch.float64) if priority is not None else kernels._EMPTY_F,
-        as_numpy(init, torch.long) if init is not None else kernels._EMPTY_I, bool(boundary_only), as_numpy(nw),
-        as_numpy(node_pri, torch.long), L, float("inf") if cap is None else float(cap), cap is not None,
-        float(floor) if floor is not None else 0.0, floor is not None, int(max_rounds), float(tol),
-        float(gain_tol), total_w if gain_tol > 0 else 0.0, int(min_rounds), bool(tie_moves), int(seed), moved_np,
-        gains_np, kernels.threads(), scale, dense)
-    moved_hist, gain_hist = moved_np[:r].tolist(), gains_np[:r].tolist()
+    job = kernels.LabelPropagationJob(
+        ptr=as_numpy(graph.ptr, torch.long), dst=dst_np, weight=as_numpy(graph.weight), node_weight=as_numpy(nw),
+        label_pri=as_numpy(label_pri, torch.long), node_pri=as_numpy(node_pri, torch.long),
+        key=as_numpy(priority, torch.float64) if priority is not None else kernels._EMPTY_F,
+        init=as_numpy(init, torch.long) if init is not None else kernels._EMPTY_I, num_labels=L,
+        cap=None if cap is None else float(cap), floor=None if floor is None else float(floor), scale=scale,
+        max_rounds=int(max_rounds), min_rounds=int(min_rounds), tol=float(tol), gain_tol=float(gain_tol),
+        total_weight=total_w if gain_tol > 0 else 0.0, boundary_only=bool(boundary_only), tie_moves=bool(tie_moves),
+        seed=int(seed), dense=dense, threads=kernels.threads())
+    labels, r, converged, moved_hist, gain_hist = kernels.lp_run(job)
     if progress:
         for i, (m, g_) in enumerate(zip(moved_hist, gain_hist)):
             print(f"[label_propagation] round {i}: moved={m} gain={g_:.4g}")

@@ -67,8 +67,8 @@ import json
 
 import math
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional, Union
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, NamedTuple, Optional, Union
 
 import numpy as np
 import torch
@@ -414,11 +414,13 @@ def partition_pgc(
         size = sg.num_nodes + sg.num_spatial_edges + sg.num_temporal_edges
         with kernels.use_backend(backend if backend is not None else kernels.backend_for(size)) as used_backend, \
                 kernels.use_threads(n_threads) as kernel_threads:
-            part = _partition_pgc(signal, P, pattern, seed=seed, cap=cap, chunks_per_part=chunks_per_part,
-                                  effort=effort, max_rounds=max_rounds, coarse_rounds=coarse_rounds, tol=tol, gain_tol=gain_tol, max_levels=max_levels,
-                                  max_chunks=max_chunks, slack=slack, refine_rounds=refine_rounds, refine_tol=refine_tol, coarsen=coarsen,
-                                  segment_fraction=float(segment_fraction), workload=workload, starts=starts,
-                                  max_divergence=max_divergence, start_margin=start_margin, progress=progress)
+            settings = PGCSettings(
+                seed=seed, cap=cap, chunks_per_part=chunks_per_part, effort=effort, max_rounds=max_rounds,
+                coarse_rounds=coarse_rounds, tol=tol, gain_tol=gain_tol, max_levels=max_levels, max_chunks=max_chunks,
+                slack=slack, refine_rounds=refine_rounds, refine_tol=refine_tol, coarsen=coarsen,
+                segment_fraction=float(segment_fraction), workload=workload, starts=starts,
+                max_divergence=max_divergence, start_margin=start_margin, progress=progress)
+            part = _partition_pgc(signal, P, pattern, settings)
             part.meta["threads"] = kernel_threads if used_backend == "numba" else torch.get_num_threads()
             part.meta["backend"] = used_backend
             return part
@@ -556,9 +558,20 @@ def _split_snapshot_owner(node_w: Tensor, P: int) -> Tensor:
     return torch.from_numpy(np.clip(np.floor((csum - 0.5 * w) * (P / total)), 0, P - 1).astype(np.int64))
 
 
+class _RefinedStart(NamedTuple):
+    """A refined non-LP start: cut weight, load divergence, ``owner [N]``,
+    ``chunk [N]`` and the number of chunks."""
+
+    cut: float
+    divergence: float
+    owner: Tensor
+    chunk: Tensor
+    num_chunks: int
+
+
 def _refined_start(start_owner: Tensor, P: int, sg: Any, node_w: Tensor, ws: float, tw: Union[Tensor, float],
                    seg: Optional[Tensor], graph: CSRGraph, slack: float, total: float, rounds: int, tol: float,
-                   gain_tol: float, seed: int, progress: bool) -> tuple:
+                   gain_tol: float, seed: int, progress: bool) -> _RefinedStart:
     r"""Refine one non-LP starting assignment (module doc, step 7).
 
     The start (``start_owner [N]``, balanced PSS or PTS) is cut into
@@ -569,9 +582,9 @@ def _refined_start(start_owner: Tensor, P: int, sg: Any, node_w: Tensor, ws: flo
     mean), max(cap, (1 + slack) mean)]``).
 
     Returns:
-        ``(cut, divergence, owner [N], chunk [N], C)`` with the cut weight on
-        the weighted supergraph and ``chunk`` = the pair (start rank, final
-        rank), so ``owner`` is constant inside a chunk.
+        :class:`_RefinedStart`, with the cut weight on the weighted
+        supergraph and ``chunk`` = the pair (start rank, final rank), so
+        ``owner`` is constant inside a chunk.
     """
     if seg is None:
         piece, n, g = torch.arange(start_owner.numel()), start_owner.numel(), graph
@@ -588,23 +601,117 @@ def _refined_start(start_owner: Tensor, P: int, sg: Any, node_w: Tensor, ws: flo
     loads = torch.zeros(P, dtype=torch.float64).index_add_(0, own, pw)
     owner = own.index_select(0, piece)
     chunk, C = compact_labels(start_owner * P + owner)
-    return cut, divergence(loads.numpy()), owner, chunk, C
+    return _RefinedStart(cut, divergence(loads.numpy()), owner, chunk, C)
 
 
-def _partition_pgc(signal: "DynamicGraphSignal", P: int, pattern: Any, *, seed: int, cap: Optional[float],
-                   chunks_per_part: int, effort: str, max_rounds: Optional[int], coarse_rounds: Optional[int], tol: float,
-                   gain_tol: float, max_levels: Optional[int], max_chunks: int, slack: float, refine_rounds: Optional[int], refine_tol: float, coarsen: Union[bool, str],
-                   segment_fraction: float, workload: Any, starts: tuple[str, ...], max_divergence: Optional[float],
-                   start_margin: Optional[float], progress: bool) -> "Partition":
-    t_start = time.perf_counter()
-    N = signal.num_vertex_time_nodes
-    model = resolve_workload(workload)
-    timings: dict[str, float] = {}
+@dataclass(frozen=True)
+class PGCSettings:
+    """The resolved keyword arguments of :func:`partition_pgc` (validated
+    there); the ``effort`` presets fill the ``None`` round budgets."""
 
-    t0 = time.perf_counter()
-    sg = signal.supergraph()
-    ws, _ = edge_weights(pattern)
-    tw = temporal_weights(sg, pattern)  # one number for recurrent patterns: no [M] array
+    seed: int
+    cap: Optional[float]
+    chunks_per_part: int
+    effort: str
+    max_rounds: Optional[int]
+    coarse_rounds: Optional[int]
+    tol: float
+    gain_tol: float
+    max_levels: Optional[int]
+    max_chunks: int
+    slack: float
+    refine_rounds: Optional[int]
+    refine_tol: float
+    coarsen: Union[bool, str]
+    segment_fraction: float
+    workload: Any
+    starts: tuple
+    max_divergence: Optional[float]
+    start_margin: Optional[float]
+    progress: bool
+
+    def with_effort(self, entries: int) -> "PGCSettings":
+        """``effort="auto"`` resolved for a level-0 graph of ``entries`` CSR
+        entries, and the preset's round budgets where none was given."""
+        effort = ("fast" if entries > FAST_ABOVE else "thorough") if self.effort == "auto" else self.effort
+        preset = EFFORT[effort]
+
+        def pick(name: str) -> int:
+            given = getattr(self, name)
+            return preset[name] if given is None else int(given)
+
+        return replace(self, effort=effort, max_rounds=pick("max_rounds"), coarse_rounds=pick("coarse_rounds"),
+                       max_levels=pick("max_levels"), refine_rounds=pick("refine_rounds"))
+
+
+@dataclass
+class _Costs:
+    """Step 1: node costs of the workload model and the chunk cap."""
+
+    model: Any
+    node_w: Tensor   # [N] float64
+    total: float
+    biggest: float
+    cap: float
+
+
+@dataclass
+class _Level0:
+    """Step 2: the graph label propagation starts from (the segment quotient
+    graph with temporal coarsening, else the supergraph)."""
+
+    graph: CSRGraph
+    seg: Optional[Tensor]    # [N] segment of each vertex-time node, or None
+    num_nodes: int
+    node_w: Tensor           # [n0] float64
+    spatial_weight: float
+    temporal_weight: Any     # one number, or [M] per temporal edge; None once freed
+    coarsened: bool
+
+
+@dataclass
+class _Chunks:
+    """Steps 3-4: chunks on the level-0 graph and the coarsening hierarchy."""
+
+    chunk: Tensor
+    num_chunks: int
+    levels: list
+    info: dict
+
+
+@dataclass
+class _Assignment:
+    """Steps 5-6: Algorithm 1 on the chunk graph, refined down the hierarchy."""
+
+    owner: Tensor            # [n0]
+    chunk: Tensor            # [n0] (chunks split where they straddle ranks)
+    num_chunks: int
+    moved_per_level: list
+    greedy_cut: float
+    greedy_divergence: float
+    cut: float
+    additive: bool           # chunk cost = sum of node costs
+
+
+@dataclass
+class _StartChoice:
+    """Step 7: the candidates of the multi-start and the one that won."""
+
+    winner: str
+    best: Optional[_RefinedStart]   # the winning refined start; None: LP won
+    candidates: dict
+    divergence: dict
+    raw_cuts: dict
+    raw_bytes: dict
+    bytes: dict
+    skipped: list
+    tolerance: float
+    pss_split: bool
+    over_cap: list
+
+
+def _node_costs(signal: "DynamicGraphSignal", P: int, s: PGCSettings) -> _Costs:
+    model = resolve_workload(s.workload)
     node_w = model.node_costs(signal).to(torch.float64)
     lowest, highest = torch.aminmax(node_w)
     total = float(node_w.sum())
@@ -612,89 +719,98 @@ def _partition_pgc(signal: "DynamicGraphSignal", P: int, pattern: Any, *, seed: 
     if not (float(lowest) >= 0.0 and math.isfinite(total)):
         raise PartitionError("workload", "node costs must be finite and >= 0.", "check the workload model.")
     biggest = float(highest)
-    if cap is None:
-        cap_v = max(total / (P * max(1, chunks_per_part)), biggest)
+    if s.cap is None:
+        cap = max(total / (P * max(1, s.chunks_per_part)), biggest)
     else:
-        cap_v = float(cap)
-        if not math.isfinite(cap_v) or cap_v < biggest:
+        cap = float(s.cap)
+        if not math.isfinite(cap) or cap < biggest:
             raise PartitionError(
-                "cap", f"is {cap_v:g} but the heaviest vertex-time node alone costs {biggest:g} (an indivisible unit).",
+                "cap", f"is {cap:g} but the heaviest vertex-time node alone costs {biggest:g} (an indivisible unit).",
                 f"use cap >= {biggest:g}, or leave cap=None for total / (num_parts * chunks_per_part).",
             )
-    timings["setup"] = time.perf_counter() - t0
+    return _Costs(model, node_w, total, biggest, cap)
 
-    # step 2: temporal coarsening (segment quotient graph), or the supergraph itself
-    t0 = time.perf_counter()
-    seg_cap = min(segment_fraction * cap_v, cap_v - biggest)
+
+def _level0_graph(signal: "DynamicGraphSignal", pattern: Any, costs: _Costs, s: PGCSettings) -> _Level0:
+    """Step 2: temporal coarsening (segment quotient graph), or the supergraph itself."""
+    sg = signal.supergraph()
+    ws, _ = edge_weights(pattern)
+    tw = temporal_weights(sg, pattern)  # one number for recurrent patterns: no [M] array
+    seg_cap = min(s.segment_fraction * costs.cap, costs.cap - costs.biggest)
     heavy = sg.num_temporal_edges > 0 and min_weight(tw) >= ws
-    use_coarsen = (heavy if coarsen == "auto" else bool(coarsen)) and seg_cap > 0 and sg.num_temporal_edges > 0
+    use = (heavy if s.coarsen == "auto" else bool(s.coarsen)) and seg_cap > 0 and sg.num_temporal_edges > 0
     seg: Optional[Tensor] = None
-    if use_coarsen:
-        seg, n0 = segment_sequences(sg, node_w, seg_cap)
-        w0 = torch.zeros(n0, dtype=torch.float64).index_add_(0, seg, node_w)
+    if use:
+        seg, n0 = segment_sequences(sg, costs.node_w, seg_cap)
+        w0 = torch.zeros(n0, dtype=torch.float64).index_add_(0, seg, costs.node_w)
     else:
-        n0, w0 = N, node_w
+        n0, w0 = signal.num_vertex_time_nodes, costs.node_w
     graph = supergraph_csr(sg, ws, tw, seg, n0)
-    if starts == ("lp",) or graph.dst.numel() > MULTI_START_MAX_ENTRIES:
-        del tw  # only the extra starts need it: free it before chunk generation
-        tw = None
-    timings["graph"] = time.perf_counter() - t0
-    if effort == "auto":
-        effort = "fast" if graph.dst.numel() > FAST_ABOVE else "thorough"
-    preset = EFFORT[effort]
-    max_rounds = preset["max_rounds"] if max_rounds is None else int(max_rounds)
-    coarse_rounds = preset["coarse_rounds"] if coarse_rounds is None else int(coarse_rounds)
-    max_levels = preset["max_levels"] if max_levels is None else int(max_levels)
-    refine_rounds = preset["refine_rounds"] if refine_rounds is None else int(refine_rounds)
+    if s.starts == ("lp",) or graph.dst.numel() > MULTI_START_MAX_ENTRIES:
+        tw = None  # only the extra starts need it: free it before chunk generation
+    return _Level0(graph, seg, n0, w0, ws, tw, use)
 
-    t0 = time.perf_counter()
-    chunk, C, levels, info = generate_chunks(graph, w0, cap_v, seed=seed, max_rounds=max_rounds, coarse_rounds=coarse_rounds,
-                                             tol=tol, gain_tol=gain_tol, max_levels=max_levels, max_chunks=max_chunks, progress=progress)
-    timings["chunk_generation"] = time.perf_counter() - t0
+
+def _generate(lvl: _Level0, costs: _Costs, P: int, s: PGCSettings) -> _Chunks:
+    """Steps 3-4: size-constrained label propagation and chunk coarsening."""
+    chunk, C, levels, info = generate_chunks(lvl.graph, lvl.node_w, costs.cap, seed=s.seed, max_rounds=s.max_rounds,
+                                             coarse_rounds=s.coarse_rounds, tol=s.tol, gain_tol=s.gain_tol,
+                                             max_levels=s.max_levels, max_chunks=s.max_chunks, progress=s.progress)
     if C < P:
-        raise PartitionError("cap", f"label propagation produced {C} chunks for {P} ranks (cap {cap_v:g}).",
+        raise PartitionError("cap", f"label propagation produced {C} chunks for {P} ranks (cap {costs.cap:g}).",
                              "use a smaller cap or a larger chunks_per_part so that every rank can get a chunk.")
+    return _Chunks(chunk, C, levels, info)
 
+
+def _assign(signal: "DynamicGraphSignal", lvl: _Level0, costs: _Costs, ch: _Chunks, P: int, s: PGCSettings,
+            timings: dict) -> _Assignment:
+    """Step 5: Algorithm 1 and chunk refinement; step 6: uncoarsening refinement."""
     t0 = time.perf_counter()
+    C, chunk = ch.num_chunks, ch.chunk
     # the default chunk cost is the segment sum of the node costs: sum on the
     # level-0 graph instead of expanding to all N vertex-time nodes
-    additive = type(model).chunk_costs is WorkloadModel.chunk_costs
+    additive = type(costs.model).chunk_costs is WorkloadModel.chunk_costs
     if additive:
-        cost = torch.zeros(C, dtype=torch.float64).index_add_(0, chunk, w0).numpy()
+        cost = torch.zeros(C, dtype=torch.float64).index_add_(0, chunk, lvl.node_w).numpy()
     else:
-        cost = model.chunk_costs(signal, chunk if seg is None else chunk.index_select(0, seg), C).to(torch.float64).numpy()
-    top = levels[-1].graph.contract(levels[-1].up, C)
+        cost = costs.model.chunk_costs(signal, chunk if lvl.seg is None else chunk.index_select(0, lvl.seg),
+                                       C).to(torch.float64).numpy()
+    top = ch.levels[-1].graph.contract(ch.levels[-1].up, C)
     cg = ChunkGraph(C, top.ptr.numpy(), top.dst.numpy(), top.weight.to(torch.float64).numpy())
-    chunk_owner = assign_chunks(cg, cost, P, slack=slack)
+    chunk_owner = assign_chunks(cg, cost, P, slack=s.slack)
     greedy_cut = cg.cut(chunk_owner)
     greedy_div = divergence(rank_loads(chunk_owner, cost, P))
-    chunk_owner = refine_chunks(cg, cost, chunk_owner, P, slack=slack)
+    chunk_owner = refine_chunks(cg, cost, chunk_owner, P, slack=s.slack)
     timings["assignment"] = time.perf_counter() - t0
 
-    # step 6: uncoarsening -- project the owner down the hierarchy, refining on each level
     t0 = time.perf_counter()
-    owner, moved_per_level = _refine(levels, chunk_owner, P, total, slack, refine_rounds, refine_tol, gain_tol, seed, progress,
-                                     stats=info)
-    if any(moved_per_level):
+    owner, moved = _refine(ch.levels, chunk_owner, P, costs.total, s.slack, s.refine_rounds, s.refine_tol, s.gain_tol,
+                           s.seed, s.progress, stats=ch.info)
+    if any(moved):
         chunk, C = compact_labels(chunk * P + owner)  # split chunks that straddle ranks
     timings["refinement"] = time.perf_counter() - t0
-
     # cut weight on the level-0 graph: exactly the supergraph's (coarsening keeps cut weights)
-    cut = graph.cut(owner)
+    return _Assignment(owner, chunk, C, moved, greedy_cut, greedy_div, lvl.graph.cut(owner), additive)
 
-    # step 7: multi-start -- refine the balanced PSS / PTS partitions and keep the lowest cut
-    t0 = time.perf_counter()
-    lp_loads = torch.zeros(P, dtype=torch.float64).index_add_(0, owner, w0)
+
+def _multi_start(signal: "DynamicGraphSignal", P: int, pattern: Any, lvl: _Level0, costs: _Costs,
+                 asg: _Assignment, s: PGCSettings) -> _StartChoice:
+    """Step 7: refine the balanced PSS / PTS partitions and keep the cheapest
+    candidate within the balance tolerance."""
+    sg = signal.supergraph()
+    graph, seg, ws, tw, node_w = lvl.graph, lvl.seg, lvl.spatial_weight, lvl.temporal_weight, costs.node_w
+    owner, cut = asg.owner, asg.cut
+    lp_loads = torch.zeros(P, dtype=torch.float64).index_add_(0, owner, lvl.node_w)
     lp_div = divergence(lp_loads.numpy())
     candidates: dict[str, Optional[float]] = {"lp": cut}
     cand_div: dict[str, Optional[float]] = {"lp": lp_div}
     cand_raw: dict[str, Optional[float]] = {}
-    prune_above = math.inf if start_margin is None else float(start_margin) * cut
-    skipped = [st for st in starts if st != "lp"] if graph.dst.numel() > MULTI_START_MAX_ENTRIES else []
-    tolerance = max((1 + slack) / (1 - slack), lp_div) if max_divergence is None else float(max_divergence)
+    prune_above = math.inf if s.start_margin is None else float(s.start_margin) * cut
+    skipped = [st for st in s.starts if st != "lp"] if graph.dst.numel() > MULTI_START_MAX_ENTRIES else []
+    tolerance = max((1 + s.slack) / (1 - s.slack), lp_div) if s.max_divergence is None else float(s.max_divergence)
     winner, best = "lp", None
     pss_split = False
-    eligible: dict[str, tuple] = {}  # refined starts within the balance tolerance
+    eligible: dict[str, _RefinedStart] = {}  # refined starts within the balance tolerance
     over_cap: list[str] = []  # refined starts whose chunks exceed an explicit cap
     # the plan sends each (row, destination rank) once, so the cut weight
     # over-counts nodes with many edges into one rank: with a pattern the
@@ -709,7 +825,7 @@ def _partition_pgc(signal: "DynamicGraphSignal", P: int, pattern: Any, *, seed: 
             cand_bytes["lp"] = plan_bytes(sg, owner if seg is None else owner.index_select(0, seg), P, pattern)
         return cand_bytes["lp"]
 
-    for st in starts:
+    for st in s.starts:
         if st == "lp" or st in skipped or P == 1:
             continue
         start = _Start.make(st, signal, P, node_w)
@@ -727,75 +843,98 @@ def _partition_pgc(signal: "DynamicGraphSignal", P: int, pattern: Any, *, seed: 
             if cand_raw[st] > prune_above:
                 continue
         start_owner = start.owner()
-        if by_bytes and start_margin is not None:
+        if by_bytes and s.start_margin is not None:
             raw_bytes[st] = plan_bytes(sg, start_owner, P, pattern)
             if raw_bytes[st] > START_BYTES_MARGIN * lp_bytes():  # refining cannot close that gap
                 continue
-        res = _refined_start(start_owner, P, sg, node_w, ws, tw, seg, graph, slack, total, refine_rounds,
-                             refine_tol, gain_tol, seed, progress)
-        candidates[st], cand_div[st] = res[0], res[1]
-        if cap is not None and _largest_chunk(res[3], res[4], node_w) > cap_v * (1 + 1e-9):
+        res = _refined_start(start_owner, P, sg, node_w, ws, tw, seg, graph, s.slack, costs.total, s.refine_rounds,
+                             s.refine_tol, s.gain_tol, s.seed, s.progress)
+        candidates[st], cand_div[st] = res.cut, res.divergence
+        if s.cap is not None and _largest_chunk(res.chunk, res.num_chunks, node_w) > costs.cap * (1 + 1e-9):
             over_cap.append(st)  # an explicit cap is honoured: this start's chunks are larger
-        elif res[1] <= tolerance * (1 + 1e-12):
+        elif res.divergence <= tolerance * (1 + 1e-12):
             eligible[st] = res
-    del tw
+    lvl.temporal_weight = None  # not needed any more
     if eligible and by_bytes:
         lp_bytes()
         for st, res in eligible.items():
-            cand_bytes[st] = plan_bytes(sg, res[2], P, pattern)
+            cand_bytes[st] = plan_bytes(sg, res.owner, P, pattern)
         key = {st: (cand_bytes[st], candidates[st]) for st in cand_bytes}
         winner = min(key, key=lambda st: key[st])
         best = eligible.get(winner)
     else:
         for st, res in eligible.items():
-            if res[0] < min(cut, best[0] if best else math.inf) - 1e-9:
+            if res.cut < min(cut, best.cut if best else math.inf) - 1e-9:
                 winner, best = st, res
+    return _StartChoice(winner, best, candidates, cand_div, cand_raw, raw_bytes, cand_bytes, skipped, tolerance,
+                        pss_split, over_cap)
+
+
+def _partition_pgc(signal: "DynamicGraphSignal", P: int, pattern: Any, s: PGCSettings) -> "Partition":
+    """PGC's pipeline (module doc, steps 1-7) as named steps."""
+    t_start = time.perf_counter()
+    timings: dict[str, float] = {}
+
+    t0 = time.perf_counter()
+    costs = _node_costs(signal, P, s)
+    timings["setup"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    lvl = _level0_graph(signal, pattern, costs, s)
+    timings["graph"] = time.perf_counter() - t0
+    s = s.with_effort(lvl.graph.dst.numel())
+    t0 = time.perf_counter()
+    ch = _generate(lvl, costs, P, s)
+    timings["chunk_generation"] = time.perf_counter() - t0
+    asg = _assign(signal, lvl, costs, ch, P, s, timings)
+    t0 = time.perf_counter()
+    choice = _multi_start(signal, P, pattern, lvl, costs, asg, s)
     timings["multi_start"] = time.perf_counter() - t0
 
-    if best is not None:  # a refined PSS / PTS start wins: its owner is over vertex-time nodes
-        cut, owner, chunk, C = best[0], best[2], best[3], best[4]
+    owner, chunk, C, cut, seg = asg.owner, asg.chunk, asg.num_chunks, asg.cut, lvl.seg
+    if choice.best is not None:  # a refined PSS / PTS start wins: its owner is over vertex-time nodes
+        cut, owner, chunk, C = choice.best.cut, choice.best.owner, choice.best.chunk, choice.best.num_chunks
         seg = None
-        cost_final = torch.zeros(C, dtype=torch.float64).index_add_(0, chunk, node_w) if additive else None
-    elif additive:
-        cost_final = torch.zeros(C, dtype=torch.float64).index_add_(0, chunk, w0)
+        cost_final = torch.zeros(C, dtype=torch.float64).index_add_(0, chunk, costs.node_w) if asg.additive else None
+    elif asg.additive:
+        cost_final = torch.zeros(C, dtype=torch.float64).index_add_(0, chunk, lvl.node_w)
     if seg is not None:  # expand segments to their vertex-time nodes
         owner, chunk = owner.index_select(0, seg), chunk.index_select(0, seg)
-    if not additive:
-        cost_final = model.chunk_costs(signal, chunk, C).to(torch.float64)
-    chunk_owner_t = torch.zeros(C, dtype=torch.long).scatter_(0, chunk, owner)
-    loads = torch.zeros(P, dtype=torch.float64).index_add_(0, chunk_owner_t, cost_final)
+    if not asg.additive:
+        cost_final = costs.model.chunk_costs(signal, chunk, C).to(torch.float64)
+    chunk_owner = torch.zeros(C, dtype=torch.long).scatter_(0, chunk, owner)
+    loads = torch.zeros(P, dtype=torch.float64).index_add_(0, chunk_owner, cost_final)
     meta = {
-        **info,
-        "refine_moved": moved_per_level,
-        "num_levels": len(levels),
+        **ch.info,
+        "refine_moved": asg.moved_per_level,
+        "num_levels": len(ch.levels),
         "num_chunks": C,
-        "cap": cap_v,
-        "cap_explicit": cap is not None,
+        "cap": costs.cap,
+        "cap_explicit": s.cap is not None,
         "max_chunk_cost": float(cost_final.max()) if C else 0.0,
-        "starts_over_cap": over_cap,
-        "coarsened": use_coarsen,
-        "effort": effort,
-        "level0_nodes": n0,
+        "starts_over_cap": choice.over_cap,
+        "coarsened": lvl.coarsened,
+        "effort": s.effort,
+        "level0_nodes": lvl.num_nodes,
         "edge_weights": edge_weights(pattern),
         # the pattern the edge weights came from: the distributed runtime refuses a model that disagrees
         "pattern": json.dumps(pattern.to_dict()) if hasattr(pattern, "to_dict") else "",
-        "workload": type(model).__name__,
+        "workload": type(costs.model).__name__,
         "loads": loads.tolist(),
         "divergence": divergence(loads.numpy()),
-        "greedy_divergence": greedy_div,
-        "greedy_cut": greedy_cut,
+        "greedy_divergence": asg.greedy_divergence,
+        "greedy_cut": asg.greedy_cut,
         "cut_weight": cut,
-        "candidates": candidates,
-        "candidate_divergence": cand_div,
-        "candidates_raw": cand_raw,
-        "candidates_raw_bytes": raw_bytes,
-        "pss_split": pss_split,
-        "candidate_bytes": cand_bytes,
-        "start_margin": start_margin,
-        "start": winner,
-        "start_tolerance": tolerance,
-        "starts_skipped": skipped,
-        "seed": seed,
+        "candidates": choice.candidates,
+        "candidate_divergence": choice.divergence,
+        "candidates_raw": choice.raw_cuts,
+        "candidates_raw_bytes": choice.raw_bytes,
+        "pss_split": choice.pss_split,
+        "candidate_bytes": choice.bytes,
+        "start_margin": s.start_margin,
+        "start": choice.winner,
+        "start_tolerance": choice.tolerance,
+        "starts_skipped": choice.skipped,
+        "seed": s.seed,
         "timings": timings,
     }
     return Partition(
@@ -807,3 +946,5 @@ def _partition_pgc(signal: "DynamicGraphSignal", P: int, pattern: Any, *, seed: 
         seconds=time.perf_counter() - t_start,
         meta=meta,
     )
+
+
