@@ -145,7 +145,3 @@ def format_table(rows: Sequence[dict], columns: Sequence[str] = DEFAULT_COLUMNS,
     out = [line, "-" * len(line)]
     out += ["  ".join(v.rjust(w) for v, w in zip(row, widths)) for row in cells]
     return "\n".join(out)
-
-
-def print_table(rows: Sequence[dict], columns: Sequence[str] = DEFAULT_COLUMNS) -> None:
-    print(format_table(rows, columns))
