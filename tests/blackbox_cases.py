@@ -14,7 +14,7 @@ import importlib.util
 import torch
 
 from pyg_dynscale import DynamicGraphSignal
-from pyg_dynscale.partition import DependencyPattern, Partition, partition
+from pyg_dynscale.partition import DependencyPattern, Partition, partition  # noqa: F401  (Partition: tests)
 
 HAVE_PYGT = importlib.util.find_spec("torch_geometric_temporal") is not None
 T, V, F, H, P = 5, 12, 3, 4, 2

@@ -304,3 +304,38 @@ def test_refusals_name_the_reason():
         FusedTrainer(GConvGRU(cases.F, cases.H, 2).double(), sig, checkpoint_every=0)
     with pytest.raises(ModelInputError, match="path"):
         FusedTrainer(GConvGRU(cases.F, cases.H, 2).double(), sig, path="fast")
+
+
+# ---------------------------------------------------------------- link prediction
+def _link_run(rank: int, world_size: int) -> dict:
+    from torch_geometric_temporal.nn.recurrent import GConvGRU
+
+    from pyg_dynscale.distributed import DistributedTrainer
+    from pyg_dynscale.runtime import FusedTrainer
+    from tests import distributed_cases as dcases
+
+    torch.set_default_dtype(torch.float64)
+    sig = dcases.signal()  # changing vertex sets, an empty snapshot, labelled pairs
+    torch.manual_seed(5)
+    m = GConvGRU(dcases.F, 4, 2).double()
+    if world_size == 1:
+        tr = FusedTrainer(m, sig, loss="bce_link", optimizer=torch.optim.SGD(m.parameters(), lr=0.1))
+    else:
+        part = cases.Partition("random", world_size, torch.randint(0, world_size, (sig.num_vertex_time_nodes,),
+                                                                   generator=torch.Generator().manual_seed(9)))
+        tr = DistributedTrainer(m, sig, part, loss="bce_link", optimizer=lambda p: torch.optim.SGD(p, lr=0.1))
+    res = _trained(tr, m, torch.nn.Sequential())
+    res["path"] = tr.path
+    return res
+
+
+def test_link_prediction_distributed_equals_one_process():
+    from pyg_dynscale.distributed import spawn
+
+    ref = _link_run(0, 1)
+    assert ref["path"] == "blackbox"
+    for r, res in enumerate(spawn(_link_run, 2)):
+        _assert_same(res, ref, f"GConvGRU bce_link rank {r}")
+        t = res["traffic"]
+        assert t["measured"]["readout"] == t["predicted"]["readout"] > 0
+        assert t["measured"]["total"] == t["predicted"]["total"]

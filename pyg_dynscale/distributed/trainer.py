@@ -225,8 +225,8 @@ class DistributedTrainer:
         self.path = "blackbox" if isinstance(self.model, SnapshotModel) else "decomposed"
         self.runner: Optional[SnapshotRunner] = None
         if self.path == "blackbox":
-            self._init_blackbox(signal, partition, head, loss, optimizer, lr, device, target, h0, snapshot_reduction,
-                                check, stale, checkpoint_every, t_setup)
+            self._init_blackbox(signal, partition, head, loss, optimizer, lr, device, target, link_index, link_label, h0,
+                                snapshot_reduction, check, stale, checkpoint_every, t_setup)
             return
         if checkpoint_every is not None:
             raise NotImplementedError("checkpoint_every on DistributedTrainer's decomposed path is not built yet; use "
@@ -352,19 +352,16 @@ class DistributedTrainer:
 
     # ------------------------------------------------------------------ black-box path
     def _init_blackbox(self, signal: Any, partition: Any, head: Optional[torch.nn.Module], loss: str,
-                       optimizer: Optional[Callable], lr: float, device: Any, target: str, h0: Optional[Tensor],
-                       snapshot_reduction: str, check: bool, stale: Any, checkpoint_every: Optional[int],
-                       t_setup: float) -> None:
+                       optimizer: Optional[Callable], lr: float, device: Any, target: str, link_index: str,
+                       link_label: str, h0: Optional[Tensor], snapshot_reduction: str, check: bool, stale: Any,
+                       checkpoint_every: Optional[int], t_setup: float) -> None:
         """Set-up of the black-box path: probe and check the module, build
         this rank's :class:`StatePlan` from the partition's owner array and
         the step runner whose exchanges go through the :class:`Communicator`."""
         model: SnapshotModel = self.model  # type: ignore[assignment]
         self.head = head
-        if loss not in ("mse", "mae", "ce"):
-            if loss == "bce_link":
-                raise NotImplementedError("loss='bce_link' on the black-box path is not built yet (it needs a readout "
-                                          "exchange of link endpoints); use a node loss, or the decomposed path.")
-            raise ModelInputError("loss", f"is {loss!r}.", "use 'mse', 'mae' or 'ce' (callables are not distributed).")
+        if callable(loss) or loss not in LOSSES:
+            raise ModelInputError("loss", f"is {loss!r}.", f"use one of {LOSSES} (callables are not distributed).")
         if snapshot_reduction not in ("mean", "sum"):
             raise ModelInputError("snapshot_reduction", f"is {snapshot_reduction!r}.", "use 'mean' or 'sum'.")
         if StaleConfig.parse(stale).enabled:
@@ -402,21 +399,20 @@ class DistributedTrainer:
         prepare_snapshot_model(model, signal, check and self.world_size > 1, fields)
         if self.world_size > 1 and model.spec.name == "DCRNN":
             _check_dcrnn_edge_order(signal)
-        tg = resolve_targets(signal, loss, target, "edge_label_index", "edge_label", self.dtype)
+        tg = resolve_targets(signal, loss, target, link_index, link_label, self.dtype)
         self._check_same_everywhere(signal, partition)
         t0 = time.perf_counter()
-        self.plan = StatePlan(signal, partition.owner, self.world_size, model.depth, model.state_widths, self.rank, bpe)
+        link_pairs = (tg.label_src, tg.label_dst) if loss == "bce_link" else None
+        if loss == "bce_link":
+            self.readout_width = self._blackbox_head_width(model)
+        self.plan = StatePlan(signal, partition.owner, self.world_size, model.depth, model.state_widths, self.rank, bpe,
+                              link_pairs=link_pairs, readout_width=getattr(self, "readout_width", 1))
         self.comm = Communicator(self.group, device, self.dtype)
         self.runner = SnapshotRunner(model, signal, self.plan, exchange=self.comm.exchange,
                                      checkpoint_every=checkpoint_every, dtype=self.dtype, device=device,
                                      edge_fields=fields)
-        sg = signal.supergraph()
-        Q = self.plan.owned_gids
-        self.layout = _BlackBoxLayout(Q, sg)
-        T = signal.num_snapshots
-        self.target_Q = tg.target.index_select(0, Q).to(device)
-        self.time_Q = sg.time.index_select(0, Q).to(device)
-        self.node_counts = torch.bincount(sg.time, minlength=T).to(device)
+        self.layout = _BlackBoxLayout(self.plan.owned_gids, signal.supergraph())
+        self._prepare_rank_targets(tg, loss)
         self.h0 = None
         self.load_seconds = time.perf_counter() - t0
         self.load_bytes_measured = 0
@@ -428,6 +424,17 @@ class DistributedTrainer:
         self.epoch_seconds: list[float] = []
         self.comm_seconds: list[float] = []
         self.setup_seconds = time.perf_counter() - t_setup
+
+    def _blackbox_head_width(self, model: SnapshotModel) -> int:
+        """Elements of one output row after the head (the readout row width)."""
+        width = int(math.prod(model.output_shape)) if model.output_shape else 1
+        if self.head is None:
+            return width
+        with torch.no_grad():
+            p = next(self.head.parameters(), None)
+            dev = p.device if p is not None else torch.device("cpu")
+            out = self.head(torch.zeros((1,) + tuple(model.output_shape), dtype=self.dtype, device=dev))
+        return int(out.reshape(1, -1).shape[1])
 
     # ------------------------------------------------------------------ setup
     def _head_width(self, x: Tensor) -> int:
@@ -463,13 +470,14 @@ class DistributedTrainer:
         lay, dev = self.layout, self.device
         T = self.signal.num_snapshots
         if loss == "bce_link":
-            town = self.partition.temporal_owner
+            # the black-box path has one owner per node; the decomposed path computes losses on the time owner
+            town = self.partition.owner if self.runner is not None else self.partition.temporal_owner
             mine = (town[tg.label_src] == self.rank).nonzero().flatten()
             src, dst = tg.label_src[mine], tg.label_dst[mine]
             self.label = tg.label[mine].to(dev)
             self.label_time = tg.label_time[mine].to(dev)
             self.label_counts = torch.bincount(tg.label_time, minlength=T).to(dev)
-            ex = self.plan.exchange(self.plan.pattern.num_blocks - 1, "readout")
+            ex = self.plan.exchange(0 if self.runner is not None else self.plan.pattern.num_blocks - 1, "readout")
             self.readout = ExchangeMap.build(ex, self.rank, lay.Q, None)
             self.readout.recv_idx = torch.arange(self.readout.recv_gid.numel())  # received rows in arrival order
             local_d = town[dst] == self.rank

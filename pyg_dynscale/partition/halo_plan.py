@@ -242,10 +242,15 @@ class StatePlan:
             len(depth.state)``).
         rank: whose :attr:`steps` to build.
         bytes_per_element: element size of the exchanged rows.
+        link_pairs: ``(src, dst)`` gids of labelled pairs (link prediction):
+            a final ``"readout"`` exchange moves the output row of every
+            ``dst`` owned elsewhere to the owner of ``src``, who computes the
+            pair's loss (``readout_width`` wide).
     """
 
     def __init__(self, signal: "DynamicGraphSignal", owner: Tensor, num_parts: int, depth: HaloDepth,
-                 widths: tuple, rank: int = 0, bytes_per_element: int = 4) -> None:
+                 widths: tuple, rank: int = 0, bytes_per_element: int = 4, link_pairs: Optional[tuple] = None,
+                 readout_width: int = 1) -> None:
         if len(widths) != len(depth.state):
             raise PartitionError("widths", f"has {len(widths)} entries for {len(depth.state)} state components.",
                                  "give one width per state component.")
@@ -335,6 +340,11 @@ class StatePlan:
                                   and route.gather.order is None and _is_arange(self_dst))
                 routes.append(route)
             self.steps.append(LocalStep(t, nodes_idx, edges_idx, ei_loc, owned, n_loc, int(owned_mask.sum()), routes))
+        if link_pairs is not None:
+            ls, ld = (p.to("cpu", torch.long) for p in link_pairs)
+            cross = owner[ls] != owner[ld]
+            self.exchanges.append(Exchange.from_rows(0, "readout", "readout", readout_width, self.bytes_per_element, R,
+                                                     owner[ld[cross]], owner[ls[cross]], ld[cross], N))
 
     # ------------------------------------------------------------------ plan interface
     def __iter__(self) -> Iterator[Exchange]:
