@@ -227,6 +227,8 @@ def _edge_list(path: Path, windows: int, seed: int = 0, vertices: int = 30, per_
     (["train", "england_covid", "--stale", "static:x"], "static:<c>"),
     (["train", "england_covid", "--stale", "intent", "--stale-kinds", "halo"], "stale.kinds"),
     (["train", "england_covid", "--stale", "intent", "--stale-kind", "temporal"], "write KIND=POLICY"),
+    (["train", "england_covid", "--model", "gconvgru", "--stale", "intent"], "black-box path"),
+    (["train", "england_covid", "--model", "dcrnn", "--fusion", "none"], "--fusion none with --model dcrnn"),
 ])
 def test_bad_input_is_one_clear_line(args: list, message: str, capsys) -> None:
     assert main(args + ["--no-progress"]) == 2
@@ -282,6 +284,19 @@ def test_link_target_reports_auc(tmp_path, capsys) -> None:
     r = json.loads(capsys.readouterr().out)
     assert r["test_metric_name"] == "auc" and 0.0 <= r["test_metric"] <= 1.0
     assert r["bytes_measured"]["readout"] == r["bytes_predicted"]["readout"]
+
+
+@pytest.mark.parametrize("model", ["gconvgru", "dcrnn"])
+def test_black_box_models_two_processes_equal_one(model, capsys) -> None:
+    pytest.importorskip("torch_geometric_temporal")
+    args = ["train", "england_covid", "--model", model, "--scheme", "pts", "--dtype", "float64", "--hidden", "4",
+            "--epochs", "2", "--json", "--no-progress"]
+    r2 = _report(_cli(args + ["--nproc", "2"]))
+    assert main(args) == 0
+    r1 = json.loads(capsys.readouterr().out)
+    torch.testing.assert_close(torch.tensor(r2["losses"]), torch.tensor(r1["losses"]), rtol=1e-10, atol=1e-12)
+    assert abs(r2["test_metric"] - r1["test_metric"]) < 1e-9
+    assert r2["bytes_measured"]["total"] == r2["bytes_predicted"]["total"] and r2["bytes_measured"]["total"][0] > 0
 
 
 def test_text_report(capsys) -> None:

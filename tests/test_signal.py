@@ -154,3 +154,23 @@ def test_equals_detects_differences(dyn_signal):
     assert other.equals(dyn_signal)
     other.fields["x"].values[0, 0] += 1
     assert not other.equals(dyn_signal)
+
+
+def test_sort_edges_orders_each_snapshot_by_target_then_source():
+    from pyg_dynscale import DynamicGraphSignal
+
+    g = torch.Generator().manual_seed(0)
+    eis = [torch.randint(0, 6, (2, 12), generator=g) for _ in range(3)]
+    ws = [torch.rand(12, generator=g) for _ in range(3)]
+    kinds = [torch.arange(12) + 100 * t for t in range(3)]
+    sig = DynamicGraphSignal(eis, ws, [torch.randn(6, 2) for _ in range(3)], None, edge_kind=kinds)
+    out = sig.sort_edges()
+    for t in range(3):
+        a, b = sig.snapshot(t), out.snapshot(t)
+        key = b.edge_index[1] * 6 + b.edge_index[0]
+        assert bool((key[1:] >= key[:-1]).all())
+        # the same edges, each with its own weight and field value
+        before = sorted(zip(a.edge_index.t().tolist(), a.edge_attr.tolist(), a.edge_kind.tolist()))
+        after = sorted(zip(b.edge_index.t().tolist(), b.edge_attr.tolist(), b.edge_kind.tolist()))
+        assert before == after
+        assert torch.equal(a.x, b.x)

@@ -157,6 +157,15 @@ def check_args(args: argparse.Namespace) -> None:
         _fail("--device cuda: the distributed runtime runs on CPU ranks (gloo) in this release; CUDA ranks "
               "(NCCL, one GPU per rank) are not built yet. Use --device cpu.")
     args.stale_config = _stale_config(args)
+    from ..nn.zoo import BLACK_BOX_MODELS
+
+    if args.model in BLACK_BOX_MODELS:
+        if args.stale_config.enabled:
+            _fail(f"--stale with --model {args.model}: the stale cache works on the decomposed path only, and "
+                  f"{args.model} runs on the black-box path. Use --stale off.")
+        if args.fusion != "full":
+            _fail(f"--fusion {args.fusion} with --model {args.model}: fusion is a decomposed-path option; the "
+                  "black-box path calls the cell once per snapshot. Leave --fusion at its default.")
     if args.resume and not args.checkpoint_dir:
         _fail("--resume needs --checkpoint-dir DIR.")
     if args.partition is not None and not os.path.isfile(args.partition):
@@ -396,7 +405,7 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
     from ..distributed.checkpoint import (CheckpointMismatchError, check_run, latest_checkpoint, load_checkpoint,
                                           save_checkpoint)
     from ..errors import PartitionError
-    from ..nn.zoo import build_model
+    from ..nn.zoo import build_model, partition_pattern
     from ..partition.io import load_partition, save_partition
     from ..partition.partition import SCHEMES
     from ..runtime.metrics import roc_auc
@@ -406,6 +415,8 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
     dtype = getattr(torch, args.dtype)
     # ---- data and everything that can be checked before the processes connect
     signal = _load_signal(args)
+    if args.model == "dcrnn":  # PyGT's DConv is local (splittable) on edges sorted by (target, source)
+        signal = signal.sort_edges()
     _check_target(signal, args)
     train_sig, test_sig = signal.split(args.train_ratio)
     for name, s in (("training", train_sig), ("test", test_sig)):
@@ -444,7 +455,8 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
                                     target=args.target)
     model = model.to(dtype)
     head = head.to(dtype) if head is not None else None
-    pattern = model.dependency_pattern(bytes_per_element=torch.empty((), dtype=dtype).element_size())
+    pattern = partition_pattern(model, args.model, signal.num_node_features, args.hidden,
+                                torch.empty((), dtype=dtype).element_size())
     # Every rank partitions (deterministic for a seed; DistributedTrainer checks that the ranks agree): no
     # rank waits in a collective while another one partitions, which can take longer than --timeout (e.g.
     # the first PGC call on a fresh install compiles its kernels).

@@ -623,6 +623,22 @@ class DynamicGraphSignal:
         )
         return out
 
+    def sort_edges(self) -> "DynamicGraphSignal":
+        """A new signal whose edges are sorted by (target, source) inside each
+        snapshot (stable; weights and edge-level fields follow their edges).
+        PyGT's DCRNN pairs degree normalizers with edges by position and is
+        only local -- splittable across ranks -- on sorted, duplicate-free edges."""
+        E = self.num_edges
+        counts = self.edge_ptr[1:] - self.edge_ptr[:-1]
+        t = torch.repeat_interleave(torch.arange(self.num_snapshots, device=self.edge_ptr.device), counts, output_size=E)
+        n = int(self.nodes_per_snapshot.max()) + 1 if self.num_snapshots else 1
+        perm = torch.sort((t * n + self.edge_index[1]) * n + self.edge_index[0], stable=True).indices
+        fields = {name: (SnapshotField("edge", f.values[perm]) if f.level == "edge" else f) for name, f in self.fields.items()}
+        out = self.__class__.__new__(self.__class__)
+        out._set_storage(self.node_id, self.node_ptr, self.edge_index[:, perm], self.edge_ptr,
+                         None if self.edge_weight is None else self.edge_weight[perm], fields, self.num_vertices)
+        return out
+
     def split(
         self, train_ratio: float = 0.8, val_ratio: float = 0.0
     ) -> Union[tuple["DynamicGraphSignal", "DynamicGraphSignal"], tuple["DynamicGraphSignal", "DynamicGraphSignal", "DynamicGraphSignal"]]:

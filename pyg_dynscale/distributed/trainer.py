@@ -108,8 +108,8 @@ def _check_dcrnn_edge_order(signal: Any) -> None:
             "signal.edge_index", "is not sorted by (target, source) without duplicates in every snapshot; PyGT's DCRNN "
             "pairs degree normalizers with edges by position, so its output then depends on the order of edges "
             "anywhere in the snapshot and cannot be split across ranks.",
-            "sort each snapshot's edges by (target, source) and merge duplicates (torch_geometric.utils.coalesce "
-            "on (dst, src)) before training, or train on one process.")
+            "sort each snapshot's edges with signal.sort_edges() (and merge duplicate edges) before training, or "
+            "train on one process.")
 
 
 def _param_digest(modules: list) -> str:

@@ -325,8 +325,14 @@ class SnapshotModel(torch.nn.Module):
 
     def step(self, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor], states: tuple,
              edge_fields: Optional[dict] = None) -> tuple[Tensor, tuple]:
-        """One snapshot: ``(y [n, ...], new states)``."""
-        out = self.spec.call(self.module, x, edge_index, edge_weight, tuple(states), edge_fields or {})
+        """One snapshot: ``(y [n, ...], new states)``. Runs with the default
+        dtype set to ``x``'s, since PyGT cells create some tensors with the
+        default dtype (DCRNN's degree vectors), which breaks float64 training."""
+        if x.is_floating_point() and x.dtype != torch.get_default_dtype():
+            with default_dtype(x.dtype):
+                out = self.spec.call(self.module, x, edge_index, edge_weight, tuple(states), edge_fields or {})
+        else:
+            out = self.spec.call(self.module, x, edge_index, edge_weight, tuple(states), edge_fields or {})
         return self._split(out)
 
     def _split(self, out: Any) -> tuple[Tensor, tuple]:

@@ -11,7 +11,15 @@ name               model                                           state / outpu
 ``dysat``          :class:`DySAT`, 2 blocks, 2+2 heads (DGC)       -- / :math:`H`
 ``mpnnlstm``       :class:`MPNNLSTM` (PyGT's MPNN-LSTM)            -- / :math:`2H+F`
 ``mpnnlstm-dgc``   :class:`MPNNLSTMDGC` (DGC's MPNN-LSTM)          :math:`4H` / :math:`2H`
+``gconvgru``       PyGT's ``GConvGRU(F, H, K=2)``, black-box path  :math:`H` / :math:`H`
+``gclstm``         PyGT's ``GCLSTM(F, H, K=2)``, black-box path    :math:`(H, H)` / :math:`H`
+``dcrnn``          PyGT's ``DCRNN(F, H, K=2)``, black-box path     :math:`H` / :math:`H`
 =================  ==============================================  =====================
+
+The last three are PyGT classes without a structure/time decomposition
+(they need ``torch-geometric-temporal``, the ``pygt`` extra); the trainers
+run them on the black-box path (docs/blackbox.md), and
+:func:`partition_pattern` gives the pattern their partition is made for.
 
 Node targets (``target="node"``): a ``ReLU`` and a ``Linear(out, 1)`` head,
 mean squared error. Link targets (``target="link"``): no head; the logit of a
@@ -30,9 +38,11 @@ from .mpnn_lstm import MPNNLSTM
 from .mpnn_lstm_dgc import MPNNLSTMDGC
 from .tgcn import TGCN
 
-__all__ = ["MODEL_NAMES", "TARGETS", "build_model"]
+__all__ = ["MODEL_NAMES", "BLACK_BOX_MODELS", "TARGETS", "build_model", "partition_pattern"]
 
-MODEL_NAMES = ("tgcn", "tgcn-deep", "dysat", "mpnnlstm", "mpnnlstm-dgc")
+#: models built from PyGT classes that run on the black-box path
+BLACK_BOX_MODELS = ("gconvgru", "gclstm", "dcrnn")
+MODEL_NAMES = ("tgcn", "tgcn-deep", "dysat", "mpnnlstm", "mpnnlstm-dgc") + BLACK_BOX_MODELS
 TARGETS = ("node", "link")
 
 
@@ -59,8 +69,15 @@ def build_model(
         raise ValueError(f"model is {name!r}; use one of {MODEL_NAMES}.")
     if target not in TARGETS:
         raise ValueError(f"target is {target!r}; use one of {TARGETS}.")
-    if name == "tgcn":
-        model: torch.nn.Module = TGCN(in_channels, hidden)
+    if name in BLACK_BOX_MODELS:
+        from .._optional import import_pygt
+
+        rec = import_pygt(f"--model {name}").nn.recurrent
+        cls = {"gconvgru": rec.GConvGRU, "gclstm": rec.GCLSTM, "dcrnn": rec.DCRNN}[name]
+        model: torch.nn.Module = cls(in_channels, hidden, 2)
+        width = hidden
+    elif name == "tgcn":
+        model = TGCN(in_channels, hidden)
         width = hidden
     elif name == "tgcn-deep":
         model, width = TGCN(in_channels, hidden, num_layers=2), hidden
@@ -78,3 +95,15 @@ def build_model(
     if target == "link":
         return model, None, "bce_link"
     return model, torch.nn.Sequential(torch.nn.ReLU(), torch.nn.Linear(width, 1)), "mse"
+
+
+def partition_pattern(model: torch.nn.Module, name: str, in_channels: int, hidden: int, bytes_per_element: int):
+    """The dependency pattern a partition of ``model`` is made for: its own,
+    or for the black-box models the white-box preset of their cell (PGC's
+    edge weights; the black-box runtime itself moves state rows of its halo,
+    docs/blackbox.md)."""
+    from ..partition.pattern import DependencyPattern
+
+    if name in BLACK_BOX_MODELS:
+        return DependencyPattern.preset("gconvgru", in_channels, hidden, K=2, bytes_per_element=bytes_per_element)
+    return model.dependency_pattern(bytes_per_element=bytes_per_element)
