@@ -269,6 +269,32 @@ def test_halo_check_names_a_whole_snapshot_dependency_and_inference_needs_a_decl
     assert check_halo(exact, x) == 0.0
 
 
+def _bad_blackbox_options(rank: int, world_size: int) -> list:
+    from torch_geometric_temporal.nn.recurrent import GConvGRU
+
+    from pyg_dynscale.distributed import DistributedTrainer
+    from pyg_dynscale.errors import ModelInputError
+
+    sig = cases.signal("plain")
+    part = cases.make_partition(sig, "random", world_size)
+    seen = []
+    for kwargs in ({"fusion": "none"}, {"input_halo": "exchange"}, {"stale": "intent"}, {"h0": torch.zeros(1, 4)}):
+        try:
+            DistributedTrainer(GConvGRU(cases.F, cases.H, 2).double(), sig, part, path="blackbox", **kwargs)
+        except (ModelInputError, NotImplementedError) as exc:
+            seen.append(str(exc))
+    return seen
+
+
+def test_decomposed_only_options_are_refused_on_the_black_box_path():
+    from pyg_dynscale.distributed import spawn
+
+    seen = spawn(_bad_blackbox_options, 2)[0]
+    assert len(seen) == 4
+    assert "decomposed-path option" in seen[0] and "decomposed-path option" in seen[1]
+    assert "stale cache" in seen[2] and "h0" in seen[3]
+
+
 def _under_declared(rank: int, world_size: int) -> list:
     from pyg_dynscale.distributed import DistributedTrainer
 

@@ -225,6 +225,11 @@ class DistributedTrainer:
         self.path = "blackbox" if isinstance(self.model, SnapshotModel) else "decomposed"
         self.runner: Optional[SnapshotRunner] = None
         if self.path == "blackbox":
+            if fusion != "full" or input_halo != "load":
+                raise ModelInputError("fusion" if fusion != "full" else "input_halo",
+                                      f"is {fusion if fusion != 'full' else input_halo!r}, a decomposed-path option; "
+                                      f"{type(model).__name__} runs on the black-box path, which calls it once per "
+                                      "snapshot.", "leave fusion and input_halo at their defaults.")
             self._init_blackbox(signal, partition, head, loss, optimizer, lr, device, target, link_index, link_label, h0,
                                 snapshot_reduction, check, stale, checkpoint_every, t_setup)
             return
