@@ -45,6 +45,19 @@ def test_json_report(data, capsys):
     assert r["scheme"] == "pts" and r["parts"] == 3 and r["model"] == "dysat" and r["seconds"] >= 0
 
 
+def test_locality_is_passed_to_pts_and_refused_elsewhere(data, capsys, tmp_path):
+    sig, path, _ = data
+    out_file = tmp_path / "p.pt"
+    assert main(["partition", path, "--scheme", "pts", "--parts", "3", "--locality", "--json", "--out", str(out_file)]) == 0
+    assert json.loads(capsys.readouterr().out)["locality"] is True
+    got = load_partition(str(out_file), signal=sig)
+    assert got.meta["locality"] is True
+    assert got.owner.tolist() == partition(sig, "pts", 3, locality=True).owner.tolist()
+    assert got.owner.tolist() != partition(sig, "pts", 3).owner.tolist()  # the flag took effect
+    assert main(["partition", path, "--scheme", "pss", "--parts", "3", "--locality"]) == 2
+    assert "--locality orders the vertices of --scheme pts" in capsys.readouterr().err
+
+
 def test_text_and_out(data, capsys, tmp_path):
     sig, path, _ = data
     out_file = tmp_path / "p.pt"

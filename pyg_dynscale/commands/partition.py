@@ -47,6 +47,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="tgcn: GCN layers per gate (default 1 = PyGT's T-GCN, whose only spatial rows are raw "
                         "features loaded once, so spatial cuts cost nothing per epoch; DGC's T-GCN: 2)")
     p.add_argument("--balanced", action="store_true", help="pss/pts/pss-ts: balance workload instead of counts")
+    p.add_argument("--locality", action="store_true",
+                   help="pts: ranks get contiguous ranges of a Cuthill-McKee vertex order (neighbours together: small "
+                        "halos on the black-box path whatever the vertex ids)")
     p.add_argument("--pgc-starts", choices=("multi", "dgc"), default="multi",
                    help="pgc: 'multi' keeps the cheapest of DGC's start (label propagation + Algorithm 1) and refined "
                         "balanced PSS / PTS starts; 'dgc': DGC's own PGC only (default: multi)")
@@ -80,6 +83,8 @@ def _check(args: argparse.Namespace) -> None:
             raise CommandError(f"--window: {exc}") from None
     if args.scheme == "pgc" and args.balanced:
         raise CommandError("--balanced applies to pss, pts and pss-ts; pgc balances its chunks by itself: drop --balanced.")
+    if args.locality and args.scheme != "pts":
+        raise CommandError(f"--locality orders the vertices of --scheme pts; it does not apply to --scheme {args.scheme}.")
     if args.scheme != "pgc" and (args.pgc_starts != "multi" or args.workload is not None):
         raise CommandError("--pgc-starts and --workload apply to --scheme pgc only.")
     if args.workload not in (None, "linear", "vertices") and not os.path.isfile(args.workload):
@@ -131,8 +136,11 @@ def partition_report(args: argparse.Namespace, progress: bool = False) -> dict[s
         opts.update(progress=progress, workload=args.workload)
         if args.pgc_starts == "dgc":
             opts["starts"] = ("lp",)
-    elif args.balanced:
-        opts["balanced"] = True
+    else:
+        if args.balanced:
+            opts["balanced"] = True
+        if args.locality:
+            opts["locality"] = True
     part = partition(signal, args.scheme, args.parts, pattern, seed=args.seed, **opts)
     bar.update()
     step("plan")
@@ -150,6 +158,7 @@ def partition_report(args: argparse.Namespace, progress: bool = False) -> dict[s
     return {
         "schema_version": SCHEMA_VERSION, "path": args.path, "scheme": part.scheme, "parts": args.parts,
         "model": args.model, "hidden": args.hidden, "blocks": args.blocks, "gcn_layers": args.gcn_layers, "balanced": bool(args.balanced),
+        "locality": bool(args.locality),
         "seed": args.seed, "pattern": pattern.to_dict(),
         "vertex_time_nodes": sg.num_nodes, "spatial_edges": sg.num_spatial_edges,
         "temporal_edges": sg.num_temporal_edges,

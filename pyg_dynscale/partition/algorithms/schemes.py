@@ -200,9 +200,10 @@ def pss_snapshot_ranks(signal: "DynamicGraphSignal", R: int, balanced: bool, wor
     return snap_rank, nonempty, bounds, loads
 
 
-def _pts_owner(signal: "DynamicGraphSignal", R: int, balanced: bool, workload: Any) -> tuple[Tensor, dict]:
+def _pts_owner(signal: "DynamicGraphSignal", R: int, balanced: bool, workload: Any,
+               locality: bool = False) -> tuple[Tensor, dict]:
     """PTS owner ``[N]``: every node on the rank of its sequence."""
-    seq_rank = pts_sequence_ranks(signal, R, balanced, workload)
+    seq_rank = pts_sequence_ranks(signal, R, balanced, workload, locality=locality)
     sg = signal.supergraph()
     if kernels.backend() == "numba":
         owner = torch.from_numpy(kernels.scheme_kernels.sequence_owner(
@@ -211,13 +212,16 @@ def _pts_owner(signal: "DynamicGraphSignal", R: int, balanced: bool, workload: A
         owner = torch.empty(signal.num_vertex_time_nodes, dtype=torch.long)
         owner[sg.sequence_order.cpu()] = torch.repeat_interleave(seq_rank, sg.sequence_lengths.cpu(),
                                                                  output_size=signal.num_vertex_time_nodes)
-    return owner, {"balanced": bool(balanced)}
+    return owner, {"balanced": bool(balanced), "locality": bool(locality)}
 
 
 def pts_sequence_ranks(signal: "DynamicGraphSignal", R: int, balanced: bool, workload: Any,
-                       cost: Optional[Tensor] = None) -> Tensor:
+                       cost: Optional[Tensor] = None, locality: bool = False) -> Tensor:
     """PTS as ``seq_rank [S]``: the rank of every temporal sequence (of
-    vertex ``sequence_vertex[s]``); ``cost`` as in :func:`pss_snapshot_ranks`."""
+    vertex ``sequence_vertex[s]``); ``cost`` as in :func:`pss_snapshot_ranks`.
+    ``locality``: contiguous ranges of a Cuthill-McKee order of the union
+    graph (:mod:`.vertex_order`) instead of vertex-id order (unbalanced) or
+    LPT (balanced: ranges cut at equal cumulative cost)."""
     N, _ = _signal_info(signal)
     check_num_parts(R, N)
     sg = signal.supergraph()
@@ -225,6 +229,8 @@ def pts_sequence_ranks(signal: "DynamicGraphSignal", R: int, balanced: bool, wor
     if R > S:
         raise PartitionError("num_parts", f"PTS splits by temporal sequence but there are only {S} sequences for {R} parts.",
                              "Use fewer parts, or the 'pss'/'pgc' scheme.")
+    if locality:
+        return _local_sequence_ranks(signal, R, balanced, workload, cost)
     if not balanced:  # equal numbers of sequences, in vertex-id order
         return (torch.arange(S) * R) // S
     cost = resolve_node_cost(signal, workload) if cost is None else cost
@@ -235,6 +241,37 @@ def pts_sequence_ranks(signal: "DynamicGraphSignal", R: int, balanced: bool, wor
         seq_id = torch.repeat_interleave(torch.arange(S), sg.sequence_lengths.cpu(), output_size=N)
         seq_cost = torch.zeros(S, dtype=torch.float64).index_add_(0, seq_id, cost[sg.sequence_order.cpu()])
     return _lpt(seq_cost, R)
+
+
+def _local_sequence_ranks(signal: "DynamicGraphSignal", R: int, balanced: bool, workload: Any,
+                          cost: Optional[Tensor]) -> Tensor:
+    """Sequences in Cuthill-McKee order of their vertices, cut into ``R``
+    contiguous ranges of equal count (or equal cost when ``balanced``)."""
+    from .vertex_order import cuthill_mckee_order, union_graph
+
+    sg = signal.supergraph()
+    V = sg.num_vertices
+    order = cuthill_mckee_order(union_graph(sg.spatial_edge_index.cpu(), sg.vertex.cpu(), V), V)
+    position = torch.empty(V, dtype=torch.long)
+    position[order] = torch.arange(V)
+    seqs = torch.argsort(position[sg.sequence_vertex.cpu()])  # sequences in locality order
+    S = seqs.numel()
+    seq_rank = torch.empty(S, dtype=torch.long)
+    if not balanced:
+        seq_rank[seqs] = (torch.arange(S) * R) // S
+        return seq_rank
+    cost = resolve_node_cost(signal, workload) if cost is None else cost
+    seq_id = torch.repeat_interleave(torch.arange(S), sg.sequence_lengths.cpu(), output_size=sg.num_nodes)
+    seq_cost = torch.zeros(S, dtype=torch.float64).index_add_(0, seq_id, cost[sg.sequence_order.cpu()].to(torch.float64))
+    c = seq_cost[seqs]
+    mid = torch.cumsum(c, 0) - c / 2  # each sequence goes to the range holding the middle of its cost
+    total = float(c.sum())
+    ranks = (mid * R / total).floor().long().clamp_(0, R - 1) if total > 0 else (torch.arange(S) * R) // S
+    # every rank gets at least one sequence (R <= S): cummax keeps ranges contiguous
+    ranks = torch.maximum(ranks, torch.arange(S) - (S - R)).clamp_(max=R - 1)
+    ranks = torch.minimum(ranks, torch.arange(S))
+    seq_rank[seqs] = torch.cummax(ranks, 0).values
+    return seq_rank
 
 
 def _finish(scheme: str, signal: "DynamicGraphSignal", R: int, owner: Tensor, t0: float, meta: dict,
@@ -271,7 +308,7 @@ def partition_pss(signal: "DynamicGraphSignal", num_parts: int, *, balanced: boo
 
 
 def partition_pts(signal: "DynamicGraphSignal", num_parts: int, *, balanced: bool = False,
-                  workload: Any = None) -> Partition:
+                  workload: Any = None, locality: bool = False) -> Partition:
     r"""Partition by temporal sequence: all appearances of a vertex on one rank.
 
     Args:
@@ -279,12 +316,17 @@ def partition_pts(signal: "DynamicGraphSignal", num_parts: int, *, balanced: boo
             order); ``True`` -- LPT on the sequence workload (sum of node costs,
             i.e. appearances plus aggregated edges by default).
         workload: as in :func:`partition_pss`.
+        locality: ranks get contiguous ranges of a Cuthill-McKee order of the
+            union graph (:mod:`.vertex_order`), so that a rank's vertices are
+            neighbours: small halos on the black-box path (docs/blackbox.md)
+            whatever the vertex ids; with ``balanced`` the ranges are cut at
+            equal cumulative cost.
     """
     _signal_info(signal)
     signal.supergraph()  # build (and cache) outside the timed region
     t0 = time.perf_counter()
     with _backend(signal):
-        owner, meta = _pts_owner(signal, num_parts, balanced, workload)
+        owner, meta = _pts_owner(signal, num_parts, balanced, workload, locality=bool(locality))
     return _finish("pts", signal, num_parts, owner, t0, meta)
 
 
