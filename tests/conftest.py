@@ -57,3 +57,13 @@ def shared_datasets_dir():
 
 
 SHARED_DATASETS = shared_datasets_dir()
+
+
+@pytest.fixture(autouse=True)
+def _default_dtype_unchanged():
+    """A test that leaves torch's default dtype changed breaks the ones after it: fail it instead."""
+    before = torch.get_default_dtype()
+    yield
+    after = torch.get_default_dtype()
+    torch.set_default_dtype(before)
+    assert after == before, f"the test left torch's default dtype at {after} (was {before})"

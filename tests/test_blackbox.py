@@ -334,13 +334,19 @@ def test_refusals_name_the_reason():
 
 # ---------------------------------------------------------------- link prediction
 def _link_run(rank: int, world_size: int) -> dict:
+    from pyg_dynscale.nn.snapshot_model import default_dtype
+
+    with default_dtype(torch.float64):  # also called in the test process: restore the default after
+        return _link_run_float64(world_size)
+
+
+def _link_run_float64(world_size: int) -> dict:
     from torch_geometric_temporal.nn.recurrent import GConvGRU
 
     from pyg_dynscale.distributed import DistributedTrainer
     from pyg_dynscale.runtime import FusedTrainer
     from tests import distributed_cases as dcases
 
-    torch.set_default_dtype(torch.float64)
     sig = dcases.signal()  # changing vertex sets, an empty snapshot, labelled pairs
     torch.manual_seed(5)
     m = GConvGRU(dcases.F, 4, 2).double()
