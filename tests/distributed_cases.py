@@ -8,7 +8,8 @@ import torch
 
 from pyg_dynscale import DynamicGraphSignal
 from pyg_dynscale.nn import DySAT, MPNNLSTM, MPNNLSTMDGC, TGCN
-from pyg_dynscale.partition import Partition, partition
+from pyg_dynscale.nn.decomposed import DecomposedModule
+from pyg_dynscale.partition import BlockPattern, DependencyPattern, Partition, partition
 from tests.conftest import make_dynamic_signal
 
 HAVE_PYGT = importlib.util.find_spec("torch_geometric_temporal") is not None and \
@@ -35,14 +36,43 @@ def signal() -> DynamicGraphSignal:
                               edge_label_index=lis, edge_label=lbs)
 
 
+class StackedTGCN(DecomposedModule):
+    """Two T-GCN blocks, the second on the first's outputs: a multi-block
+    recurrent model (each block carries its own state; ``h0`` enters the first)."""
+
+    time_kind = "recurrent"
+
+    def __init__(self, in_channels: int, hidden: int) -> None:
+        super().__init__()
+        self.cells = torch.nn.ModuleList([TGCN(in_channels, hidden), TGCN(hidden, hidden)])
+        self.in_channels, self.out_channels, self.state_width = in_channels, hidden, hidden
+
+    @property
+    def num_blocks(self) -> int:
+        return 2
+
+    def structure_encoder(self, graph, x=None, block=0, halo=None):
+        return self.cells[block].structure_encoder(graph, graph.x if x is None else x, block=block, halo=halo)
+
+    def time_encoder(self, z, graph, h0=None, block=0):
+        return self.cells[block].time_encoder(z, graph, h0)
+
+    def dependency_pattern(self, bytes_per_element: int = 4):
+        H = self.out_channels
+        return DependencyPattern((BlockPattern((self.in_channels,), "recurrent", H, 3 * H),
+                                  BlockPattern((H,), "recurrent", H, 3 * H)), bytes_per_element, "stacked_tgcn")
+
+
 def model(name: str):
     """(model, head, loss) with fixed initial parameters (float64)."""
     torch.manual_seed(11)
     H = 4
-    if name in ("tgcn1", "tgcn1_h0"):
+    if name == "tgcn1":
         m, head, loss = TGCN(F, H), torch.nn.Linear(H, 1), "mse"
-    elif name == "tgcn2":
+    elif name in ("tgcn2", "tgcn2_h0"):  # h0 enters the first block only
         m, head, loss = TGCN(F, H, num_layers=2), torch.nn.Linear(H, 1), "mse"
+    elif name in ("stacked", "stacked_h0"):
+        m, head, loss = StackedTGCN(F, H), torch.nn.Linear(H, 1), "mse"
     elif name == "pygt_tgcn":
         from torch_geometric_temporal.nn.recurrent import TGCN as PyGTTGCN
 
@@ -71,7 +101,7 @@ def initial_state(name: str, sig: DynamicGraphSignal):
     return torch.randn(S, 4, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
 
 
-MODELS = ["tgcn1", "tgcn1_h0", "tgcn2", "dysat_mse", "dysat_link", "mpnn", "mpnn_dgc"] + (["pygt_tgcn"] if HAVE_PYGT else [])
+MODELS = ["tgcn1", "tgcn2", "tgcn2_h0", "stacked_h0", "dysat_mse", "dysat_link", "mpnn", "mpnn_dgc"] + (["pygt_tgcn"] if HAVE_PYGT else [])
 SCHEMES = ["pss", "pts", "pss-ts", "pgc", "random", "empty_rank"]
 
 

@@ -229,6 +229,10 @@ def _edge_list(path: Path, windows: int, seed: int = 0, vertices: int = 30, per_
     (["train", "england_covid", "--stale", "intent", "--stale-kind", "temporal"], "write KIND=POLICY"),
     (["train", "england_covid", "--model", "gconvgru", "--stale", "intent"], "black-box path"),
     (["train", "england_covid", "--model", "dcrnn", "--fusion", "none"], "--fusion none with --model dcrnn"),
+    (["train", "england_covid", "--locality"], "--locality orders the vertices of --scheme pts"),
+    (["train", "england_covid", "--recompute-every", "0"], "--recompute-every must be >= 1"),
+    (["train", "england_covid", "--model", "dysat", "--recompute-every", "2"], "--recompute-every with --model dysat"),
+    (["train", "england_covid", "--recompute-every", "2", "--fusion", "none"], "leave --fusion at full"),
 ])
 def test_bad_input_is_one_clear_line(args: list, message: str, capsys) -> None:
     assert main(args + ["--no-progress"]) == 2
@@ -296,6 +300,20 @@ def test_black_box_models_two_processes_equal_one(model, capsys) -> None:
     r1 = json.loads(capsys.readouterr().out)
     torch.testing.assert_close(torch.tensor(r2["losses"]), torch.tensor(r1["losses"]), rtol=1e-10, atol=1e-12)
     assert abs(r2["test_metric"] - r1["test_metric"]) < 1e-9
+    assert r2["bytes_measured"]["total"] == r2["bytes_predicted"]["total"] and r2["bytes_measured"]["total"][0] > 0
+
+
+def test_locality_and_recompute_two_processes_equal_one(capsys) -> None:
+    """PTS with locality and gradient checkpointing (windows of 3 snapshots) on 2 processes: the losses of
+    one process without either; bytes measured == predicted (the recomputation sends nothing)."""
+    args = ["train", "england_covid", "--model", "tgcn-deep", "--dtype", "float64", "--hidden", "4", "--epochs", "2",
+            "--json", "--no-progress"]
+    r2 = _report(_cli(args + ["--nproc", "2", "--scheme", "pts", "--locality", "--recompute-every", "3"]))
+    assert r2["locality"] is True and r2["recompute_every"] == 3 and r2["scheme"] == "pts"
+    assert main(args) == 0
+    r1 = json.loads(capsys.readouterr().out)
+    assert r1["locality"] is False and r1["recompute_every"] is None
+    torch.testing.assert_close(torch.tensor(r2["losses"]), torch.tensor(r1["losses"]), rtol=1e-10, atol=1e-12)
     assert r2["bytes_measured"]["total"] == r2["bytes_predicted"]["total"] and r2["bytes_measured"]["total"][0] > 0
 
 

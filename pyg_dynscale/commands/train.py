@@ -65,6 +65,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "edges, ROC AUC (default: node)")
     p.add_argument("--model", choices=MODEL_NAMES, default="tgcn", help="model (default: tgcn)")
     p.add_argument("--scheme", choices=SCHEMES, default="pgc", help="partition scheme (default: pgc)")
+    p.add_argument("--locality", action="store_true",
+                   help="pts: ranks get contiguous ranges of a Cuthill-McKee vertex order (neighbours together: small "
+                        "halos on the black-box path whatever the vertex ids)")
     p.add_argument("--nproc", type=int, default=None, metavar="N",
                    help="start N local processes through torch.distributed.run (omit under torchrun)")
     p.add_argument("--max-restarts", type=int, default=0, metavar="K",
@@ -75,6 +78,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--hidden", type=int, default=32, help="hidden width (default: 32)")
     p.add_argument("--seed", type=int, default=0, help="seed of the parameters and of PGC (default: 0)")
     p.add_argument("--dtype", choices=DTYPES, default="float32", help="parameter dtype (default: float32)")
+    p.add_argument("--recompute-every", type=int, default=None, metavar="B",
+                   help="gradient checkpointing: keep the activations of B snapshots at a time and recompute them in "
+                        "the backward (memory of one window instead of all snapshots; about one extra forward)")
     p.add_argument("--fusion", choices=("full", "none"), default="full",
                    help="full: one fused call per rank; none: one call and halo exchange per snapshot")
     p.add_argument("--stale", default="off", metavar="POLICY",
@@ -157,7 +163,18 @@ def check_args(args: argparse.Namespace) -> None:
         _fail("--device cuda: the distributed runtime runs on CPU ranks (gloo) in this release; CUDA ranks "
               "(NCCL, one GPU per rank) are not built yet. Use --device cpu.")
     args.stale_config = _stale_config(args)
-    from ..nn.zoo import BLACK_BOX_MODELS
+    from ..nn.zoo import BLACK_BOX_MODELS, RECOMPUTABLE_MODELS
+
+    if args.locality and args.scheme != "pts":
+        _fail(f"--locality orders the vertices of --scheme pts; it does not apply to --scheme {args.scheme}.")
+    if args.recompute_every is not None:
+        if args.recompute_every < 1:
+            _fail(f"--recompute-every must be >= 1 snapshot, got {args.recompute_every}.")
+        if args.model not in RECOMPUTABLE_MODELS:
+            _fail(f"--recompute-every with --model {args.model}: windows of snapshots need a recurrent state and no "
+                  f"BatchNorm; use one of {', '.join(RECOMPUTABLE_MODELS)}, or drop --recompute-every.")
+        if args.fusion != "full":
+            _fail("--recompute-every runs each window as one fused call: leave --fusion at full.")
 
     if args.model in BLACK_BOX_MODELS:
         if args.stale_config.enabled:
@@ -386,6 +403,8 @@ def _partition(signal: Any, scheme: str, world: int, pattern: Any, args: argpars
     from ..partition.algorithms.dispatch import partition
 
     opts = {"threads": args.threads} if scheme == "pgc" else {}
+    if scheme == "pts" and args.locality:
+        opts["locality"] = True
     return partition(signal, scheme, world, pattern, seed=args.seed, **opts)
 
 
@@ -470,7 +489,7 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
             os.makedirs(args.checkpoint_dir, exist_ok=True)
             save_partition(part, saved_part)
     trainer = DistributedTrainer(model, train_sig, part, head=head, loss=loss, lr=args.lr, fusion=args.fusion,
-                                 stale=args.stale_config)
+                                 stale=args.stale_config, checkpoint_every=args.recompute_every)
     modules = torch.nn.ModuleDict({"model": model, **({"head": head} if head is not None else {})})
     progress: dict = {"losses": [], "epoch_seconds": [], "bytes_measured": {}, "bytes_predicted": {},
                       "stale_factor": [], "stale_fresh_fraction": []}
@@ -515,7 +534,8 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
     return {
         "schema_version": SCHEMA_VERSION, "path": args.path, "model": args.model, "target": args.target,
         "scheme": part.scheme, "world_size": world, "dtype": args.dtype, "hidden": args.hidden, "lr": args.lr,
-        "epochs": args.epochs, "fusion": args.fusion, "seed": args.seed, "stale": args.stale_config.describe()
+        "epochs": args.epochs, "fusion": args.fusion, "seed": args.seed,
+        "locality": bool(part.meta.get("locality", False)), "recompute_every": args.recompute_every, "stale": args.stale_config.describe()
         if args.stale_config.enabled else "off", "stale_factor": progress.get("stale_factor", []),
         "stale_fresh_fraction": progress.get("stale_fresh_fraction", []),
         "snapshots": {"train": train_sig.num_snapshots, "test": test_sig.num_snapshots},

@@ -41,6 +41,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor
+from torch.utils.checkpoint import checkpoint
 
 from ..errors import DecompositionMismatchError, ModelInputError, PartitionError, UnsupportedModelError
 from ..nn.decomposed import FusedGraph, Halo, check_initial_state
@@ -50,9 +51,11 @@ from ..partition.plan import CommunicationPlan
 from ..runtime.fused import LOSSES, eval_mode, resolve_targets, snapshot_mean_part
 from ..runtime.paths import as_signal, edge_fields_of, prepare_snapshot_model, resolve_model
 from ..runtime.snapshot_runner import SnapshotRunner
+from ..runtime.time_blocks import check_windowable
 from .exchange import Communicator
 from .local import ExchangeMap, RankLayout, halo_keys, node_subset_graph, positions_in
 from .stale import StaleCache, StaleConfig
+from .time_windows import RankWindow, build_windows
 
 __all__ = ["DistributedTrainer", "FUSION_MODES"]
 
@@ -217,6 +220,9 @@ class DistributedTrainer:
                                   "call torch.distributed.init_process_group first (torchrun does it for you), "
                                   "or pyg_dynscale.distributed.spawn in tests.")
         self.group = group
+        self._recv_store: dict = {}  # checkpointed window -> {call position: rows received in its first pass}
+        self._recv_cache: Optional[dict] = None  # the current window's entry of the store
+        self._recv_calls = 0
         self.rank = dist.get_rank(group)
         self.world_size = dist.get_world_size(group)
         signal = as_signal(signal)
@@ -234,8 +240,10 @@ class DistributedTrainer:
                                 snapshot_reduction, check, stale, checkpoint_every, t_setup)
             return
         if checkpoint_every is not None:
-            raise NotImplementedError("checkpoint_every on DistributedTrainer's decomposed path is not built yet; use "
-                                      "path='blackbox', or FusedTrainer on one process.")
+            if fusion != "full":
+                raise ModelInputError("fusion", f"is {fusion!r} with checkpoint_every={checkpoint_every!r}; a "
+                                      "checkpointed window runs its snapshots as one fused call.", "leave fusion='full'.")
+            check_windowable(self.model)
         self.head = head
         if callable(loss) or loss not in LOSSES:
             raise ModelInputError("loss", f"is {loss!r}.", f"use one of {LOSSES} (callables are not distributed).")
@@ -338,6 +346,12 @@ class DistributedTrainer:
         self.load_seconds = time.perf_counter() - t0
         self.load_bytes_measured = self._sum_counter(lambda k: True)
         self.comm.reset_counters()
+        #: gradient checkpointing: this rank's windows of snapshots (``None``: off)
+        self.windows: Optional[list[RankWindow]] = None
+        if checkpoint_every is not None:
+            self.windows = build_windows(signal, partition, self.pattern, self.rank, checkpoint_every, input_halo,
+                                         self.layout, self.model)
+            self._window_halos = [_RankHalo(self, w.layout.maps, w.layout.S_owned.to(device)) for w in self.windows]
         #: the snapshot ranges each structure-encoder call covers (``None``: one call for everything)
         self.groups: Optional[list] = None
         if fusion != "full":
@@ -600,37 +614,55 @@ class DistributedTrainer:
 
     def _rows(self, m: ExchangeMap, send: Tensor) -> Tensor:
         """Exchange ``send`` along ``m``: exactly, or through the stale cache
-        while training when it covers ``m``'s kind."""
+        while training when it covers ``m``'s kind. Inside a checkpointed
+        window the received rows are kept, and its recomputation gets them
+        back without a collective."""
+        cache = self._recv_cache
+        if cache is not None:
+            key = self._recv_calls
+            self._recv_calls += 1
+            if key in cache:
+                rows, grad = cache[key]
+                return rows.detach().requires_grad_(grad)  # as in the first pass, so the same tensors are saved
         if self._stale_on and self.stale is not None and self.stale.applies(m.key[2]):
-            return self.stale.exchange(self.comm, id(m), m.key, send, m.send_splits, m.recv_splits)
-        return self.comm.exchange(m.key, send, m.send_splits, m.recv_splits)
+            recv = self.stale.exchange(self.comm, id(m), m.key, send, m.send_splits, m.recv_splits)
+        else:
+            recv = self.comm.exchange(m.key, send, m.send_splits, m.recv_splits)
+        if cache is not None:
+            cache[key] = (recv.detach(), recv.requires_grad)
+        return recv
 
-    def _redistribute(self, key: tuple, src: Tensor, n_dst: int, src_local: Tensor, dst_local: Tensor) -> Tensor:
+    def _redistribute(self, key: tuple, src: Tensor, n_dst: int, src_local: Tensor, dst_local: Tensor,
+                      lay: RankLayout) -> Tensor:
         """PSS-TS: rows of ``src`` to the other owner's ``n_dst`` rows; rows
         whose two owners are this rank are copied, the others exchanged."""
         dst = src.new_zeros((n_dst,) + tuple(src.shape[1:])).index_copy(0, dst_local, src.index_select(0, src_local))
-        return self._exchange_into(self.layout.maps[key], src, dst)
+        return self._exchange_into(lay.maps[key], src, dst)
 
     # ---------------------------------------------------------------- forward
-    def _structure(self, b: int, h_S: Tensor) -> Tensor:
+    def _structure(self, b: int, h_S: Tensor, lay: Optional[RankLayout] = None, halo: Optional[Halo] = None) -> Tensor:
+        if lay is not None:  # a checkpointed window: one fused call
+            return self.model.structure_encoder(lay.structure, h_S, block=b, halo=halo)
         if self.groups is None:
             return self.model.structure_encoder(self.layout.structure, h_S, block=b, halo=self.halo)
         outs = [self.model.structure_encoder(g, h_S[lo:hi], block=b, halo=halo) for lo, hi, g, halo in self._snap]
         return torch.cat(outs, 0) if outs else h_S[:0]
 
-    def _time(self, b: int, z_Q: Tensor) -> Tensor:
-        lay = self.layout
+    def _time(self, b: int, z_Q: Tensor, lay: RankLayout, init: Optional[Tensor]) -> tuple[Tensor, list]:
+        """Block ``b``'s time encoder over ``lay``'s time rows: ``(outputs,
+        [final states of each recurrent round's pieces]``); ``init``: the
+        initial state ``[S, W]`` of ``lay``'s sequences (``None``: zeros)."""
         kind = self.pattern.blocks[b].time_kind
         if kind == "none":
-            return self.model.time_encoder(z_Q, lay.time_graph, None, block=b)
+            return self.model.time_encoder(z_Q, lay.time_graph, None, block=b), []
         if kind == "attention":
             info = lay.attention(b)
             zM = z_Q.new_zeros((info["graph"].num_nodes,) + tuple(z_Q.shape[1:])).index_copy(0, info["q_in_m"], z_Q)
             zM = self._exchange_into(info["exchange"], z_Q, zM)
             hM = self.model.time_encoder(zM, info["graph"], None, block=b)
-            return hM.index_select(0, info["q_in_m"])
+            return hM.index_select(0, info["q_in_m"]), []
         # recurrent: rounds of pieces
-        outs = []
+        outs, lasts = [], []
         recv: Optional[Tensor] = None
         W = self.model.state_width
         rounds = lay.recurrent_rounds(b)
@@ -639,11 +671,12 @@ class DistributedTrainer:
             last = z_Q.new_zeros(0, W)
             if g.num_nodes:
                 if k == 0:
-                    h0 = self.h0.index_select(0, info["h0_seq"]) if self.h0 is not None else None
+                    h0 = init.index_select(0, info["h0_seq"]) if init is not None else None
                 else:
                     h0 = recv.index_select(0, info["h0_recv"])
                 out, last = self.model.time_encoder_with_state(z_Q.index_select(0, info["q_pos"]), g, h0, block=b)
                 outs.append(out)
+            lasts.append(last)
             m = info["exchange"]
             if m is not None:
                 send = last.index_select(0, m.send_idx)
@@ -653,37 +686,93 @@ class DistributedTrainer:
                         f"time_width={m.width}.")
                 recv = self._rows(m, send)
         if not outs:
-            return z_Q.new_zeros(0, getattr(self.model, "out_channels", W))
-        return torch.cat(outs, 0).index_select(0, rounds[0]["inverse"])
+            return z_Q.new_zeros(0, getattr(self.model, "out_channels", W)), lasts
+        return torch.cat(outs, 0).index_select(0, rounds[0]["inverse"]), lasts
 
     def outputs(self) -> Tensor:
         """``[|Q_r|, H]`` model outputs of this rank's time-owned nodes
         (``layout.Q``, gid order), before the head."""
-        if self.runner is not None:
-            self.comm.start(requires_grad=torch.is_grad_enabled())
-            return self.runner.outputs()
-        lay = self.layout
         self.comm.start(requires_grad=torch.is_grad_enabled())
-        h_S = self.x_S
+        if self.runner is not None:
+            return self.runner.outputs()
+        if self.windows is not None and torch.is_grad_enabled():
+            h_Q = self._windowed_outputs()
+        else:
+            inits = [self.h0] + [None] * (self.model.num_blocks - 1)  # h0 enters the first block, as forward_fused
+            h_Q, _ = self._blocks(self.x_S, inits)
+        readout = getattr(self.model, "readout", None)  # a user's module around the cell: its per-node part
+        if readout is not None:
+            h_Q = readout(h_Q, self.signal.x.index_select(0, self.layout.Q).to(device=h_Q.device, dtype=h_Q.dtype))
+        return h_Q
+
+    def _windowed_outputs(self) -> Tensor:
+        """The outputs of :meth:`outputs` computed window by window under
+        :func:`torch.utils.checkpoint.checkpoint` (:mod:`.time_windows`)."""
+        B, W = self.model.num_blocks, self.model.state_width
+        ends: list[list[Tensor]] = []  # per window, per block: the states its window-sequences end with
+        outs = []
+        self._recv_store = {}  # kept until the backward has recomputed every window
+        for i, win in enumerate(self.windows):
+            inits = []
+            for b in range(B):
+                init = (self.h0.index_select(0, win.h0_seq) if self.h0 is not None and b == 0
+                        else self.x_S.new_zeros(win.num_sequences, W))
+                c = win.carry
+                if c is not None:
+                    parts = [ends[w][b].index_select(0, pos) for w, pos in c.sources]
+                    rows = torch.cat(parts, 0).index_select(0, c.order) if parts else init.new_zeros(0, W)
+                    init = init.index_copy(0, c.local_seq, rows[c.num_send:])
+                    if b in c.maps:  # some rank sends: every rank takes part
+                        init = init.index_copy(0, c.recv_seq, self._rows(c.maps[b], rows[:c.num_send]))
+                inits.append(init)
+            res = checkpoint(self._window, i, *inits, use_reentrant=False, preserve_rng_state=True)
+            outs.append(res[0])
+            ends.append(list(res[1:]))
+        return torch.cat(outs, 0) if outs else self.x_S.new_zeros(0, getattr(self.model, "out_channels", W))
+
+    def _window(self, i: int, *inits: Tensor) -> tuple:
+        """Window ``i``: ``(outputs of its time rows, *per-block states its
+        window-sequences end with)``; received rows come from the store on
+        recomputation."""
+        win = self.windows[i]
+        self._recv_cache = self._recv_store.setdefault(i, {})
+        self._recv_calls = 0
+        try:
+            h_Q, lasts = self._blocks(self.x_S[win.s_rows], list(inits), win.layout, self._window_halos[i])
+        finally:
+            self._recv_cache = None
+        ends = []
+        for b in range(self.model.num_blocks):
+            sel = [last.index_select(0, keep) for last, keep in zip(lasts[b], win.end_select[b])]
+            ends.append(torch.cat(sel, 0) if sel else h_Q.new_zeros(0, self.model.state_width))
+        return (h_Q, *ends)
+
+    def _blocks(self, x_S: Tensor, inits: list, lay: Optional[RankLayout] = None,
+                halo: Optional[Halo] = None) -> tuple[Tensor, list]:
+        """Every block over ``lay``'s rows (default: the rank's whole share):
+        ``(time-encoder outputs of the time rows, [per block: final states
+        of each recurrent round's pieces])``."""
+        window = lay is not None
+        lay = self.layout if lay is None else lay
+        h_S = x_S
         h_Q: Optional[Tensor] = None
+        lasts = []
         for b in range(self.model.num_blocks):
             if b > 0:
                 if lay.two_owners:
                     sl, ql = lay.local_S_to_Q
-                    h_S = self._redistribute((b, "redistribution_back"), h_Q, lay.S.numel(), ql, sl)
+                    h_S = self._redistribute((b, "redistribution_back"), h_Q, lay.S.numel(), ql, sl, lay)
                 else:  # halo rows stay zero until the block's first halo exchange fills them
                     h_S = h_Q.new_zeros((lay.S.numel(),) + tuple(h_Q.shape[1:])).index_copy(0, lay.S_owned, h_Q)
-            z_S = self._structure(b, h_S)
+            z_S = self._structure(b, h_S, lay, halo) if window else self._structure(b, h_S)
             if lay.two_owners:
                 sl, ql = lay.local_S_to_Q
-                z_Q = self._redistribute((b, "redistribution"), z_S, lay.Q.numel(), sl, ql)
+                z_Q = self._redistribute((b, "redistribution"), z_S, lay.Q.numel(), sl, ql, lay)
             else:
                 z_Q = z_S.index_select(0, lay.S_owned)
-            h_Q = self._time(b, z_Q)
-        readout = getattr(self.model, "readout", None)  # a user's module around the cell: its per-node part
-        if readout is not None:
-            h_Q = readout(h_Q, self.signal.x.index_select(0, lay.Q).to(device=h_Q.device, dtype=h_Q.dtype))
-        return h_Q
+            h_Q, last = self._time(b, z_Q, lay, inits[b])
+            lasts.append(last)
+        return h_Q, lasts
 
     def _apply_head(self, out: Tensor) -> Tensor:
         return self.head(out) if self.head is not None else out
@@ -763,6 +852,7 @@ class DistributedTrainer:
         finally:
             self._stale_on = False
         loss.backward()
+        self._recv_store = {}
         self._sync_gradients()
         self.optimizer.step()
         if self.runner is not None:

@@ -38,11 +38,14 @@ from .mpnn_lstm import MPNNLSTM
 from .mpnn_lstm_dgc import MPNNLSTMDGC
 from .tgcn import TGCN
 
-__all__ = ["MODEL_NAMES", "BLACK_BOX_MODELS", "TARGETS", "build_model", "partition_pattern"]
+__all__ = ["MODEL_NAMES", "BLACK_BOX_MODELS", "RECOMPUTABLE_MODELS", "TARGETS", "build_model", "partition_pattern"]
 
 #: models built from PyGT classes that run on the black-box path
 BLACK_BOX_MODELS = ("gconvgru", "gclstm", "dcrnn")
 MODEL_NAMES = ("tgcn", "tgcn-deep", "dysat", "mpnnlstm", "mpnnlstm-dgc") + BLACK_BOX_MODELS
+#: models gradient checkpointing over windows of snapshots runs (DySAT's attention reads every earlier
+#: appearance; the MPNN-LSTMs' BatchNorm statistics would be updated twice by the recomputation)
+RECOMPUTABLE_MODELS = ("tgcn", "tgcn-deep") + BLACK_BOX_MODELS
 TARGETS = ("node", "link")
 
 

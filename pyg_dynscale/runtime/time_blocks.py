@@ -28,7 +28,23 @@ from torch.utils.checkpoint import checkpoint
 from ..errors import ModelInputError
 from ..nn.decomposed import DecomposedModule, FusedGraph
 
-__all__ = ["TimeBlockCheckpoint"]
+__all__ = ["TimeBlockCheckpoint", "check_windowable"]
+
+
+def check_windowable(model: DecomposedModule) -> None:
+    """Raise :class:`NotImplementedError` unless every block of ``model`` has a
+    recurrent time encoder and it has no BatchNorm (see the module doc)."""
+    kinds = {b.time_kind for b in model.dependency_pattern().blocks}
+    if kinds != {"recurrent"} or not model.state_width:
+        why = ("attention reads every earlier appearance, not one window" if "attention" in kinds
+               else "windows carry a recurrent state from one window to the next")
+        raise NotImplementedError(
+            f"checkpoint_every on the decomposed path needs a recurrent time encoder in every block; "
+            f"{type(model).__name__} has time kinds {sorted(kinds)} ({why}); use path='blackbox' or train without "
+            "checkpointing.")
+    if any(isinstance(s, torch.nn.modules.batchnorm._BatchNorm) for s in model.modules()):
+        raise NotImplementedError(f"checkpoint_every with {type(model).__name__}: the recomputation would update "
+                                  "its BatchNorm running statistics twice.")
 
 
 class TimeBlockCheckpoint:
@@ -38,15 +54,7 @@ class TimeBlockCheckpoint:
     def __init__(self, model: DecomposedModule, signal: Any, every: int) -> None:
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise ModelInputError("checkpoint_every", f"is {every!r}.", "give a number of snapshots >= 1, or None.")
-        kinds = {b.time_kind for b in model.dependency_pattern().blocks}
-        if kinds != {"recurrent"} or not model.state_width:
-            raise NotImplementedError(
-                f"checkpoint_every on the decomposed path needs recurrent time encoders; {type(model).__name__} has "
-                f"{sorted(kinds)} (attention reads every earlier appearance, not one window); use path='blackbox' "
-                "or train without checkpointing.")
-        if any(isinstance(s, torch.nn.modules.batchnorm._BatchNorm) for s in model.modules()):
-            raise NotImplementedError(f"checkpoint_every with {type(model).__name__}: the recomputation would update "
-                                      "its BatchNorm running statistics twice.")
+        check_windowable(model)
         self.model = model
         self.num_vertices = signal.num_vertices
         T = signal.num_snapshots
