@@ -6,19 +6,22 @@ memory with and without gradient checkpointing -- side by side in one run.
    state carried, one backward per epoch), ``FusedTrainer`` (black-box, one
    process) and ``DistributedTrainer`` (black-box, PTS, 2 and 4 gloo ranks),
    on England COVID, on DGC's synthetic generator (power-law degrees) and on
-   a road-grid graph (PyGT's traffic setting), both >= 100k vertex-time nodes.
+   a road-grid graph (PyGT's traffic setting; ids row by row, and shuffled
+   with plain PTS and PTS with locality), all but England >= 100k
+   vertex-time nodes.
    Epoch time is the median over epochs of the slowest rank; bytes per epoch
    are measured (== predicted, asserted).
 2. **Decomposed vs black-box** for PyGT's T-GCN on one process: what calling
    the cell per snapshot costs against the fused path.
-3. **Memory**: the bytes of the activations saved for the backward at the
-   end of the forward (each configuration in a fresh process), with and
-   without ``checkpoint_every``, on a synthetic graph with 500 snapshots, on
-   both paths.
+3. **Memory**: peak tensor memory of one forward + backward (from the
+   profiler's allocation events) and the activations saved at the end of the
+   forward (each configuration in a fresh process), with and without
+   ``checkpoint_every``, on a synthetic graph with 500 snapshots, on both
+   paths, one process and 2 ranks.
 4. **Sequence length**: time per snapshot of the black-box path and of PyGT's
    loop for 100 to 4000 tiny snapshots (Python overhead per snapshot).
 
-    python benchmarks/bench_blackbox.py            # full (about 15 min on 2 cores)
+    python benchmarks/bench_blackbox.py            # full (about 6 min on 2 cores)
     python benchmarks/bench_blackbox.py --quick    # smoke test (about a minute)
 """
 from __future__ import annotations
@@ -39,7 +42,7 @@ from pyg_dynscale import DynamicGraphSignal  # noqa: E402
 from pyg_dynscale._optional import import_pygt  # noqa: E402
 
 HIDDEN = 32
-DATASETS = ["england_covid", "synthetic", "road_grid"]
+DATASETS = ["england_covid", "synthetic", "road_grid", "road_grid_shuffled"]
 
 
 # ------------------------------------------------------------------ data
@@ -63,16 +66,19 @@ def sorted_copy(sig: DynamicGraphSignal) -> DynamicGraphSignal:
     return DynamicGraphSignal(eis, ws, xs, ys, node_ids=ids, num_vertices=sig.num_vertices)
 
 
-def road_grid(rows: int, cols: int, T: int, keep: float = 0.9, seed: int = 0) -> DynamicGraphSignal:
+def road_grid(rows: int, cols: int, T: int, keep: float = 0.9, seed: int = 0, shuffle: bool = False) -> DynamicGraphSignal:
     """A road-network-like graph (PyGT's traffic setting): a ``rows x cols``
     grid, each street present in a snapshot with probability ``keep``,
-    features and targets random."""
+    features and targets random. ``shuffle``: vertex ids in random order (as
+    sensor ids are), instead of row by row."""
     g = torch.Generator().manual_seed(seed)
     V = rows * cols
     r, c = torch.arange(V) // cols, torch.arange(V) % cols
     right = (c < cols - 1).nonzero().flatten()
     down = (r < rows - 1).nonzero().flatten()
     und = torch.cat([torch.stack([right, right + 1]), torch.stack([down, down + cols])], 1)
+    if shuffle:
+        und = torch.randperm(V, generator=torch.Generator().manual_seed(seed + 1))[und]
     eis, ws, xs, ys = [], [], [], []
     for _ in range(T):
         e = und[:, torch.rand(und.shape[1], generator=g) < keep]
@@ -89,8 +95,8 @@ def dataset(name: str, quick: bool) -> DynamicGraphSignal:
 
     if name == "england_covid":
         return sorted_copy(load_england_covid())
-    if name == "road_grid":  # 100k vertex-time nodes in full
-        return road_grid(*((10, 30, 10) if quick else (40, 50, 50)))
+    if name in ("road_grid", "road_grid_shuffled"):  # 100k vertex-time nodes in full
+        return road_grid(*((10, 30, 10) if quick else (40, 50, 50)), shuffle=name == "road_grid_shuffled")
     V, T = (300, 10) if quick else (2000, 50)  # 100k vertex-time nodes in full
     return sorted_copy(generate_dynamic_graph(V, 4 * V * T, T, presence=1.0, num_features=8, seed=0))
 
@@ -142,10 +148,11 @@ def _rank(rank: int, world_size: int, configs: list, quick: bool, epochs: int) -
     from pyg_dynscale.partition import DependencyPattern, partition
 
     out = []
-    for data, cname in configs:
+    for data, cname, locality in configs:
         sig = dataset(data, quick)
         m, head = cell(cname, sig.num_node_features), torch.nn.Linear(HIDDEN, 1)
-        part = partition(sig, "pts", world_size, DependencyPattern.preset("tgcn", sig.num_node_features, HIDDEN))
+        part = partition(sig, "pts", world_size, DependencyPattern.preset("tgcn", sig.num_node_features, HIDDEN),
+                         locality=locality)
         tr = DistributedTrainer(m, sig, part, head=head, loss="mse", lr=0.01, path="blackbox")
         for _ in range(epochs):
             tr.train_epoch()
@@ -165,18 +172,25 @@ def median_tail(times: list[float]) -> float:
 def section_pygt(quick: bool, epochs: int) -> None:
     from pyg_dynscale.distributed import spawn
 
-    print("\n== 1. black-box vs PyGT's loop (epoch seconds, slowest rank; ratio = PyGT / ours) ==")
-    configs = [(d, c) for d in DATASETS for c in ("GConvGRU", "DCRNN")]
+    print("\n== 1. black-box vs PyGT's loop (epoch seconds, slowest rank; ratio = PyGT / ours; partition PTS, "
+          "'+loc': PTS with locality) ==")
+    configs = [(d, c, loc) for d in DATASETS for c in ("GConvGRU", "DCRNN")
+               for loc in ((False, True) if d == "road_grid_shuffled" else (False,))]
     dist_res = {R: spawn(_rank, R, configs, quick, epochs, timeout=3600) for R in ((2,) if quick else (2, 4))}
-    print(f"{'dataset':<14}{'cell':<10}{'nodes':>8} {'PyGT loop':>10} {'1 proc':>8} {'ratio':>6}"
+    print(f"{'dataset':<24}{'cell':<10}{'nodes':>8} {'PyGT loop':>10} {'1 proc':>8} {'ratio':>6}"
           + "".join(f" {f'{R} ranks':>9} {'ratio':>6} {'comm':>5} {'KiB/epoch':>10} {'local/own':>9}" for R in dist_res))
-    for i, (data, cname) in enumerate(configs):
+    single: dict = {}
+    for i, (data, cname, loc) in enumerate(configs):
         sig = dataset(data, quick)
         F = sig.num_node_features
-        m, head = cell(cname, F), torch.nn.Linear(HIDDEN, 1)
-        base = median_tail(pygt_epochs(m, head, sig, epochs))
-        one = median_tail(fused_epochs(cell(cname, F), torch.nn.Linear(HIDDEN, 1), sig, epochs))
-        row = f"{data:<14}{cname:<10}{sig.num_vertex_time_nodes:>8} {base:>10.3f} {one:>8.3f} {base / one:>6.2f}"
+        if (data, cname) not in single:  # the one-process runs do not depend on the partition
+            m, head = cell(cname, F), torch.nn.Linear(HIDDEN, 1)
+            base = median_tail(pygt_epochs(m, head, sig, epochs))
+            single[data, cname] = (base, median_tail(fused_epochs(cell(cname, F), torch.nn.Linear(HIDDEN, 1), sig,
+                                                                  epochs)))
+        base, one = single[data, cname]
+        name = data + ("+loc" if loc else "")
+        row = f"{name:<24}{cname:<10}{sig.num_vertex_time_nodes:>8} {base:>10.3f} {one:>8.3f} {base / one:>6.2f}"
         for R, res in dist_res.items():
             per_rank = [r[i] for r in res]
             ep = statistics.median([max(e) for e in zip(*[r["epoch"][1:] or r["epoch"] for r in per_rank])])
@@ -200,17 +214,20 @@ def section_generality(quick: bool, epochs: int) -> None:
         print(f"{data:<14}{dec:>11.3f} {bb:>10.3f} {bb / dec:>24.2f}")
 
 
-def memory_child(cfg: dict) -> None:
-    from pyg_dynscale.data.synthetic import generate_dynamic_graph
+def measure_step(tr, epochs: int) -> dict:
+    """Memory of one training step of ``tr`` and its epoch time.
 
-    torch.set_num_threads(1)
-    V, T = cfg["V"], cfg["T"]
-    sig = generate_dynamic_graph(V, 3 * V * T, T, presence=1.0, num_features=8, seed=1)
-    m, head = cell(cfg["cell"], 8), torch.nn.Linear(HIDDEN, 1)
-    from pyg_dynscale.runtime import FusedTrainer
+    ``peak_mb``: the largest amount of tensor memory allocated at once
+    during one forward + backward, above what was allocated before it (every
+    allocation and free of the step, from the profiler's memory events, in
+    time order): activations, recomputed windows, received rows and
+    gradients. ``saved_mb``: storages saved for the backward at the end of
+    the forward outside checkpointed windows (what stays alive between
+    forward and backward)."""
+    from torch.profiler import ProfilerActivity, profile
 
-    tr = FusedTrainer(m, sig, head=head, loss="mse", lr=0.01, path=cfg["path"], checkpoint_every=cfg["every"])
-    # activations kept for the backward at the end of the forward (outside checkpointed blocks: what stays alive)
+    tr.train_epoch()  # first-call allocations out of the way
+    tr.optimizer.zero_grad(set_to_none=True)
     storages: dict = {}
 
     def pack(t: torch.Tensor) -> torch.Tensor:
@@ -218,37 +235,81 @@ def memory_child(cfg: dict) -> None:
         storages[st.data_ptr()] = st.nbytes()
         return t
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        loss = tr.compute_loss()
-    loss.backward()
-    tr.optimizer.zero_grad()
-    saved_mb = sum(storages.values()) / 2 ** 20
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            loss = tr.compute_loss()
+        loss.backward()
+    events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]")
+    live = peak = 0
+    for _, nbytes in events:
+        live += nbytes
+        peak = max(peak, live)
+    tr.optimizer.zero_grad(set_to_none=True)
     times = []
-    for _ in range(cfg["epochs"]):
+    for _ in range(epochs):
         t0 = time.perf_counter()
         tr.train_epoch()
         times.append(time.perf_counter() - t0)
-    print(json.dumps({"saved_mb": saved_mb, "epoch": median_tail(times)}))
+    return {"saved_mb": sum(storages.values()) / 2 ** 20, "peak_mb": peak / 2 ** 20, "epoch": median_tail(times)}
+
+
+def _memory_signal(cfg: dict) -> DynamicGraphSignal:
+    from pyg_dynscale.data.synthetic import generate_dynamic_graph
+
+    V, T = cfg["V"], cfg["T"]
+    return generate_dynamic_graph(V, 3 * V * T, T, presence=1.0, num_features=8, seed=1)
+
+
+def _memory_rank(rank: int, world_size: int, cfg: dict) -> dict:
+    from pyg_dynscale.distributed import DistributedTrainer
+    from pyg_dynscale.partition import partition
+
+    sig = _memory_signal(cfg)
+    m, head = cell(cfg["cell"], 8), torch.nn.Linear(HIDDEN, 1)
+    tr = DistributedTrainer(m, sig, partition(sig, "pts", world_size), head=head, loss="mse", lr=0.01,
+                            path=cfg["path"], checkpoint_every=cfg["every"])
+    return measure_step(tr, cfg["epochs"])
+
+
+def memory_child(cfg: dict) -> None:
+    torch.set_num_threads(1)
+    if cfg["ranks"] > 1:
+        from pyg_dynscale.distributed import spawn
+
+        per_rank = spawn(_memory_rank, cfg["ranks"], cfg, timeout=3600)
+        print(json.dumps({k: max(r[k] for r in per_rank) for k in per_rank[0]}))
+        return
+    sig = _memory_signal(cfg)
+    from pyg_dynscale.runtime import FusedTrainer
+
+    tr = FusedTrainer(cell(cfg["cell"], 8), sig, head=torch.nn.Linear(HIDDEN, 1), loss="mse", lr=0.01,
+                      path=cfg["path"], checkpoint_every=cfg["every"])
+    print(json.dumps(measure_step(tr, cfg["epochs"])))
 
 
 def section_memory(quick: bool, epochs: int) -> None:
     V, T, every = (100, 60, 10) if quick else (400, 500, 25)
-    print(f"\n== 3. memory over {T} snapshots x {V} vertices (fresh process each): activations alive for the backward "
-          "at the end of the forward (with checkpointing the backward adds one block's, recomputed) ==")
-    print(f"{'path':<11}{'cell':<10}{'checkpoint_every':>17} {'saved MiB':>10} {'epoch s':>8}")
-    for path, cname in (("blackbox", "GConvGRU"), ("decomposed", "TGCN")):
+    print(f"\n== 3. memory over {T} snapshots x {V} vertices ({T * V} vertex-time nodes; fresh process each): peak "
+          "tensor memory of one forward + backward, and activations saved at the end of the forward; per rank, the "
+          "largest ==")
+    print(f"{'path':<11}{'cell':<10}{'ranks':>6}{'checkpoint_every':>17} {'peak MiB':>9} {'saved MiB':>10} "
+          f"{'epoch s':>8}")
+    for path, cname, ranks in (("blackbox", "GConvGRU", 1), ("decomposed", "TGCN", 1), ("blackbox", "GConvGRU", 2),
+                               ("decomposed", "TGCN", 2)):
         rows = []
         for ev in (None, every):
-            cfg = {"V": V, "T": T, "cell": cname, "path": path, "every": ev, "epochs": epochs}
+            cfg = {"V": V, "T": T, "cell": cname, "path": path, "every": ev, "epochs": epochs, "ranks": ranks}
             out = subprocess.run([sys.executable, __file__, "--memory-child", json.dumps(cfg)], capture_output=True,
                                  text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
             if out.returncode != 0:
                 raise RuntimeError(out.stderr[-2000:])
             r = json.loads(out.stdout.strip().splitlines()[-1])
             rows.append(r)
-            print(f"{path:<11}{cname:<10}{str(ev):>17} {r['saved_mb']:>10.1f} {r['epoch']:>8.3f}")
-        print(f"{'':<21}saved activations off / on {rows[0]['saved_mb'] / max(rows[1]['saved_mb'], 1e-9):.1f}x, "
-              f"epoch time on / off {rows[1]['epoch'] / rows[0]['epoch']:.2f}")
+            print(f"{path:<11}{cname:<10}{ranks:>6}{str(ev):>17} {r['peak_mb']:>9.1f} {r['saved_mb']:>10.1f} "
+                  f"{r['epoch']:>8.3f}")
+        print(f"{'':<27}peak off / on {rows[0]['peak_mb'] / max(rows[1]['peak_mb'], 1e-9):.1f}x, saved off / on "
+              f"{rows[0]['saved_mb'] / max(rows[1]['saved_mb'], 1e-9):.1f}x, epoch time on / off "
+              f"{rows[1]['epoch'] / rows[0]['epoch']:.2f}")
 
 
 def section_length(quick: bool, epochs: int) -> None:

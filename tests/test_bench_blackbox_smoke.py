@@ -21,8 +21,15 @@ def test_bench_blackbox_quick():
     for header in ("== 1.", "== 2.", "== 3.", "== 4."):
         assert header in text, text
     # one row per dataset x cell in section 1, each with a positive 2-rank epoch time
-    rows = [line for line in text.splitlines() if re.match(r"^(england_covid|synthetic|road_grid)\s+(GConvGRU|DCRNN)\s", line)]
-    assert len(rows) == 6, text
+    rows = [line for line in text.splitlines()
+            if re.match(r"^(england_covid|synthetic|road_grid|road_grid_shuffled(\+loc)?)\s+(GConvGRU|DCRNN)\s", line)]
+    assert len(rows) == 10, text
     for line in rows:
         assert float(line.split()[6]) > 0
-    assert "saved activations off / on" in text
+    # locality shrinks the shuffled grid's halo (local/own, the last column)
+    loc = {line.split()[0]: float(line.split()[-1]) for line in rows if line.split()[1] == "DCRNN"}
+    assert loc["road_grid_shuffled+loc"] < loc["road_grid_shuffled"], text
+    # memory: one process and 2 ranks, both paths, each with and without checkpointing
+    mem = [line for line in text.splitlines() if re.match(r"^(blackbox|decomposed)\s+\w+\s+[12]\s", line)]
+    assert len(mem) == 8, text
+    assert text.count("peak off / on") == 4

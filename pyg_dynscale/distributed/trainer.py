@@ -175,8 +175,10 @@ class DistributedTrainer:
             sum over the PyGT cells it contains; hops; ``None``; or a
             :class:`~pyg_dynscale.partition.halo_plan.HaloDepth`), verified by
             :func:`~pyg_dynscale.nn.halo_check.check_halo` when ``check``.
-        checkpoint_every: black-box path: gradient checkpointing over blocks
-            of this many snapshots (``None``: off).
+        checkpoint_every: gradient checkpointing over windows of this many
+            snapshots (``None``: off), both paths; on the decomposed path
+            each window runs its own plan (:mod:`.time_windows`), and needs
+            recurrent time encoders, no BatchNorm and ``fusion="full"``.
 
     Example::
 
