@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import os
 import zlib
+from importlib import resources
 from typing import Union
 
 from ...errors import DynScaleError, SignalFormatError
@@ -14,6 +15,13 @@ from ...errors import DynScaleError, SignalFormatError
 PathLike = Union[str, "os.PathLike[str]"]
 
 _GZIP_MAGIC = b"\x1f\x8b"
+_ENGLAND_COVID_FILE = "england_covid.json.gz"
+
+
+def embedded_england_covid_path() -> str:
+    """Filesystem path of the embedded, gzip-compressed ``england_covid.json``
+    (:mod:`.embedded`; here so that the JSON loader can resolve the name)."""
+    return str(resources.files("pyg_dynscale.data").joinpath("embedded").joinpath(_ENGLAND_COVID_FILE))
 
 
 class DatasetNotFoundError(DynScaleError, FileNotFoundError):

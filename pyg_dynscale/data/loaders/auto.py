@@ -7,6 +7,8 @@ from typing import Any, Optional, Union
 from ...errors import SignalValidationError
 from ..signal import DynamicGraphSignal
 from ._common import DatasetNotFoundError, PathLike, read_bytes
+from .edgelist import load_edge_list
+from .pygt_json import DATASETS, canonical_dataset_name, load_pygt_json
 
 FORMATS = ("auto", "pygt-json", "edgelist", "dynscale")
 _EDGELIST_EXT = (".txt", ".csv", ".tsv", ".edges", ".edgelist", ".el", ".dat")
@@ -55,9 +57,6 @@ def load(
         window: snapshot window (seconds or ``"7d"``); required for edge lists.
         **options: passed to :func:`load_pygt_json` or :func:`load_edge_list`.
     """
-    from .edgelist import load_edge_list
-    from .pygt_json import DATASETS, canonical_dataset_name, load_pygt_json
-
     if format not in FORMATS:
         raise SignalValidationError("format", f"is {format!r}.", f"use one of {list(FORMATS)}.")
     p = os.fspath(path)

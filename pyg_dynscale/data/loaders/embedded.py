@@ -6,25 +6,19 @@ gzipped) is embedded; see ``pyg_dynscale/data/embedded/LICENSE-england_covid.txt
 from __future__ import annotations
 
 import hashlib
-from importlib import resources
 
 from ..signal import DynamicGraphSignal
+from ._common import embedded_england_covid_path, read_bytes
+from .pygt_json import load_pygt_json
+
+__all__ = ["ENGLAND_COVID_SHA256", "embedded_england_covid_path", "embedded_england_covid_sha256", "load_england_covid"]
 
 #: SHA-256 of the uncompressed JSON (identical to PyGT's file at commit adefe44).
 ENGLAND_COVID_SHA256 = "497056cc4585b58951fd5cd17554fe0c535f68ea0c907a5b5727ae30e3913450"
-_FILE = "england_covid.json.gz"
-
-
-def embedded_england_covid_path() -> str:
-    """Filesystem path of the embedded, gzip-compressed ``england_covid.json``."""
-    ref = resources.files("pyg_dynscale.data").joinpath("embedded").joinpath(_FILE)
-    return str(ref)
 
 
 def embedded_england_covid_sha256() -> str:
     """SHA-256 of the embedded file's uncompressed bytes (for integrity checks)."""
-    from ._common import read_bytes
-
     return hashlib.sha256(read_bytes(embedded_england_covid_path())).hexdigest()
 
 
@@ -37,6 +31,4 @@ def load_england_covid(lags: int = 8) -> DynamicGraphSignal:
     case counts of days :math:`t .. t+\mathrm{lags}-1` and :math:`y_t` those of
     day :math:`t + \mathrm{lags}`.
     """
-    from .pygt_json import load_pygt_json
-
     return load_pygt_json(embedded_england_covid_path(), "england_covid", lags=lags)

@@ -37,7 +37,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from ...errors import SignalValidationError
 from ..fields import SnapshotField
 from ..signal import DynamicGraphSignal
-from ._common import DatasetFormatError, DatasetNotFoundError, PathLike, read_bytes
+from ._common import DatasetFormatError, DatasetNotFoundError, PathLike, embedded_england_covid_path, read_bytes
 
 #: canonical dataset name -> file name in PyGT's ``dataset/`` folder (``{event_id}``
 #: is filled in for Twitter tennis).
@@ -506,8 +506,6 @@ def _resolve_path(path_or_name: Union[PathLike, str], dataset: Optional[str], ca
     canonical = canonical_dataset_name(name)
     if cache_dir is None:
         if canonical == "england_covid":
-            from .embedded import embedded_england_covid_path
-
             return embedded_england_covid_path(), canonical
         raise DatasetNotFoundError(
             f"dataset {canonical!r} needs its file {canonical_file_name(canonical, event_id)!r}: pyg_dynscale never "

@@ -29,6 +29,7 @@ from ...errors import PartitionError
 from . import kernels
 from ..cost import resolve_node_cost
 from .label_propagation import as_numpy
+from .vertex_order import cuthill_mckee_order, union_graph
 from ..partition import Partition, check_num_parts
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -247,8 +248,6 @@ def _local_sequence_ranks(signal: "DynamicGraphSignal", R: int, balanced: bool, 
                           cost: Optional[Tensor]) -> Tensor:
     """Sequences in Cuthill-McKee order of their vertices, cut into ``R``
     contiguous ranges of equal count (or equal cost when ``balanced``)."""
-    from .vertex_order import cuthill_mckee_order, union_graph
-
     sg = signal.supergraph()
     V = sg.num_vertices
     order = cuthill_mckee_order(union_graph(sg.spatial_edge_index.cpu(), sg.vertex.cpu(), V), V)
