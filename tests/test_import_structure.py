@@ -87,3 +87,29 @@ def test_the_checks_see_the_package():
     edges = _imports(_modules())
     assert len(edges) > 200
     assert ("pyg_dynscale.distributed.trainer", "pyg_dynscale.distributed.time_windows", False) in edges
+
+
+def test_no_private_name_is_borrowed_from_another_module():
+    """``from .x import _name`` and ``x._name`` on an imported package module are
+    refused: what another module needs is public there."""
+    mods = _modules()
+    borrowed = []
+    for name, path in mods.items():
+        tree = ast.parse(path.read_text())
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        aliases = set()
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ImportFrom) or not (node.level or (node.module or "").startswith("pyg_dynscale")):
+                continue
+            base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1]) if node.level else ""
+            target = (base + "." + node.module if node.module else base) if node.level else node.module
+            for alias in node.names:
+                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    borrowed.append(f"{name}: from {target} import {alias.name}")
+                if target + "." + alias.name in mods:
+                    aliases.add(alias.asname or alias.name)
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
+                    and node.attr.startswith("_") and not node.attr.startswith("__")):
+                borrowed.append(f"{name}: {node.value.id}.{node.attr}")
+    assert not borrowed, borrowed

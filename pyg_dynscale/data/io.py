@@ -74,8 +74,7 @@ def load_signal(path: str, cls: type, map_location: Union[str, torch.device, Non
     fields = {}
     for name, meta in payload["fields"].items():
         fields[name] = SnapshotField(meta["level"], tensors[f"field.{name}.values"], tensors.get(f"field.{name}.ptr"), int(meta["cat_dim"]))
-    obj = cls.__new__(cls)
-    obj._set_storage(
+    obj = cls.from_storage(
         tensors["node_id"], tensors["node_ptr"], tensors["edge_index"], tensors["edge_ptr"],
         tensors["edge_weight"], fields, int(payload["num_vertices"]),
     )

@@ -303,6 +303,25 @@ class DynamicGraphSignal:
             values = convert(values, display, dtype)
         return SnapshotField("ragged", values, ptr_from_counts(counts), cat_dim)  # type: ignore[arg-type]
 
+    @classmethod
+    def from_storage(
+        cls,
+        node_id: Tensor,
+        node_ptr: Tensor,
+        edge_index: Tensor,
+        edge_ptr: Tensor,
+        edge_weight: Optional[Tensor],
+        fields: dict[str, SnapshotField],
+        num_vertices: Optional[int],
+    ) -> "DynamicGraphSignal":
+        """A signal over storage that is already in the packed layout (gid rows,
+        ``node_ptr`` / ``edge_ptr`` per snapshot, local edge ids): no copy and
+        no validation -- call :meth:`validate` when the storage comes from
+        outside (a file)."""
+        obj = cls.__new__(cls)
+        obj._set_storage(node_id, node_ptr, edge_index, edge_ptr, edge_weight, fields, num_vertices)
+        return obj
+
     def _set_storage(
         self,
         node_id: Tensor,

@@ -385,9 +385,8 @@ def diff_decode(diff: GraphDiff, device: Device = "cpu", non_blocking: bool = Fa
         node_id = node_sorted
     base = node_ptr[:-1][t_edge]
     edge_index = torch.stack([src_row - base, dst_row - base]) if E else torch.empty(2, 0, dtype=torch.long, device=dev)
-    out = DynamicGraphSignal.__new__(DynamicGraphSignal)
-    out._set_storage(node_id, node_ptr, edge_index, edge_ptr, d.edge_weight, dict(d.fields), diff.num_vertices)
-    return out
+    return DynamicGraphSignal.from_storage(node_id, node_ptr, edge_index, edge_ptr, d.edge_weight, dict(d.fields),
+                                           diff.num_vertices)
 
 
 def canonicalize(signal: DynamicGraphSignal) -> DynamicGraphSignal:

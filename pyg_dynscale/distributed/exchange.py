@@ -44,13 +44,13 @@ class _RowExchange(torch.autograd.Function):
                 recv_splits: list[int], token: Tensor) -> tuple[Tensor, Tensor]:
         ctx.comm, ctx.key, ctx.send_splits, ctx.recv_splits = comm, key, send_splits, recv_splits
         ctx.send_shape = send.shape
-        out = comm._a2a(send, send_splits, recv_splits, key, "fwd")
+        out = comm.raw_exchange(send, send_splits, recv_splits, key, "fwd")
         return out, token.clone()
 
     @staticmethod
     def backward(ctx: Any, grad: Optional[Tensor], grad_token: Optional[Tensor]) -> tuple:  # type: ignore[override]
         comm = ctx.comm
-        back = comm._a2a(grad.contiguous(), ctx.recv_splits, ctx.send_splits, ctx.key, "bwd")
+        back = comm.raw_exchange(grad.contiguous(), ctx.recv_splits, ctx.send_splits, ctx.key, "bwd")
         return None, None, back.view(ctx.send_shape), None, None, grad_token
 
 
@@ -58,11 +58,11 @@ class _AllReduce(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, comm: "Communicator", key: Key, x: Tensor, token: Tensor) -> tuple[Tensor, Tensor]:  # type: ignore[override]
         ctx.comm, ctx.key = comm, key
-        return comm._all_reduce(x, key, "fwd"), token.clone()
+        return comm.raw_all_reduce(x, key, "fwd"), token.clone()
 
     @staticmethod
     def backward(ctx: Any, grad: Optional[Tensor], grad_token: Optional[Tensor]) -> tuple:  # type: ignore[override]
-        return None, None, ctx.comm._all_reduce(grad, ctx.key, "bwd"), grad_token
+        return None, None, ctx.comm.raw_all_reduce(grad, ctx.key, "bwd"), grad_token
 
 
 class Communicator:
@@ -128,7 +128,7 @@ class Communicator:
         return out
 
     # ---------------------------------------------------------------- raw
-    def _a2a(self, send: Tensor, send_splits: list[int], recv_splits: list[int], key: Key, direction: str) -> Tensor:
+    def raw_exchange(self, send: Tensor, send_splits: list[int], recv_splits: list[int], key: Key, direction: str) -> Tensor:
         row_shape = send.shape[1:]
         width = 1
         for n in row_shape:
@@ -144,7 +144,7 @@ class Communicator:
         self.bytes[key + (direction,)] += sent * width * flat.element_size()
         return out.view((out.shape[0],) + tuple(row_shape))
 
-    def _all_reduce(self, x: Tensor, key: Key, direction: str, op: Any = dist.ReduceOp.SUM) -> Tensor:
+    def raw_all_reduce(self, x: Tensor, key: Key, direction: str, op: Any = dist.ReduceOp.SUM) -> Tensor:
         out = x.detach().clone().contiguous()
         if self.world_size > 1:
             t0 = time.perf_counter()

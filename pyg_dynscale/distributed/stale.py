@@ -201,7 +201,7 @@ class _StaleRows(torch.autograd.Function):
         ctx.fresh_send, ctx.fresh_recv = fresh_send, fresh_recv
         ctx.save_for_backward(fresh_idx, recv_fresh_idx)
         ctx.send_shape = send.shape
-        got = comm._a2a(send.index_select(0, fresh_idx), fresh_send, fresh_recv, key, "fwd")
+        got = comm.raw_exchange(send.index_select(0, fresh_idx), fresh_send, fresh_recv, key, "fwd")
         out = cached.to(send.dtype).clone()
         out.index_copy_(0, recv_fresh_idx, got.reshape((got.shape[0],) + tuple(out.shape[1:])))
         return out, token.clone()
@@ -212,10 +212,10 @@ class _StaleRows(torch.autograd.Function):
         comm = ctx.comm
         if ctx.mode == "send":  # a gradient row for every planned row, applied to the current activation
             send_splits, recv_splits = ctx.full
-            back = comm._a2a(grad.contiguous(), recv_splits, send_splits, ctx.key, "bwd").view(ctx.send_shape)
+            back = comm.raw_exchange(grad.contiguous(), recv_splits, send_splits, ctx.key, "bwd").view(ctx.send_shape)
         else:  # cached rows were constants: only the fresh rows' gradients go back
             g = grad.index_select(0, recv_fresh_idx).contiguous()
-            moved = comm._a2a(g, ctx.fresh_recv, ctx.fresh_send, ctx.key, "bwd")
+            moved = comm.raw_exchange(g, ctx.fresh_recv, ctx.fresh_send, ctx.key, "bwd")
             back = grad.new_zeros(ctx.send_shape)
             back.index_copy_(0, fresh_idx, moved.reshape((moved.shape[0],) + tuple(ctx.send_shape[1:])))
         return None, None, back, None, None, None, None, None, None, None, grad_token
@@ -301,7 +301,7 @@ class StaleCache:
             d = (flat - st.sent).norm(dim=1) if n_send else flat.new_zeros(0)
             D = float(d.max()) if n_send else 0.0
             if self.config.scope == "global":
-                D = float(comm._all_reduce(torch.tensor([D], dtype=torch.float64), (key[0], key[1], "stale_meta"),
+                D = float(comm.raw_all_reduce(torch.tensor([D], dtype=torch.float64), (key[0], key[1], "stale_meta"),
                                            "fwd", op=dist.ReduceOp.MAX))
             f = self.config.factor(self.norm(), key[2])
             theta = math.inf if math.isinf(f) else f * D
@@ -310,7 +310,7 @@ class StaleCache:
             mask = fresh.cpu().numpy().astype(np.uint8)
             packed, sizes = _pack(mask, send_splits)
             recv_sizes = [(n + 7) // 8 for n in recv_splits]
-            got = comm._a2a(torch.from_numpy(packed).view(-1, 1), sizes, recv_sizes,
+            got = comm.raw_exchange(torch.from_numpy(packed).view(-1, 1), sizes, recv_sizes,
                             (key[0], key[1], "stale_meta"), "fwd")
             recv_fresh = _unpack(got.view(-1).numpy(), recv_sizes, recv_splits)
         fresh_idx = fresh.nonzero().flatten()

@@ -88,7 +88,7 @@ def _check_strategy(strategy: str, allowed: Sequence[str]) -> str:
     return strategy
 
 
-def _reset_schedule(packing: SequencePacking) -> list[tuple[Tensor, Tensor]]:
+def reset_schedule(packing: SequencePacking) -> list[tuple[Tensor, Tensor]]:
     """Per step ``t >= 1``: (rows of the step that start a sequence, their sequence)."""
     cache = getattr(packing, "_reset_cache", None)
     if cache is not None:
@@ -122,7 +122,7 @@ def _scan(
     (the batch shrinks like ``pack_padded_sequence``'s) and never on padding.
     """
     active, steps = packing.active_list, packing.step_list
-    resets = _reset_schedule(packing)
+    resets = reset_schedule(packing)
     n_steps = next((t for t, a in enumerate(active) if a == 0), packing.row_len)
     # One split instead of a slice per step: the backward of T slices would
     # zero-fill a full-size [M, D] gradient T times; split's backward is one cat.
@@ -298,7 +298,7 @@ class MaskedGRU(nn.GRU, _MaskedRNNMixin):
         w_ih, w_hh, b_ih, b_hh = self._params()
         gi = F.linear(x.index_select(0, packing.time_major), w_ih, b_ih)  # all rows at once
         if fused:
-            out_tm = FusedGRUScan.apply(gi, h0, w_hh, b_hh, packing, _reset_schedule(packing))
+            out_tm = FusedGRUScan.apply(gi, h0, w_hh, b_hh, packing, reset_schedule(packing))
             return out_tm.index_select(0, packing.time_major_inv)
         w_hh_t = w_hh.t()
 
@@ -373,7 +373,7 @@ class MaskedLSTM(nn.LSTM, _MaskedRNNMixin):
         w_ih, w_hh, b_ih, b_hh = self._params()
         gi = F.linear(x.index_select(0, packing.time_major), w_ih, b_ih)
         if fused:
-            h_tm, c_tm = FusedLSTMScan.apply(gi, hc[0], hc[1], w_hh, b_hh, packing, _reset_schedule(packing))
+            h_tm, c_tm = FusedLSTMScan.apply(gi, hc[0], hc[1], w_hh, b_hh, packing, reset_schedule(packing))
             inv = packing.time_major_inv
             return h_tm.index_select(0, inv), (c_tm.index_select(0, inv) if keep_c else None)
         w_hh_t = w_hh.t()

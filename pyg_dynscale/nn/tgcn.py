@@ -133,7 +133,7 @@ def tgcn_scan(
     element-wise kernels per step instead of ~25 autograd nodes. Returns
     ``[N, H]`` in the same time-major order."""
     from ._fused_rnn import FusedTGCNScan
-    from .temporal_fusion import _reset_schedule
+    from .temporal_fusion import reset_schedule
 
     H = module.linear_z.weight.shape[0]
     if h0 is None:
@@ -142,7 +142,7 @@ def tgcn_scan(
         return x_tm.new_zeros(0, H)
     w_zr, w_h = _recurrent_weights(module)
     packing = graph.packing
-    return FusedTGCNScan.apply(x_tm.contiguous(), w_in, b_in, h0, w_zr, w_h, packing, _reset_schedule(packing))
+    return FusedTGCNScan.apply(x_tm.contiguous(), w_in, b_in, h0, w_zr, w_h, packing, reset_schedule(packing))
 
 
 def tgcn_time(module: Any, c: Tensor, graph: FusedGraph, h0: Optional[Tensor], periods_weight: Optional[Tensor] = None) -> Tensor:

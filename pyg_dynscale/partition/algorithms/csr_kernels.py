@@ -60,7 +60,7 @@ def _block_offsets(counts):  # pragma: no cover
 
 
 @_jit
-def _row_blocks(ptr, nb):  # pragma: no cover
+def row_blocks(ptr, nb):  # pragma: no cover
     """``[nb + 1]`` row bounds splitting the rows into ``nb`` blocks of about
     equal entry counts."""
     n = ptr.shape[0] - 1
@@ -84,7 +84,7 @@ def _transpose(ptr, b, w, nb):  # pragma: no cover
     n = ptr.shape[0] - 1
     m = ptr[n]
     nbk = max(1, min(nb, m // 4096 + 1))
-    bounds = _row_blocks(ptr, nbk)
+    bounds = row_blocks(ptr, nbk)
     counts = np.zeros((nbk, n), np.int64)
     for t in numba.prange(nbk):
         for e in range(ptr[bounds[t]], ptr[bounds[t + 1]]):
@@ -115,7 +115,7 @@ def transpose_merge(ptr, b, w, nb):  # pragma: no cover
     # write them merged (float64 sums in order) straight into the output
     # (branch-free: "new neighbour?" is unpredictable on merged-heavy rows)
     length = np.zeros(n, np.int64)
-    obounds = _row_blocks(out, nbk)
+    obounds = row_blocks(out, nbk)
     for t in numba.prange(nbk):
         for u in range(obounds[t], obounds[t + 1]):
             lo = out[u]
@@ -193,7 +193,7 @@ def _premerge_rows(ptr, b, w, nb):  # pragma: no cover
     block of rows (:func:`_merge_entry`)."""
     n = ptr.shape[0] - 1
     nbk = max(1, min(nb, ptr[n] // 4096 + 1))
-    bounds = _row_blocks(ptr, nbk)
+    bounds = row_blocks(ptr, nbk)
     length = np.zeros(n, np.int64)
     for t in numba.prange(nbk):
         seen = np.full(n, -1, np.int64)
@@ -399,7 +399,7 @@ def contract_csr(ptr, dst, weight, labels, num_labels, nb, symmetric):  # pragma
     for c in range(C):
         work[c + 1] += work[c]
     nbk = max(1, min(nb, work[C] // 4096 + 1))
-    bounds = _row_blocks(work, nbk)
+    bounds = row_blocks(work, nbk)
     length = np.empty(C, np.int64)
     for t in numba.prange(nbk):  # pass 1: distinct neighbour labels per row
         mark = np.full(C, -1, np.int64)

@@ -186,19 +186,21 @@ def lp_run(job: LabelPropagationJob) -> tuple[np.ndarray, int, bool, list, list]
     return labels, r, converged, moved[:r].tolist(), gains[:r].tolist()
 
 
+#: empty arrays for the compiled kernels' optional array arguments
+EMPTY_INT = np.zeros(0, np.int64)
+EMPTY_FLOAT = np.zeros(0, np.float64)
+
 if HAVE_NUMBA:
     from . import csr_kernels, scheme_kernels
 
     _jit = _numba.njit(cache=True, nogil=True)
-    _EMPTY_I = np.zeros(0, np.int64)
-    _EMPTY_F = np.zeros(0, np.float64)
 
     def csr_from_edges(n: int, src: np.ndarray, dst: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, ...]:
         """Undirected CSR from edges given once: entries ``(src, dst)`` then
         ``(dst, src)`` (self loops dropped), rows sorted by neighbour, equal
         pairs merged -- as :meth:`.label_propagation.CSRGraph.from_edges`
         (:func:`.csr_kernels.edges_to_csr`, multi-threaded)."""
-        return csr_kernels.edges_to_csr(int(n), _EMPTY_I, src, dst, weight, 0.0, True, _EMPTY_I, _EMPTY_I, _EMPTY_F,
+        return csr_kernels.edges_to_csr(int(n), EMPTY_INT, src, dst, weight, 0.0, True, EMPTY_INT, EMPTY_INT, EMPTY_FLOAT,
                                         0.0, threads(), *csr_kernels.placement_types(int(n), 0.0, weight))
 
     def contract_csr(ptr: np.ndarray, dst: np.ndarray, weight: np.ndarray, labels: np.ndarray,
@@ -569,7 +571,7 @@ if HAVE_NUMBA:
         """:func:`_label_weight_rows` over ``nb`` blocks of rows in parallel:
         each row is summed by one thread in entry order, so the table does not
         depend on the thread count."""
-        bounds = csr_kernels._row_blocks(ptr, nb)
+        bounds = csr_kernels.row_blocks(ptr, nb)
         for t in _numba.prange(nb):
             _label_weight_rows(ptr, dst, weight, labels, conn, bounds[t], bounds[t + 1])
 
