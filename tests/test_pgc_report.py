@@ -156,6 +156,7 @@ def test_auto_backend_compiles_only_large_graphs(monkeypatch):
     if not kernels.HAVE_NUMBA:
         pytest.skip("numba is not installed")
     monkeypatch.delenv("PYG_DYNSCALE_LP_BACKEND", raising=False)
+    monkeypatch.setattr(kernels, "compiled_cache_warm", lambda: False)  # a fresh install
     sig = make_dynamic_signal(seed=3, T=8, V=20)
     small = partition_pgc(sig, 2)
     assert small.meta["backend"] == "torch"
@@ -168,3 +169,36 @@ def test_auto_backend_compiles_only_large_graphs(monkeypatch):
     assert kernels.backend_for(10**6) == "torch" and kernels.backend_for(10**6 + 1) == "numba"
     with kernels.use_backend("numba"):  # an explicit choice wins over the size rule
         assert kernels.backend_for(0) == "numba"
+
+
+def test_auto_backend_uses_compiled_kernels_once_they_are_cached(monkeypatch, tmp_path):
+    """``compiled_cache_warm`` reads numba's on-disk cache: false for a kernel
+    never compiled, true once a process compiled it (another process then
+    loads it instead of compiling); with a warm cache "auto" picks the
+    compiled kernels at any size."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    from pyg_dynscale.partition.algorithms import kernels
+
+    if not kernels.HAVE_NUMBA:
+        pytest.skip("numba is not installed")
+    mod = tmp_path / "tiny_kernel.py"
+    mod.write_text("import numba\n\n@numba.njit(cache=True)\ndef plus_one(x):\n    return x + 1\n")
+
+    def load():
+        spec = importlib.util.spec_from_file_location(f"tiny_kernel_{len(sys.modules)}", mod)
+        m = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(m)
+        return m
+
+    monkeypatch.setattr(kernels, "_warm", False)
+    monkeypatch.setattr(kernels, "dispatchers", lambda: [load().plus_one])
+    assert kernels.compiled_cache_warm() is False
+    subprocess.run([sys.executable, "-c", "import importlib.util as u, sys; s = u.spec_from_file_location('k', sys.argv[1]); "
+                    "m = u.module_from_spec(s); s.loader.exec_module(m); m.plus_one(1)", str(mod)], check=True)
+    assert kernels.compiled_cache_warm() is True  # a fresh dispatcher finds the other process's code
+    monkeypatch.delenv("PYG_DYNSCALE_LP_BACKEND", raising=False)
+    monkeypatch.setattr(kernels, "AUTO_NUMBA_ABOVE", 10**9)
+    assert kernels.backend_for(1) == "numba"

@@ -15,7 +15,9 @@ backends that compute **bit-identical** results:
 
 ``"auto"`` (the default) picks, per partitioning call (:func:`backend_for`),
 ``"numba"`` for graphs above :data:`AUTO_NUMBA_ABOVE` vertex-time nodes plus
-edges, and ``"torch"`` below it or when numba does not import: compiling the
+edges or when every kernel is already compiled (:func:`compiled_cache_warm`:
+numba's on-disk cache holds them, so loading costs a fraction of a second),
+and ``"torch"`` otherwise or when numba does not import: compiling the
 kernels the first time costs about a minute on two cores, which a small
 graph never earns back (docs/pgc.md, "First use"). Choose with
 :func:`use_backend` (a context manager), the ``backend=`` argument of
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import threading
 from typing import Iterator, NamedTuple, Optional
 
@@ -70,11 +73,42 @@ AUTO_NUMBA_ABOVE = 2_000_000
 
 def backend_for(size: int) -> str:
     """The backend for a graph of ``size`` vertex-time nodes plus edges:
-    the one in effect, with ``"auto"`` resolved by :data:`AUTO_NUMBA_ABOVE`."""
+    the one in effect, with ``"auto"`` resolved by :data:`AUTO_NUMBA_ABOVE`
+    and :func:`compiled_cache_warm`."""
     name = _override if _override is not None else _check(os.environ.get(_ENV, "auto"), _ENV)
     if name == "auto":
-        return "numba" if HAVE_NUMBA and size > AUTO_NUMBA_ABOVE else "torch"
+        return "numba" if HAVE_NUMBA and (size > AUTO_NUMBA_ABOVE or compiled_cache_warm()) else "torch"
     return backend()
+
+
+def dispatchers() -> list:
+    """Every compiled kernel of the partitioning algorithms (empty without numba)."""
+    if not HAVE_NUMBA:
+        return []
+    from numba.core.registry import CPUDispatcher
+
+    from . import csr_kernels, scheme_kernels
+
+    mods = (sys.modules[__name__], csr_kernels, scheme_kernels)
+    return [v for m in mods for v in vars(m).values() if isinstance(v, CPUDispatcher)]
+
+
+_warm = False
+
+
+def compiled_cache_warm() -> bool:
+    """Whether every kernel of :func:`dispatchers` is compiled in this process
+    or has code in numba's on-disk cache for its current source (a process
+    compiled it before): then the compiled backend costs no compiling.
+    Reads the cache indexes (a few milliseconds); ``False`` when numba's
+    cache layout cannot be read (the torch backend is exact too)."""
+    global _warm
+    if not _warm and HAVE_NUMBA:
+        try:
+            _warm = all(d.signatures or d._cache._cache_file._load_index() for d in dispatchers())
+        except Exception:  # another numba version's internals: treat the cache as cold
+            _warm = False
+    return _warm
 
 
 def backend() -> str:
