@@ -377,8 +377,7 @@ def contract_csr(ptr, dst, weight, labels, num_labels, nb, symmetric):  # pragma
     sums, :func:`_exact_sums`), by transposing the -- then symmetric --
     result (a counting sort, :func:`_transpose`: row ``u`` receives
     ``(u, v)`` from row ``v`` with the same exact sum); else row by row
-    (:func:`_sort_pairs`; a sort of ~40 random keys cost ~1 us per row on the
-    2-core VM, 3x the transpose). ``nb`` blocks of output rows of about equal
+    (:func:`_sort_pairs`, about 3x the cost of the transpose). ``nb`` blocks of output rows of about equal
     work run in parallel."""
     n = ptr.shape[0] - 1
     C = num_labels
