@@ -404,8 +404,7 @@ class DynamicGraphSignal:
         if y is not None:
             all_fields["y"] = SnapshotField("node", nz.to_value(y, "y", None))
         all_fields.update(fields or {})
-        obj = cls.__new__(cls)
-        obj._set_storage(
+        obj = cls.from_storage(
             node_id, node_ptr, edge_index, edge_ptr,
             None if edge_weight is None else nz.to_float(edge_weight, "edge_weight", None),
             all_fields, num_vertices,
@@ -634,13 +633,11 @@ class DynamicGraphSignal:
                 assert f.ptr is not None
                 pos, ptr = gather_ranges(f.ptr, idx)
                 fields[name] = SnapshotField("ragged", f.values.index_select(f.cat_dim, pos), ptr, f.cat_dim)
-        out = self.__class__.__new__(self.__class__)
-        out._set_storage(
+        return self.from_storage(
             self.node_id[node_pos], node_ptr, self.edge_index[:, edge_pos], edge_ptr,
             None if self.edge_weight is None else self.edge_weight[edge_pos],
             fields, self.num_vertices,
         )
-        return out
 
     def sort_edges(self) -> "DynamicGraphSignal":
         """A new signal whose edges are sorted by (target, source) inside each
@@ -653,10 +650,8 @@ class DynamicGraphSignal:
         n = int(self.nodes_per_snapshot.max()) + 1 if self.num_snapshots else 1
         perm = torch.sort((t * n + self.edge_index[1]) * n + self.edge_index[0], stable=True).indices
         fields = {name: (SnapshotField("edge", f.values[perm]) if f.level == "edge" else f) for name, f in self.fields.items()}
-        out = self.__class__.__new__(self.__class__)
-        out._set_storage(self.node_id, self.node_ptr, self.edge_index[:, perm], self.edge_ptr,
-                         None if self.edge_weight is None else self.edge_weight[perm], fields, self.num_vertices)
-        return out
+        return self.from_storage(self.node_id, self.node_ptr, self.edge_index[:, perm], self.edge_ptr,
+                                 None if self.edge_weight is None else self.edge_weight[perm], fields, self.num_vertices)
 
     def split(
         self, train_ratio: float = 0.8, val_ratio: float = 0.0
@@ -700,13 +695,11 @@ class DynamicGraphSignal:
     # ------------------------------------------------------------ device / io
     def to(self, device: Union[torch.device, str], non_blocking: bool = False) -> "DynamicGraphSignal":
         """A copy of the signal on ``device``."""
-        out = self.__class__.__new__(self.__class__)
         mv = lambda t: None if t is None else t.to(device, non_blocking=non_blocking)  # noqa: E731
-        out._set_storage(
+        return self.from_storage(
             mv(self.node_id), mv(self.node_ptr), mv(self.edge_index), mv(self.edge_ptr), mv(self.edge_weight),
             {k: f.to(device) for k, f in self.fields.items()}, self.num_vertices,
         )
-        return out
 
     def fingerprint(self) -> str:
         """SHA-256 of the structure (vertex sets and edges): partitions and plans

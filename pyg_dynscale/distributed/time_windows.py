@@ -50,8 +50,9 @@ __all__ = ["RankWindow", "WindowCarry", "build_windows"]
 @dataclass
 class WindowCarry:
     """The states entering one window's sequences from earlier windows, for
-    one rank (the same rows for every block; ``maps`` holds one exchange
-    map per block).
+    one rank (the same rows for every block: a block's recurrent rounds
+    depend on the time owners only; ``maps`` holds one exchange map per
+    block).
 
     Attributes:
         maps (dict): ``block -> ExchangeMap`` of the rows crossing ranks, or
@@ -81,10 +82,10 @@ class RankWindow:
         t0, t1 (int): the snapshot range.
         layout (RankLayout): of the sub-signal (window-local gids).
         s_rows (slice): the window's rows in the trainer's structure rows
-            ``layout.S`` (they are contiguous: gids are time-major).
-        q_rows (slice): the window's rows in the trainer's time rows ``Q``.
-        end_select (dict): ``block -> [positions per round]``: the pieces of
-            each round whose last node ends its window-sequence.
+            ``layout.S`` (they are contiguous: gids are time-major; so are
+            its time rows, which is checked).
+        end_select (list): per recurrent round, the pieces whose last node
+            ends its window-sequence (the same for every block).
         num_sequences (int): sequences of the sub-signal.
         h0_seq (Tensor): ``[num_sequences]`` the whole signal's sequence of each.
         carry (WindowCarry, optional): ``None`` for the first window.
@@ -94,18 +95,10 @@ class RankWindow:
     t1: int
     layout: RankLayout
     s_rows: slice
-    q_rows: slice
-    end_select: dict
+    end_select: list
     num_sequences: int
     h0_seq: Tensor
     carry: Optional[WindowCarry]
-
-
-def _next_appearance(sg: Any) -> Tensor:
-    nxt = torch.full((sg.num_nodes,), -1, dtype=torch.long)
-    u, v = sg.temporal_edge_index
-    nxt[u] = v
-    return nxt
 
 
 def build_windows(signal: Any, partition: Any, pattern: Any, rank: int, every: int, input_halo: str,
@@ -126,15 +119,13 @@ def build_windows(signal: Any, partition: Any, pattern: Any, rank: int, every: i
     ptr = signal.node_ptr.tolist()
     own = partition.owner
     town = partition.temporal_owner
-    prev = torch.full((N,), -1, dtype=torch.long)
+    prev = torch.full((N,), -1, dtype=torch.long)  # previous / next appearance of each node (-1: none)
+    nxt = torch.full((N,), -1, dtype=torch.long)
     u_all, v_all = sg.temporal_edge_index
-    prev[v_all] = u_all
-    nxt = _next_appearance(sg)
-    blocks = range(model.num_blocks)
-    width = model.state_width
-    # where each gid's end state lives on this rank: (window, position in its ends), per block
-    end_win = {b: torch.full((N,), -1, dtype=torch.long) for b in blocks}
-    end_pos = {b: torch.full((N,), -1, dtype=torch.long) for b in blocks}
+    prev[v_all], nxt[u_all] = u_all, v_all
+    # where each gid's end state lives on this rank: (window, position in its ends)
+    end_win = torch.full((N,), -1, dtype=torch.long)
+    end_pos = torch.full((N,), -1, dtype=torch.long)
     S_full, Q_full = full_layout.S, full_layout.Q
     windows: list[RankWindow] = []
     for t0 in range(0, T, every):
@@ -148,30 +139,27 @@ def build_windows(signal: Any, partition: Any, pattern: Any, rank: int, every: i
         plan = CommunicationPlan.build(sub, part, pattern, input_halo=input_halo)
         lay = RankLayout(sub, part, plan, rank, FusedGraph.from_signal(sub))
         s_rows = _contiguous(S_full, lay.S + lo, "structure rows")
-        q_rows = _contiguous(Q_full, lay.Q + lo, "time rows")
+        _contiguous(Q_full, lay.Q + lo, "time rows")  # the windows' outputs, concatenated, are in Q order
         sub_sg = sub.supergraph()
         # pieces ending a window-sequence (their vertex does not come back before t1)
         is_end = torch.zeros(N, dtype=torch.bool)
         gids = torch.arange(lo, hi)
         is_end[lo:hi] = (nxt[gids] < 0) | (nxt[gids] >= hi)
-        end_select = {}
-        for b in blocks:
-            sel, pos0, ends = [], 0, []
-            for info in lay.recurrent_rounds(b):
-                g = info["graph"]
-                last = info["gids"].index_select(0, g.last_index()) + lo if g.num_nodes else info["gids"]
-                keep = is_end[last].nonzero().flatten()
-                sel.append(keep)
-                ends.append(last[keep])
-            ends_b = torch.cat(ends) if ends else torch.zeros(0, dtype=torch.long)
-            end_select[b] = sel
-            end_win[b][ends_b] = len(windows)
-            end_pos[b][ends_b] = torch.arange(ends_b.numel())
+        end_select, ends = [], []
+        for info in lay.recurrent_rounds(0):
+            g = info["graph"]
+            last = info["gids"].index_select(0, g.last_index()) + lo if g.num_nodes else info["gids"]
+            keep = is_end[last].nonzero().flatten()
+            end_select.append(keep)
+            ends.append(last[keep])
+        ends_all = torch.cat(ends) if ends else torch.zeros(0, dtype=torch.long)
+        end_win[ends_all] = len(windows)
+        end_pos[ends_all] = torch.arange(ends_all.numel())
         h0_seq = torch.searchsorted(sg.sequence_vertex, sub_sg.sequence_vertex)
         carry = None
         if windows:
-            carry = _carry(sub_sg, lo, prev, town, R, rank, end_win, end_pos, pattern, width)
-        windows.append(RankWindow(t0, t1, lay, s_rows, q_rows, end_select, sub_sg.sequence_vertex.numel(), h0_seq,
+            carry = _carry(sub_sg, lo, prev, town, R, rank, end_win, end_pos, pattern)
+        windows.append(RankWindow(t0, t1, lay, s_rows, end_select, sub_sg.sequence_vertex.numel(), h0_seq,
                                   carry))
     return windows
 
@@ -187,8 +175,8 @@ def _contiguous(full: Tensor, part: Tensor, what: str) -> slice:
     return slice(a, b)
 
 
-def _carry(sub_sg: Any, lo: int, prev: Tensor, town: Tensor, R: int, rank: int, end_win: dict, end_pos: dict,
-           pattern: Any, width: int) -> WindowCarry:
+def _carry(sub_sg: Any, lo: int, prev: Tensor, town: Tensor, R: int, rank: int, end_win: Tensor, end_pos: Tensor,
+           pattern: Any) -> WindowCarry:
     """Rows of the states entering the window's sequences from an earlier window."""
     first = sub_sg.sequence_order.index_select(0, sub_sg.sequence_ptr[:-1]) + lo  # global gid of each sequence start
     seq = torch.arange(first.numel())
@@ -198,8 +186,8 @@ def _carry(sub_sg: Any, lo: int, prev: Tensor, town: Tensor, R: int, rank: int, 
     src, dst = town[u], town[first]
     N = town.numel()
     cross = src != dst
-    ex = Exchange.from_rows(0, "temporal", "temporal", width, pattern.bytes_per_element, R, src[cross], dst[cross],
-                            u[cross], N, dedup=False)
+    ex = Exchange.from_rows(0, "temporal", "temporal", pattern.blocks[0].time_width, pattern.bytes_per_element, R,
+                            src[cross], dst[cross], u[cross], N, dedup=False)
     base = ExchangeMap.build(ex, rank, None, None)
     # u -> the window sequence it enters (each u has one next appearance)
     seq_of_u = torch.full((N,), -1, dtype=torch.long)
@@ -207,12 +195,7 @@ def _carry(sub_sg: Any, lo: int, prev: Tensor, town: Tensor, R: int, rank: int, 
     local = (~cross) & (dst == rank)
     local_u = u[local]
     gather = torch.cat([base.send_gid, local_u])
-    b0 = next(iter(end_win))
-    # the same rows for every recurrent block: gather positions from block 0's ends (checked equal below)
-    for b in end_win:
-        if not torch.equal(end_win[b][gather], end_win[b0][gather]) or not torch.equal(end_pos[b][gather], end_pos[b0][gather]):
-            raise AssertionError("recurrent blocks end their window-sequences on different pieces")  # a layout bug
-    win, pos = end_win[b0][gather], end_pos[b0][gather]
+    win, pos = end_win[gather], end_pos[gather]
     if gather.numel() and int(win.min()) < 0:
         raise AssertionError("a carried state is not among this rank's window ends")  # a layout bug
     key = win * (N + 1) + pos
@@ -223,9 +206,6 @@ def _carry(sub_sg: Any, lo: int, prev: Tensor, town: Tensor, R: int, rank: int, 
         sources.append((w, pos[order_in][ws == w]))
     order = torch.empty_like(order_in)
     order[order_in] = torch.arange(order_in.numel())  # gathered row i is row order_in[i]: invert
-    maps = {}
-    if ex.num_rows:
-        for b, blk in enumerate(pattern.blocks):
-            m = dataclasses.replace(base, key=(b, "temporal", "temporal"), width=blk.time_width)
-            maps[b] = m
+    maps = {b: dataclasses.replace(base, key=(b, "temporal", "temporal"), width=blk.time_width)
+            for b, blk in enumerate(pattern.blocks)} if ex.num_rows else {}
     return WindowCarry(maps, sources, order, base.send_gid.numel(), seq_of_u[local_u], seq_of_u[base.recv_gid])

@@ -745,7 +745,7 @@ class DistributedTrainer:
             self._recv_cache = None
         ends = []
         for b in range(self.model.num_blocks):
-            sel = [last.index_select(0, keep) for last, keep in zip(lasts[b], win.end_select[b])]
+            sel = [last.index_select(0, keep) for last, keep in zip(lasts[b], win.end_select)]
             ends.append(torch.cat(sel, 0) if sel else h_Q.new_zeros(0, self.model.state_width))
         return (h_Q, *ends)
 
