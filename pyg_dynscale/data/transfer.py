@@ -327,7 +327,9 @@ def _rebuild(full: Tensor, full_c: list[int], removed: Tensor, removed_c: list[i
         else:
             keep = torch.ones(prev.numel(), dtype=torch.bool, device=dev)
             keep[rem_parts[t]] = False
-            cur = torch.cat([prev[keep], add_parts[t]])
+            # the number kept is known on the host: no read-back of the mask (a boolean index would sync)
+            kept = torch.nonzero_static(keep, size=prev.numel() - removed_c[t]).flatten()
+            cur = torch.cat([prev.index_select(0, kept), add_parts[t]])
             if add_parts[t].numel():
                 cur = torch.sort(cur).values
         out.append(cur)
@@ -335,15 +337,14 @@ def _rebuild(full: Tensor, full_c: list[int], removed: Tensor, removed_c: list[i
     return torch.cat(out) if out else torch.empty(0, dtype=torch.long, device=dev)
 
 
-def _perm_full(perm: Tensor, perm_c: Tensor, counts: Tensor, ptr: Tensor, dev: torch.device) -> Tensor:
-    """Global sorted position of every original row (identity where no permutation was sent)."""
-    n = int(ptr[-1])
+def _perm_full(perm: Tensor, perm_c: Tensor, counts: Tensor, ptr: Tensor, dev: torch.device, n: int) -> Tensor:
+    """Global sorted position of every original row (identity where no permutation was sent);
+    ``n``: the number of rows (known on the host)."""
     t_of = torch.repeat_interleave(torch.arange(counts.numel(), device=dev), counts, output_size=n)
     local = torch.arange(n, device=dev) - ptr[:-1][t_of]
     has = (perm_c > 0)[t_of]
     if perm.numel():
-        local = local.clone()
-        local[has] = perm.long()
+        local = local.masked_scatter(has, perm.long())  # rows of the permuted snapshots, in order
     return local + ptr[:-1][t_of]
 
 
@@ -375,8 +376,8 @@ def diff_decode(diff: GraphDiff, device: Device = "cpu", non_blocking: bool = Fa
     src_row = torch.searchsorted(nkey, t_edge * V + key // V)
     dst_row = torch.searchsorted(nkey, t_edge * V + key % V)
     if diff.preserve_order:
-        n_pos = _perm_full(d.node_perm, diff.node_perm_counts.to(dev), node_count, node_ptr, dev)
-        e_pos = _perm_full(d.edge_perm, diff.edge_perm_counts.to(dev), edge_count, edge_ptr, dev)
+        n_pos = _perm_full(d.node_perm, d.node_perm_counts, node_count, node_ptr, dev, N)
+        e_pos = _perm_full(d.edge_perm, d.edge_perm_counts, edge_count, edge_ptr, dev, E)
         node_id = node_sorted[n_pos]
         orig_row = torch.empty_like(n_pos)
         orig_row[n_pos] = torch.arange(N, device=dev)

@@ -19,8 +19,20 @@ collective consumes, and the loss adds ``0 * token``: collective :math:`k`'s
 backward then always runs after collective :math:`k+1`'s, on every rank, and
 runs even where its received rows do not reach the loss.
 
-Bytes are counted per ``(block, phase, kind, direction)`` as sent by this
-rank (rows never go to the sender itself, so this is network traffic).
+The token is a 0-dim tensor on the training device: it orders the autograd
+graph only, costs one tiny kernel per collective and never a host round
+trip (on CUDA, NCCL's stream order serializes the collectives themselves).
+
+Bytes are counted per ``(block, phase, kind, direction)`` from the buffer
+handed to the collective: its rows per destination rank (the split sizes,
+host integers checked against the buffer's shape) times its row size, rows
+to the sender itself excluded (they do not cross the network). Nothing is
+read back from the device to count them.
+
+The collectives themselves go through a
+:class:`~pyg_dynscale.distributed.transport.Transport`: directly (gloo on
+CPU, NCCL on CUDA) or staged through host buffers (several ranks sharing a
+GPU).
 """
 from __future__ import annotations
 
@@ -31,6 +43,8 @@ from typing import Any, Optional
 import torch
 import torch.distributed as dist
 from torch import Tensor
+
+from .transport import DirectTransport, Transport
 
 __all__ = ["Communicator", "Key"]
 
@@ -73,15 +87,17 @@ class Communicator:
         group: the process group (default: the world).
         device: where tokens live (the training device).
         dtype: token dtype.
+        transport: how tensors reach the collectives (default: directly).
     """
 
     def __init__(self, group: Optional[Any] = None, device: Optional[torch.device] = None,
-                 dtype: torch.dtype = torch.float32) -> None:
+                 dtype: torch.dtype = torch.float32, transport: Optional[Transport] = None) -> None:
         self.group = group
         self.rank = dist.get_rank(group)
         self.world_size = dist.get_world_size(group)
         self.device = torch.device(device) if device is not None else torch.device("cpu")
         self.dtype = dtype
+        self.transport = transport if transport is not None else DirectTransport(group, self.device)
         self.token: Optional[Tensor] = None
         #: ``(block, phase, kind, direction) -> bytes`` sent by this rank
         self.bytes: dict[tuple, int] = defaultdict(int)
@@ -134,22 +150,30 @@ class Communicator:
         for n in row_shape:
             width *= int(n)
         flat = send.reshape(send.shape[0], width)
-        out = flat.new_empty(sum(recv_splits), width)
+        if flat.shape[0] != sum(send_splits):
+            raise RuntimeError(f"exchange {key}: a send buffer of {flat.shape[0]} rows for splits {send_splits}")
         t0 = time.perf_counter()
-        dist.all_to_all_single(out, flat, recv_splits, send_splits, group=self.group)
+        out = self.transport.all_to_all(flat, send_splits, recv_splits)
         self.seconds += time.perf_counter() - t0
         self.calls += 1
-        sent = sum(n for r, n in enumerate(send_splits) if r != self.rank)
-        self.rows[key + (direction,)] += sent
-        self.bytes[key + (direction,)] += sent * width * flat.element_size()
+        self.count(key + (direction,), flat, send_splits)
         return out.view((out.shape[0],) + tuple(row_shape))
 
+    def count(self, key: tuple, buffer: Tensor, send_splits: list[int]) -> None:
+        """Count the rows of ``buffer`` (``[sum(send_splits), W]``, grouped by
+        destination) that leave this rank."""
+        sent = sum(n for r, n in enumerate(send_splits) if r != self.rank)
+        row_bytes = (buffer.numel() // max(buffer.shape[0], 1)) * buffer.element_size() if buffer.dim() else 0
+        self.rows[key] += sent
+        self.bytes[key] += sent * row_bytes
+
     def raw_all_reduce(self, x: Tensor, key: Key, direction: str, op: Any = dist.ReduceOp.SUM) -> Tensor:
-        out = x.detach().clone().contiguous()
         if self.world_size > 1:
             t0 = time.perf_counter()
-            dist.all_reduce(out, op=op, group=self.group)
+            out = self.transport.all_reduce(x.detach(), op=op)
             self.seconds += time.perf_counter() - t0
+        else:
+            out = x.detach().clone()
         self.calls += 1
         self.bytes[key + (direction,)] += out.numel() * out.element_size() if self.world_size > 1 else 0
         return out

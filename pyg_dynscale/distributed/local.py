@@ -24,16 +24,18 @@ order inside a sequence are the global ones.
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
 from torch import Tensor
 
+from ..data.placement import TensorMap, map_tensors
 from ..data.supergraph import Supergraph
 from ..nn.decomposed import FusedGraph
 
-__all__ = ["LocalGraph", "ExchangeMap", "RankLayout", "node_subset_graph"]
+__all__ = ["LocalGraph", "ExchangeMap", "RankLayout", "RecurrentRound", "AttentionMerge", "node_subset_graph"]
 
 
 def _positions(sorted_gids: Tensor, gids: Tensor) -> Tensor:
@@ -117,6 +119,62 @@ def node_subset_graph(sg: Any, gids: Tensor, x: Optional[Tensor] = None, *, edge
                        temporal_edge_index=torch.stack([earlier, later]), sequence_order=order, sequence_ptr=ptr,
                        sequence_vertex=sv, num_vertices=sg.num_vertices)
     return cls(x=x, edge_weight=ew, supergraph=local)
+
+
+class _ByName:
+    """Read access by field name (``info["graph"]``), kept for code written
+    when these structures were dicts."""
+
+    def __getitem__(self, name: str) -> Any:
+        try:
+            return getattr(self, name)
+        except AttributeError:
+            raise KeyError(name) from None
+
+
+@dataclass
+class RecurrentRound(_ByName):
+    r"""Round :math:`k` of a recurrent block on one rank: the pieces of
+    sequences that have :math:`k` pieces before them on other ranks.
+
+    Attributes:
+        q_pos (Tensor): rows of :math:`Q_r` in this round (gid order).
+        gids (Tensor): their gids.
+        graph (FusedGraph): the pieces as sequences (time order).
+        h0_seq (Tensor, optional): round 0: the whole signal's sequence of
+            each piece (its initial state row).
+        h0_recv (Tensor, optional): rounds :math:`\ge 1`: the row of the
+            previous round's received states each piece starts from.
+        exchange (ExchangeMap, optional): the states this round's pieces end
+            with that continue on other ranks (``None``: the last round).
+        inverse (Tensor, optional): round 0 only: position of every row of
+            :math:`Q_r` in the rounds' outputs concatenated.
+    """
+
+    q_pos: Tensor
+    gids: Tensor
+    graph: FusedGraph
+    h0_seq: Optional[Tensor] = None
+    h0_recv: Optional[Tensor] = None
+    exchange: Optional["ExchangeMap"] = None
+    inverse: Optional[Tensor] = None
+
+
+@dataclass
+class AttentionMerge(_ByName):
+    r"""An attention block on one rank: :math:`M_r = Q_r \cup` the rows its
+    exchange brings (every earlier appearance of a local vertex owned
+    elsewhere), sequences in time order.
+
+    Attributes:
+        exchange (ExchangeMap): the rows received (written at ``recv_idx`` of :math:`M_r`).
+        graph (FusedGraph): :math:`M_r` as sequences.
+        q_in_m (Tensor): rows of :math:`Q_r` in :math:`M_r`.
+    """
+
+    exchange: "ExchangeMap"
+    graph: FusedGraph
+    q_in_m: Tensor
 
 
 @dataclass
@@ -218,7 +276,7 @@ class RankLayout:
         self._N = N
 
     # ----------------------------------------------------------- recurrent
-    def recurrent_rounds(self, block: int) -> list[dict]:
+    def recurrent_rounds(self, block: int) -> list[RecurrentRound]:
         r"""Per round :math:`k`: the rank's depth-:math:`k` pieces as a
         graph, where their rows sit in :math:`Q_r`, where their initial states
         come from, and the exchange of the states they end with."""
@@ -235,7 +293,7 @@ class RankLayout:
         prev[v] = u
         seq_of_vertex = sg.sequence_vertex  # sorted vertex ids of the global sequences
         qdepth = depth[self.Q]
-        out = []
+        out: list[RecurrentRound] = []
         prev_recv_gid: Optional[Tensor] = None
         for k in range(D):
             pos = (qdepth == k).nonzero().flatten()  # rows of Q in this round (gid order)
@@ -243,34 +301,33 @@ class RankLayout:
             g = node_subset_graph(sg, gids)
             first = g.sequence_order.index_select(0, g.sequence_ptr[:-1])  # local node of each piece start
             first_gid = gids[first]
-            info = {"q_pos": pos, "graph": g, "gids": gids}
+            info = RecurrentRound(q_pos=pos, gids=gids, graph=g)
             if k == 0:
-                info["h0_seq"] = torch.searchsorted(seq_of_vertex, g.sequence_vertex)  # global sequence of each piece
+                info.h0_seq = torch.searchsorted(seq_of_vertex, g.sequence_vertex)  # global sequence of each piece
             else:
                 # the state each piece starts from, received last round
-                info["h0_recv"] = positions_in(prev_recv_gid, prev[first_gid])
+                info.h0_recv = positions_in(prev_recv_gid, prev[first_gid])
             if k < len(rounds_ex):
                 ex = rounds_ex[k]
                 m = ExchangeMap.build(ex, r, None, None)
                 m.key = (block, "temporal", "temporal")  # rounds count as the plan's one temporal exchange
                 ends = gids.index_select(0, g.last_index()) if gids.numel() else gids
                 m.send_idx = positions_in(ends, m.send_gid)  # the pieces ending in the sent gids
-                info["exchange"] = m
+                info.exchange = m
                 prev_recv_gid = m.recv_gid
             else:
-                info["exchange"] = None
                 prev_recv_gid = torch.zeros(0, dtype=torch.long, device=dev)
             out.append(info)
         # the rounds' outputs, concatenated, back to Q order (every node of Q is in one round; D >= 1)
-        scanned = torch.cat([info["q_pos"] for info in out])
+        scanned = torch.cat([info.q_pos for info in out])
         inv = torch.empty_like(scanned)
         inv[scanned] = torch.arange(scanned.numel(), device=dev)
-        out[0]["inverse"] = inv
+        out[0].inverse = inv
         self._recurrent[block] = out
         return out
 
     # ----------------------------------------------------------- attention
-    def attention(self, block: int) -> dict:
+    def attention(self, block: int) -> AttentionMerge:
         r"""The merged node set :math:`M_r = Q_r \cup` received rows of
         ``block``'s attention exchange, its graph (sequences in time order),
         and where local and received rows go in it."""
@@ -280,6 +337,32 @@ class RankLayout:
         m = ExchangeMap.build(ex, self.rank, self.Q, None)
         M = torch.sort(torch.cat([self.Q, m.recv_gid])).values
         m.recv_idx = _positions(M, m.recv_gid)
-        info = {"exchange": m, "graph": node_subset_graph(self.sg, M), "q_in_m": _positions(M, self.Q)}
+        info = AttentionMerge(exchange=m, graph=node_subset_graph(self.sg, M), q_in_m=_positions(M, self.Q))
         self._attention[block] = info
         return info
+
+    # ------------------------------------------------------------- device
+    def prepare(self, pattern: Any) -> "RankLayout":
+        """Build the time structures of every block of ``pattern`` (recurrent
+        rounds, attention merges) on the host; returns ``self``."""
+        for b, blk in enumerate(pattern.blocks):
+            if blk.time_kind == "recurrent":
+                self.recurrent_rounds(b)
+            elif blk.time_kind == "attention":
+                self.attention(b)
+        return self
+
+    def apply_tensors(self, fn: TensorMap) -> "RankLayout":
+        """A copy whose index tensors and graphs went through ``fn`` (moved to
+        the training device once; :meth:`prepare` first so that every block's
+        time structures come along). The global supergraph ``sg`` and the
+        plan stay on the host, where set-up code reads them."""
+        out = copy.copy(self)
+        out.S, out.S_owned, out.Q = fn(self.S), fn(self.S_owned), fn(self.Q)
+        out.structure = self.structure.apply_tensors(fn)
+        out.time_graph = self.time_graph.apply_tensors(fn)
+        out.local_S_to_Q = None if self.local_S_to_Q is None else tuple(fn(t) for t in self.local_S_to_Q)
+        out.maps = map_tensors(self.maps, fn)
+        out._recurrent = map_tensors(self._recurrent, fn)
+        out._attention = map_tensors(self._attention, fn)
+        return out

@@ -256,6 +256,8 @@ class StaleCache:
     last_loss: Optional[float] = None
     epoch: int = 0
     history: list = field(default_factory=list)
+    #: the trainer's :class:`~pyg_dynscale.distributed.transport.Transport` (reports reduce through it)
+    transport: Any = None
 
     def applies(self, kind: str) -> bool:
         return self.config.enabled and kind in self.config.kinds
@@ -278,7 +280,10 @@ class StaleCache:
         collective: call it on every rank)."""
         ex = self.history[-1]["exchanges"].values() if self.history else []
         t = torch.tensor([sum(e["fresh"] for e in ex), sum(e["planned"] for e in ex)], dtype=torch.float64)
-        dist.all_reduce(t, group=group)
+        if self.transport is not None:
+            t = self.transport.all_reduce_host(t)
+        else:
+            dist.all_reduce(t, group=group)
         return float(t[0] / t[1]) if t[1] > 0 else 1.0
 
     def end_epoch(self, loss: float) -> None:
@@ -310,9 +315,9 @@ class StaleCache:
             mask = fresh.cpu().numpy().astype(np.uint8)
             packed, sizes = _pack(mask, send_splits)
             recv_sizes = [(n + 7) // 8 for n in recv_splits]
-            got = comm.raw_exchange(torch.from_numpy(packed).view(-1, 1), sizes, recv_sizes,
-                            (key[0], key[1], "stale_meta"), "fwd")
-            recv_fresh = _unpack(got.view(-1).numpy(), recv_sizes, recv_splits)
+            got = comm.raw_exchange(torch.from_numpy(packed).view(-1, 1).to(comm.device), sizes, recv_sizes,
+                                    (key[0], key[1], "stale_meta"), "fwd")
+            recv_fresh = _unpack(got.view(-1).cpu().numpy(), recv_sizes, recv_splits)
         fresh_idx = fresh.nonzero().flatten()
         fresh_send = _segment_sums(fresh.cpu().numpy(), send_splits)
         fresh_recv = _segment_sums(recv_fresh, recv_splits)

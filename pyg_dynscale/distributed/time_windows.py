@@ -147,8 +147,8 @@ def build_windows(signal: Any, partition: Any, pattern: Any, rank: int, every: i
         is_end[lo:hi] = (nxt[gids] < 0) | (nxt[gids] >= hi)
         end_select, ends = [], []
         for info in lay.recurrent_rounds(0):
-            g = info["graph"]
-            last = info["gids"].index_select(0, g.last_index()) + lo if g.num_nodes else info["gids"]
+            g = info.graph
+            last = info.gids.index_select(0, g.last_index()) + lo if g.num_nodes else info.gids
             keep = is_end[last].nonzero().flatten()
             end_select.append(keep)
             ends.append(last[keep])

@@ -31,6 +31,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
+from ..data.placement import map_tensors
 from ..errors import ModelInputError
 
 __all__ = ["FusedGraph", "DecomposedModule", "Halo", "halo_exchange", "gcn_adjacency", "propagate", "check_initial_state"]
@@ -156,6 +157,34 @@ class FusedGraph:
     def device(self) -> torch.device:
         return self.node_ptr.device
 
+    # the graph this one was mapped from (:meth:`apply_tensors`) and the map; not dataclass fields
+    _source = None
+    _source_map = None
+
+    def apply_tensors(self, fn: Any) -> "FusedGraph":
+        """A copy with ``fn`` applied to every tensor, e.g. moved to the
+        training device once (:func:`~pyg_dynscale.data.placement.to_device`).
+
+        What needs host round trips to build -- the sequence packing with its
+        step lists and reset schedule, the time-major permutation, the
+        sequence positions -- is computed here first and mapped with it; GCN
+        normalizations are computed here on demand (a rank's local graph
+        slices the global one) and mapped, so the copy's hot loop never reads
+        a device tensor back to the host.
+        """
+        packing = self.packing
+        packing.active_list
+        _fusion().reset_schedule(packing)
+        perm = self._time_major_perm()
+        g = FusedGraph(x=None if self.x is None else fn(self.x),
+                       edge_weight=None if self.edge_weight is None else fn(self.edge_weight),
+                       supergraph=map_tensors(self.supergraph, fn))
+        g._cache["packing"] = packing.apply_tensors(fn)
+        g._cache["tm_perm"] = None if perm is None else (fn(perm[0]), fn(perm[1]))
+        g._cache["seqpos"] = fn(self.sequence_position)
+        g._source, g._source_map = self, fn
+        return g
+
     @property
     def packing(self) -> Any:
         """The reusable :func:`~pyg_dynscale.nn.temporal_fusion.pack_sequences`
@@ -222,6 +251,9 @@ class FusedGraph:
         r"""``(edge_index, edge_weight)`` of :math:`\hat{D}^{-1/2}\hat{A}\hat{D}^{-1/2}`
         sorted by target (PyG's ``gcn_norm`` on this graph). A rank's local
         graph overrides it with the slice of the *global* normalization."""
+        if self._source is not None:  # a mapped copy: normalize where the structure was built, then map
+            ei, ew = gcn_adjacency(self._source, improved, add_self_loops, dtype)
+            return self._source_map(ei), self._source_map(ew)
         from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
         w = self.edge_weight

@@ -10,7 +10,7 @@ recurrent state (or block attention) at every boundary (DGC Eq. 4-5).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 from torch import Tensor
@@ -105,11 +105,23 @@ class SequencePacking:
 
     def to(self, device: torch.device | str) -> "SequencePacking":
         """A copy with every tensor on ``device``."""
+        return self.apply_tensors(lambda t: t.to(device))
+
+    def apply_tensors(self, fn: Callable[[Tensor], Tensor]) -> "SequencePacking":
+        """A copy with ``fn`` applied to every tensor (e.g. a move to the
+        device); the host-side step lists and a computed reset schedule come
+        along, so the copy never reads them back from the device."""
         kw = {}
         for name in self.__dataclass_fields__:
             v = getattr(self, name)
-            kw[name] = v.to(device) if isinstance(v, Tensor) else v
-        return SequencePacking(**kw)
+            kw[name] = fn(v) if isinstance(v, Tensor) else v
+        out = SequencePacking(**kw)
+        if hasattr(self, "_active_list"):
+            out._active_list, out._step_list = self._active_list, self._step_list
+        reset = getattr(self, "_reset_cache", None)
+        if reset is not None:
+            out._reset_cache = [(fn(a), fn(b)) for a, b in reset]  # type: ignore[attr-defined]
+        return out
 
     def check_rows(self, flat: Tensor, name: str = "x") -> None:
         if flat.dim() < 1 or flat.shape[0] != self.num_elements:

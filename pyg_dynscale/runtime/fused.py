@@ -26,83 +26,26 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional, Union
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from ..errors import ModelInputError
 from ..nn.decomposed import DecomposedModule, FusedGraph, check_initial_state
 from ..nn.snapshot_model import SnapshotModel
 from ..partition.halo_plan import StatePlan
+from .losses import LOSSES, SnapshotMean, Targets, check_loss, link_row_losses, resolve_targets, row_losses
 from .paths import as_signal, edge_fields_of, prepare_snapshot_model, resolve_model
 from .snapshot_runner import SnapshotRunner
-from .time_blocks import TimeBlockCheckpoint
+from .streaming import StreamedRun
+from .time_blocks import TimeBlockCheckpoint, check_windowable
 
-__all__ = ["FusedTrainer", "LOSSES", "snapshot_mean", "snapshot_mean_part", "resolve_targets", "Targets", "eval_mode"]
-
-LOSSES = ("mse", "mae", "ce", "bce_link")
-
+__all__ = ["FusedTrainer", "LOSSES", "snapshot_mean", "resolve_targets", "Targets", "eval_mode"]
 
 def snapshot_mean(values: Tensor, seg: Tensor, num_segments: int, reduction: str = "mean") -> Tensor:
     r"""PyGT's loss reduction: :math:`\frac{1}{T'}\sum_t \frac{1}{n_t}\sum_{k \in t} v_k`
     over the :math:`T'` segments that have rows (``reduction="sum"`` drops the
-    :math:`1/T'`)."""
-    counts = torch.bincount(seg, minlength=num_segments).to(values.dtype)
-    sums = values.new_zeros(num_segments).index_add_(0, seg, values)
-    has = counts > 0
-    per = sums[has] / counts[has]
-    return per.sum() if reduction == "sum" else per.mean()
-
-
-def snapshot_mean_part(values: Tensor, seg: Tensor, counts: Tensor, reduction: str = "mean") -> Tensor:
-    r"""One rank's share of :func:`snapshot_mean` with *global* normalizers:
-    :math:`\frac{1}{T'}\sum_t \frac{1}{n_t}\sum_{k \in t,\ k \text{ local}} v_k`, with
-    ``counts`` ``[T]`` the rows per segment over all ranks and :math:`T'` the
-    segments with rows; summed over ranks it is :func:`snapshot_mean`."""
-    sums = values.new_zeros(counts.numel()).index_add_(0, seg, values)
-    has = counts > 0
-    part = (sums[has] / counts[has].to(values.dtype)).sum()
-    return part if reduction == "sum" else part / max(int(has.sum()), 1)
-
-
-@dataclass
-class Targets:
-    """What a loss is computed against, in global vertex-time ids: node
-    ``target`` ``[N, ...]``, or labelled pairs ``(label_src, label_dst)``
-    ``[L]`` of snapshot ``label_time`` with ``label`` ``[L]``."""
-
-    target: Optional[Tensor] = None
-    label_src: Optional[Tensor] = None
-    label_dst: Optional[Tensor] = None
-    label_time: Optional[Tensor] = None
-    label: Optional[Tensor] = None
-
-
-def resolve_targets(signal: Any, kind: Any, target: str, link_index: str, link_label: str,
-                    float_dtype: torch.dtype) -> Targets:
-    """The :class:`Targets` of loss ``kind`` from the signal's fields (raises
-    :class:`ModelInputError` naming the missing field)."""
-    sig = signal
-    if kind in ("mse", "mae", "ce"):
-        f = sig.fields.get(target)
-        if f is None or f.level != "node":
-            raise ModelInputError(target, "is not a node-level field of the signal.", f"give the signal node targets '{target}' for loss={kind!r}.")
-        return Targets(target=f.values)
-    if kind == "bce_link":
-        fi, fl = sig.fields.get(link_index), sig.fields.get(link_label)
-        if fi is None or fi.level != "ragged" or fl is None:
-            raise ModelInputError(
-                link_index, "and its labels are needed for loss='bce_link'.",
-                f"add per-snapshot extras {link_index}=[2, L_t] (local rows) and {link_label}=[L_t].",
-            )
-        counts = fi.ptr[1:] - fi.ptr[:-1]
-        L = fi.values.shape[1]
-        t_of = torch.repeat_interleave(torch.arange(sig.num_snapshots, device=sig.device), counts, output_size=L)
-        off = sig.node_ptr[:-1].index_select(0, t_of)
-        label = fl.values.reshape(-1).to(float_dtype)
-        if label.numel() != L:
-            raise ModelInputError(link_label, f"has {label.numel()} entries for {L} label pairs.", "give one label per pair.")
-        return Targets(label_src=fi.values[0] + off, label_dst=fi.values[1] + off, label_time=t_of, label=label)
-    return Targets()
+    :math:`1/T'`); :class:`~pyg_dynscale.runtime.losses.SnapshotMean` built
+    for one call (build it once to reuse its normalizers)."""
+    return SnapshotMean.whole(seg, num_segments, reduction)(values)
 
 
 @contextmanager
@@ -170,6 +113,13 @@ class FusedTrainer:
             snapshots during the backward (gradient checkpointing, both
             paths; :class:`~pyg_dynscale.runtime.time_blocks.TimeBlockCheckpoint`
             on the decomposed path; ``None``: keep all).
+        stream: keep the signal in host memory and move one window of
+            ``checkpoint_every`` snapshots at a time to ``device`` by graph
+            difference, the next window's copy overlapping the current
+            window's compute (:mod:`~pyg_dynscale.runtime.streaming`: signals
+            larger than the GPU's memory; decomposed path, recurrent time
+            encoders, built-in losses). :meth:`predict` then returns its rows
+            on the host; :attr:`stream_stats` reports the bytes moved.
 
     Example::
 
@@ -199,21 +149,21 @@ class FusedTrainer:
         path: str = "auto",
         depth: Any = "auto",
         checkpoint_every: Optional[int] = None,
+        stream: bool = False,
     ) -> None:
         signal = as_signal(signal)
         self.model: Union[DecomposedModule, SnapshotModel] = resolve_model(model, path, depth, check)
         #: ``"decomposed"`` or ``"blackbox"``
         self.path = "blackbox" if isinstance(self.model, SnapshotModel) else "decomposed"
         self.head = head
-        if not callable(loss) and loss not in LOSSES:
-            raise ModelInputError("loss", f"is {loss!r}.", f"use one of {LOSSES} or a callable.")
-        if snapshot_reduction not in ("mean", "sum"):
-            raise ModelInputError("snapshot_reduction", f"is {snapshot_reduction!r}.", "use 'mean' or 'sum'.")
+        check_loss(loss, snapshot_reduction, allow_callable=True)
         self.loss_kind = loss
         self.snapshot_reduction = snapshot_reduction
         model_dev = _device_of(self.model)
         head_dev = _device_of(head) if head is not None else None
         device = torch.device(device) if device is not None else (model_dev or signal.device)
+        if device.type == "cuda" and device.index is None and torch.cuda.is_available():
+            device = torch.device("cuda", torch.cuda.current_device())
         for name, d in (("model", model_dev), ("head", head_dev)):
             if d is not None and d != device:
                 raise ModelInputError(
@@ -221,6 +171,11 @@ class FusedTrainer:
                 )
         self.device = device
         self.transfer_stats: Any = None
+        #: the streamed windows (``stream=True``), else ``None``
+        self.streamed: Optional[StreamedRun] = None
+        if stream:
+            self._init_streamed(signal, checkpoint_every, h0, target, link_index, link_label, optimizer, lr)
+            return
         if signal.device != device:
             from ..data.transfer import transfer_to_device
 
@@ -253,6 +208,57 @@ class FusedTrainer:
         params = list(self.model.parameters()) + (list(head.parameters()) if head is not None else [])
         self.optimizer = optimizer if optimizer is not None else torch.optim.Adam(params, lr=lr)
 
+    def _init_streamed(self, signal: Any, every: Optional[int], h0: Optional[Tensor], target: str, link_index: str,
+                       link_label: str, optimizer: Optional[torch.optim.Optimizer], lr: float) -> None:
+        if self.path != "decomposed":
+            raise NotImplementedError("stream=True runs the decomposed path; the black-box path keeps its per-step "
+                                      "inputs on the device (train it with checkpoint_every alone).")
+        if every is None:
+            raise ModelInputError("checkpoint_every", "is None with stream=True; streaming moves windows of snapshots.",
+                                  "give checkpoint_every=B, the snapshots resident on the device at a time.")
+        if callable(self.loss_kind):
+            raise ModelInputError("loss", "is a callable with stream=True; a streamed epoch computes the loss window "
+                                  "by window.", f"use one of {LOSSES}.")
+        check_windowable(self.model)
+        signal = signal.to("cpu") if signal.device.type != "cpu" else signal
+        if signal.x is None:
+            raise ModelInputError("signal.x", "is missing.", "give the signal node features.")
+        self.signal = signal
+        #: the whole signal's graph, on the host (the windows are built from it)
+        self.graph = FusedGraph.from_signal(signal)
+        if h0 is not None:
+            check_initial_state(h0.detach().cpu(), self.graph, self.model.state_width)
+        self.h0, self.runner, self.time_blocks = h0, None, None
+        self.streamed = StreamedRun(self.model, signal, every, self.device, self._params_dtype(), self.head,
+                                    self.loss_kind, self.snapshot_reduction, target, link_index, link_label, h0)
+        params = list(self.model.parameters()) + (list(self.head.parameters()) if self.head is not None else [])
+        self.optimizer = optimizer if optimizer is not None else torch.optim.Adam(params, lr=lr)
+
+    @property
+    def stream_stats(self) -> Any:
+        """:class:`~pyg_dynscale.runtime.streaming.StreamStats` of the last
+        streamed pass (``stream=True``), else ``None``."""
+        return None if self.streamed is None else self.streamed.stats
+
+    def place(self, fn: Any) -> None:
+        """Map every device-resident structure of the trainer with ``fn``
+        (the graph, targets, normalizers, initial state, checkpoint windows,
+        the black-box step inputs); the model and optimizer are the caller's.
+        Used to check, without a GPU, that the hot loop touches no host tensor."""
+        if self.streamed is not None:
+            raise NotImplementedError("place() on a streamed trainer: its windows are moved per use.")
+        self.graph = self.graph.apply_tensors(fn)
+        for name in ("target", "label_src", "label_dst", "label_time", "label", "h0"):
+            v = getattr(self, name)
+            if v is not None:
+                setattr(self, name, fn(v))
+        if self.mean is not None:
+            self.mean = self.mean.apply_tensors(fn)
+        if self.time_blocks is not None:
+            self.time_blocks.windows = [(lo, hi, g.apply_tensors(fn), fn(sv)) for lo, hi, g, sv in self.time_blocks.windows]
+        if self.runner is not None:
+            self.runner.place(fn)
+
     # ------------------------------------------------------------ targets
     def _prepare_targets(self, target: str, link_index: str, link_label: str) -> None:
         x = self.graph.x
@@ -260,6 +266,13 @@ class FusedTrainer:
                             x.dtype if x.is_floating_point() else torch.float32)
         self.target, self.label_src, self.label_dst, self.label_time, self.label = (
             t.target, t.label_src, t.label_dst, t.label_time, t.label)
+        T = self.graph.num_snapshots
+        #: the loss reduction with its normalizers, computed once
+        self.mean: Optional[SnapshotMean] = None
+        if self.loss_kind == "bce_link":
+            self.mean = SnapshotMean.whole(self.label_time, T, self.snapshot_reduction)
+        elif not callable(self.loss_kind):
+            self.mean = SnapshotMean.whole(self.graph.time, T, self.snapshot_reduction)
 
     # ------------------------------------------------------------ compute
     def _params_dtype(self) -> torch.dtype:
@@ -268,6 +281,9 @@ class FusedTrainer:
 
     def outputs(self) -> Tensor:
         """``[N, H]`` model outputs (before the head) of all vertex-time nodes."""
+        if self.streamed is not None:
+            raise NotImplementedError("outputs() with stream=True: the outputs of all snapshots would not fit on "
+                                      "the device; use predict() (rows on the host) or compute_loss().")
         if self.runner is not None:
             return self.runner.outputs()
         x = self.graph.x.to(self._params_dtype())
@@ -292,32 +308,21 @@ class FusedTrainer:
 
     def compute_loss(self) -> Tensor:
         """The epoch loss with autograd (no optimizer step)."""
+        if self.streamed is not None:
+            return self.streamed.loss()
         out = self.outputs()
         kind = self.loss_kind
         if callable(kind):
             return kind(self, out)
-        T = self.graph.num_snapshots
         if kind == "bce_link":
-            logits = self.link_logits(out)
-            per = F.binary_cross_entropy_with_logits(logits, self.label.to(logits.dtype), reduction="none")
-            return snapshot_mean(per, self.label_time, T, self.snapshot_reduction)
+            return self.mean(link_row_losses(self.link_logits(out), self.label))
         pred = self._apply_head(out)
         if pred.shape[0] != self.graph.num_nodes:
             raise ModelInputError(
                 "model", f"returned {pred.shape[0]} rows for {self.graph.num_nodes} vertex-time nodes.",
                 "node losses need one output row per node (MPNN-LSTM: use window=1 on the signal).",
             )
-        y = self.target
-        if kind == "ce":
-            per = F.cross_entropy(pred, y.long(), reduction="none")
-        else:
-            if pred.dim() == 2 and pred.shape[1] == 1 and y.dim() == 1:
-                pred = pred.squeeze(1)  # PyGT: y_hat.squeeze() - y
-            diff = pred - y.to(pred.dtype)
-            per = diff * diff if kind == "mse" else diff.abs()
-            if per.dim() > 1:
-                per = per.reshape(per.shape[0], -1).mean(1)
-        return snapshot_mean(per, self.graph.time, T, self.snapshot_reduction)
+        return self.mean(row_losses(kind, pred, self.target))
 
     def train_epoch(self) -> float:
         """One full-batch epoch: forward over all snapshots, one backward, one step."""
@@ -343,4 +348,6 @@ class FusedTrainer:
         """Eval-mode outputs (after the head) of all vertex-time nodes, ``[N, *]``
         in vertex-time node order (``signal.node_ptr`` splits them by snapshot)."""
         with eval_mode(self.model, self.head):
+            if self.streamed is not None:
+                return self.streamed.predict()
             return self._apply_head(self.outputs())

@@ -31,6 +31,7 @@ import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
+from ..data.placement import TensorMap, map_tensors, to_device
 from ..errors import ModelInputError
 from ..nn.snapshot_model import SnapshotModel
 from ..partition.halo_plan import StatePlan, state_phase
@@ -71,24 +72,29 @@ class SnapshotRunner:
         self.checkpoint_every = checkpoint_every
         self.dtype = dtype
         self.device = torch.device(device) if device is not None else torch.device("cpu")
-        dev = self.device
         x = signal.x.to(dtype)
         ew = signal.edge_weight.to(dtype) if signal.edge_weight is not None else None
         fields = {k: signal.fields[k].values for k in edge_fields}
         node_ptr, edge_ptr = signal.node_ptr.tolist(), signal.edge_ptr.tolist()
-        self.inputs = []
+        #: per step, on the host: (x, edge_index, edge_weight, edge fields, owned rows, state routes)
+        self._host_inputs = []
         for s in plan.steps:
             g0, g1 = node_ptr[s.t], node_ptr[s.t + 1]
             e0, e1 = edge_ptr[s.t], edge_ptr[s.t + 1]
             xs = x[g0:g1] if s.nodes is None else x[g0:g1].index_select(0, s.nodes)
             ws = None if ew is None else (ew[e0:e1] if s.edges is None else ew[e0:e1].index_select(0, s.edges))
-            fs = {k: (v[e0:e1] if s.edges is None else v[e0:e1].index_select(0, s.edges)).to(dev) for k, v in fields.items()}
-            owned = None if s.owned is None else s.owned.to(dev)
-            routes = [(r, r.self_dst.to(dev), {k: v.to(dev) for k, v in r.recv_dst.items()}) for r in s.routes]
-            self.inputs.append((xs.to(dev), s.edge_index.to(dev), None if ws is None else ws.to(dev), fs, owned, routes))
+            fs = {k: (v[e0:e1] if s.edges is None else v[e0:e1].index_select(0, s.edges)) for k, v in fields.items()}
+            self._host_inputs.append((xs, s.edge_index, ws, fs, s.owned, s.routes))
+        self.place(to_device(self.device))
         self._recv_cache: Optional[dict] = None
         #: wall seconds of the last :meth:`outputs` spent in the module calls
         self.call_seconds = 0.0
+
+    def place(self, fn: TensorMap) -> None:
+        """(Re)build the per-step inputs and state routes on the device with
+        ``fn`` (:func:`~pyg_dynscale.data.placement.to_device`): moved once,
+        so the step loop never copies an index from the host."""
+        self.inputs = map_tensors(self._host_inputs, fn)
 
     # ------------------------------------------------------------------ pieces
     def _exchange(self, t: int, c: int, kind: str, send: Tensor, route: Any) -> Tensor:
@@ -108,7 +114,8 @@ class SnapshotRunner:
         s = self.plan.steps[i]
         x, ei, ew, fs, owned, routes = self.inputs[i]
         states = []
-        for c, (route, self_dst, recv_dst) in enumerate(routes):
+        for c, route in enumerate(routes):
+            self_dst, recv_dst = route.self_dst, route.recv_dst
             w = self.model.state_widths[c]
             like = x.new_zeros(0, w)
             rows = route.gather(lambda t, c=c: history(t, c), like)

@@ -1,0 +1,121 @@
+r"""One rank's forward pass on the black-box path: the user's module once per snapshot.
+
+:class:`SnapshotEngine` builds this rank's
+:class:`~pyg_dynscale.partition.halo_plan.StatePlan` from the partition's
+owner array (a vertex partition, a local subgraph per snapshot with a checked
+halo depth) and runs the module unchanged through a
+:class:`~pyg_dynscale.runtime.snapshot_runner.SnapshotRunner`, whose state
+exchanges go through the rank's
+:class:`~pyg_dynscale.distributed.exchange.Communicator` (docs/blackbox.md).
+The per-step inputs and routes are built on the host and moved to the
+device once (:meth:`SnapshotEngine.place`).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Union
+
+import torch
+from torch import Tensor
+
+from ..data.placement import TensorMap
+from ..errors import ModelInputError, UnsupportedModelError
+from ..nn.snapshot_model import SnapshotModel
+from ..partition.halo_plan import StatePlan
+from ..runtime.paths import edge_fields_of, prepare_snapshot_model
+from ..runtime.snapshot_runner import SnapshotRunner
+from .exchange import Communicator
+
+__all__ = ["SnapshotEngine", "BlackBoxLayout", "check_dcrnn_edge_order"]
+
+
+class BlackBoxLayout:
+    """What the loss and :meth:`DistributedTrainer.predict` read of a layout
+    on the black-box path: the owned gids ``Q`` and the supergraph."""
+
+    def __init__(self, Q: Tensor, sg: Any) -> None:
+        self.Q, self.sg = Q, sg
+
+
+def check_dcrnn_edge_order(signal: Any) -> None:
+    """PyGT's DConv pairs its in-degree normalizers (listed in input edge
+    order) with the reverse edges of a dense adjacency (in sorted order);
+    the pairs line up, and outputs depend on nearby edges only, when every
+    snapshot's edges are sorted by (target, source) without duplicates."""
+    ei, ptr = signal.edge_index, signal.edge_ptr
+    E = ei.shape[1]
+    if E < 2:
+        return
+    t = torch.repeat_interleave(torch.arange(signal.num_snapshots), ptr[1:] - ptr[:-1], output_size=E)
+    n = int(signal.nodes_per_snapshot.max()) + 1
+    key = (t * n + ei[1]) * n + ei[0]
+    if not bool((key[1:] > key[:-1]).all()):
+        raise ModelInputError(
+            "signal.edge_index", "is not sorted by (target, source) without duplicates in every snapshot; PyGT's DCRNN "
+            "pairs degree normalizers with edges by position, so its output then depends on the order of edges "
+            "anywhere in the snapshot and cannot be split across ranks.",
+            "sort each snapshot's edges with signal.sort_edges() (and merge duplicate edges) before training, or "
+            "train on one process.")
+
+
+class SnapshotEngine:
+    r"""The black-box forward of one rank.
+
+    Args:
+        model: the :class:`SnapshotModel` around the user's module.
+        signal: the whole signal, on the host.
+        partition: its partition (one owner per vertex-time node).
+        comm: this rank's communicator.
+        device, dtype: where and in which dtype the module runs.
+        check: verify the module's halo depth (several ranks).
+        checkpoint_every: gradient checkpointing over blocks of snapshots.
+        link_pairs: ``(src, dst)`` gids of labelled pairs (``bce_link``).
+        readout_width: elements of one output row after the head (or a
+            function of the probed module giving it).
+    """
+
+    path = "blackbox"
+    fusion = "blackbox"
+    groups = None
+    windows = None
+    stale = None
+
+    def __init__(self, model: SnapshotModel, signal: Any, partition: Any, comm: Communicator, device: torch.device,
+                 dtype: torch.dtype, *, check: bool = True, checkpoint_every: Optional[int] = None,
+                 link_pairs: Optional[tuple] = None,
+                 readout_width: Union[int, Callable[[SnapshotModel], int]] = 1) -> None:
+        world = comm.world_size
+        if model.spec.global_reason and world > 1:
+            raise UnsupportedModelError(f"{model.spec.name} cannot be split across ranks on the black-box path: "
+                                        f"{model.spec.global_reason}")
+        self.model, self.signal, self.partition, self.comm = model, signal, partition, comm
+        self.stale_active = False
+        fields = edge_fields_of(model, signal)
+        prepare_snapshot_model(model, signal, check and world > 1, fields)
+        if world > 1 and model.spec.name == "DCRNN":
+            check_dcrnn_edge_order(signal)
+        bpe = torch.empty((), dtype=dtype).element_size()
+        if callable(readout_width):  # the width after the head is known once the module was probed
+            readout_width = readout_width(model) if link_pairs is not None else 1
+        self.plan = StatePlan(signal, partition.owner, world, model.depth, model.state_widths, comm.rank, bpe,
+                              link_pairs=link_pairs, readout_width=readout_width)
+        self.runner = SnapshotRunner(model, signal, self.plan, exchange=comm.exchange,
+                                     checkpoint_every=checkpoint_every, dtype=dtype, device=device,
+                                     edge_fields=fields)
+        self.host_layout = self.layout = BlackBoxLayout(self.plan.owned_gids, signal.supergraph())
+
+    @property
+    def Q(self) -> Tensor:
+        """Host gids of the rows whose outputs this rank computes (owned, gid order)."""
+        return self.host_layout.Q
+
+    def place(self, fn: TensorMap) -> None:
+        self.runner.place(fn)
+
+    def outputs(self) -> Tensor:
+        return self.runner.outputs()
+
+    def after_backward(self) -> None:
+        pass
+
+    def after_step(self) -> None:
+        self.model.detach_carried()
