@@ -47,10 +47,12 @@ class RankHalo(Halo):
     """The hook the structure encoders call: halo exchange before each
     spatial aggregation, global sums for BatchNorm statistics."""
 
-    def __init__(self, engine: "DecomposedEngine", maps: dict, owned: Tensor) -> None:
+    def __init__(self, engine: "DecomposedEngine", maps: dict, owned: Tensor,
+                 segment_counts: Optional[tuple[Tensor, list]] = None) -> None:
         self.engine = engine
         self.maps = maps
         self.owned = owned
+        self.segment_counts = segment_counts
 
     def exchange(self, block: int, layer: int, x: Tensor) -> Tensor:
         m = self.maps.get((block, f"spatial:{layer}"))
@@ -179,18 +181,28 @@ class DecomposedEngine:
         """(Re)build the device copies of every host structure with ``fn``
         (:func:`~pyg_dynscale.data.placement.to_device`), and map the rows
         already computed on the device (the input rows)."""
+        counts = self.signal.nodes_per_snapshot.long()
+
+        def seg_counts(t0: int, t1: int) -> tuple[Tensor, list]:
+            # a graph's snapshots t0..t1-1: their rows over all ranks are fixed, so BatchNorm reads nothing back
+            c = counts[t0:t1]
+            return fn(c), (c > 0).nonzero().flatten().tolist()
+
+        T = counts.numel()
         self.layout: RankLayout = self.host_layout.apply_tensors(fn)
-        self.halo = RankHalo(self, self.layout.maps, self.layout.S_owned)
+        self.halo = RankHalo(self, self.layout.maps, self.layout.S_owned, seg_counts(0, T))
         self.windows: Optional[list[RankWindow]] = None
         self._window_halos: list[RankHalo] = []
         if self._host_windows is not None:
             self.windows = [map_tensors(w, fn) for w in self._host_windows]
-            self._window_halos = [RankHalo(self, w.layout.maps, w.layout.S_owned) for w in self.windows]
+            self._window_halos = [RankHalo(self, w.layout.maps, w.layout.S_owned, seg_counts(w.t0, w.t1))
+                                  for w in self.windows]
         self._snap: list[tuple[int, int, FusedGraph, RankHalo]] = []
         if self._host_groups is not None:
-            for grp in self._host_groups:
+            for grp, (t0, t1) in zip(self._host_groups, self.groups):
                 g = grp.graph.apply_tensors(fn)
-                self._snap.append((grp.lo, grp.hi, g, RankHalo(self, map_tensors(grp.maps, fn), fn(grp.owned))))
+                halo = RankHalo(self, map_tensors(grp.maps, fn), fn(grp.owned), seg_counts(t0, t1))
+                self._snap.append((grp.lo, grp.hi, g, halo))
         self.h0 = None if self._host_h0 is None else fn(self._host_h0.to(self.dtype))
         self.x_Q = None if self._host_x_Q is None else fn(self._host_x_Q.to(self.dtype))
         if self.x_S is not None:

@@ -53,6 +53,10 @@ class Halo:
     """
 
     owned: Optional[Tensor] = None
+    #: ``([T] rows per segment over all ranks, non-empty segments as a host
+    #: list)`` of the graph the encoder runs on, when known in advance (then
+    #: node-set reductions read nothing back); ``None``: counted at each call
+    segment_counts: Optional[tuple[Tensor, list]] = None
 
     def exchange(self, block: int, layer: int, x: Tensor) -> Tensor:
         return x
@@ -264,6 +268,32 @@ class FusedGraph:
         perm = torch.argsort(ei[1], stable=True)
         return ei[:, perm].contiguous(), ew[perm].contiguous()
 
+    def loop_edge_index(self) -> Tensor:
+        """``[2, E' + N]`` the spatial edges without self loops, then one self
+        loop per node (what PyG's ``GATConv`` builds at every call), computed
+        once -- on the host for a mapped copy -- so a forward reads nothing back."""
+        if "loops" not in self._cache:
+            if self._source is not None:
+                self._cache["loops"] = self._source_map(self._source.loop_edge_index())
+            else:
+                from torch_geometric.utils import add_self_loops, remove_self_loops
+
+                ei, _ = remove_self_loops(self.edge_index)
+                self._cache["loops"] = add_self_loops(ei, num_nodes=self.num_nodes)[0]
+        return self._cache["loops"]
+
+    def segment_counts(self) -> tuple[Tensor, list[int]]:
+        """``([T] nodes per snapshot, the non-empty snapshots as a host list)``,
+        computed once (on the host for a mapped copy)."""
+        if "segcounts" not in self._cache:
+            if self._source is not None:
+                counts, nonempty = self._source.segment_counts()
+                self._cache["segcounts"] = (self._source_map(counts), nonempty)
+            else:
+                counts = self.node_ptr[1:] - self.node_ptr[:-1]
+                self._cache["segcounts"] = (counts, (counts > 0).nonzero().flatten().tolist())
+        return self._cache["segcounts"]
+
     def last_index(self) -> Tensor:
         """``[S]`` node id of the last element of every sequence (sequences
         are non-empty)."""
@@ -296,8 +326,15 @@ def gcn_adjacency(
     """
     key = ("gcn", improved, add_self_loops, dtype)
     if key not in graph._cache:
-        ei, ew = graph.gcn_norm(improved, add_self_loops, dtype)
-        graph._cache[key] = _Adjacency(ei, ew)
+        if graph._source is not None:  # a mapped copy: normalized (and its CSR built) where the structure was built
+            host = gcn_adjacency(graph._source, improved, add_self_loops, dtype)
+            fn = graph._source_map
+            adj = _Adjacency(fn(host[0]), fn(host[1]))
+            adj._host, adj._map = host, fn
+        else:
+            ei, ew = graph.gcn_norm(improved, add_self_loops, dtype)
+            adj = _Adjacency(ei, ew)
+        graph._cache[key] = adj
     return graph._cache[key]
 
 
@@ -315,6 +352,10 @@ class _SpMM(torch.autograd.Function):
         return None, None, torch.sparse.mm(ctx.at, g.contiguous())
 
 
+def _map_csr(a: Tensor, fn: Any) -> Tensor:
+    return torch.sparse_csr_tensor(fn(a.crow_indices()), fn(a.col_indices()), fn(a.values()), a.shape)
+
+
 def _csr_pair(adjacency: tuple[Tensor, Tensor], n: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
     ei, w = adjacency
     key = (dtype, n)
@@ -323,6 +364,14 @@ def _csr_pair(adjacency: tuple[Tensor, Tensor], n: int, dtype: torch.dtype) -> t
         cache = None
     if cache is not None and key in cache:
         return cache[key]
+    host = getattr(adjacency, "_host", None)
+    if host is not None:  # build on the host (coalescing reads the indices back) and move once
+        ha, hat = _csr_pair(host, n, dtype)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            pair = (_map_csr(ha, adjacency._map), _map_csr(hat, adjacency._map))
+        adjacency._csr[key] = pair
+        return pair
     w = w.to(dtype)
     with warnings.catch_warnings():  # "sparse CSR is beta" / invariant-check notices
         warnings.simplefilter("ignore", UserWarning)
@@ -339,7 +388,12 @@ class _Adjacency(tuple):
     def __new__(cls, ei: Tensor, w: Tensor) -> "_Adjacency":
         obj = super().__new__(cls, (ei, w))
         obj._csr = {}
+        obj._host, obj._map = None, None  # a mapped copy: its host twin and the map
         return obj
+
+
+#: devices with sparse CSR x dense products (elsewhere, e.g. MPS, a gather and an index_add)
+_CSR_DEVICES = ("cpu", "cuda")
 
 
 def propagate(x: Tensor, adjacency: tuple[Tensor, Tensor]) -> Tensor:
@@ -348,7 +402,7 @@ def propagate(x: Tensor, adjacency: tuple[Tensor, Tensor]) -> Tensor:
     ``x`` of shape ``[N, *]``, as a CSR sparse-dense product."""
     shape = x.shape
     x2 = x.flatten(1) if x.dim() > 2 else x
-    if x2.dtype not in (torch.float32, torch.float64):
+    if x2.dtype not in (torch.float32, torch.float64) or x2.device.type not in _CSR_DEVICES:
         ei, w = adjacency
         msg = x2.index_select(0, ei[0]) * w.to(x2.dtype).unsqueeze(-1)
         return torch.zeros_like(x2).index_add_(0, ei[1], msg).view(shape)

@@ -48,11 +48,21 @@ class DySATBlock(torch.nn.Module):
         self.temporal.reset_parameters()
         self.feedforward.reset_parameters()
 
-    def structure(self, x: Tensor, edge_index: Tensor) -> Tensor:
-        return F.elu(self.gat(x, edge_index))
+    def structure(self, x: Tensor, edge_index: Tensor, loops_added: bool = False) -> Tensor:
+        """GAT on ``edge_index``; ``loops_added``: it already holds one self
+        loop per node and no others (:meth:`FusedGraph.loop_edge_index`), so
+        the GAT does not rebuild them (which would read the edges back)."""
+        if not loops_added or not self.gat.add_self_loops:
+            return F.elu(self.gat(x, edge_index))
+        self.gat.add_self_loops = False
+        try:
+            return F.elu(self.gat(x, edge_index))
+        finally:
+            self.gat.add_self_loops = True
 
-    def time(self, z: Tensor, packing: Any, positions: Tensor, past: Any = None) -> Tensor:
-        a = self.temporal(z, packing, past=past, positions=positions)
+    def time(self, z: Tensor, packing: Any, positions: Tensor, past: Any = None,
+             max_position: Optional[int] = None) -> Tensor:
+        a = self.temporal(z, packing, past=past, positions=positions, max_position=max_position)
         h = a + F.relu(self.feedforward(a))
         h = F.dropout(h, self.dropout, self.training)
         return h + z if self.residual else h
@@ -113,12 +123,13 @@ class DySAT(DecomposedModule):
                           halo: Optional[Halo] = None) -> Tensor:
         """Block ``block``'s structural attention on all snapshots at once."""
         x = halo_exchange(halo, block, 0, graph.x if x is None else x)
-        return self.blocks[block].structure(x, graph.edge_index)
+        return self.blocks[block].structure(x, graph.loop_edge_index(), loops_added=True)
 
     def time_encoder(self, z: Tensor, graph: FusedGraph, h0: Optional[Tensor] = None, block: int = 0) -> Tensor:
         """Block ``block``'s temporal attention over all sequences at once."""
         pos = graph.to_sequences(graph.time)
-        h = self.blocks[block].time(graph.to_sequences(z), graph.packing, pos)
+        # positions are snapshot indices, below num_snapshots: the range check needs no read-back
+        h = self.blocks[block].time(graph.to_sequences(z), graph.packing, pos, max_position=graph.num_snapshots - 1)
         return graph.from_sequences(h)
 
     def forward_fused(self, graph: FusedGraph, h0: Optional[Tensor] = None, x: Optional[Tensor] = None) -> Tensor:

@@ -24,7 +24,7 @@ def mpnn_pygt_pattern(in_channels: int, hidden: int, bytes_per_element: int = 4)
 
 
 def segment_batch_norm(x: Tensor, seg: Tensor, num_segments: int, bn: torch.nn.BatchNorm1d,
-                       halo: Optional[Halo] = None) -> Tensor:
+                       halo: Optional[Halo] = None, counts: Optional[tuple[Tensor, list]] = None) -> Tensor:
     r"""``bn`` applied to every segment of rows separately, as if it were called
     once per segment in segment order (one PyGT call per snapshot).
 
@@ -40,6 +40,10 @@ def segment_batch_norm(x: Tensor, seg: Tensor, num_segments: int, bn: torch.nn.B
     whole snapshot across ranks: sums and counts over the rank's
     ``halo.owned`` rows, summed over ranks with ``halo.all_reduce`` (whose
     backward sums the gradients, so the backward is the global one too).
+
+    ``counts``: ``([T] rows per segment over all ranks, non-empty segments as a
+    host list)`` when known in advance (they are fixed by the graph): then the
+    counts are neither counted nor reduced, and nothing is read back.
     """
     use_batch = bn.training or bn.running_mean is None
     if not use_batch:
@@ -48,7 +52,12 @@ def segment_batch_norm(x: Tensor, seg: Tensor, num_segments: int, bn: torch.nn.B
     rows = halo.owned if halo is not None else None
     reduce = halo.all_reduce if halo is not None else (lambda t: t)
     xs, ss = (x, seg) if rows is None else (x.index_select(0, rows), seg.index_select(0, rows))
-    counts = reduce(torch.bincount(ss, minlength=num_segments).to(x.dtype)).unsqueeze(1)  # [T, 1]
+    if counts is None:
+        c = reduce(torch.bincount(ss, minlength=num_segments).to(x.dtype))
+        nonempty = (c > 0).nonzero().flatten().tolist()
+    else:
+        c, nonempty = counts[0].to(x.dtype), counts[1]
+    counts = c.unsqueeze(1)  # [T, 1]
     mean = reduce(x.new_zeros(num_segments, C).index_add_(0, ss, xs)) / counts
     xc = x - mean.index_select(0, seg)
     xcs = xc if rows is None else xc.index_select(0, rows)
@@ -60,7 +69,6 @@ def segment_batch_norm(x: Tensor, seg: Tensor, num_segments: int, bn: torch.nn.B
         with torch.no_grad():
             unbiased = var * counts / (counts - 1).clamp(min=1)
             mean_d, unb_d = mean.detach(), unbiased.detach()
-            nonempty = (counts.squeeze(1) > 0).nonzero().flatten().tolist()
             for t in nonempty:  # T tiny [C] updates: exact sequential semantics; an empty snapshot is no call
                 bn.num_batches_tracked.add_(1)
                 m = bn.momentum if bn.momentum is not None else 1.0 / float(bn.num_batches_tracked)
@@ -87,10 +95,12 @@ def mpnn_structure(module: Any, graph: FusedGraph, x: Tensor, halo: Optional[Hal
     or ``[N, 2*hidden]`` with ``skip=False``."""
     T = graph.num_snapshots
     seg = graph.time
+    # the rows per snapshot over all ranks are fixed: from the rank's halo hook, or the graph on one process
+    counts = graph.segment_counts() if halo is None else getattr(halo, "segment_counts", None)
     h1 = F.relu(_conv(module._convolution_1, graph, x, halo, block, 0))
-    h1 = F.dropout(segment_batch_norm(h1, seg, T, module._batch_norm_1, halo), module.dropout, module.training)
+    h1 = F.dropout(segment_batch_norm(h1, seg, T, module._batch_norm_1, halo, counts), module.dropout, module.training)
     h2 = F.relu(_conv(module._convolution_2, graph, h1, halo, block, 1))
-    h2 = F.dropout(segment_batch_norm(h2, seg, T, module._batch_norm_2, halo), module.dropout, module.training)
+    h2 = F.dropout(segment_batch_norm(h2, seg, T, module._batch_norm_2, halo, counts), module.dropout, module.training)
     return torch.cat([h1, h2, x], 1) if skip else torch.cat([h1, h2], 1)
 
 

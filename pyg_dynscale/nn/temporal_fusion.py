@@ -514,7 +514,10 @@ class MaskedTemporalAttention(nn.Module):
         return a.out_proj(out)
 
     def forward(self, x: Tensor, seq_ptr: SeqArg, past: PastArg = None, positions: Optional[Tensor] = None, *,
-                strategy: Optional[str] = None) -> Tensor:
+                strategy: Optional[str] = None, max_position: Optional[int] = None) -> Tensor:
+        """``max_position``: an upper bound of the (non-negative) positions
+        known to the caller (e.g. the number of snapshots - 1): the range
+        check then reads nothing back from the device."""
         strategy = _check_strategy(strategy or self.strategy, ATTENTION_STRATEGIES)
         packing = as_packing(seq_ptr)
         _check_x(x, packing)
@@ -529,7 +532,11 @@ class MaskedTemporalAttention(nn.Module):
         all_x, all_ptr, pos, loc_index = self._merge_past(x, packing, past, positions)
         if all_ptr is not None:
             packing = pack_sequences(all_ptr)
-        if self.position_embedding is not None:
+        if self.position_embedding is not None and max_position is not None:
+            if max_position >= self.max_positions:
+                raise SignalValidationError("positions", f"range up to {max_position} but max_positions is "
+                                            f"{self.max_positions}.", "raise max_positions.")
+        elif self.position_embedding is not None:
             if pos.numel() and (int(pos.min()) < 0 or int(pos.max()) >= self.max_positions):
                 raise SignalValidationError("positions", f"range over [{int(pos.min())}, {int(pos.max())}] but max_positions is {self.max_positions}.",
                                             "raise max_positions (or pass smaller explicit positions).")
