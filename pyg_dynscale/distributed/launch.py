@@ -46,6 +46,8 @@ def _entry(rank: int, world_size: int, port: int, backend: str, timeout: float, 
                       WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
     torch.set_num_threads(threads)
     try:
+        if backend == "nccl" and torch.cuda.is_available():  # one GPU per rank (NCCL refuses two on one)
+            torch.cuda.set_device(rank % torch.cuda.device_count())
         dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout))
         try:
             # plain pickle: tensors travel by value (a shared-memory handle dies with this process)
@@ -66,7 +68,9 @@ def spawn(fn: Callable[..., Any], world_size: int, *args: Any, backend: str = "g
         fn: a picklable (module-level) function; its return value must be
             picklable too.
         world_size: number of processes.
-        backend: ``"gloo"`` (CPU) or ``"nccl"``.
+        backend: ``"gloo"`` (CPU ranks, or several ranks sharing a GPU
+            through the staged exchange) or ``"nccl"`` (rank ``r`` on GPU
+            ``r mod device_count``).
         timeout: seconds a collective may wait (a rank that died makes the
             others fail after this long instead of hanging).
         threads: ``torch.set_num_threads`` in each process (1 by default:

@@ -102,7 +102,7 @@ class StreamedWindows:
         self._inflight: dict[int, tuple[GraphDiff, Tensor, Any]] = {}
         self._resident = 0
         self.stats = StreamStats(windows=len(self.ranges))
-        #: ``("copy" | "compute", window)`` in the order they were issued (last epoch)
+        #: ``("copy" | "compute" | "done", window)`` in the order they happened (last epoch)
         self.log: list[tuple[str, int]] = []
 
     def __len__(self) -> int:
@@ -159,10 +159,11 @@ class StreamedWindows:
         self.log.append(("compute", i))
         return diff_decode(self._payload[i], self.device, _moved=moved)
 
-    def release(self) -> None:
-        """The window taken last is no longer needed (its tensors are freed
-        by the caller dropping them)."""
+    def release(self, i: int) -> None:
+        """Window ``i``'s compute is done (its tensors are freed by the caller
+        dropping them)."""
         self._resident = max(self._resident - 1, 0)
+        self.log.append(("done", i))
 
 
 class StreamedRun:
@@ -279,7 +280,7 @@ class StreamedRun:
                 return (pred, *finals)
             return (self._part(i, sig, g, pred), *finals)
         finally:
-            st.release()
+            st.release(i)
 
     def _part(self, i: int, sig: Any, g: FusedGraph, pred: Tensor) -> Tensor:
         target, link_index, link_label = self.fields

@@ -1,0 +1,61 @@
+"""What the CUDA tests share: the marker, the reference runs on the CPU, and
+the float64 comparison (module-level so that spawned ranks import it)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pyg_dynscale.runtime import FusedTrainer
+from tests import blackbox_cases as bcases
+from tests import distributed_cases as cases
+
+#: skips a test (and its module's collection stays cheap) on a machine without a GPU
+cuda = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+TOL = 1e-9
+EPOCHS = 3
+DECOMPOSED = ["tgcn2", "tgcn2_h0", "dysat_mse", "dysat_link", "mpnn_dgc"]
+BLACKBOX = ["GConvGRU", "DCRNN"]
+ALL = DECOMPOSED + ["user_cell"] + BLACKBOX
+
+
+def build(name: str, device: str):
+    """``(model, head, loss, signal, kwargs)`` of a case on ``device`` (float64)."""
+    if name == "user_cell":  # a black-box module that needs no PyGT
+        from tests.distributed.test_device_placement import UserCell
+
+        torch.manual_seed(0)
+        m, head = UserCell(cases.F, 4).double(), torch.nn.Linear(4, 1).double()
+        return m.to(device), head.to(device), "mse", cases.signal(), {"path": "blackbox", "depth": 1}
+    if name in BLACKBOX:
+        pytest.importorskip("torch_geometric_temporal", reason="PyGT (and torch-scatter / torch-sparse) not installed")
+        m, head = bcases.cell(name)
+        return m.to(device), head.to(device), "mse", bcases.signal("plain"), {"path": "blackbox"}
+    sig = cases.signal()
+    m, head, loss = cases.model(name)
+    h0 = cases.initial_state(name, sig)
+    kw = {"h0": None if h0 is None else h0.to(device)}
+    return m.to(device), (head.to(device) if head is not None else None), loss, sig, kw
+
+
+def optimizer_for(name: str):
+    return cases.optimizer_for(name) if name not in BLACKBOX + ["user_cell"] else (lambda p: torch.optim.SGD(p, lr=0.05))
+
+
+def fused_run(name: str, device: str, **extra) -> dict:
+    """Losses, parameters and predictions of ``EPOCHS`` FusedTrainer epochs."""
+    m, head, loss, sig, kw = build(name, device)
+    params = list(m.parameters()) + (list(head.parameters()) if head is not None else [])
+    tr = FusedTrainer(m, sig, head=head, loss=loss, optimizer=optimizer_for(name)(params), **kw, **extra)
+    losses = [tr.train_epoch() for _ in range(EPOCHS)]
+    return {"losses": losses, "params": [p.detach().cpu().clone() for p in params], "pred": tr.predict().cpu(),
+            "trainer": tr}
+
+
+def assert_close(got: dict, ref: dict, what: str) -> None:
+    for e, (a, b) in enumerate(zip(got["losses"], ref["losses"])):
+        assert abs(a - b) <= TOL, f"{what}: epoch {e} loss {a} vs {b}"
+    for i, (a, b) in enumerate(zip(got["params"], ref["params"])):
+        err = float((a - b).abs().max()) if a.numel() else 0.0
+        assert err <= TOL, f"{what}: parameter {i} differs by {err:.3g}"
+    err = float((got["pred"] - ref["pred"]).abs().max())
+    assert err <= TOL, f"{what}: predictions differ by {err:.3g}"
