@@ -18,6 +18,13 @@ targets, ROC AUC for links), the epoch time and the traffic measured next to
 the :class:`~pyg_dynscale.partition.CommunicationPlan`'s prediction. ``--json``
 prints one JSON object instead (keys in ``docs/cli.md``).
 
+Devices (``--device``, :func:`plan_devices`): ``auto`` trains on CUDA when
+there is a GPU. Each rank takes ``cuda:(LOCAL_RANK % GPUs)``; with at most one
+rank per GPU the process group is NCCL (the trainer's direct exchange), with
+more ranks than GPUs on a machine it is gloo and the ranks sharing a GPU move
+their rows through pinned host buffers (the trainer's staged exchange). CPU
+ranks use gloo.
+
 Checkpoints (``--checkpoint-dir``) are written with
 :mod:`torch.distributed.checkpoint` every ``--checkpoint-every`` epochs;
 ``--resume`` continues from the newest complete one and reaches exactly the
@@ -33,14 +40,16 @@ import os
 import sys
 import time
 import traceback
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from ..errors import CommandError
 
 SCHEMA_VERSION = 1
 FORMATS = ("auto", "pygt-json", "edgelist", "dynscale")
 DTYPES = ("float32", "float64", "float16", "bfloat16")
+DEVICES = ("auto", "cpu", "cuda")
 PROG = "pyg-dynscale train"
 #: Options of the launcher only: stripped from the command line the workers get.
 _LAUNCHER_OPTIONS = ("--nproc", "--max-restarts")
@@ -103,7 +112,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="checkpoint every K epochs and after the last (default: 10)")
     p.add_argument("--resume", action="store_true",
                    help="continue from the newest complete checkpoint in --checkpoint-dir (none: start fresh)")
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="training device (default: cpu)")
+    p.add_argument("--device", choices=DEVICES, default="auto",
+                   help="auto: CUDA when available, else cpu (default); cuda: rank i of a machine on "
+                        "cuda:(i %% GPUs), NCCL with one GPU per rank, gloo with pinned-host staging when ranks "
+                        "outnumber GPUs")
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads per process (default: 1; more threads than free cores make small ops spin)")
     p.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS",
@@ -156,12 +168,8 @@ def check_args(args: argparse.Namespace) -> None:
         _fail(f"--dtype {args.dtype} is not supported: the layers' sparse aggregation, GCN normalization and "
               "LSTM/GRU kernels on CPU need float32 or float64, and half-precision Adam updates would not match "
               "the single-process result. Use --dtype float32 (default) or float64.")
-    if args.device == "cuda":
-        if not torch.cuda.is_available():
-            _fail("--device cuda was requested but torch.cuda.is_available() is False (no GPU, or a CPU-only "
-                  "torch build). Use --device cpu.")
-        _fail("--device cuda: the distributed runtime runs on CPU ranks (gloo) in this release; CUDA ranks "
-              "(NCCL, one GPU per rank) are not built yet. Use --device cpu.")
+    # the launcher and every rank refuse a missing GPU before anything starts (the plan itself is per machine)
+    plan_devices(args.device, torch.cuda.is_available(), torch.cuda.device_count(), 1)
     args.stale_config = _stale_config(args)
     from ..nn.zoo import BLACK_BOX_MODELS, RECOMPUTABLE_MODELS
 
@@ -219,6 +227,91 @@ def _stale_config(args: argparse.Namespace) -> Any:
                                  per_kind=tuple(per_kind))
     except DynScaleError as exc:
         _fail(f"--stale {args.stale}: {exc}")
+
+
+# ------------------------------------------------------------------- devices
+@dataclass(frozen=True)
+class DevicePlan:
+    """Where the ranks of one machine train and how their process group moves rows.
+
+    Attributes:
+        devices: the device of each local rank (``"cpu"`` or ``"cuda:i"``).
+        backend: the process group's backend, ``"gloo"`` or ``"nccl"``.
+        staged: whether ranks share a GPU, so rows go through pinned host
+            buffers over gloo (the trainer's ``"staged"`` transport).
+        gpus: GPUs on the machine (0 on CPU).
+    """
+
+    devices: tuple[str, ...]
+    backend: str
+    staged: bool
+    gpus: int = 0
+
+    @property
+    def exchange(self) -> str:
+        """The trainer's transport: ``"direct"`` or ``"staged"``."""
+        return "staged" if self.staged else "direct"
+
+    def device(self, local_rank: int) -> str:
+        return self.devices[local_rank % len(self.devices)]
+
+    def describe(self) -> str:
+        """``exchange: staged over gloo (3 ranks share 1 GPU)`` and the like."""
+        ranks = len(self.devices)
+        if self.staged:
+            why = f"{ranks} ranks share {self.gpus} GPU{'s' if self.gpus != 1 else ''}"
+        elif self.gpus:
+            why = "one GPU per rank"
+        else:
+            why = "CPU ranks"
+        return f"exchange: {self.exchange} over {self.backend} ({why})"
+
+
+def plan_devices(choice: str, cuda_available: bool, device_count: int, local_world_size: int) -> DevicePlan:
+    r"""The devices and process-group backend of the ``local_world_size``
+    ranks of one machine (pure: the caller passes what torch reports).
+
+    ``cpu`` (or ``auto`` without a GPU): gloo. Otherwise local rank ``i``
+    trains on ``cuda:(i % device_count)``: NCCL when every rank has a GPU of
+    its own, else gloo with the staged exchange (NCCL refuses two ranks on
+    one GPU).
+
+    Raises:
+        CommandError: ``choice`` is ``"cuda"`` and there is no usable GPU.
+    """
+    if choice not in DEVICES:
+        raise ValueError(f"device choice {choice!r}: use one of {DEVICES}.")
+    if local_world_size < 1:
+        raise ValueError(f"local_world_size is {local_world_size}; a machine runs at least one rank.")
+    has_gpu = bool(cuda_available) and device_count > 0
+    if choice == "cuda" and not has_gpu:
+        _fail("--device cuda: torch.cuda.is_available() is False (no GPU, or a CPU-only torch build); use "
+              "--device cpu, or --device auto (CUDA when there is a GPU).")
+    if choice == "cpu" or not has_gpu:
+        return DevicePlan(("cpu",) * local_world_size, "gloo", False)
+    devices = tuple(f"cuda:{i % device_count}" for i in range(local_world_size))
+    if local_world_size <= device_count:
+        return DevicePlan(devices, "nccl", False, device_count)
+    return DevicePlan(devices, "gloo", True, device_count)
+
+
+def _machine_plan(args: argparse.Namespace, local_world_size: int) -> DevicePlan:
+    import torch
+
+    return plan_devices(args.device, torch.cuda.is_available(), torch.cuda.device_count(), local_world_size)
+
+
+def _bind_device(device: str) -> Optional[Any]:
+    """Make ``device`` this process's current GPU before the process group
+    exists (NCCL and the object collectives use the current device); the
+    ``device_id`` for an NCCL group, else ``None``."""
+    import torch
+
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        return None
+    torch.cuda.set_device(dev)
+    return dev
 
 
 # ------------------------------------------------------------------ launching
@@ -291,13 +384,21 @@ def run(args: argparse.Namespace) -> int:
     if dist.is_initialized():
         _fail("a torch.distributed process group is already initialized in this process; run "
               "`pyg-dynscale train` in its own process (or under torchrun).")
+    plan = _machine_plan(args, 1)
+    device = plan.device(0)
     store = dist.HashStore()
+
+    def init() -> None:
+        device_id = _bind_device(device)
+        dist.init_process_group(plan.backend, store=store, rank=0, world_size=1,
+                                **({"device_id": device_id} if plan.backend == "nccl" else {}))
+
     try:
-        report = train(args, 0, 1, lambda: dist.init_process_group("gloo", store=store, rank=0, world_size=1))
+        report = train(args, 0, 1, init, device)
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
-    _print_report(args, report)
+    _print_report(args, report, plan)
     return 0
 
 
@@ -317,9 +418,15 @@ def _worker(args: argparse.Namespace) -> int:
     try:
         if args.nproc is not None and args.nproc != world:
             _fail(f"--nproc {args.nproc} differs from torchrun's world size {world}; drop --nproc under torchrun.")
-        report = train(args, rank, world, lambda: _init_torchrun_group(rank, world, backend_timeout))
+        # torchrun sets LOCAL_RANK / LOCAL_WORLD_SIZE; a hand-made environment without them is taken as one
+        # machine (overestimating the local ranks only picks the staged exchange, never two ranks per GPU on NCCL)
+        local_rank = int(os.environ.get("LOCAL_RANK", rank))
+        plan = _machine_plan(args, int(os.environ.get("LOCAL_WORLD_SIZE", world)))
+        device = plan.device(local_rank)
+        report = train(args, rank, world, lambda: _init_torchrun_group(rank, world, backend_timeout, plan.backend,
+                                                                      device), device)
         if rank == 0:
-            _print_report(args, report)
+            _print_report(args, report, plan)
         return 0
     except (DynScaleError, OSError, ValueError) as exc:
         if dist.is_initialized() and is_transport_error(exc):
@@ -336,21 +443,25 @@ def _worker(args: argparse.Namespace) -> int:
                 dist.destroy_process_group()
 
 
-def _init_torchrun_group(rank: int, world: int, timeout: timedelta) -> None:
-    """``init_process_group`` under torchrun, in a store namespace of its own
-    per restart attempt: with torchrun's shared agent store (the default) the
-    keys of a failed attempt survive, and gloo would connect to the dead
-    workers' addresses published there."""
+def _init_torchrun_group(rank: int, world: int, timeout: timedelta, backend: str = "gloo",
+                         device: str = "cpu") -> None:
+    """``init_process_group`` (``backend``, this rank on ``device``) under
+    torchrun, in a store namespace of its own per restart attempt: with
+    torchrun's shared agent store (the default) the keys of a failed attempt
+    survive, and gloo (or NCCL's id exchange) would meet the dead workers'
+    entries published there."""
     import torch.distributed as dist
 
+    device_id = _bind_device(device)
+    extra = {"device_id": device_id} if backend == "nccl" else {}
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
-        dist.init_process_group("gloo", timeout=timeout)
+        dist.init_process_group(backend, timeout=timeout, **extra)
         return
     base = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, is_master=False,
                          timeout=timeout)
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     store = dist.PrefixStore(f"pyg_dynscale/attempt_{attempt}", base)
-    dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=timeout)
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout, **extra)
 
 
 def _report_runtime_failure(rank: int, world: int, exc: BaseException) -> int:
@@ -414,8 +525,11 @@ def run_record(args: argparse.Namespace, fingerprint: str, world: int, scheme: s
             "signal": fingerprint, "world_size": world, "scheme": scheme, "train_ratio": args.train_ratio}
 
 
-def train(args: argparse.Namespace, rank: int, world: int, init_process_group: Callable[[], None]) -> dict:
-    r"""The job of one rank: returns the report (the same on every rank)."""
+def train(args: argparse.Namespace, rank: int, world: int, init_process_group: Callable[[], None],
+          device: str = "cpu") -> dict:
+    r"""The job of one rank on ``device`` (``init_process_group`` binds it and
+    creates the group): returns the report (the same on every rank but
+    ``device``, this rank's)."""
     import torch
     import torch.distributed as dist
     from tqdm.auto import tqdm
@@ -472,8 +586,9 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
     model, head, loss = build_model(args.model, signal.num_node_features, args.hidden,
                                     num_snapshots=train_sig.num_snapshots, num_vertices=signal.num_vertices,
                                     target=args.target)
-    model = model.to(dtype)
-    head = head.to(dtype) if head is not None else None
+    # built on the host from the seed, then moved: every device starts from the same parameters
+    model = model.to(device=device, dtype=dtype)
+    head = head.to(device=device, dtype=dtype) if head is not None else None
     pattern = partition_pattern(model, args.model, signal.num_node_features, args.hidden,
                                 torch.empty((), dtype=dtype).element_size())
     # Every rank partitions (deterministic for a seed; DistributedTrainer checks that the ranks agree): no
@@ -488,13 +603,17 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
         if saved_part is not None and not os.path.isfile(saved_part):
             os.makedirs(args.checkpoint_dir, exist_ok=True)
             save_partition(part, saved_part)
+    # backend "auto": direct over NCCL (one GPU per rank) or gloo (CPU), staged for CUDA ranks over gloo
     trainer = DistributedTrainer(model, train_sig, part, head=head, loss=loss, lr=args.lr, fusion=args.fusion,
-                                 stale=args.stale_config, checkpoint_every=args.recompute_every)
+                                 stale=args.stale_config, checkpoint_every=args.recompute_every, device=device,
+                                 backend="auto")
     modules = torch.nn.ModuleDict({"model": model, **({"head": head} if head is not None else {})})
     progress: dict = {"losses": [], "epoch_seconds": [], "bytes_measured": {}, "bytes_predicted": {},
                       "stale_factor": [], "stale_fresh_fraction": []}
     start = 0
     if resume_from is not None:
+        # DCP loads into the state dict's existing tensors, on the model's device: a checkpoint written on
+        # another device (CPU <-> CUDA) resumes here too
         progress = load_checkpoint(resume_from[1], modules, trainer.optimizer, record)["progress"]
         start = resume_from[0]
     checkpoints = []
@@ -507,7 +626,7 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
                                      "--dtype float64.")
         traffic = trainer.traffic()
         progress["losses"].append(loss_value)
-        progress["epoch_seconds"].append(_max_over_ranks(trainer.epoch_seconds[-1]))
+        progress["epoch_seconds"].append(_max_over_ranks(trainer.transport, trainer.epoch_seconds[-1]))
         for key in ("measured", "predicted"):
             for kind, value in traffic[key].items():
                 progress[f"bytes_{key}"].setdefault(kind, []).append(int(value))
@@ -519,12 +638,15 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
         if args.checkpoint_dir and (done % args.checkpoint_every == 0 or done == args.epochs):
             checkpoints.append(save_checkpoint(args.checkpoint_dir, done, modules, trainer.optimizer, record, progress))
     bar.close()
+    cuda_peak = _peak_memory_per_rank(trainer.transport, trainer.device, rank, world)
     # ---- test metric on the later snapshots (from a zero state, as FusedTrainer.evaluate)
-    evaluator = DistributedTrainer(model, test_sig, test_part, head=head, loss=loss, fusion=args.fusion)
+    evaluator = DistributedTrainer(model, test_sig, test_part, head=head, loss=loss, fusion=args.fusion,
+                                   device=device, backend="auto")
     if loss == "bce_link":
-        scores, labels = evaluator.link_scores()
+        scores, labels = evaluator.link_scores()  # on the device
         everyone: list = [None] * world
-        dist.all_gather_object(everyone, (scores.double().tolist(), labels.double().tolist()))
+        dist.all_gather_object(everyone, (scores.detach().cpu().double().tolist(),
+                                          labels.detach().cpu().double().tolist()))
         metric_name = "auc"
         test_metric = roc_auc(torch.tensor(sum((e[0] for e in everyone), [])),
                               torch.tensor(sum((e[1] for e in everyone), [])))
@@ -547,21 +669,33 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
         "partition_meta": {k: v for k, v in part.meta.items() if k in ("winner", "start", "cap", "coarsened")},
         "setup_seconds": trainer.setup_seconds, "resumed_from_epoch": resume_from[0] if resume_from else None,
         "checkpoints": checkpoints, "total_seconds": time.perf_counter() - t_start,
+        "device": str(trainer.device), "backend": trainer.transport.backend, "exchange": trainer.transport.name,
+        "cuda_peak_memory_bytes": cuda_peak,
     }
 
 
-def _max_over_ranks(value: float) -> float:
-    """The slowest rank's value (an epoch lasts until its last rank is done)."""
+def _max_over_ranks(transport: Any, value: float) -> float:
+    """The slowest rank's value (an epoch lasts until its last rank is done);
+    reduced on the host (an NCCL group moves CUDA tensors only)."""
     import torch
     import torch.distributed as dist
 
-    t = torch.tensor([value], dtype=torch.float64)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return float(t)
+    return float(transport.all_reduce_host(torch.tensor([value], dtype=torch.float64), op=dist.ReduceOp.MAX))
+
+
+def _peak_memory_per_rank(transport: Any, device: Any, rank: int, world: int) -> list:
+    """``torch.cuda.max_memory_allocated`` of every rank's device (``None``
+    for CPU ranks), in rank order (a collective)."""
+    import torch
+
+    mine = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else -1
+    slots = torch.zeros(world, dtype=torch.int64)
+    slots[rank] = mine  # every other rank adds 0 here: the sum is each rank's own value
+    return [None if v < 0 else int(v) for v in transport.all_reduce_host(slots).tolist()]
 
 
 # -------------------------------------------------------------------- output
-def _print_report(args: argparse.Namespace, r: dict) -> None:
+def _print_report(args: argparse.Namespace, r: dict, plan: Optional[DevicePlan] = None) -> None:
     if args.json:
         print(json.dumps(r, allow_nan=False), flush=True)
         return
@@ -574,6 +708,8 @@ def _print_report(args: argparse.Namespace, r: dict) -> None:
     lines = [
         f"{r['model']} on {r['path']}: {r['world_size']} process(es), {r['scheme']}, {r['dtype']}, "
         f"{r['snapshots']['train']} train / {r['snapshots']['test']} test snapshots",
+        f"  device            {r['device']} (rank 0), "
+        + (plan.describe() if plan is not None else f"exchange: {r['exchange']} over {r['backend']}"),
         f"  final train loss  {r['losses'][-1]:.6f}",
         f"  test {r['test_metric_name'].upper():<12} {r['test_metric']:.6f}   (later {r['snapshots']['test']} snapshots)",
         f"  epoch time        {sum(steady) / len(steady) * 1e3:.1f} ms (mean after the first; slowest rank)",
@@ -592,6 +728,10 @@ def _print_report(args: argparse.Namespace, r: dict) -> None:
         total_p = sum(p["total"])
         lines.append(f"  stale cache      {r['stale']}: {100 * (1 - total_m / total_p):.1f}% less traffic than the "
                      f"exact path over the run (masks included)" if total_p else f"  stale cache      {r['stale']}")
+    peaks = [b for b in r["cuda_peak_memory_bytes"] if b is not None]
+    if peaks:
+        lines.append(f"  CUDA peak memory  {format_bytes(max(peaks))} (largest rank; per rank: "
+                     f"{', '.join(format_bytes(b) for b in peaks)})")
     if r["checkpoints"]:
         lines.append(f"  last checkpoint  {r['checkpoints'][-1]}")
     print("\n".join(lines), flush=True)
