@@ -5,12 +5,15 @@
 #   make test    set up .venv (everything) if needed, then run the test suite
 #   make docs    set up .venv (+ docs extra) if needed, then build docs/_build/html
 #   make setup   only the set-up
+#   make gpu-check  on a CUDA machine: the CUDA tests and benchmarks/bench_gpu.py,
+#                report prepended to docs/gpu.md; runs $(PYTHON) as it is (no venv,
+#                installs nothing); without a GPU it says so and exits 0
 #
 # The set-up is idempotent: it is keyed on a hash of pyproject.toml, this
 # Makefile and TORCH_SPEC, and skips pip entirely when nothing changed.
 #
 # Variables (override on the command line or in the environment):
-#   PYTHON          interpreter used to create the venv        (python3)
+#   PYTHON          creates the venv; `make gpu-check` runs it (python3)
 #   VENV            the virtual environment                    (.venv)
 #   TORCH_SPEC      the torch requirement installed FIRST       (torch==2.13.0)
 #                   e.g. TORCH_SPEC="torch==2.5.1 --index-url https://download.pytorch.org/whl/cu124"
@@ -23,6 +26,7 @@
 #                   start several processes; more OpenMP threads than free cores
 #                   make every op spin-wait, e.g. 200 s instead of 7 s for one test)
 #   DEMO_ARGS       extra arguments for `pyg-dynscale train` in `make demo`
+#   GPU_CHECK_ARGS  extra arguments for benchmarks/gpu_check.py, e.g. --quick
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -35,6 +39,7 @@ MAX_JOBS ?= 2
 PYTEST_ARGS ?=
 TEST_THREADS ?= 1
 DEMO_ARGS ?=
+GPU_CHECK_ARGS ?=
 
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
@@ -45,10 +50,10 @@ STAMP := $(VENV)/.setup-stamp-$(SETUP_HASH)
 DEMO_STAMP := $(VENV)/.demo-stamp-$(SETUP_HASH)
 DOCS_STAMP := $(VENV)/.docs-stamp-$(SETUP_HASH)
 
-.PHONY: setup setup-core demo test docs clean-docs distclean help
+.PHONY: setup setup-core demo test docs gpu-check clean-docs distclean help
 
 help:
-	@sed -n '3,6p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '3,10p' Makefile | sed 's/^# \{0,1\}//'
 
 setup: $(STAMP)
 
@@ -103,6 +108,12 @@ test: $(STAMP)
 docs: $(DOCS_STAMP)
 	$(PY) -m sphinx -b html -q docs docs/_build/html
 	@echo ">>> docs built: docs/_build/html/index.html"
+
+# No venv and no install on purpose: GPU users have their own CUDA builds of
+# torch and PyG (often another torch than TORCH_SPEC, often offline); the
+# script puts the checkout on PYTHONPATH (benchmarks/gpu_check.py).
+gpu-check:
+	$(PYTHON) benchmarks/gpu_check.py $(GPU_CHECK_ARGS)
 
 clean-docs:
 	rm -rf docs/_build docs/api/generated

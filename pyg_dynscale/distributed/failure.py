@@ -26,7 +26,9 @@ def _key(rank: int) -> str:
     return f"pyg_dynscale/failure/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/{rank}"
 #: Substrings of gloo/c10d errors that mean "a peer is gone", not a cause of their own.
 TRANSPORT_ERRORS = ("Connection reset", "Connection closed", "Broken pipe", "Socket Timeout", "Timed out",
-                    "timed out", "Connection refused")
+                    "timed out", "Connection refused",
+                    # NCCL: a peer gone (remote error), or the watchdog's timeout / abort of the communicator
+                    "ncclRemoteError", "NCCL communicator was aborted", "Watchdog caught collective operation timeout")
 
 
 def _store() -> Optional[Any]:
