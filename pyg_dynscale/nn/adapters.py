@@ -343,7 +343,7 @@ def self_check(adapter: PyGTAdapter, atol: float = 1e-8) -> float:
     difference; raises :class:`DecompositionMismatchError` above ``atol``."""
     from .reference import per_snapshot_outputs
 
-    twin = copy.deepcopy(adapter).double().eval()
+    twin = copy.deepcopy(adapter).double().eval().cpu()  # checked on the host, whatever the training device
     gen = torch.Generator().manual_seed(12345)
     signal = twin._tiny_signal(gen)
     try:

@@ -120,7 +120,7 @@ def check_halo(model, x_like: Tensor, edge_weight: bool = True, edge_fields: Opt
         smallest depth that passes, or says that the module reads the whole
         snapshot.
     """
-    twin = copy.deepcopy(model).double().eval()
+    twin = copy.deepcopy(model).double().eval().cpu()  # a structural check: on the host, whatever the training device
     with default_dtype(torch.float64):
         try:
             return _check(twin, model, x_like, edge_weight, edge_fields, n, seeds, tol, max_hops)

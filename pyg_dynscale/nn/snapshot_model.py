@@ -367,15 +367,16 @@ class SnapshotModel(torch.nn.Module):
         widths. ``x_like``: one snapshot's features (the row count is kept:
         some modules need a fixed number of nodes). Returns and stores
         :attr:`state_widths`."""
-        # float32: PyGT cells create a missing state with torch.zeros (the default dtype)
-        twin = copy.deepcopy(self).float().eval()
+        # float32: PyGT cells create a missing state with torch.zeros (the default dtype); on a CPU copy, so that
+        # probing reads nothing from the training device
+        twin = copy.deepcopy(self).float().eval().cpu()
         n = int(x_like.shape[0])
         x = torch.randn((n,) + tuple(x_like.shape[1:]), generator=torch.Generator().manual_seed(0), dtype=torch.float32)
-        x = x.to(x_like.device)
-        ring = torch.arange(n, device=x.device)
+        ring = torch.arange(n)
         ei = torch.cat([torch.stack([ring, (ring + 1) % n]), torch.stack([(ring + 1) % n, ring])], 1)
-        ew = torch.ones(ei.shape[1], dtype=x.dtype, device=x.device) if edge_weight else None
-        ef = {k: (v[:1].float() if v.is_floating_point() else v[:1]).expand(ei.shape[1], *v.shape[1:]) for k, v in (edge_fields or {}).items()}
+        ew = torch.ones(ei.shape[1], dtype=x.dtype) if edge_weight else None
+        ef = {k: (v[:1].float() if v.is_floating_point() else v[:1]).cpu().expand(ei.shape[1], *v.shape[1:])
+              for k, v in (edge_fields or {}).items()}
         try:
             with torch.no_grad(), default_dtype(torch.float32):
                 y, states = twin.step(x, ei, ew, (None,) * self.num_states, ef)

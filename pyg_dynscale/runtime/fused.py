@@ -22,7 +22,6 @@ it for fixed and changing vertex sets.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional, Union
 
 import torch
@@ -176,6 +175,7 @@ class FusedTrainer:
         if stream:
             self._init_streamed(signal, checkpoint_every, h0, target, link_index, link_label, optimizer, lr)
             return
+        host_signal = signal if signal.device.type == "cpu" else signal.to("cpu")
         if signal.device != device:
             from ..data.transfer import transfer_to_device
 
@@ -192,11 +192,12 @@ class FusedTrainer:
         if self.path == "blackbox":
             if h0 is not None:
                 raise NotImplementedError("h0 on the black-box path is not built yet: states start at zero.")
-            fields = edge_fields_of(self.model, signal)
-            prepare_snapshot_model(self.model, signal, False, fields)  # one process: no halo to check
-            plan = StatePlan(signal, torch.zeros(signal.num_vertex_time_nodes, dtype=torch.long), 1, self.model.depth,
-                             self.model.state_widths)
-            self.runner = SnapshotRunner(self.model, signal, plan, checkpoint_every=checkpoint_every,
+            # the step plan and inputs are built on the host and moved once (SnapshotRunner.place)
+            fields = edge_fields_of(self.model, host_signal)
+            prepare_snapshot_model(self.model, host_signal, False, fields)  # one process: no halo to check
+            plan = StatePlan(host_signal, torch.zeros(host_signal.num_vertex_time_nodes, dtype=torch.long), 1,
+                             self.model.depth, self.model.state_widths)
+            self.runner = SnapshotRunner(self.model, host_signal, plan, checkpoint_every=checkpoint_every,
                                          dtype=self._params_dtype(), device=device, edge_fields=fields)
         elif h0 is not None:
             check_initial_state(h0, self.graph, self.model.state_width)

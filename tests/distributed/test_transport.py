@@ -18,7 +18,8 @@ from tests.distributed.test_device_placement import UserCell
 from tests.fake_device import HostCopies
 
 CASES = [("tgcn2", "pgc", {}), ("dysat_link", "pts", {}), ("mpnn_dgc", "pss-ts", {}),
-         ("tgcn2", "random", {"checkpoint_every": 2}), ("user_cell", "pts", {})]
+         ("tgcn2", "random", {"checkpoint_every": 2}), ("user_cell", "pts", {}),
+         ("tgcn1", "pgc", {"stale": "static:0.5"})]
 
 
 def _run(name: str, scheme: str, kw: dict, backend: str, world_size: int) -> dict:
@@ -48,7 +49,7 @@ def _staged_worker(rank: int, world_size: int) -> list:
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_staged_exchange_equals_the_direct_one(world_size):
     for rank_out in spawn(_staged_worker, world_size, timeout=300):
-        for (name, scheme, _), (direct, staged) in zip(CASES, rank_out):
+        for (name, scheme, kw), (direct, staged) in zip(CASES, rank_out):
             assert (direct["transport"], staged["transport"]) == ("direct", "staged")
             # the staged copies move the same values: bit-identical results
             assert staged["losses"] == direct["losses"], (name, scheme)
@@ -56,7 +57,7 @@ def test_staged_exchange_equals_the_direct_one(world_size):
             assert torch.equal(staged["pred"], direct["pred"]), (name, scheme)
             assert staged["measured"] == direct["measured"], (name, scheme)
             assert staged["exchanges"] == direct["exchanges"], (name, scheme)
-            for e in staged["exchanges"]:
+            for e in staged["exchanges"] if "stale" not in kw else []:  # the stale cache sends fewer rows
                 assert e["measured_forward"] == e["predicted_forward"], (name, e)
                 assert e["measured_backward"] == e["predicted_backward"], (name, e)
 
