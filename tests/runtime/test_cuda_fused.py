@@ -61,3 +61,18 @@ def test_cuda_streaming_bounds_peak_memory():
         del tr
     assert losses[True] == pytest.approx(losses[False], rel=1e-4)  # float32, summed in another order
     assert peaks[True] < 0.5 * peaks[False], peaks
+
+
+def test_a_cuda_pygt_model_keeps_the_decomposed_path():
+    """Adapters self-check on a CPU copy: a PyGT T-GCN on the GPU is adapted,
+    not sent to the black-box path by a device mismatch in the check."""
+    pytest.importorskip("torch_geometric_temporal", reason="PyGT not installed")
+    from torch_geometric_temporal.nn.recurrent import TGCN as PyGTTGCN
+
+    from pyg_dynscale.runtime import FusedTrainer
+
+    torch.manual_seed(0)
+    sig = cc.cases.signal()
+    m = PyGTTGCN(cc.cases.F, 4).double().cuda()
+    tr = FusedTrainer(m, sig, head=torch.nn.Linear(4, 1).double().cuda(), loss="mse")
+    assert tr.path == "decomposed"
