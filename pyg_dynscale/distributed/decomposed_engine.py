@@ -134,7 +134,8 @@ class DecomposedEngine:
         dtype: the floating dtype of the rows.
         fusion: ``"full"``, ``"none"`` or ``"budget"`` (with ``budget`` bytes).
         input_halo: ``"load"`` or ``"exchange"``.
-        h0: ``[S, W]`` initial state per sequence (host or device), or ``None``.
+        h0: ``[S, W]`` initial state per sequence (host or device; moved by
+            :meth:`place`, which keeps its autograd history), or ``None``.
         checkpoint_every: windows of snapshots under gradient checkpointing.
         stale: the stale embedding cache, or ``None``.
     """

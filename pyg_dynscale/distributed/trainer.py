@@ -288,7 +288,7 @@ class DistributedTrainer:
                 check_initial_state(h0.detach().cpu(), self.global_graph, self.model.state_width)
             self.engine = DecomposedEngine(self.model, signal, partition, self.pattern, self.plan, self.comm,
                                            self.global_graph, self.dtype, fusion=fusion, budget=budget,
-                                           input_halo=input_halo, h0=None if h0 is None else h0.detach().cpu(),
+                                           input_halo=input_halo, h0=h0,
                                            checkpoint_every=checkpoint_every, stale=self.stale)
         if self.path == "blackbox":
             self.plan = self.engine.plan
