@@ -46,13 +46,10 @@ def _worker(rank: int, world_size: int, names: list) -> list:
 
 
 def _names() -> list:
-    names = list(cc.DECOMPOSED) + ["user_cell"]
-    try:
-        import torch_geometric_temporal  # noqa: F401
-        names += cc.BLACKBOX
-    except ImportError:
-        pass  # listed as skipped by test_pygt_cells_on_cuda below
-    return names
+    from pyg_dynscale._optional import pygt_available
+
+    # without PyGT, listed as skipped by test_pygt_cells_on_cuda below
+    return list(cc.DECOMPOSED) + ["user_cell"] + (cc.BLACKBOX if pygt_available() else [])
 
 
 @pytest.mark.parametrize("world_size,backend", [(1, "nccl"), (2, "gloo"), (3, "gloo")])
@@ -80,8 +77,10 @@ def test_cuda_distributed_equals_fused(world_size, backend):
 
 
 def test_pygt_cells_on_cuda():
-    pytest.importorskip("torch_geometric_temporal", reason="PyGT (and torch-scatter / torch-sparse) not installed: "
-                        "GConvGRU and DCRNN on CUDA are not checked on this machine")
+    from pyg_dynscale._optional import pygt_available
+
+    if not pygt_available():
+        pytest.skip("PyGT not installed: GConvGRU and DCRNN on CUDA are not checked on this machine")
     assert set(cc.BLACKBOX) <= set(_names())
 
 

@@ -66,7 +66,10 @@ def test_cuda_streaming_bounds_peak_memory():
 def test_a_cuda_pygt_model_keeps_the_decomposed_path():
     """Adapters self-check on a CPU copy: a PyGT T-GCN on the GPU is adapted,
     not sent to the black-box path by a device mismatch in the check."""
-    pytest.importorskip("torch_geometric_temporal", reason="PyGT not installed")
+    from pyg_dynscale._optional import pygt_available
+
+    if not pygt_available():
+        pytest.skip("PyGT not installed")
     from torch_geometric_temporal.nn.recurrent import TGCN as PyGTTGCN
 
     from pyg_dynscale.runtime import FusedTrainer
