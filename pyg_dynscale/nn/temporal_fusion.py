@@ -532,12 +532,12 @@ class MaskedTemporalAttention(nn.Module):
         all_x, all_ptr, pos, loc_index = self._merge_past(x, packing, past, positions)
         if all_ptr is not None:
             packing = pack_sequences(all_ptr)
-        if self.position_embedding is not None and max_position is not None:
-            if max_position >= self.max_positions:
-                raise SignalValidationError("positions", f"range up to {max_position} but max_positions is "
-                                            f"{self.max_positions}.", "raise max_positions.")
-        elif self.position_embedding is not None:
-            if pos.numel() and (int(pos.min()) < 0 or int(pos.max()) >= self.max_positions):
+        if self.position_embedding is not None:
+            if max_position is not None:  # a bound known on the host: nothing read back
+                if max_position >= self.max_positions:
+                    raise SignalValidationError("positions", f"range up to {max_position} but max_positions is "
+                                                f"{self.max_positions}.", "raise max_positions.")
+            elif pos.numel() and (int(pos.min()) < 0 or int(pos.max()) >= self.max_positions):
                 raise SignalValidationError("positions", f"range over [{int(pos.min())}, {int(pos.max())}] but max_positions is {self.max_positions}.",
                                             "raise max_positions (or pass smaller explicit positions).")
             all_x = all_x + self.position_embedding(pos)
