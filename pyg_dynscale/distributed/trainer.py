@@ -28,10 +28,7 @@ returns (:meth:`~DistributedTrainer.train_step` returns it on the device).
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import math
-import socket
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Union
@@ -41,7 +38,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from ..data.placement import TensorMap, map_tensors, to_device
-from ..errors import DecompositionMismatchError, DynScaleError, ModelInputError, PartitionError
+from ..errors import DynScaleError, ModelInputError, PartitionError
 from ..nn.decomposed import FusedGraph, check_initial_state
 from ..nn.snapshot_model import SnapshotModel
 from ..partition.plan import CommunicationPlan
@@ -52,6 +49,7 @@ from ..runtime.time_blocks import check_windowable
 from .decomposed_engine import DecomposedEngine
 from .exchange import Communicator
 from .local import ExchangeMap, halo_keys, positions_in
+from .setup_checks import agree, check_one_gpu_per_rank, check_pattern, resolve_device, setup_summary
 from .snapshot_engine import SnapshotEngine
 from .stale import StaleCache, StaleConfig
 from .time_windows import RankWindow
@@ -60,14 +58,6 @@ from .transport import resolve_transport
 __all__ = ["DistributedTrainer", "FUSION_MODES", "RankTargets"]
 
 FUSION_MODES = ("full", "none")
-
-
-def _param_digest(modules: list) -> str:
-    h = hashlib.sha256()
-    for m in modules:
-        for name, t in m.state_dict().items():
-            h.update(f"{name}:{tuple(t.shape)}:{t.dtype}".encode())
-    return h.hexdigest()
 
 
 @dataclass
@@ -248,7 +238,7 @@ class DistributedTrainer:
         error: Optional[DynScaleError] = None
         tg = None
         try:
-            self.device, self.dtype = self._resolve_device(device)
+            self.device, self.dtype = resolve_device([self.model, head], device, group)
             #: how rows reach the collectives (:mod:`.transport`)
             self.transport = resolve_transport(backend, self.device, group)
             if partition.num_parts != self.world_size:
@@ -260,11 +250,17 @@ class DistributedTrainer:
             if signal.x is None:
                 raise ModelInputError("signal.x", "is missing.", "give the signal node features.")
             if self.path == "decomposed":
-                self._check_pattern(partition)
+                self.pattern = check_pattern(self.model, partition, self.dtype)
             tg = resolve_targets(signal, loss, target, link_index, link_label, self.dtype)
         except DynScaleError as exc:
             error = exc
-        self._agree(error, signal, partition)
+        summary = None if error is not None else setup_summary(
+            signal, partition, [self.model, head], loss=self.loss_kind, fusion=f"{self.fusion}:{self.fusion_budget}",
+            dtype=self.dtype, stale=self.stale.config.describe() if self.stale is not None else "off",
+            device=self.device, transport=self.transport)
+        agree(error, summary, group)
+        if self.device.type == "cuda" and self.transport.name == "direct":
+            check_one_gpu_per_rank(self.device, group)
         self.transport.prepare()
         self.signal, self.partition = signal, partition
         self.comm = Communicator(group, self.device, self.dtype, transport=self.transport)
@@ -313,92 +309,6 @@ class DistributedTrainer:
         self.setup_seconds = time.perf_counter() - t_setup
 
     # ------------------------------------------------------------------ set-up
-    def _resolve_device(self, device: Union[str, torch.device, None]) -> tuple[torch.device, torch.dtype]:
-        """The training device (default: the parameters') and dtype; the
-        model and the head must already be there."""
-        params = list(self.model.parameters()) + (list(self.head.parameters()) if self.head is not None else [])
-        devs = {p.device for p in params}
-        if len(devs) > 1:
-            raise ModelInputError("model", f"has parameters on several devices {sorted(map(str, devs))}.",
-                                  "move the model and the head to one device.")
-        dev = torch.device(device) if device is not None else (next(iter(devs)) if devs else torch.device("cpu"))
-        if dev.type == "cuda":
-            if not torch.cuda.is_available():
-                raise ModelInputError("device", f"is {dev} but torch.cuda.is_available() is False (no GPU, or a "
-                                      f"CPU-only torch build); this process group uses {dist.get_backend(self.group)}.",
-                                      "train on the CPU (device='cpu') or on a machine with a GPU.")
-            if dev.index is None:
-                dev = torch.device("cuda", torch.cuda.current_device())
-        if devs and next(iter(devs)) != dev:
-            raise ModelInputError("model", f"is on {next(iter(devs))} but training runs on {dev}.",
-                                  f"call model.to({str(dev)!r}) (and the head) first.")
-        return dev, (params[0].dtype if params else torch.float32)
-
-    def _check_pattern(self, partition: Any) -> None:
-        if getattr(self.model, "window", 1) != 1:
-            raise ModelInputError("model.window", f"is {self.model.window}; the distributed runtime needs window=1 "
-                                  "(stacked windows put a recurrence inside one snapshot that a partition may split).",
-                                  "use window=1 (one snapshot per PyGT call).")
-        bpe = torch.empty((), dtype=self.dtype).element_size()
-        self.pattern = self.model.dependency_pattern(bytes_per_element=bpe)
-        declared = partition.meta.get("pattern") if isinstance(partition.meta, dict) else None
-        if declared:
-            theirs = json.loads(declared)["blocks"]
-            if theirs != self.pattern.to_dict()["blocks"]:
-                raise PartitionError("partition.meta['pattern']", f"the partition was made for the dependency pattern "
-                                     f"{theirs}, but the model declares {self.pattern.to_dict()['blocks']}.",
-                                     "partition with model.dependency_pattern() of this model.")
-        kinds = [b.time_kind for b in self.pattern.blocks]
-        if self.model.num_blocks != len(kinds) or self.model.time_kind not in kinds:
-            raise DecompositionMismatchError(
-                f"{type(self.model).__name__} has {self.model.num_blocks} block(s) of time kind "
-                f"{self.model.time_kind!r} but its dependency pattern declares {kinds}.")
-
-    def _agree(self, error: Optional[DynScaleError], signal: Any, partition: Any) -> None:
-        """One ``all_gather`` at set-up: every rank raises if any rank's
-        set-up failed (its own error, or the failing rank's), or if the ranks
-        were given different signals, partitions, models, losses, fusion,
-        dtypes, stale policies or device types, or share a GPU over NCCL."""
-        mine: dict = {"error": None if error is None else f"{type(error).__name__}: {error}"}
-        if error is None:
-            h = hashlib.sha256()
-            h.update(partition.owner.numpy().tobytes())
-            if partition.time_owner is not None:
-                h.update(partition.time_owner.numpy().tobytes())
-            mine.update({
-                "signal": signal.fingerprint(), "partition": h.hexdigest(), "scheme": partition.scheme,
-                "params": _param_digest([self.model] + ([self.head] if self.head is not None else [])),
-                "loss": str(self.loss_kind), "fusion": f"{self.fusion}:{self.fusion_budget}", "dtype": str(self.dtype),
-                "stale": self.stale.config.describe() if self.stale is not None else "off",
-                "device_type": self.device.type, "transport": self.transport.name,
-            })
-        everyone: list = [None] * self.world_size
-        dist.all_gather_object(everyone, mine, group=self.group)
-        if error is not None:
-            raise error
-        failed = [(r, e["error"]) for r, e in enumerate(everyone) if e["error"] is not None]
-        if failed:
-            r, msg = failed[0]
-            raise ModelInputError("set-up", f"failed on rank {r}: {msg}", "fix that rank's arguments; every rank stops.")
-        for key in mine:
-            vals = [e[key] for e in everyone]
-            if len(set(vals)) > 1:
-                bad = [r for r, v in enumerate(vals) if v != vals[0]]
-                fix = ("put every rank's model on the same kind of device ('cuda:LOCAL_RANK' everywhere, or 'cpu')"
-                       if key in ("device_type", "transport") else
-                       "pass the same signal, partition, model, loss, fusion and dtype on every rank.")
-                raise ModelInputError(key, f"differs between ranks (ranks {bad} disagree with rank 0: "
-                                      f"{vals[bad[0]]!r} vs {vals[0]!r}).", fix)
-        if self.device.type == "cuda" and self.transport.name == "direct":
-            gpus: list = [None] * self.world_size
-            dist.all_gather_object(gpus, f"{socket.gethostname()}:{self.device}", group=self.group)
-            if len(set(gpus)) < len(gpus):
-                shared = sorted({g for g in gpus if gpus.count(g) > 1})
-                raise ModelInputError("device", f"{shared[0]} is used by ranks "
-                                      f"{[r for r, g in enumerate(gpus) if g == shared[0]]}; NCCL needs one GPU per rank.",
-                                      "give each rank cuda:LOCAL_RANK, or share the GPU through a gloo group "
-                                      "(backend='staged', chosen automatically over gloo).")
-
     def _head_width(self) -> int:
         H = int(getattr(self.model, "out_channels", 0) or getattr(self.model, "hidden_channels", 0) or 1)
         if self.head is None:
