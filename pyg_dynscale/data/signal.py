@@ -679,6 +679,14 @@ class DynamicGraphSignal:
             return train, self[n_train:]
         return train, self[n_train:n_train + n_val], self[n_train + n_val:]
 
+    def __getstate__(self) -> dict:
+        # derived caches are rebuilt on demand: the supergraph holds a weak reference back to the signal, which
+        # cannot be pickled (spawn(fn, world_size, signal) after partition(signal, ...))
+        state = dict(self.__dict__)
+        state["_supergraph"] = None
+        state.pop("_fingerprint", None)
+        return state
+
     # ------------------------------------------------------------ views
     def supergraph(self) -> "Supergraph":
         """The static graph on vertex-time nodes (cached): see :class:`Supergraph`."""

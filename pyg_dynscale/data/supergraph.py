@@ -55,6 +55,12 @@ class Supergraph:
     #: weak reference to the signal it was built from (for :meth:`fingerprint`)
     source: Optional[Any] = field(default=None, repr=False, compare=False)
 
+    def __getstate__(self) -> dict:
+        # the weak reference to the source signal does not pickle; a copy elsewhere has no source (fingerprint "")
+        state = dict(self.__dict__)
+        state["source"] = None
+        return state
+
     def fingerprint(self) -> str:
         """The fingerprint of the signal this supergraph was built from
         (:meth:`DynamicGraphSignal.fingerprint`), so that partitions and plans
