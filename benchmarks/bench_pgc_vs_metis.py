@@ -61,9 +61,9 @@ from pyg_dynscale.partition.algorithms.pgc import partition_pgc  # noqa: E402
 from pyg_dynscale.partition.algorithms.workload import LinearWorkload  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _shared import dgc_pattern  # noqa: E402
+from _shared import DATASETS, dgc_pattern  # noqa: E402
 
-DATA = "/work/shared/datasets"
+DATA = str(DATASETS)
 
 
 # ----------------------------------------------------------------- graphs
