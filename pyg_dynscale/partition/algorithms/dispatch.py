@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from ...errors import PartitionError
 from ..partition import SCHEMES, Partition
+from .auto import partition_auto
 from .pgc import partition_pgc
 from .schemes import partition_pss, partition_pss_ts, partition_pts
 
@@ -15,10 +16,14 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def partition(signal: "DynamicGraphSignal", scheme: str, num_parts: int,
               pattern: Optional["DependencyPattern"] = None, seed: int = 0, **opts: Any) -> Partition:
-    """Dispatch to a scheme by name (``"pss"``, ``"pts"``, ``"pss-ts"``, ``"pgc"``).
+    """Dispatch to a scheme by name (``"pss"``, ``"pts"``, ``"pss-ts"``,
+    ``"pgc"``, or ``"auto"``: the one with the lowest predicted epoch for this
+    model, :mod:`.auto`).
 
-    ``pattern`` and ``seed`` are used by PGC (edge weights, tie-breaking); the
-    other schemes are deterministic and ignore them. ``opts`` go to the scheme.
+    ``pattern`` and ``seed`` are used by PGC (edge weights, tie-breaking) and
+    ``auto`` (the model's plan); the other schemes are deterministic and
+    ignore them. ``opts`` go to the scheme (``auto``: ``blackbox=``, ``cost=``,
+    ``candidates=``).
     """
     key = str(scheme).lower().replace("_", "-")
     if key in ("pssts", "pss+ts"):
@@ -31,4 +36,6 @@ def partition(signal: "DynamicGraphSignal", scheme: str, num_parts: int,
         return partition_pss_ts(signal, num_parts, **opts)
     if key == "pgc":
         return partition_pgc(signal, num_parts, pattern, seed=seed, **opts)
+    if key == "auto":
+        return partition_auto(signal, num_parts, pattern, seed=seed, **opts)
     raise PartitionError("scheme", f"unknown partition scheme {scheme!r}.", f"Use one of {list(SCHEMES)}.")
