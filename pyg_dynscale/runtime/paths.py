@@ -21,7 +21,7 @@ from ..nn.decomposed import DecomposedModule
 from ..nn.halo_check import check_halo
 from ..nn.snapshot_model import SnapshotModel
 
-__all__ = ["PATHS", "resolve_model", "as_signal", "prepare_snapshot_model", "edge_fields_of"]
+__all__ = ["PATHS", "resolve_model", "as_signal", "prepare_snapshot_model", "edge_fields_of", "partition_for_model"]
 
 PATHS = ("auto", "decomposed", "blackbox")
 
@@ -92,3 +92,31 @@ def edge_fields_of(model: SnapshotModel, signal: Any) -> tuple:
                                   "give the signal edge_type=[E_t] (integers) per snapshot.")
         return ("edge_type",)
     return ()
+
+
+def partition_for_model(model: torch.nn.Module, signal: Any, num_parts: int, scheme: str = "auto", *,
+                        path: str = "auto", depth: Any = "auto", seed: int = 0, bytes_per_element: int = 4,
+                        **opts: Any) -> Any:
+    r"""A partition of ``signal`` into ``num_parts`` for the path ``model``
+    takes (:func:`resolve_model`). ``scheme="auto"`` compares the candidates
+    on that path's real costs: the decomposed model's dependency pattern, or
+    on the black-box path the halo depth and state widths the module's probe
+    finds (:class:`~pyg_dynscale.partition.algorithms.auto.BlackBoxSpec`).
+    Other schemes get the pattern PGC weighs edges with (the black-box
+    module's equivalent one). ``opts`` go to the scheme (``auto``: ``cost=``,
+    ``candidates=``)."""
+    # the partitioning algorithms load on first use (a training process that is handed a partition never needs them)
+    from ..partition import partition
+    from ..partition.algorithms.auto import BlackBoxSpec
+
+    signal = as_signal(signal)
+    resolved = resolve_model(model, path, depth, check=False)
+    if isinstance(resolved, SnapshotModel):
+        prepare_snapshot_model(resolved, signal, False, edge_fields_of(resolved, signal))
+        spec = BlackBoxSpec(resolved.depth, tuple(resolved.state_widths), int(signal.num_node_features),
+                            bytes_per_element)
+        if scheme == "auto":
+            return partition(signal, "auto", num_parts, None, seed=seed, blackbox=spec, **opts)
+        return partition(signal, scheme, num_parts, spec.pattern(), seed=seed, **opts)
+    pattern = resolved.dependency_pattern(bytes_per_element=bytes_per_element)
+    return partition(signal, scheme, num_parts, pattern, seed=seed, **opts)
