@@ -23,7 +23,7 @@ from pyg_dynscale.data.loaders import (
     load_pygt_json,
 )
 from pyg_dynscale.errors import MissingDependencyError, SignalValidationError
-from tests.conftest import SHARED_DATASETS
+from tests.conftest import dataset_file
 
 try:
     import_pygt("the PyGT comparison tests")
@@ -35,15 +35,13 @@ except MissingDependencyError:  # pragma: no cover - CI installs PyGT
 
 needs_pygt = pytest.mark.skipif(not HAVE_PYGT, reason="torch_geometric_temporal (PyGT) is not importable: pip install 'pyg-dynscale[pygt]'")
 
-SHARED = SHARED_DATASETS / "pygt"
 ENGLAND_SHA256 = "497056cc4585b58951fd5cd17554fe0c535f68ea0c907a5b5727ae30e3913450"
 
 
 def shared(name: str) -> Path:
-    p = SHARED / name
-    if not p.is_file():  # pragma: no cover - the shared data folder is part of the dev machine
-        pytest.skip(f"shared dataset {p} is not present (set PYG_DYNSCALE_DATASETS)")
-    return p
+    """The shared PyGT file, or where it is absent its stand-in in the same format (an excerpt,
+    tests/fixtures/datasets; England COVID: the embedded copy): PyGT's loader reads the same file."""
+    return dataset_file(f"pygt/{name}")
 
 
 def pygt_loader(monkeypatch: pytest.MonkeyPatch, name: str, path: Path):
@@ -119,7 +117,7 @@ def synth_tennis(rng: np.random.Generator, T: int = 6, V: int = 12) -> dict:
     return data
 
 
-# ------------------------------------------------------------------ real files vs PyGT
+# ------------------------------------------------------------------ real files (or stand-ins) vs PyGT
 @needs_pygt
 @pytest.mark.parametrize("lags", [1, 4, 9])
 def test_chickenpox_matches_pygt(monkeypatch, lags):

@@ -5,6 +5,8 @@ import importlib.util
 import json
 import os
 
+from tests.conftest import datasets_dir
+
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 
 
@@ -12,6 +14,8 @@ def test_bench_schemes_quick(tmp_path, capsys):
     spec = importlib.util.spec_from_file_location("bench_schemes", os.path.join(ROOT, "benchmarks", "bench_schemes.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
+    # --quick reads pygt/pedalme_london.json: ../shared's, else its stand-in
+    mod.DATA = str(datasets_dir("pygt/pedalme_london.json"))
     out = tmp_path / "rows.json"
     assert mod.main(["--quick", "--models", "dysat", "--json", str(out)]) == 0
     rows = json.loads(out.read_text())

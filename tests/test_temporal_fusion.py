@@ -2,6 +2,8 @@
 equal per-sequence processing exactly (outputs and gradients, float64)."""
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from torch import nn
@@ -376,9 +378,13 @@ def test_benchmark_quick_runs():
     import sys
     from pathlib import Path
 
+    from tests.conftest import datasets_dir
+
     root = Path(__file__).resolve().parents[1]
+    # --quick reads snap/CollegeMsg.txt: ../shared's, else its stand-in
+    env = dict(os.environ, PYG_DYNSCALE_DATASETS=str(datasets_dir("snap/CollegeMsg.txt")))
     r = subprocess.run([sys.executable, str(root / "benchmarks" / "bench_temporal_fusion.py"), "--quick"],
-                       capture_output=True, text=True, timeout=120, cwd=root)
+                       capture_output=True, text=True, timeout=120, cwd=root, env=env)
     assert r.returncode == 0, r.stderr
     assert "speedup vs padding" in r.stdout
 

@@ -1,6 +1,8 @@
 """Graph-difference transfer (SC'21 §3.2): exact reconstruction and byte accounting."""
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -215,8 +217,12 @@ def test_benchmark_quick_runs():
     import sys
     from pathlib import Path
 
+    from tests.conftest import datasets_dir
+
     root = Path(__file__).resolve().parents[1]
+    # --quick reads pygt/england_covid.json and snap/CollegeMsg.txt: ../shared's, else the stand-ins
+    env = dict(os.environ, PYG_DYNSCALE_DATASETS=str(datasets_dir("pygt/england_covid.json", "snap/CollegeMsg.txt")))
     r = subprocess.run([sys.executable, str(root / "benchmarks" / "bench_transfer.py"), "--quick"],
-                       capture_output=True, text=True, timeout=120, cwd=root)
+                       capture_output=True, text=True, timeout=120, cwd=root, env=env)
     assert r.returncode == 0, r.stderr
     assert "england_covid" in r.stdout and "CollegeMsg" in r.stdout
