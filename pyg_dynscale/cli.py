@@ -14,9 +14,10 @@ fast.
 
 Exit status: ``0`` success; ``2`` bad usage or bad input (unreadable path,
 unknown or malformed format, invalid options: argparse's convention), with a
-one-line message on stderr and no traceback; anything else is a bug and
-shows its traceback. Set ``PYG_DYNSCALE_DEBUG=1`` to get tracebacks for input
-errors too.
+one-line message on stderr and no traceback (usage errors too: the line
+points to ``--help`` instead of printing the usage); anything else is a bug
+and shows its traceback. Set ``PYG_DYNSCALE_DEBUG=1`` to get tracebacks for
+input errors too.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
-from typing import Optional
+from typing import NoReturn, Optional
 
 from . import __version__
 from .errors import CommandError, DynScaleError
@@ -41,26 +42,44 @@ COMMANDS: tuple[str, ...] = (
 EXIT_USAGE = 2
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line on stderr (exit
+    status 2) like every other input error, pointing to ``--help``."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The top-level parser with every subcommand in :data:`COMMANDS`."""
-    parser = argparse.ArgumentParser(
+    """The top-level parser with every subcommand in :data:`COMMANDS`
+    (subparsers are of the same class: one-line usage errors)."""
+    parser = OneLineParser(
         prog="pyg-dynscale",
         description="Inspect, partition and train dynamic graphs (snapshot graphs) with pyg_dynscale.",
     )
     parser.add_argument("--version", action="version", version=f"pyg-dynscale {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    parser.subcommands = {}  # name -> its parser: unknown arguments are reported by the subcommand's parser
     for name in COMMANDS:
         module = importlib.import_module(name)
         sub = module.add_parser(subparsers)
         sub.set_defaults(_run=module.run)
+        parser.subcommands[sub.prog.rsplit(" ", 1)[-1]] = sub
     return parser
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of the ``pyg-dynscale`` console script."""
-    parser = build_parser()
     raw = list(sys.argv[1:] if argv is None else argv)
-    args = parser.parse_args(raw)  # exits with status 2 on bad usage
+    if "TORCHELASTIC_RUN_ID" in os.environ:  # a torchrun worker: first of all, never outlive the launcher
+        from .distributed.failure import die_with_launcher
+
+        die_with_launcher(f"pyg-dynscale {raw[0] if raw else ''}".strip())
+    parser = build_parser()
+    args, extra = parser.parse_known_args(raw)  # exits with status 2 on bad usage
+    if extra:  # as parse_args, but named after the subcommand ("pyg-dynscale train: error: ...")
+        getattr(parser, "subcommands", {}).get(args.command, parser).error(
+            f"unrecognized arguments: {' '.join(extra)}")
     args._argv = raw  # the command line as given (``train --nproc`` relaunches it under torchrun)
     try:
         return int(args._run(args) or 0)

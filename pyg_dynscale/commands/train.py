@@ -37,6 +37,7 @@ import contextlib
 import json
 import math
 import os
+import signal
 import sys
 import time
 import traceback
@@ -146,9 +147,12 @@ def check_args(args: argparse.Namespace) -> None:
         from ..errors import SignalValidationError
 
         try:
-            canonical_dataset_name(path)
+            name = canonical_dataset_name(path)
         except SignalValidationError:
             _fail(f"no such file: PATH '{path}' (and not the name of an embedded dataset such as 'england_covid').")
+        if name != "england_covid":  # the only embedded one; the others' message would name load()'s cache_dir
+            _fail(f"PATH '{path}' names the PyGT dataset '{name}', which is not embedded (only england_covid is) and "
+                  f"never downloaded: download {name}.json from PyGT's repository and pass its path.")
     for name in ("epochs", "hidden", "threads", "checkpoint_every"):
         if getattr(args, name) < 1:
             _fail(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}.")
@@ -191,15 +195,11 @@ def check_args(args: argparse.Namespace) -> None:
         if args.fusion != "full":
             _fail(f"--fusion {args.fusion} with --model {args.model}: fusion is a decomposed-path option; the "
                   "black-box path calls the cell once per snapshot. Leave --fusion at its default.")
+    if args.model == "dysat" and args.hidden % 2:
+        _fail(f"--hidden {args.hidden} with --model dysat: its 2 attention heads split the hidden width; use an even "
+              f"--hidden such as {args.hidden + 1}.")
     if args.resume and not args.checkpoint_dir:
         _fail("--resume needs --checkpoint-dir DIR.")
-    if args.partition is not None and not os.path.isfile(args.partition):
-        _fail(f"--partition: no such file '{args.partition}'.")
-    for opt, path in (("--save-partition", args.save_partition), ("--checkpoint-dir", args.checkpoint_dir)):
-        if path is not None:
-            parent = os.path.dirname(os.path.abspath(path))
-            if not os.path.isdir(parent):
-                _fail(f"{opt}: the folder '{parent}' does not exist; create it first.")
     if args.window is not None:
         from ..data.loaders.edgelist import parse_window
 
@@ -209,6 +209,205 @@ def check_args(args: argparse.Namespace) -> None:
             _fail(f"--window: {exc}")
         if not (math.isfinite(seconds) and seconds >= 1e-6):
             _fail(f"--window must be a duration of at least a microsecond, got {args.window!r}.")
+    # every file the run reads or writes, before anything loads, partitions or trains
+    _check_data_file(args)
+    _check_output_paths(args)
+    _check_partition_file(args)
+    if args.resume:
+        _check_resume(args)
+
+
+# ---------------------------------------------------------------- input files
+_FORMAT_WORDS = {"pygt-json": "a PyGT JSON dataset", "edgelist": "a temporal edge list",
+                 "dynscale": "a saved signal (DynamicGraphSignal.save)", "binary": "binary data"}
+
+
+def _head(path: str, size: int = 65536) -> bytes:
+    """The first ``size`` bytes of ``path``, decompressed when it is gzip."""
+    import gzip
+    import zlib
+
+    with open(path, "rb") as f:
+        raw = f.read(size)
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            with gzip.open(path, "rb") as f:
+                return f.read(size)
+        except (OSError, EOFError, zlib.error):
+            _fail(f"PATH '{path}': the gzip stream is corrupt or truncated; re-download or re-compress the file.")
+    return raw
+
+
+def _sniff(head: bytes) -> str:
+    """The format ``head`` looks like: ``pygt-json``, ``dynscale`` (a torch.save
+    zip archive), ``edgelist`` (text) or ``binary``."""
+    if head[:2] == b"PK":
+        return "dynscale"
+    if head.lstrip()[:1] in (b"{", b"["):
+        return "pygt-json"
+    return "binary" if b"\0" in head else "edgelist"
+
+
+def _check_data_file(args: argparse.Namespace) -> None:
+    """``--format`` and ``--window`` against what ``PATH`` is, and an edge
+    list's columns (the loader's own errors name options the CLI lacks)."""
+    from ..data.loaders.auto import detect_format
+
+    path, fmt = args.path, args.format
+    if not os.path.exists(path):  # an embedded dataset name (check_args refused anything else)
+        if fmt in ("edgelist", "dynscale"):
+            _fail(f"--format {fmt}: PATH '{path}' is not a file but the name of an embedded PyGT dataset "
+                  f"(pygt-json); drop --format {fmt}, or give the path of {_FORMAT_WORDS[fmt]}.")
+        resolved, by_name = "pygt-json", True
+    else:
+        head = _head(path)
+        looks = _sniff(head)
+        if fmt != "auto" and looks != fmt:
+            _fail(f"--format {fmt}: PATH '{path}' looks like {_FORMAT_WORDS[looks]}, not {_FORMAT_WORDS[fmt]}; "
+                  + (f"use --format {looks} (or --format auto)." if looks != "binary" else
+                     "check that PATH is the file you mean."))
+        resolved = detect_format(path) if fmt == "auto" else fmt
+        by_name = fmt == "auto" and resolved != looks
+        if resolved == "edgelist":
+            _check_edge_list_columns(path, head)
+    if resolved == "edgelist" and args.window is None:
+        _fail(f"--window is required to bin the edge list '{path}' into snapshots (e.g. --window 1d).")
+    if resolved != "edgelist" and args.window is not None:
+        how = "is" if fmt == "auto" and not by_name else "is read as"
+        _fail(f"--window applies to temporal edge lists, and PATH '{path}' {how} {_FORMAT_WORDS[resolved]}, "
+              "already in snapshots; drop --window"
+              + (" (or add --format edgelist if it is an edge list)." if os.path.exists(path) else "."))
+
+
+def _check_edge_list_columns(path: str, head: bytes) -> None:
+    import re
+
+    for number, line in enumerate(head.splitlines()[:1000], 1):
+        text = line.strip()
+        if not text or text[:1] in (b"%", b"#"):
+            continue
+        cols = len(re.split(rb"[\s,]+", text))
+        if cols < 3:
+            _fail(f"PATH '{path}': line {number} has {cols} column{'s' if cols != 1 else ''}, and a temporal edge "
+                  "list needs 'source target ... time' (the time in the last column); add a time column to the "
+                  "file (train reads the first two columns and the last).")
+        return
+
+
+def _readable_reason(exc: BaseException) -> str:
+    """``exc``'s message, unless it repeats torch's advice to load with
+    ``weights_only=False`` (unpickling an untrusted file runs its code)."""
+    text = str(exc)
+    return "" if "weights_only" in text or "Weights only" in text else f" ({text.splitlines()[0] if text else ''})"
+
+
+def _check_partition_file(args: argparse.Namespace) -> None:
+    if args.partition is None:
+        return
+    if os.path.isdir(args.partition):
+        _fail(f"--partition '{args.partition}' is a directory; give a partition file (pyg-dynscale partition PATH "
+              "--parts N --out FILE writes one).")
+    if not os.path.isfile(args.partition):
+        _fail(f"--partition: no such file '{args.partition}'; write one with pyg-dynscale partition PATH --parts N "
+              "--out FILE, or drop --partition.")
+    _read_partition(args.partition, "--partition", "re-create it with pyg-dynscale partition PATH --parts N --out "
+                                                   "FILE, or drop --partition")
+
+
+def _read_partition(path: str, what: str, fix: str, data: Any = None) -> Any:
+    """:func:`load_partition` (made for ``data`` if given), with one-line
+    errors naming ``what`` and ``fix``."""
+    from ..errors import PartitionFormatError
+    from ..partition.io import load_partition
+
+    try:
+        return load_partition(path, data)
+    except PartitionFormatError as exc:
+        reason = _readable_reason(exc)
+        _fail(f"{what} '{path}' is not a readable pyg_dynscale partition file"
+              + (reason or " (corrupt, truncated, or not written by save_partition: it is read without unpickling "
+                           "objects)") + f"; {fix}.")
+
+
+def _check_output_paths(args: argparse.Namespace) -> None:
+    if args.save_partition is not None:
+        path = args.save_partition
+        if os.path.isdir(path):
+            _fail(f"--save-partition '{path}' is a directory; give a file name such as "
+                  f"{os.path.join(path, 'partition.pt')}.")
+        parent = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(parent):
+            _fail(f"--save-partition: the folder '{parent}' does not exist; create it first.")
+        if not os.access(path if os.path.exists(path) else parent, os.W_OK):
+            _fail(f"--save-partition: cannot write '{path}' (permission denied); choose a writable location.")
+    if args.checkpoint_dir is not None:
+        path = args.checkpoint_dir
+        if os.path.exists(path) and not os.path.isdir(path):
+            _fail(f"--checkpoint-dir '{path}' is a file, not a directory; give a directory (it is created if "
+                  "missing), or move the file away.")
+        parent = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(parent):
+            _fail(f"--checkpoint-dir: the folder '{parent}' does not exist; create it first.")
+        if not os.access(path if os.path.exists(path) else parent, os.W_OK):
+            _fail(f"--checkpoint-dir: cannot write into '{path}' (permission denied); choose a writable directory.")
+
+
+def _expected_world(args: argparse.Namespace) -> int:
+    if _in_torchrun() and "WORLD_SIZE" in os.environ:
+        return int(os.environ["WORLD_SIZE"])
+    return args.nproc if args.nproc is not None else 1
+
+
+def _check_resume(args: argparse.Namespace) -> None:
+    """The newest checkpoint, before the data loads: its record and files
+    readable, and the fields of the run that need no data (model, width,
+    hyperparameters, processes) equal to this run's; :func:`train` checks the
+    rest (data fingerprint, scheme) before the processes connect."""
+    from ..distributed.checkpoint import (CheckpointDamagedError, CheckpointMismatchError, check_run,
+                                          latest_checkpoint, verify_checkpoint)
+
+    found = latest_checkpoint(args.checkpoint_dir)
+    if found is None:
+        return  # rank 0 says that it starts fresh
+    try:
+        check_run(found[1], run_record(args, None, _expected_world(args), None), ignore=("signal", "scheme"))
+        verify_checkpoint(found[1])
+    except CheckpointMismatchError as exc:
+        _fail(_mismatch_message(exc, args))
+    except CheckpointDamagedError as exc:
+        _fail(f"--resume: {exc}")
+    saved = os.path.join(args.checkpoint_dir, "partition.pt")
+    if args.partition is None and os.path.isfile(saved):
+        _read_partition(saved, "--resume: the checkpoints' partition", "delete it (the run partitions again: the "
+                        "same partition for the same data and --seed), or use a new --checkpoint-dir")
+
+
+#: The option behind each field of the run record, for messages.
+_RECORD_OPTIONS = {"model": "--model", "hidden": "--hidden", "target": "--target", "dtype": "--dtype",
+                   "train_ratio": "--train-ratio", "scheme": "--scheme", "lr": "--lr", "stale": "--stale",
+                   "world_size": "--nproc", "signal": "PATH", "loss": "--target"}
+
+
+def _mismatch_message(exc: Any, args: argparse.Namespace) -> str:
+    """One line naming every differing field, its option and the checkpoint's value."""
+    if not exc.fields:  # another checkpoint format: its own message says what to do
+        return f"--resume: {exc}"
+    parts, fixes = [], []
+    for key, theirs, ours in exc.fields:
+        opt = _RECORD_OPTIONS.get(key)
+        parts.append(f"{key}: checkpoint {theirs!r}, this run {ours!r}" + (f" ({opt})" if opt else ""))
+        if key in ("model", "hidden", "target", "dtype", "train_ratio", "scheme", "lr"):
+            fixes.append(f"{opt} {theirs}")
+        elif key == "world_size":
+            fixes.append(f"--nproc {theirs}" if args.nproc is not None else f"{theirs} process"
+                         + ("es" if theirs != 1 else ""))
+        elif key == "signal":
+            fixes.append("the same PATH, --format and --window")
+        elif key == "stale":
+            fixes.append(f"the same --stale settings ({theirs})")
+    fix = f"resume with {', '.join(fixes)}" if fixes else "resume with the checkpoint's settings"
+    return (f"--resume: the checkpoint {exc.path} was written by another run ({'; '.join(parts)}); {fix}, or use "
+            "a new --checkpoint-dir.")
 
 
 def _stale_config(args: argparse.Namespace) -> Any:
@@ -225,8 +424,10 @@ def _stale_config(args: argparse.Namespace) -> Any:
     try:
         return StaleConfig.parse(args.stale, kinds=kinds, backward=args.stale_backward, scope=args.stale_scope,
                                  per_kind=tuple(per_kind))
-    except DynScaleError as exc:
-        _fail(f"--stale {args.stale}: {exc}")
+    except DynScaleError as exc:  # name every stale option given: the error may be in any of them
+        given = [f"--stale {args.stale}"] + ([f"--stale-kinds {args.stale_kinds}"] if args.stale_kinds is not None
+                                              else []) + [f"--stale-kind {item}" for item in args.stale_kind]
+        _fail(f"{' '.join(given)}: {exc}")
 
 
 # ------------------------------------------------------------------- devices
@@ -337,23 +538,83 @@ def worker_argv(argv: list) -> list:
 
 
 def _launch(args: argparse.Namespace) -> int:
-    """Start ``--nproc`` workers with torchrun's machinery and wait for them."""
+    """Start ``--nproc`` workers with torchrun's machinery and wait for them.
+
+    Ends with one line on stderr when the job fails: the failing rank and its
+    cause (a rank that stopped answering rather than the peer that timed out
+    waiting for it), or the signal that stopped the launcher (exit status
+    ``128 + signal``, no traceback)."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import get_args_parser
     from torch.distributed.run import run as torchrun
+
+    from ..distributed.failure import LAUNCHER_PID_ENV
 
     targs = get_args_parser().parse_args(
         ["--standalone", "--nproc-per-node", str(args.nproc), "--max-restarts", str(args.max_restarts),
          "--monitor-interval", "0.2", "-m", "pyg_dynscale"] + worker_argv(args._argv))
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
+    # the workers check that their parent is still this process once their parent-death signal is set
+    os.environ[LAUNCHER_PID_ENV] = str(os.getpid())
+    _quiet_torchrun_logs()
     try:
         torchrun(targs)
     except ChildFailedError as exc:
-        rank, failure = exc.get_first_failure()
-        cause = _failure_cause(failure)
-        print(f"{PROG}: error: rank {rank} failed (exit code {failure.exitcode}): {cause}", file=sys.stderr)
-        return 2 if failure.exitcode == 2 else 1
+        rank, exitcode, cause = _job_failure(exc)
+        print(f"{PROG}: error: {cause}" if rank is None else
+              f"{PROG}: error: rank {rank} failed (exit code {exitcode}): {cause}", file=sys.stderr)
+        return 2 if exitcode == 2 else 1
+    except SignalException as exc:  # torchrun's handler raises it in this thread; it has stopped the workers
+        name = _signal_name(int(exc.sigval))
+        print(f"{PROG}: error: stopped by {name}: the launcher stopped its {args.nproc} worker(s); "
+              "with --checkpoint-dir DIR, rerun with --resume to continue from the newest checkpoint.",
+              file=sys.stderr, flush=True)
+        return 128 + int(exc.sigval)
     return 0
+
+
+class _DropAgentWarnings:
+    """A logging filter: torchrun's agent logs every step of a stop as a
+    warning ("Received 15 death signal", "Sending process ... closing signal
+    SIGTERM"); the launcher prints the one line that says what happened."""
+
+    def filter(self, record: Any) -> bool:
+        import logging
+
+        return not (record.name.startswith("torch.distributed.elastic") and record.levelno < logging.ERROR)
+
+
+def _quiet_torchrun_logs() -> None:
+    import logging
+
+    for name in ("torch", "torch.distributed"):  # the handlers torch attaches (records propagate to them)
+        for handler in logging.getLogger(name).handlers:
+            if not any(isinstance(f, _DropAgentWarnings) for f in handler.filters):
+                handler.addFilter(_DropAgentWarnings())
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def _job_failure(exc: Any) -> tuple[Optional[int], int, str]:
+    """``(rank, exit code, cause)`` of a failed job: torchrun's first failure,
+    unless a rank reported that another one stopped answering (the first
+    failure is then the rank that timed out waiting, or the silent rank its
+    peer killed; the cause is the silent rank: ``rank`` is ``None`` and
+    ``cause`` names it)."""
+    import re
+
+    first_rank, first = exc.get_first_failure()
+    for rank, failure in sorted(exc.failures.items()):
+        m = re.search(r"RankNotAnsweringError: (rank (\d+) stopped answering.*)", _failure_cause(failure))
+        if m:
+            return None, failure.exitcode, f"{m.group(1)} (noticed by rank {rank})"
+    return first_rank, first.exitcode, _failure_cause(first)
 
 
 def _failure_cause(failure: Any) -> str:
@@ -362,12 +623,7 @@ def _failure_cause(failure: Any) -> str:
         msg = msg.get("message", json.dumps(msg))
     text = str(msg).strip()
     if failure.exitcode < 0:
-        import signal as _signal
-
-        try:
-            return f"killed by signal {_signal.Signals(-failure.exitcode).name}"
-        except ValueError:
-            return f"killed by signal {-failure.exitcode}"
+        return f"killed by signal {_signal_name(-failure.exitcode)}"
     if not text or text.startswith("To enable traceback"):
         return "no error recorded (see the rank's output above)"
     return text.splitlines()[0]
@@ -408,13 +664,14 @@ def _worker(args: argparse.Namespace) -> int:
     import torch.distributed as dist
     from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
 
-    from ..distributed.failure import install_stop_report, is_transport_error, publish_failure
+    from ..distributed.failure import install_stop_report, is_transport_error, publish_failure, say
     from ..errors import DynScaleError
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     args._rank_label = f" (rank {rank})"
     install_stop_report(rank, world, PROG)
     backend_timeout = timedelta(seconds=args.timeout)
+    args._stop_heartbeat = lambda: None
     try:
         if args.nproc is not None and args.nproc != world:
             _fail(f"--nproc {args.nproc} differs from torchrun's world size {world}; drop --nproc under torchrun.")
@@ -423,21 +680,29 @@ def _worker(args: argparse.Namespace) -> int:
         local_rank = int(os.environ.get("LOCAL_RANK", rank))
         plan = _machine_plan(args, int(os.environ.get("LOCAL_WORLD_SIZE", world)))
         device = plan.device(local_rank)
-        report = train(args, rank, world, lambda: _init_torchrun_group(rank, world, backend_timeout, plan.backend,
-                                                                      device), device)
+
+        def init() -> None:
+            from ..distributed.failure import start_heartbeat
+
+            _init_torchrun_group(rank, world, backend_timeout, plan.backend, device)
+            # from here on a rank that stops answering can be told from one that is only slow
+            args._stop_heartbeat = start_heartbeat(rank)
+
+        report = train(args, rank, world, init, device)
         if rank == 0:
             _print_report(args, report, plan)
         return 0
     except (DynScaleError, OSError, ValueError) as exc:
         if dist.is_initialized() and is_transport_error(exc):
-            return _report_runtime_failure(rank, world, exc)
+            return _report_runtime_failure(rank, world, exc, args.timeout)
         publish_failure(rank, f"{type(exc).__name__}: {exc}")
         ErrorHandler().record_exception(exc)
-        print(f"{PROG}: error (rank {rank}): {exc}", file=sys.stderr, flush=True)
+        say(f"{PROG}: error (rank {rank}): {exc}")
         return 2
     except Exception as exc:
-        return _report_runtime_failure(rank, world, exc)
+        return _report_runtime_failure(rank, world, exc, args.timeout)
     finally:
+        args._stop_heartbeat()
         if dist.is_initialized():
             with contextlib.suppress(Exception):
                 dist.destroy_process_group()
@@ -464,23 +729,50 @@ def _init_torchrun_group(rank: int, world: int, timeout: timedelta, backend: str
     dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout, **extra)
 
 
-def _report_runtime_failure(rank: int, world: int, exc: BaseException) -> int:
-    """A failure during training: name another rank's published failure when
-    ``exc`` only says that a peer is gone, else publish and report ours."""
+def _report_runtime_failure(rank: int, world: int, exc: BaseException, timeout: Optional[float] = None) -> int:
+    """A failure during training: when ``exc`` only says that a peer is gone
+    or timed out, name the rank that published a failure, or the rank that
+    stopped answering (and end it if it runs here: it cannot act on
+    torchrun's ``SIGTERM``); else publish and report ours."""
     from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
 
-    from ..distributed.failure import failure_of_others, is_transport_error, publish_failure
+    from ..distributed.failure import (HEARTBEAT_SECONDS, SILENT_BEATS, RankNotAnsweringError, diagnose_peers,
+                                       is_transport_error, launcher_gone, local_pid, publish_failure,
+                                       report_launcher_gone, say)
 
+    if launcher_gone():  # a peer ended on the parent-death signal first; the store died with the launcher
+        report_launcher_gone(PROG, rank)
     if is_transport_error(exc):
-        other = failure_of_others(rank, world)
+        other, silent = diagnose_peers(rank, world)
         if other is not None:
-            print(f"{PROG} (rank {rank}): stopping: rank {other[0]} failed: {other[1]}", file=sys.stderr, flush=True)
+            say(f"{PROG} (rank {rank}): stopping: rank {other[0]} failed: {other[1]}")
             return 1
+        if silent:
+            waited = f"--timeout {timeout:g} s" if timeout is not None else "the collective timeout"
+            detail = (f"no heartbeat for {SILENT_BEATS * HEARTBEAT_SECONDS:g} s after rank {rank} waited {waited} "
+                      "for it (stopped, hung, or its machine is gone)")
+            here = {r: pid for r in silent if (pid := local_pid(r)) is not None}
+            if here:
+                detail += f"; ending it with SIGKILL (pid {', '.join(map(str, here.values()))})"
+            # published, recorded and printed before the kill: torchrun stops this rank as soon as it sees the
+            # silent one die, and the others must read the cause by then
+            for r in silent:
+                publish_failure(r, str(RankNotAnsweringError(r, detail)))
+            err = RankNotAnsweringError(silent[0], detail)
+            ErrorHandler().record_exception(err)
+            say(f"{PROG} (rank {rank}): stopping: {err}")
+            for pid in here.values():
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            # no teardown: destroying a process group whose peer is stopped mid-collective can wait on it (and
+            # costs ~1 s on a busy machine); the cause is recorded and printed, nothing else is left to flush
+            sys.stdout.flush()
+            os._exit(1)
     cause = f"{type(exc).__name__}: {exc}"
     publish_failure(rank, cause)
     ErrorHandler().record_exception(exc)
     traceback.print_exc()
-    print(f"{PROG}: error (rank {rank}): {cause}", file=sys.stderr, flush=True)
+    say(f"{PROG}: error (rank {rank}): {cause}")
     return 1
 
 
@@ -488,18 +780,41 @@ def _report_runtime_failure(rank: int, world: int, exc: BaseException) -> int:
 def _load_signal(args: argparse.Namespace) -> Any:
     from ..data.loaders import load
     from ..data.loaders.auto import detect_format
+    from ..errors import DynScaleError, SignalValidationError
 
     fmt = args.format
     if fmt == "auto" and os.path.exists(args.path):
         fmt = detect_format(args.path)
     elif fmt == "auto":
         fmt = "pygt-json"  # an embedded dataset name
-    if fmt == "edgelist":
-        if args.window is None:
-            _fail(f"--window is required to bin the edge list '{args.path}' into snapshots (e.g. --window 1d).")
-        return load(args.path, format=fmt, window=args.window, target="link" if args.target == "link" else "degree",
-                    degree_transform="log1p")
-    return load(args.path, format=fmt, window=args.window)
+    try:
+        if fmt == "edgelist":  # check_args refused an edge list without --window
+            return load(args.path, format=fmt, window=args.window,
+                        target="link" if args.target == "link" else "degree", degree_transform="log1p")
+        return load(args.path, format=fmt, window=args.window)
+    except SignalValidationError as exc:  # the loader names its arguments; say which option or file it was
+        _fail(_signal_error(exc, args))
+    except DynScaleError as exc:
+        reason = _readable_reason(exc)
+        if not reason:  # an archive torch refused to unpickle: never suggest weights_only=False
+            _fail(f"PATH '{args.path}' is not a readable pyg_dynscale signal file (corrupt, truncated, or not written "
+                  "by DynamicGraphSignal.save: it is read without unpickling objects); re-create it with "
+                  "DynamicGraphSignal.save(), or pass the original dataset file.")
+        _fail(str(exc) if args.path in str(exc) else f"PATH '{args.path}': {exc}")
+
+
+def _signal_error(exc: Any, args: argparse.Namespace) -> str:
+    """A loader's or a split's :class:`SignalValidationError` as one line that
+    names the option (``--window``, ``--train-ratio``) or ``PATH``."""
+    field, problem = getattr(exc, "field", ""), getattr(exc, "problem", str(exc))
+    if field == "window":
+        fix = ("use a smaller --window: the targets need a next snapshot" if "next snapshot" in problem else
+               "use a longer --window, e.g. 1h or 1d")
+        return f"--window {args.window}: {problem} Fix: {fix}."
+    if field == "train_ratio":
+        return (f"--train-ratio {args.train_ratio}: {problem} Fix: choose a ratio that leaves at least one snapshot "
+                "for training and one for the test.")
+    return f"PATH '{args.path}': {exc}"
 
 
 def _check_target(signal: Any, args: argparse.Namespace) -> None:
@@ -519,10 +834,20 @@ def _partition(signal: Any, scheme: str, world: int, pattern: Any, args: argpars
     return partition(signal, scheme, world, pattern, seed=args.seed, **opts)
 
 
-def run_record(args: argparse.Namespace, fingerprint: str, world: int, scheme: str) -> dict:
-    """What a checkpoint must have been written by to be resumed."""
+def _loss_name(target: str) -> str:
+    return "bce_link" if target == "link" else "mse"  # as nn.zoo.build_model chooses it
+
+
+def run_record(args: argparse.Namespace, fingerprint: Optional[str], world: int, scheme: Optional[str]) -> dict:
+    """What a checkpoint must have been written by to be resumed: the data
+    and set-up, and the training hyperparameters. Resuming restores the
+    optimizer's state, learning rate included, so a run with another
+    ``--lr`` (or loss, optimizer, stale policy) would silently not be the run
+    it reports: it is refused, naming the field."""
     return {"model": args.model, "hidden": args.hidden, "target": args.target, "dtype": args.dtype,
-            "signal": fingerprint, "world_size": world, "scheme": scheme, "train_ratio": args.train_ratio}
+            "signal": fingerprint, "world_size": world, "scheme": scheme, "train_ratio": args.train_ratio,
+            "lr": args.lr, "optimizer": "adam", "loss": _loss_name(args.target),
+            "stale": args.stale_config.describe() if args.stale_config.enabled else "off"}
 
 
 def train(args: argparse.Namespace, rank: int, world: int, init_process_group: Callable[[], None],
@@ -535,11 +860,11 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
     from tqdm.auto import tqdm
 
     from ..distributed import DistributedTrainer
-    from ..distributed.checkpoint import (CheckpointMismatchError, check_run, latest_checkpoint, load_checkpoint,
-                                          save_checkpoint)
-    from ..errors import PartitionError
+    from ..distributed.checkpoint import (CheckpointDamagedError, CheckpointMismatchError, check_run,
+                                          latest_checkpoint, load_checkpoint, save_checkpoint)
+    from ..errors import PartitionError, SignalValidationError
     from ..nn.zoo import build_model, partition_pattern
-    from ..partition.io import load_partition, save_partition
+    from ..partition.io import save_partition
     from ..partition.partition import SCHEMES
     from ..runtime.metrics import roc_auc
 
@@ -551,7 +876,10 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
     if args.model == "dcrnn":  # PyGT's DConv is local (splittable) on edges sorted by (target, source)
         signal = signal.sort_edges()
     _check_target(signal, args)
-    train_sig, test_sig = signal.split(args.train_ratio)
+    try:
+        train_sig, test_sig = signal.split(args.train_ratio)
+    except SignalValidationError as exc:
+        _fail(_signal_error(exc, args))
     for name, s in (("training", train_sig), ("test", test_sig)):
         if world > s.num_vertex_time_nodes:
             _fail(f"--nproc {world} is larger than the {s.num_vertex_time_nodes} vertex-time nodes of the {name} "
@@ -559,7 +887,8 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
     part = None
     if args.partition is not None:
         try:
-            part = load_partition(args.partition, train_sig)
+            part = _read_partition(args.partition, "--partition", "re-create it with pyg-dynscale partition PATH "
+                                   "--parts N --out FILE, or drop --partition", train_sig)
         except PartitionError as exc:
             _fail(f"--partition {args.partition}: {exc} (partitions are made for the training split of PATH "
                   f"with --train-ratio {args.train_ratio}).")
@@ -575,11 +904,21 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
             try:
                 check_run(found[1], record)  # before the processes connect: the same error on every rank
             except CheckpointMismatchError as exc:
+                _fail(_mismatch_message(exc, args))
+            except CheckpointDamagedError as exc:
                 _fail(f"--resume: {exc}")
             resume_from = found
+        elif rank == 0:  # said once, where the report is printed
+            print(f"{PROG}: --resume: no complete checkpoint in '{args.checkpoint_dir}' yet; starting fresh at epoch "
+                  f"1 of {args.epochs}.", file=sys.stderr, flush=True)
     saved_part = os.path.join(args.checkpoint_dir, "partition.pt") if args.checkpoint_dir else None
     if part is None and resume_from is not None and os.path.isfile(saved_part):
-        part = load_partition(saved_part, train_sig)  # the exact partition of the interrupted run
+        try:  # the exact partition of the interrupted run
+            part = _read_partition(saved_part, "--resume: the checkpoints' partition", "delete it, or use a new "
+                                   "--checkpoint-dir", train_sig)
+        except PartitionError as exc:
+            _fail(f"--resume: the checkpoints' partition '{saved_part}' was made for other data ({exc}); resume with "
+                  "the same PATH and --train-ratio, or use a new --checkpoint-dir.")
     # ---- processes connect
     init_process_group()
     torch.manual_seed(args.seed)
@@ -614,8 +953,17 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
     if resume_from is not None:
         # DCP loads into the state dict's existing tensors, on the model's device: a checkpoint written on
         # another device (CPU <-> CUDA) resumes here too
-        progress = load_checkpoint(resume_from[1], modules, trainer.optimizer, record)["progress"]
+        try:
+            progress = load_checkpoint(resume_from[1], modules, trainer.optimizer, record)["progress"]
+        except CheckpointDamagedError as exc:
+            _fail(f"--resume: {exc}")
         start = resume_from[0]
+        # the optimizer state carries its learning rate: a record written before it held "lr" is checked here
+        restored = trainer.optimizer.param_groups[0]["lr"]
+        if not math.isclose(restored, args.lr, rel_tol=1e-9):
+            _fail(f"--resume: the checkpoint {resume_from[1]} trained with lr {restored!r} (restored with its "
+                  f"optimizer state), this run asks for --lr {args.lr!r}; resume with --lr {restored!r}, or use a "
+                  "new --checkpoint-dir.")
     checkpoints = []
     bar = tqdm(range(start, args.epochs), initial=start, total=args.epochs, desc=f"{args.model} x{world}",
                unit="epoch", disable=rank != 0 or args.no_progress, file=sys.stderr, mininterval=0.5)
@@ -655,8 +1003,12 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
     final = trainer.traffic()
     return {
         "schema_version": SCHEMA_VERSION, "path": args.path, "model": args.model, "target": args.target,
-        "scheme": part.scheme, "world_size": world, "dtype": args.dtype, "hidden": args.hidden, "lr": args.lr,
+        "scheme": part.scheme, "world_size": world, "dtype": args.dtype, "hidden": args.hidden,
         "epochs": args.epochs, "fusion": args.fusion, "seed": args.seed,
+        # what the run used: the optimizer's learning rate after any resume (not just the option), where it
+        # resumed from
+        "lr": float(trainer.optimizer.param_groups[0]["lr"]), "optimizer": "adam", "loss": loss,
+        "resumed_from": resume_from[1] if resume_from else None,
         "locality": bool(part.meta.get("locality", False)), "recompute_every": args.recompute_every, "stale": args.stale_config.describe()
         if args.stale_config.enabled else "off", "stale_factor": progress.get("stale_factor", []),
         "stale_fresh_fraction": progress.get("stale_fresh_fraction", []),
@@ -714,6 +1066,8 @@ def _print_report(args: argparse.Namespace, r: dict, plan: Optional[DevicePlan] 
         f"  test {r['test_metric_name'].upper():<12} {r['test_metric']:.6f}   (later {r['snapshots']['test']} snapshots)",
         f"  epoch time        {sum(steady) / len(steady) * 1e3:.1f} ms (mean after the first; slowest rank)",
         f"  partitioning      {r['partition_seconds']:.3f} s",
+        *([f"  resumed from      epoch {r['resumed_from_epoch']} ({r['resumed_from']}), lr {r['lr']:g}"]
+          if r["resumed_from_epoch"] is not None else []),
         "  traffic per epoch, all ranks: measured / predicted by the plan",
     ]
     for k in kinds:

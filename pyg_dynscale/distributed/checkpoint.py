@@ -28,8 +28,9 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 
 from ..errors import DynScaleError
 
-__all__ = ["CheckpointMismatchError", "save_checkpoint", "load_checkpoint", "latest_checkpoint", "check_run",
-           "CHECKPOINT_FORMAT"]
+__all__ = ["CheckpointMismatchError", "CheckpointDamagedError", "save_checkpoint", "load_checkpoint",
+           "latest_checkpoint", "check_run", "read_record", "verify_checkpoint", "CHECKPOINT_FORMAT",
+           "LATER_FIELDS"]
 
 #: Version of the ``pyg_dynscale.json`` record.
 CHECKPOINT_FORMAT = 1
@@ -37,9 +38,36 @@ META_FILE = "pyg_dynscale.json"
 _NAME = re.compile(r"^epoch-(\d{6,})$")
 
 
+#: Fields of the run record that checkpoints of this format gained later (the training hyperparameters):
+#: a record without one is not refused for it (the caller checks the restored optimizer instead).
+LATER_FIELDS = ("lr", "optimizer", "loss", "stale")
+
+
 class CheckpointMismatchError(DynScaleError):
     """A checkpoint written by another run configuration (model, signal,
-    world size, ...) than the one resuming from it."""
+    world size, learning rate, ...) than the one resuming from it.
+
+    Attributes:
+        path: the checkpoint.
+        fields: ``(field, checkpoint's value, this run's value)`` of every
+            differing field of the run record.
+    """
+
+    def __init__(self, message: str, path: str = "", fields: tuple = ()) -> None:
+        super().__init__(message)
+        self.path = path
+        self.fields = tuple(fields)
+
+
+class CheckpointDamagedError(DynScaleError):
+    """A checkpoint whose files are missing, truncated or unreadable (the
+    message names the file and what to do)."""
+
+
+def _damaged(path: str, what: str) -> CheckpointDamagedError:
+    return CheckpointDamagedError(
+        f"the checkpoint {path} is damaged: {what}. Delete that directory to resume from the previous "
+        "checkpoint, or start without --resume (or with a new --checkpoint-dir).")
 
 
 def _name(epoch: int) -> str:
@@ -108,30 +136,71 @@ def save_checkpoint(directory: str, epoch: int, module: torch.nn.Module, optimiz
 
 
 def read_record(path: str) -> dict:
-    """The ``pyg_dynscale.json`` record of the checkpoint at ``path``."""
-    with open(os.path.join(path, META_FILE)) as f:
-        record = json.load(f)
+    """The ``pyg_dynscale.json`` record of the checkpoint at ``path``.
+
+    Raises:
+        CheckpointDamagedError: the record is missing or not valid JSON.
+        CheckpointMismatchError: another checkpoint format.
+    """
+    file = os.path.join(path, META_FILE)
+    try:
+        with open(file) as f:
+            record = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise _damaged(path, f"its record {file} cannot be read ({type(exc).__name__}: {exc})") from None
+    if not isinstance(record, dict) or not isinstance(record.get("run", {}), dict):
+        raise _damaged(path, f"its record {file} is not a pyg_dynscale checkpoint record")
     if record.get("format") != CHECKPOINT_FORMAT:
         raise CheckpointMismatchError(f"{path}: checkpoint format {record.get('format')!r}, this version reads "
-                                      f"{CHECKPOINT_FORMAT}. Start without --resume or use a new --checkpoint-dir.")
+                                      f"{CHECKPOINT_FORMAT}. Start without --resume or use a new --checkpoint-dir.",
+                                      path)
     return record
 
 
-def check_run(path: str, run: dict) -> dict:
+def verify_checkpoint(path: str) -> None:
+    """Check, without loading any tensor, that every file DCP's metadata of
+    the checkpoint at ``path`` refers to is there and long enough (a missing
+    or truncated shard is found before any work starts, not while loading).
+
+    Raises:
+        CheckpointDamagedError: naming the first missing or short file.
+    """
+    try:
+        metadata = dcp.FileSystemReader(path).read_metadata()
+        ends: dict = {}
+        for info in metadata.storage_data.values():
+            ends[info.relative_path] = max(ends.get(info.relative_path, 0), int(info.offset) + int(info.length))
+    except Exception as exc:  # a truncated or foreign .metadata file
+        raise _damaged(path, f"its DCP metadata {os.path.join(path, '.metadata')} cannot be read "
+                             f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
+    for name, end in sorted(ends.items()):
+        file = os.path.join(path, name)
+        if not os.path.isfile(file):
+            raise _damaged(path, f"its shard {file} is missing")
+        size = os.path.getsize(file)
+        if size < end:
+            raise _damaged(path, f"its shard {file} is truncated ({size} bytes, the metadata needs {end})")
+
+
+def check_run(path: str, run: dict, *, ignore: tuple = ()) -> dict:
     """The record of the checkpoint at ``path``, after checking that it was
-    written by a run configured as ``run``.
+    written by a run configured as ``run`` (fields in ``ignore`` and
+    :data:`LATER_FIELDS` missing from the checkpoint's record are not
+    compared).
 
     Raises:
         CheckpointMismatchError: naming every differing field with both values.
     """
     record = read_record(path)
     theirs = record.get("run", {})
-    diff = [f"{k}: checkpoint {theirs.get(k)!r}, this run {run.get(k)!r}"
-            for k in sorted(set(run) | set(theirs)) if theirs.get(k) != run.get(k)]
-    if diff:
+    fields = tuple((k, theirs.get(k), run.get(k)) for k in sorted(set(run) | set(theirs))
+                   if k not in ignore and not (k in LATER_FIELDS and k not in theirs) and theirs.get(k) != run.get(k))
+    if fields:
+        diff = "; ".join(f"{k}: checkpoint {a!r}, this run {b!r}" for k, a, b in fields)
         raise CheckpointMismatchError(
-            f"the checkpoint {path} was written by another run ({'; '.join(diff)}). "
-            "Resume with the same model, data, scheme and number of processes, or use a new --checkpoint-dir.")
+            f"the checkpoint {path} was written by another run ({diff}). "
+            "Resume with the same model, data, scheme, number of processes and hyperparameters, or use a new "
+            "--checkpoint-dir.", path, fields)
     return record
 
 
@@ -143,10 +212,15 @@ def load_checkpoint(path: str, module: torch.nn.Module, optimizer: torch.optim.O
     Raises:
         CheckpointMismatchError: the checkpoint's ``run`` differs from this
             run's (each differing field is named with both values).
+        CheckpointDamagedError: its files cannot be read.
     """
     record = check_run(path, run)
     model_state, optim_state = get_state_dict(module, optimizer)
     state = {"model": model_state, "optim": optim_state}
-    dcp.load(state, checkpoint_id=path, process_group=group)
+    try:
+        dcp.load(state, checkpoint_id=path, process_group=group)
+    except Exception as exc:  # shards changed or damaged after verify_checkpoint: DCP's own (long) message
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise _damaged(path, f"loading it failed ({type(exc).__name__}: {first[:300]})") from None
     set_state_dict(module, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
     return record

@@ -5,6 +5,10 @@ Put this folder on ``PYTHONPATH`` and set ``PYG_DYNSCALE_TEST_FAULT`` to
 the start of that (1-based) epoch of this process, on torchrun's first attempt only (so a
 restart with ``--resume`` recovers). Python imports ``sitecustomize`` at start-up,
 so every worker torchrun starts is patched; the package itself is unchanged.
+
+``PYG_DYNSCALE_TEST_PROGRESS=<dir>``: every rank writes the number of epochs it
+has finished to ``<dir>/rank<r>`` after each epoch, so a test can inject a
+signal once the ranks are training (instead of sleeping for a guessed time).
 """
 import os
 
@@ -22,3 +26,19 @@ if _spec and os.environ.get("RANK") is not None and os.environ.get("TORCHELASTIC
             return _original(self)
 
         DistributedTrainer.train_epoch = _faulty
+
+_progress = os.environ.get("PYG_DYNSCALE_TEST_PROGRESS")
+if _progress and os.environ.get("RANK") is not None:
+    from pyg_dynscale.distributed.trainer import DistributedTrainer
+
+    _inner = DistributedTrainer.train_epoch
+    _file = os.path.join(_progress, f"rank{os.environ['RANK']}")
+
+    def _counted(self):
+        loss = _inner(self)
+        with open(_file + ".tmp", "w") as f:
+            f.write(str(len(self.epoch_seconds)))
+        os.replace(_file + ".tmp", _file)  # a reader never sees a half-written count
+        return loss
+
+    DistributedTrainer.train_epoch = _counted
