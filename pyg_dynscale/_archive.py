@@ -40,9 +40,11 @@ def read_archive(
     except FileNotFoundError:
         raise
     except Exception as exc:  # corrupt archive, or a pickle with arbitrary objects
-        raise error(
-            f"{path}: not a readable pyg_dynscale {what} file ({type(exc).__name__}: {str(exc)[:200]}). {remedy}"
-        ) from None
+        # torch's text for the latter advises loading with weights_only=False, i.e. unpickling an untrusted file:
+        # never pass that on
+        why = ("it holds Python objects other than tensors, which are not unpickled" if "weights_only" in str(exc)
+               else f"{type(exc).__name__}: {str(exc)[:200]}")
+        raise error(f"{path}: not a readable pyg_dynscale {what} file ({why}). {remedy}") from None
     if not isinstance(payload, dict) or payload.get("format") != tag:
         raise error(f"{path}: not a pyg_dynscale {what} file (format tag missing). {remedy}")
     if payload.get("version") != version:
