@@ -298,7 +298,8 @@ def _readable_reason(exc: BaseException) -> str:
     """``exc``'s message, unless it repeats torch's advice to load with
     ``weights_only=False`` (unpickling an untrusted file runs its code)."""
     text = str(exc)
-    return "" if "weights_only" in text or "Weights only" in text else f" ({text.splitlines()[0] if text else ''})"
+    unreadable = ("weights_only", "Weights only", "not a readable pyg_dynscale")  # read_archive's refusals
+    return "" if any(u in text for u in unreadable) else f" ({text.splitlines()[0] if text else ''})"
 
 
 def _check_partition_file(args: argparse.Namespace) -> None:
