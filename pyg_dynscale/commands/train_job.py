@@ -1,0 +1,267 @@
+"""The job of one rank of ``pyg-dynscale train``: load, split, partition,
+train, evaluate, and the report."""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+from typing import Any, Callable
+
+from .train_checks import _mismatch_message, _read_partition, _readable_reason, run_record
+from .train_options import PROG, SCHEMA_VERSION, _fail
+
+
+# ------------------------------------------------------------------- the job
+def _load_signal(args: argparse.Namespace) -> Any:
+    from ..data.loaders import load
+    from ..data.loaders.auto import detect_format
+    from ..errors import DynScaleError, SignalValidationError
+
+    fmt = args.format
+    if fmt == "auto" and os.path.exists(args.path):
+        fmt = detect_format(args.path)
+    elif fmt == "auto":
+        fmt = "pygt-json"  # an embedded dataset name
+    try:
+        if fmt == "edgelist":  # check_args refused an edge list without --window
+            return load(args.path, format=fmt, window=args.window,
+                        target="link" if args.target == "link" else "degree", degree_transform="log1p")
+        return load(args.path, format=fmt, window=args.window)
+    except SignalValidationError as exc:  # the loader names its arguments; say which option or file it was
+        _fail(_signal_error(exc, args))
+    except DynScaleError as exc:
+        reason = _readable_reason(exc)
+        if not reason:  # an archive torch refused to unpickle: never suggest weights_only=False
+            _fail(f"PATH '{args.path}' is not a readable pyg_dynscale signal file (corrupt, truncated, or not written "
+                  "by DynamicGraphSignal.save: it is read without unpickling objects); re-create it with "
+                  "DynamicGraphSignal.save(), or pass the original dataset file.")
+        _fail(str(exc) if args.path in str(exc) else f"PATH '{args.path}': {exc}")
+
+
+def _signal_error(exc: Any, args: argparse.Namespace) -> str:
+    """A loader's or a split's :class:`SignalValidationError` as one line that
+    names the option (``--window``, ``--train-ratio``) or ``PATH``."""
+    field, problem = getattr(exc, "field", ""), getattr(exc, "problem", str(exc))
+    if field == "window":
+        fix = ("use a smaller --window: the targets need a next snapshot" if "next snapshot" in problem else
+               "use a longer --window, e.g. 1h or 1d")
+        return f"--window {args.window}: {problem} Fix: {fix}."
+    if field == "train_ratio":
+        return (f"--train-ratio {args.train_ratio}: {problem} Fix: choose a ratio that leaves at least one snapshot "
+                "for training and one for the test.")
+    return f"PATH '{args.path}': {exc}"
+
+
+def _check_target(signal: Any, args: argparse.Namespace) -> None:
+    if args.target == "link" and "edge_label_index" not in signal.extra_keys:
+        _fail(f"--target link needs link labels (edge_label_index / edge_label), and '{args.path}' has none; "
+              "PyGT datasets are node regression: use --target node, or a temporal edge list for links.")
+    if args.target == "node" and signal.y is None:
+        _fail(f"--target node needs node targets y, and '{args.path}' has none; use --target link.")
+
+
+def _partition(signal: Any, scheme: str, world: int, pattern: Any, args: argparse.Namespace) -> Any:
+    from ..partition.algorithms.dispatch import partition
+
+    opts = {"threads": args.threads} if scheme == "pgc" else {}
+    if scheme == "pts" and args.locality:
+        opts["locality"] = True
+    return partition(signal, scheme, world, pattern, seed=args.seed, **opts)
+
+
+def train(args: argparse.Namespace, rank: int, world: int, init_process_group: Callable[[], None],
+          device: str = "cpu") -> dict:
+    r"""The job of one rank on ``device`` (``init_process_group`` binds it and
+    creates the group): returns the report (the same on every rank but
+    ``device``, this rank's)."""
+    import torch
+    import torch.distributed as dist
+    from tqdm.auto import tqdm
+
+    from ..distributed import DistributedTrainer
+    from ..distributed.checkpoint import (CheckpointDamagedError, CheckpointMismatchError, check_run,
+                                          latest_checkpoint, load_checkpoint, save_checkpoint)
+    from ..errors import PartitionError, SignalValidationError
+    from ..nn.zoo import build_model, partition_pattern
+    from ..partition.io import save_partition
+    from ..partition.partition import SCHEMES
+    from ..runtime.metrics import roc_auc
+
+    t_start = time.perf_counter()
+    torch.set_num_threads(args.threads)
+    dtype = getattr(torch, args.dtype)
+    # ---- data and everything that can be checked before the processes connect
+    signal = _load_signal(args)
+    if args.model == "dcrnn":  # PyGT's DConv is local (splittable) on edges sorted by (target, source)
+        signal = signal.sort_edges()
+    _check_target(signal, args)
+    try:
+        train_sig, test_sig = signal.split(args.train_ratio)
+    except SignalValidationError as exc:
+        _fail(_signal_error(exc, args))
+    for name, s in (("training", train_sig), ("test", test_sig)):
+        if world > s.num_vertex_time_nodes:
+            _fail(f"--nproc {world} is larger than the {s.num_vertex_time_nodes} vertex-time nodes of the {name} "
+                  f"split: use at most {s.num_vertex_time_nodes} processes.")
+    part = None
+    if args.partition is not None:
+        try:
+            part = _read_partition(args.partition, "--partition", "re-create it with pyg-dynscale partition PATH "
+                                   "--parts N --out FILE, or drop --partition", train_sig)
+        except PartitionError as exc:
+            _fail(f"--partition {args.partition}: {exc} (partitions are made for the training split of PATH "
+                  f"with --train-ratio {args.train_ratio}).")
+        if part.num_parts != world:
+            _fail(f"--partition {args.partition} has {part.num_parts} parts but {world} processes train; "
+                  f"partition into {world} parts or start {part.num_parts} processes.")
+    scheme = part.scheme if part is not None else args.scheme
+    record = run_record(args, train_sig.fingerprint(), world, scheme)
+    resume_from = None
+    if args.resume:
+        found = latest_checkpoint(args.checkpoint_dir)
+        if found is not None:
+            try:
+                check_run(found[1], record)  # before the processes connect: the same error on every rank
+            except CheckpointMismatchError as exc:
+                _fail(_mismatch_message(exc, args))
+            except CheckpointDamagedError as exc:
+                _fail(f"--resume: {exc}")
+            resume_from = found
+        elif rank == 0:  # said once, where the report is printed
+            print(f"{PROG}: --resume: no complete checkpoint in '{args.checkpoint_dir}' yet; starting fresh at epoch "
+                  f"1 of {args.epochs}.", file=sys.stderr, flush=True)
+    saved_part = os.path.join(args.checkpoint_dir, "partition.pt") if args.checkpoint_dir else None
+    if part is None and resume_from is not None and os.path.isfile(saved_part):
+        try:  # the exact partition of the interrupted run
+            part = _read_partition(saved_part, "--resume: the checkpoints' partition", "delete it, or use a new "
+                                   "--checkpoint-dir", train_sig)
+        except PartitionError as exc:
+            _fail(f"--resume: the checkpoints' partition '{saved_part}' was made for other data ({exc}); resume with "
+                  "the same PATH and --train-ratio, or use a new --checkpoint-dir.")
+    # ---- processes connect
+    init_process_group()
+    torch.manual_seed(args.seed)
+    model, head, loss = build_model(args.model, signal.num_node_features, args.hidden,
+                                    num_snapshots=train_sig.num_snapshots, num_vertices=signal.num_vertices,
+                                    target=args.target)
+    # built on the host from the seed, then moved: every device starts from the same parameters
+    model = model.to(device=device, dtype=dtype)
+    head = head.to(device=device, dtype=dtype) if head is not None else None
+    pattern = partition_pattern(model, args.model, signal.num_node_features, args.hidden,
+                                torch.empty((), dtype=dtype).element_size())
+    # Every rank partitions (deterministic for a seed; DistributedTrainer checks that the ranks agree): no
+    # rank waits in a collective while another one partitions, which can take longer than --timeout (e.g.
+    # the first PGC call on a fresh install compiles its kernels).
+    if part is None:
+        part = _partition(train_sig, args.scheme, world, pattern, args)
+    test_part = _partition(test_sig, part.scheme if part.scheme in SCHEMES else "pss", world, pattern, args)
+    if rank == 0:
+        if args.save_partition:
+            save_partition(part, args.save_partition)
+        if saved_part is not None and not os.path.isfile(saved_part):
+            os.makedirs(args.checkpoint_dir, exist_ok=True)
+            save_partition(part, saved_part)
+    # backend "auto": direct over NCCL (one GPU per rank) or gloo (CPU), staged for CUDA ranks over gloo
+    trainer = DistributedTrainer(model, train_sig, part, head=head, loss=loss, lr=args.lr, fusion=args.fusion,
+                                 stale=args.stale_config, checkpoint_every=args.recompute_every, device=device,
+                                 backend="auto")
+    modules = torch.nn.ModuleDict({"model": model, **({"head": head} if head is not None else {})})
+    progress: dict = {"losses": [], "epoch_seconds": [], "bytes_measured": {}, "bytes_predicted": {},
+                      "stale_factor": [], "stale_fresh_fraction": []}
+    start = 0
+    if resume_from is not None:
+        # DCP loads into the state dict's existing tensors, on the model's device: a checkpoint written on
+        # another device (CPU <-> CUDA) resumes here too
+        try:
+            progress = load_checkpoint(resume_from[1], modules, trainer.optimizer, record)["progress"]
+        except CheckpointDamagedError as exc:
+            _fail(f"--resume: {exc}")
+        start = resume_from[0]
+        # the optimizer state carries its learning rate: a record written before it held "lr" is checked here
+        restored = trainer.optimizer.param_groups[0]["lr"]
+        if not math.isclose(restored, args.lr, rel_tol=1e-9):
+            _fail(f"--resume: the checkpoint {resume_from[1]} trained with lr {restored!r} (restored with its "
+                  f"optimizer state), this run asks for --lr {args.lr!r}; resume with --lr {restored!r}, or use a "
+                  "new --checkpoint-dir.")
+    checkpoints = []
+    bar = tqdm(range(start, args.epochs), initial=start, total=args.epochs, desc=f"{args.model} x{world}",
+               unit="epoch", disable=rank != 0 or args.no_progress, file=sys.stderr, mininterval=0.5)
+    for epoch in bar:
+        loss_value = trainer.train_epoch()
+        if not math.isfinite(loss_value):
+            raise FloatingPointError(f"the training loss is {loss_value} at epoch {epoch + 1}; lower --lr or use "
+                                     "--dtype float64.")
+        traffic = trainer.traffic()
+        progress["losses"].append(loss_value)
+        progress["epoch_seconds"].append(_max_over_ranks(trainer.transport, trainer.epoch_seconds[-1]))
+        for key in ("measured", "predicted"):
+            for kind, value in traffic[key].items():
+                progress[f"bytes_{key}"].setdefault(kind, []).append(int(value))
+        if trainer.stale is not None:
+            progress["stale_factor"].append(trainer.stale.history[-1]["factor"])
+            progress["stale_fresh_fraction"].append(trainer.stale.fresh_fraction(trainer.comm.group))
+        bar.set_postfix(loss=f"{loss_value:.4f}", refresh=False)
+        done = epoch + 1
+        if args.checkpoint_dir and (done % args.checkpoint_every == 0 or done == args.epochs):
+            checkpoints.append(save_checkpoint(args.checkpoint_dir, done, modules, trainer.optimizer, record, progress))
+    bar.close()
+    cuda_peak = _peak_memory_per_rank(trainer.transport, trainer.device, rank, world)
+    # ---- test metric on the later snapshots (from a zero state, as FusedTrainer.evaluate)
+    evaluator = DistributedTrainer(model, test_sig, test_part, head=head, loss=loss, fusion=args.fusion,
+                                   device=device, backend="auto")
+    if loss == "bce_link":
+        scores, labels = evaluator.link_scores()  # on the device
+        everyone: list = [None] * world
+        dist.all_gather_object(everyone, (scores.detach().cpu().double().tolist(),
+                                          labels.detach().cpu().double().tolist()))
+        metric_name = "auc"
+        test_metric = roc_auc(torch.tensor(sum((e[0] for e in everyone), [])),
+                              torch.tensor(sum((e[1] for e in everyone), [])))
+    else:
+        metric_name, test_metric = "mse", evaluator.evaluate()
+    final = trainer.traffic()
+    return {
+        "schema_version": SCHEMA_VERSION, "path": args.path, "model": args.model, "target": args.target,
+        "scheme": part.scheme, "world_size": world, "dtype": args.dtype, "hidden": args.hidden,
+        "epochs": args.epochs, "fusion": args.fusion, "seed": args.seed,
+        # what the run used: the optimizer's learning rate after any resume (not just the option), where it
+        # resumed from
+        "lr": float(trainer.optimizer.param_groups[0]["lr"]), "optimizer": "adam", "loss": loss,
+        "resumed_from": resume_from[1] if resume_from else None,
+        "locality": bool(part.meta.get("locality", False)), "recompute_every": args.recompute_every, "stale": args.stale_config.describe()
+        if args.stale_config.enabled else "off", "stale_factor": progress.get("stale_factor", []),
+        "stale_fresh_fraction": progress.get("stale_fresh_fraction", []),
+        "snapshots": {"train": train_sig.num_snapshots, "test": test_sig.num_snapshots},
+        "vertex_time_nodes": train_sig.num_vertex_time_nodes,
+        "losses": progress["losses"], "test_metric": test_metric, "test_metric_name": metric_name,
+        "epoch_seconds": progress["epoch_seconds"],
+        "bytes_measured": progress["bytes_measured"], "bytes_predicted": progress["bytes_predicted"],
+        "load_bytes": final["load"], "partition_seconds": float(part.seconds),
+        "partition_meta": {k: v for k, v in part.meta.items() if k in ("winner", "start", "cap", "coarsened")},
+        "setup_seconds": trainer.setup_seconds, "resumed_from_epoch": resume_from[0] if resume_from else None,
+        "checkpoints": checkpoints, "total_seconds": time.perf_counter() - t_start,
+        "device": str(trainer.device), "backend": trainer.transport.backend, "exchange": trainer.transport.name,
+        "cuda_peak_memory_bytes": cuda_peak,
+    }
+
+
+def _max_over_ranks(transport: Any, value: float) -> float:
+    """The slowest rank's value (an epoch lasts until its last rank is done);
+    reduced on the host (an NCCL group moves CUDA tensors only)."""
+    import torch
+    import torch.distributed as dist
+
+    return float(transport.all_reduce_host(torch.tensor([value], dtype=torch.float64), op=dist.ReduceOp.MAX))
+
+
+def _peak_memory_per_rank(transport: Any, device: Any, rank: int, world: int) -> list:
+    """``torch.cuda.max_memory_allocated`` of every rank's device (``None``
+    for CPU ranks), in rank order (a collective)."""
+    import torch
+
+    mine = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else -1
+    slots = torch.zeros(world, dtype=torch.int64)
+    slots[rank] = mine  # every other rank adds 0 here: the sum is each rank's own value
+    return [None if v < 0 else int(v) for v in transport.all_reduce_host(slots).tolist()]

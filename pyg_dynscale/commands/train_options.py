@@ -1,0 +1,93 @@
+"""The options of ``pyg-dynscale train`` (its argument parser and choices)."""
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ..errors import CommandError
+
+
+SCHEMA_VERSION = 1
+FORMATS = ("auto", "pygt-json", "edgelist", "dynscale")
+DTYPES = ("float32", "float64", "float16", "bfloat16")
+DEVICES = ("auto", "cpu", "cuda")
+PROG = "pyg-dynscale train"
+#: Options of the launcher only: stripped from the command line the workers get.
+_LAUNCHER_OPTIONS = ("--nproc", "--max-restarts")
+
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    from ..nn.zoo import MODEL_NAMES, TARGETS
+    from ..partition.partition import SCHEMES
+
+    p = subparsers.add_parser(
+        "train", help="train a dynamic GNN across processes (torchrun) and report the test metric and traffic",
+        description="Distributed full-batch training of a dynamic GNN on a snapshot graph; parts = processes.",
+    )
+    p.add_argument("path", metavar="PATH",
+                   help="dataset: PyGT JSON, a temporal edge list (.gz ok), a saved signal (.pt), or 'england_covid' "
+                        "(embedded, no file)")
+    p.add_argument("--format", choices=FORMATS, default="auto", help="file format (default: auto)")
+    p.add_argument("--window", default=None, metavar="DURATION",
+                   help="snapshot length for edge lists: seconds or a duration like 1d, 12h, 30min")
+    p.add_argument("--target", choices=TARGETS, default="node",
+                   help="node: regress y (edge lists: next snapshot's degree), MSE; link: predict next snapshot's "
+                        "edges, ROC AUC (default: node)")
+    p.add_argument("--model", choices=MODEL_NAMES, default="tgcn", help="model (default: tgcn)")
+    p.add_argument("--scheme", choices=SCHEMES, default="pgc", help="partition scheme (default: pgc)")
+    p.add_argument("--locality", action="store_true",
+                   help="pts: ranks get contiguous ranges of a Cuthill-McKee vertex order (neighbours together: small "
+                        "halos on the black-box path whatever the vertex ids)")
+    p.add_argument("--nproc", type=int, default=None, metavar="N",
+                   help="start N local processes through torch.distributed.run (omit under torchrun)")
+    p.add_argument("--max-restarts", type=int, default=0, metavar="K",
+                   help="with --nproc: restart the workers up to K times after a failure (torchrun's policy; "
+                        "add --resume to continue from the newest checkpoint)")
+    p.add_argument("--epochs", type=int, default=50, help="training epochs in total (default: 50)")
+    p.add_argument("--lr", type=float, default=0.01, help="Adam learning rate (default: 0.01)")
+    p.add_argument("--hidden", type=int, default=32, help="hidden width (default: 32)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the parameters and of PGC (default: 0)")
+    p.add_argument("--dtype", choices=DTYPES, default="float32", help="parameter dtype (default: float32)")
+    p.add_argument("--recompute-every", type=int, default=None, metavar="B",
+                   help="gradient checkpointing: keep the activations of B snapshots at a time and recompute them in "
+                        "the backward (memory of one window instead of all snapshots; about one extra forward)")
+    p.add_argument("--fusion", choices=("full", "none"), default="full",
+                   help="full: one fused call per rank; none: one call and halo exchange per snapshot")
+    p.add_argument("--stale", default="off", metavar="POLICY",
+                   help="stale embedding cache (DGC 5.2): off (exact, default), static:<c> (theta = c*D), printed "
+                        "(Eq. 6 as printed), intent (Eq. 6 sign-corrected), ramp, adaptive (the recommended one)")
+    p.add_argument("--stale-kinds", default=None, metavar="KINDS",
+                   help="exchange kinds the cache covers, comma-separated (default: spatial,temporal,redistribution; "
+                        "adaptive: also readout)")
+    p.add_argument("--stale-kind", action="append", default=[], metavar="KIND=POLICY",
+                   help="a policy for one exchange kind, overriding --stale there (repeatable), e.g. temporal=static:0.3")
+    p.add_argument("--stale-backward", choices=("skip", "send"), default="skip",
+                   help="gradients of cached rows: skip (constants, default) or send (applied to the current rows)")
+    p.add_argument("--stale-scope", choices=("local", "global"), default="local",
+                   help="D = largest distance per sending rank (local, default) or over all ranks (global)")
+    p.add_argument("--train-ratio", type=float, default=0.8, help="temporal split: first share trains (default: 0.8)")
+    p.add_argument("--partition", default=None, metavar="FILE", help="use this saved partition of the training split")
+    p.add_argument("--save-partition", default=None, metavar="FILE", help="save the training split's partition")
+    p.add_argument("--checkpoint-dir", default=None, metavar="DIR", help="write checkpoints here")
+    p.add_argument("--checkpoint-every", type=int, default=10, metavar="K",
+                   help="checkpoint every K epochs and after the last (default: 10)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue from the newest complete checkpoint in --checkpoint-dir (none: start fresh)")
+    p.add_argument("--device", choices=DEVICES, default="auto",
+                   help="auto: CUDA when available, else cpu (default); cuda: rank i of a machine on "
+                        "cuda:(i %% GPUs), NCCL with one GPU per rank, gloo with pinned-host staging when ranks "
+                        "outnumber GPUs")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch threads per process (default: 1; more threads than free cores make small ops spin)")
+    p.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS",
+                   help="collective timeout: a rank that stops answering fails the others after this long "
+                        "(default: 120)")
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout (rank 0) instead of text")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    return p
+
+
+def _fail(message: str) -> None:
+
+    raise CommandError(message)
