@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FAULTS = str(ROOT / "tests" / "fault_injection")
 BIN = Path(sys.executable).parent
 # float64, MPNN-LSTM (DGC): spatial halos, recurrent rounds and BatchNorm statistics all cross ranks
-BASE = ["train", "england_covid", "--model", "mpnnlstm-dgc", "--dtype", "float64", "--hidden", "8",
+BASE = ["train", "england_covid", "--model", "mpnnlstm-dgc", "--scheme", "pgc", "--dtype", "float64", "--hidden", "8",
         "--json", "--no-progress"]
 
 

@@ -109,7 +109,7 @@ def _england_path() -> str:
 
 
 def _cli(args, capsys):
-    rc = main(["partition", _england_path(), "--parts", str(P), "--gcn-layers", "2", *args])
+    rc = main(["partition", _england_path(), "--parts", str(P), "--gcn-layers", "2", "--scheme", "pgc", *args])
     return rc, capsys.readouterr()
 
 

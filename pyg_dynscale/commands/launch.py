@@ -145,7 +145,8 @@ def _launch(args: argparse.Namespace) -> int:
     os.environ[LAUNCHER_PID_ENV] = str(os.getpid())
     _quiet_torchrun_logs()
     try:
-        torchrun(targs)
+        with _restarts_reported():
+            torchrun(targs)
     except ChildFailedError as exc:
         rank, exitcode, cause = _job_failure(exc)
         print(f"{PROG}: error: {cause}" if rank is None else
@@ -163,12 +164,16 @@ def _launch(args: argparse.Namespace) -> int:
 class _DropAgentWarnings:
     """A logging filter: torchrun's agent logs every step of a stop as a
     warning ("Received 15 death signal", "Sending process ... closing signal
-    SIGTERM"); the launcher prints the one line that says what happened."""
+    SIGTERM") and each failed attempt as an error ("failed (exitcode: -9)
+    local_rank: 1 ..."); the launcher prints the one line that says what
+    happened (a restart, or the job's failure)."""
 
     def filter(self, record: Any) -> bool:
         import logging
 
-        return not (record.name.startswith("torch.distributed.elastic") and record.levelno < logging.ERROR)
+        if not record.name.startswith("torch.distributed.elastic"):
+            return True
+        return record.levelno >= logging.ERROR and not str(record.msg).startswith("failed (exitcode")
 
 
 def _quiet_torchrun_logs() -> None:
@@ -178,6 +183,95 @@ def _quiet_torchrun_logs() -> None:
         for handler in logging.getLogger(name).handlers:
             if not any(isinstance(f, _DropAgentWarnings) for f in handler.filters):
                 handler.addFilter(_DropAgentWarnings())
+
+
+@contextlib.contextmanager
+def _restarts_reported() -> Any:
+    """Within the block, torchrun's launcher starts :func:`_reporting_agent`'s
+    agent instead of its ``LocalElasticAgent``.
+
+    ``torch.distributed.launcher.api.launch_agent`` builds the agent itself and
+    takes none, and torch's events say that an attempt started, not why the
+    previous one failed: so the name it builds is bound to the subclass for the
+    launch (a torch without that name runs unchanged, only without the
+    restart lines)."""
+    import torch.distributed.launcher.api as launcher_api
+
+    original = getattr(launcher_api, "LocalElasticAgent", None)
+    if not isinstance(original, type):
+        yield
+        return
+    launcher_api.LocalElasticAgent = _reporting_agent(original)
+    try:
+        yield
+    finally:
+        launcher_api.LocalElasticAgent = original
+
+
+def _reporting_agent(base: type) -> type:
+    """``base`` (torchrun's ``LocalElasticAgent``) printing one line when it
+    restarts the workers: the rank that failed first, its cause, the attempt
+    that follows (:func:`restart_line`)."""
+    from torch.distributed.elastic.agent.server.api import WorkerState
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+    from ..distributed.failure import say
+
+    class RestartReportingAgent(base):  # type: ignore[misc, valid-type]
+        _failed_attempts = 0
+
+        # the method SimpleElasticAgent leaves to its implementations: its result decides a restart (a failed
+        # or unhealthy group, while restarts are left) or the end of the job
+        def _monitor_workers(self, worker_group: Any) -> Any:
+            result = super()._monitor_workers(worker_group)
+            if result.state in (WorkerState.FAILED, WorkerState.UNHEALTHY):
+                self._failed_attempts += 1
+                total = worker_group.spec.max_restarts + 1
+                if self._failed_attempts < total:
+                    failure = (_job_failure(ChildFailedError(name=PROG, failures=result.failures))
+                               if result.failures else None)
+                    say(restart_line(failure, self._failed_attempts + 1, total))
+            return result
+
+    return RestartReportingAgent
+
+
+def restart_line(failure: Optional[tuple[Optional[int], int, str]], attempt: int, attempts: int) -> str:
+    """The launcher's line for a restart: ``failure`` is :func:`_job_failure`'s
+    ``(rank, exit code, cause)`` of the failed attempt (``None``: torchrun
+    found the workers unhealthy without a failure), ``attempt`` the one that
+    starts now, of ``attempts`` (1 + ``--max-restarts``)."""
+    then = f"restarting, attempt {attempt} of {attempts}"
+    if failure is None:
+        return f"{PROG}: the workers became unhealthy; {then}"
+    rank, exitcode, cause = failure
+    if rank is None:
+        return f"{PROG}: {cause}; {then}"
+    if exitcode < 0:
+        return f"{PROG}: rank {rank} died ({_signal_name(-exitcode)}); {then}"
+    return f"{PROG}: rank {rank} failed (exit code {exitcode}): {cause}; {then}"
+
+
+def restarts_so_far() -> int:
+    """How many times torchrun restarted this worker's job after a failure
+    (``TORCHELASTIC_RESTART_COUNT``; 0 outside torchrun)."""
+    try:
+        return max(0, int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")))
+    except ValueError:
+        return 0
+
+
+def attempt_note() -> str:
+    """``" (attempt 2 of 3)"`` in a job torchrun restarted (``of``: 1 +
+    ``TORCHELASTIC_MAX_RESTARTS``), ``""`` in a first attempt."""
+    done = restarts_so_far()
+    if not done:
+        return ""
+    try:
+        attempts = int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0")) + 1
+    except ValueError:
+        attempts = 0
+    return f" (attempt {done + 1} of {max(attempts, done + 1)})"
 
 
 def _signal_name(signum: int) -> str:

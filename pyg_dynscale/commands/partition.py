@@ -38,7 +38,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         description="Partition a dynamic graph and report bytes per epoch, cut edges and load imbalance.",
     )
     p.add_argument("path", metavar="PATH", help="dataset file (PyGT JSON or a temporal edge list, .gz ok)")
-    p.add_argument("--scheme", choices=SCHEMES, default="pgc", help="partition scheme (default: pgc)")
+    p.add_argument("--scheme", choices=SCHEMES, default="auto",
+                   help="partition scheme; auto (default): the one with the lowest predicted epoch for --model "
+                        "among pss, pts (with and without --locality), pss-ts and pgc, reported with the "
+                        "candidates' predicted costs")
     p.add_argument("--parts", type=int, required=True, metavar="N", help="number of ranks")
     p.add_argument("--model", choices=MODELS, default="tgcn", help="dependency pattern preset (default: tgcn)")
     p.add_argument("--hidden", type=int, default=32, help="hidden width of the model (default: 32)")
@@ -81,6 +84,11 @@ def _check(args: argparse.Namespace) -> None:
             args.window = parse_window(args.window)
         except ValueError as exc:
             raise CommandError(f"--window: {exc}") from None
+    if args.scheme == "auto" and (args.balanced or args.locality or args.pgc_starts != "multi"
+                                  or args.workload is not None):
+        raise CommandError("--balanced, --locality, --pgc-starts and --workload choose within one scheme; "
+                           "--scheme auto compares the schemes with their defaults (and pts with locality): "
+                           "name the scheme, e.g. --scheme pts --locality.")
     if args.scheme == "pgc" and args.balanced:
         raise CommandError("--balanced applies to pss, pts and pss-ts; pgc balances its chunks by itself: drop --balanced.")
     if args.locality and args.scheme != "pts":
@@ -141,6 +149,8 @@ def partition_report(args: argparse.Namespace, progress: bool = False) -> dict[s
             opts["balanced"] = True
         if args.locality:
             opts["locality"] = True
+    if args.scheme == "auto":  # the candidates' own options: PGC's defaults, PTS with and without locality
+        opts = {}
     part = partition(signal, args.scheme, args.parts, pattern, seed=args.seed, **opts)
     bar.update()
     step("plan")
@@ -158,7 +168,7 @@ def partition_report(args: argparse.Namespace, progress: bool = False) -> dict[s
     return {
         "schema_version": SCHEMA_VERSION, "path": args.path, "scheme": part.scheme, "parts": args.parts,
         "model": args.model, "hidden": args.hidden, "blocks": args.blocks, "gcn_layers": args.gcn_layers, "balanced": bool(args.balanced),
-        "locality": bool(args.locality),
+        "locality": bool(part.meta.get("locality", args.locality)),
         "seed": args.seed, "pattern": pattern.to_dict(),
         "vertex_time_nodes": sg.num_nodes, "spatial_edges": sg.num_spatial_edges,
         "temporal_edges": sg.num_temporal_edges,
@@ -169,7 +179,7 @@ def partition_report(args: argparse.Namespace, progress: bool = False) -> dict[s
         "lambda_time": finite(m["lambda_time"]),
         "nodes_per_rank": m["nodes_per_rank"], "edges_per_rank": m["edges_per_rank"],
         "seconds": m["seconds"], "total_seconds": time.perf_counter() - t0, "out": args.out,
-        **_pgc_report(part),
+        **_pgc_report(part), "auto": part.meta.get("auto"),
     }
 
 
@@ -183,6 +193,7 @@ def _pgc_report(part: Any) -> dict[str, Any]:
 
 
 def _text(r: dict[str, Any]) -> str:
+    from ..partition.algorithms.auto import describe_auto
     from ..partition.metrics import format_bytes
 
     lam = "inf" if r["lambda"] is None else f"{r['lambda']:.3f}"
@@ -199,6 +210,8 @@ def _text(r: dict[str, Any]) -> str:
         f"  nodes per rank      {r['nodes_per_rank']}",
         f"  partitioning time   {r['seconds']:>13.3f}s",
     ]
+    if r["auto"]:
+        lines += ["  " + line for line in describe_auto(r).splitlines()]
     if r["pgc_start"] is not None:
         names = {"lp": "DGC's label propagation + Algorithm 1", "pss": "refined balanced PSS", "pts": "refined balanced PTS"}
         lines.append(f"  pgc start           {r['pgc_start']:>14}   ({names.get(r['pgc_start'], r['pgc_start'])})")

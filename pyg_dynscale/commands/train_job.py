@@ -9,6 +9,7 @@ import sys
 import time
 from typing import Any, Callable
 
+from .launch import attempt_note, restarts_so_far
 from .train_checks import _mismatch_message, _read_partition, _readable_reason, run_record
 from .train_options import PROG, SCHEMA_VERSION, _fail
 
@@ -131,7 +132,7 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
             resume_from = found
         elif rank == 0:  # said once, where the report is printed
             print(f"{PROG}: --resume: no complete checkpoint in '{args.checkpoint_dir}' yet; starting fresh at epoch "
-                  f"1 of {args.epochs}.", file=sys.stderr, flush=True)
+                  f"1 of {args.epochs}{attempt_note()}.", file=sys.stderr, flush=True)
     saved_part = os.path.join(args.checkpoint_dir, "partition.pt") if args.checkpoint_dir else None
     if part is None and resume_from is not None and os.path.isfile(saved_part):
         try:  # the exact partition of the interrupted run
@@ -185,6 +186,8 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
             _fail(f"--resume: the checkpoint {resume_from[1]} trained with lr {restored!r} (restored with its "
                   f"optimizer state), this run asks for --lr {args.lr!r}; resume with --lr {restored!r}, or use a "
                   "new --checkpoint-dir.")
+        if rank == 0:  # after a restart too: the launcher said why it restarted, this says where training goes on
+            print(f"{PROG}: resumed from checkpoint epoch {start}{attempt_note()}", file=sys.stderr, flush=True)
     checkpoints = []
     bar = tqdm(range(start, args.epochs), initial=start, total=args.epochs, desc=f"{args.model} x{world}",
                unit="epoch", disable=rank != 0 or args.no_progress, file=sys.stderr, mininterval=0.5)
@@ -229,7 +232,7 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
         # what the run used: the optimizer's learning rate after any resume (not just the option), where it
         # resumed from
         "lr": float(trainer.optimizer.param_groups[0]["lr"]), "optimizer": "adam", "loss": loss,
-        "resumed_from": resume_from[1] if resume_from else None,
+        "resumed_from": resume_from[1] if resume_from else None, "restarts": restarts_so_far(),
         "locality": bool(part.meta.get("locality", False)), "recompute_every": args.recompute_every, "stale": args.stale_config.describe()
         if args.stale_config.enabled else "off", "stale_factor": progress.get("stale_factor", []),
         "stale_fresh_fraction": progress.get("stale_fresh_fraction", []),

@@ -13,6 +13,7 @@ def _print_report(args: argparse.Namespace, r: dict, plan: Optional[DevicePlan] 
     if args.json:
         print(json.dumps(r, allow_nan=False), flush=True)
         return
+    from ..partition.algorithms.auto import describe_auto
     from ..partition.metrics import format_bytes
 
     secs = r["epoch_seconds"]
@@ -22,14 +23,19 @@ def _print_report(args: argparse.Namespace, r: dict, plan: Optional[DevicePlan] 
     lines = [
         f"{r['model']} on {r['path']}: {r['world_size']} process(es), {r['scheme']}, {r['dtype']}, "
         f"{r['snapshots']['train']} train / {r['snapshots']['test']} test snapshots",
+        *([f"  model             {r['model_class']}({', '.join(f'{k}={v!r}' for k, v in r['model_kwargs'].items())}), "
+           f"{r['runtime_path']} path, head: {r['head'] or 'none'}"] if r.get("model_class") else []),
         f"  device            {r['device']} (rank 0), "
         + (plan.describe() if plan is not None else f"exchange: {r['exchange']} over {r['backend']}"),
         f"  final train loss  {r['losses'][-1]:.6f}",
         f"  test {r['test_metric_name'].upper():<12} {r['test_metric']:.6f}   (later {r['snapshots']['test']} snapshots)",
         f"  epoch time        {sum(steady) / len(steady) * 1e3:.1f} ms (mean after the first; slowest rank)",
         f"  partitioning      {r['partition_seconds']:.3f} s",
+        *(["  " + line for line in describe_auto(r).splitlines()] if r.get("auto") else []),
         *([f"  resumed from      epoch {r['resumed_from_epoch']} ({r['resumed_from']}), lr {r['lr']:g}"]
           if r["resumed_from_epoch"] is not None else []),
+        *([f"  restarts          {r['restarts']} (torchrun restarted the workers after a failure)"]
+          if r.get("restarts") else []),
         "  traffic per epoch, all ranks: measured / predicted by the plan",
     ]
     for k in kinds:

@@ -15,7 +15,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 #: the partition schemes :func:`~pyg_dynscale.partition.partition` dispatches to
-SCHEMES = ("pss", "pts", "pss-ts", "pgc")
+#: the scheme names :func:`~pyg_dynscale.partition.partition` accepts (``"auto"``: the lowest predicted epoch
+#: among the others, :mod:`~pyg_dynscale.partition.algorithms.auto`)
+SCHEMES = ("auto", "pss", "pts", "pss-ts", "pgc")
 
 
 def check_num_parts(num_parts: int, num_nodes: int) -> int:

@@ -3,8 +3,10 @@
 Put this folder on ``PYTHONPATH`` and set ``PYG_DYNSCALE_TEST_FAULT`` to
 ``"<rank>:<epoch>"``: that rank raises ``RuntimeError("injected fault")`` at
 the start of that (1-based) epoch of this process, on torchrun's first attempt only (so a
-restart with ``--resume`` recovers). Python imports ``sitecustomize`` at start-up,
-so every worker torchrun starts is patched; the package itself is unchanged.
+restart with ``--resume`` recovers). ``"<rank>:<epoch>:kill"``: that rank ends itself with
+``SIGKILL`` there instead (as a process killed from outside: no traceback, no published cause).
+Python imports ``sitecustomize`` at start-up, so every worker torchrun starts is patched; the
+package itself is unchanged.
 
 ``PYG_DYNSCALE_TEST_PROGRESS=<dir>``: every rank writes the number of epochs it
 has finished to ``<dir>/rank<r>`` after each epoch, so a test can inject a
@@ -14,7 +16,8 @@ import os
 
 _spec = os.environ.get("PYG_DYNSCALE_TEST_FAULT")
 if _spec and os.environ.get("RANK") is not None and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0":
-    _rank, _epoch = (int(v) for v in _spec.split(":"))
+    _rank, _epoch, *_how = _spec.split(":")
+    _rank, _epoch = int(_rank), int(_epoch)
     if int(os.environ["RANK"]) == _rank:
         from pyg_dynscale.distributed.trainer import DistributedTrainer
 
@@ -22,6 +25,10 @@ if _spec and os.environ.get("RANK") is not None and os.environ.get("TORCHELASTIC
 
         def _faulty(self):
             if len(self.epoch_seconds) + 1 == _epoch:
+                if _how == ["kill"]:
+                    import signal
+
+                    os.kill(os.getpid(), signal.SIGKILL)
                 raise RuntimeError("injected fault")
             return _original(self)
 

@@ -20,6 +20,11 @@ predicts an epoch from the candidate's own communication plan:
   :meth:`~pyg_dynscale.partition.CommunicationPlan.temporal_rounds`); on the
   black-box path one step per snapshot, over the rank's *local* subgraph (its
   nodes plus the halo it recomputes) -- and the slowest rank of each step;
+  plus the fixed cost of what runs one after another: on the decomposed path
+  each dependent step of a recurrent scan (:math:`s` per step, the longest
+  piece of each round), on the black-box path each call of the module
+  (:math:`c` per call, and :math:`g` per state component gathered and
+  scattered when the rank holds part of a snapshot);
 * **bytes**: the most any rank sends in an epoch (forward and backward), from
   the plan (:class:`~pyg_dynscale.partition.CommunicationPlan` or
   :class:`~pyg_dynscale.partition.halo_plan.StatePlan`), over bandwidth
@@ -73,24 +78,34 @@ class CostModel:
             slowest rank).
         call_s (float): seconds per call of the user's module on the
             black-box path (Python and kernel-launch overhead of one snapshot).
+        step_s (float): seconds per dependent step of a recurrent block on
+            the decomposed path (one cell call over the step's rows, forward
+            and backward), on the critical path: the longest piece of each
+            round on its slowest rank.
+        route_s (float): seconds per state component a black-box call
+            gathers and scatters because the rank holds part of the snapshot
+            (a whole snapshot that continues on the same rank passes its state
+            unchanged).
     """
 
     unit_s: float
     bandwidth: float
     latency_s: float
     call_s: float = 0.0
+    step_s: float = 0.0
+    route_s: float = 0.0
 
     @classmethod
     def for_device(cls, device: str = "cpu") -> "CostModel":
-        """Defaults by device type. ``"cpu"``: measured on the project's 2-core
-        machines (a collective of gloo on 2-4 loopback processes ~1 ms; ~4
-        GB/s; ~2 ns per element of work on one core; ~0.3 ms per call of a
-        PyGT cell on the black-box path). ``"cuda"``: NCCL within a machine
-        (~30 us, ~50 GB/s), ~2 ps per element, ~0.1 ms per cell call (kernel
-        launches); not yet measured on a GPU (docs/gpu.md)."""
+        """Defaults by device type. ``"cpu"``: fitted by
+        ``benchmarks/bench_auto.py --calibrate`` to 2-rank gloo epochs on the
+        project's 2-core machines (docs/partitioning.md has the table).
+        ``"cuda"``: NCCL within a machine (~30 us a collective, ~50 GB/s),
+        ~2 ps per element, ~0.1 ms per call or dependent step (kernel
+        launches): estimates, not measured on a GPU yet (docs/gpu.md)."""
         if str(device).startswith("cuda"):
-            return cls(unit_s=2e-12, bandwidth=5e10, latency_s=3e-5, call_s=1e-4)
-        return cls(unit_s=2e-9, bandwidth=4e9, latency_s=1e-3, call_s=3e-4)
+            return cls(unit_s=2e-12, bandwidth=5e10, latency_s=3e-5, call_s=1e-4, step_s=1e-4, route_s=5e-5)
+        return cls(unit_s=1e-8, bandwidth=4e9, latency_s=1.4e-3, call_s=3e-4, step_s=3e-4, route_s=9e-4)
 
 
 @dataclass(frozen=True)
@@ -131,6 +146,7 @@ class CandidateCost:
     collectives: int
     steps: int
     partition_s: float
+    critical_steps: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -150,7 +166,7 @@ def _sent_per_rank(exchanges: Sequence[Any], R: int) -> Tensor:
 
 def _decomposed_cost(signal: "DynamicGraphSignal", part: Partition, pattern: DependencyPattern,
                      cost: CostModel) -> tuple:
-    """``(compute_s, bytes per rank, collectives, steps, total bytes)`` on the decomposed path."""
+    """``(compute_s, bytes per rank, collectives, rounds, total bytes, critical steps)`` on the decomposed path."""
     sg = signal.supergraph()
     R = part.num_parts
     plan = CommunicationPlan.build(signal, part, pattern)
@@ -168,6 +184,8 @@ def _decomposed_cost(signal: "DynamicGraphSignal", part: Partition, pattern: Dep
     structure = (nodes + halo + edges) * max(spatial, 1)  # [R]
     time_w = sum(b.time_width for b in pattern.blocks)
     rounds = plan.temporal_rounds() if any(b.time_kind == "recurrent" for b in pattern.blocks) else 1
+    n_recurrent = sum(b.time_kind == "recurrent" for b in pattern.blocks)
+    critical = _critical_steps(sg, town, R) if n_recurrent else 0
     if rounds > 1:  # a chain in pieces: the pieces at depth k wait for depth k-1 on other ranks
         depth = plan.depth
         per = torch.zeros(rounds, R, dtype=torch.float64).index_put_((depth, town), torch.ones(depth.numel(),
@@ -175,7 +193,7 @@ def _decomposed_cost(signal: "DynamicGraphSignal", part: Partition, pattern: Dep
         time_s = float(per.max(1).values.sum()) * time_w
     else:
         time_s = float(torch.bincount(town, minlength=R).max()) * time_w
-    compute = (float(structure.max()) + time_s) * cost.unit_s
+    compute = (float(structure.max()) + time_s) * cost.unit_s + n_recurrent * critical * cost.step_s
     collectives = 0
     for e in plan:
         if e.static:
@@ -184,11 +202,35 @@ def _decomposed_cost(signal: "DynamicGraphSignal", part: Partition, pattern: Dep
                         else 1)
     collectives = 2 * collectives + 1  # forward and backward, and the gradient sum
     total = plan.bytes_by_kind()["total"]
-    return compute, _sent_per_rank(list(plan), R), collectives, rounds, total
+    return compute, _sent_per_rank(list(plan), R), collectives, rounds, total, critical
+
+
+def _critical_steps(sg: Any, town: Tensor, R: int) -> int:
+    """Dependent steps of a recurrent scan: in each round, the longest piece
+    (run of consecutive appearances of a vertex with one time owner) on the
+    slowest rank, summed over the rounds (:func:`~pyg_dynscale.partition.plan.segment_depth`)."""
+    from ..plan import segment_depth
+
+    order, ptr = sg.sequence_order, sg.sequence_ptr
+    N = order.numel()
+    if N == 0:
+        return 0
+    depth = segment_depth(order, ptr, town)[order]
+    owner = town[order]
+    first = torch.zeros(N, dtype=torch.bool)
+    first[ptr[:-1]] = True
+    starts = first.clone()
+    starts[1:] |= owner[1:] != owner[:-1]
+    length = torch.bincount(torch.cumsum(starts.long(), 0) - 1)
+    rnd, rank = depth[starts], owner[starts]
+    longest = torch.zeros((int(rnd.max()) + 1) * R, dtype=torch.long)
+    longest.scatter_reduce_(0, rnd * R + rank, length, "amax")
+    longest = longest.view(-1, R)
+    return int(longest.max(1).values.sum())
 
 
 def _blackbox_cost(signal: "DynamicGraphSignal", part: Partition, spec: BlackBoxSpec, cost: CostModel) -> tuple:
-    """``(compute_s, bytes per rank, collectives, steps, total bytes)`` on the black-box path.
+    """``(compute_s, bytes per rank, collectives, snapshots, total bytes, calls)`` on the black-box path.
 
     Each rank calls the module once per snapshot it has local nodes in (its
     nodes plus the halo it recomputes); a snapshot whose states cross ranks
@@ -205,7 +247,8 @@ def _blackbox_cost(signal: "DynamicGraphSignal", part: Partition, spec: BlackBox
         plan = StatePlan(signal, part.owner, R, spec.depth, spec.state_widths, r, spec.bytes_per_element)
         for t, s in enumerate(plan.steps):
             if s.num_local:
-                work[t, r] = (s.num_local + s.edge_index.shape[1]) * W * cost.unit_s + cost.call_s
+                routes = sum(not route.identity for route in s.routes)
+                work[t, r] = (s.num_local + s.edge_index.shape[1]) * W * cost.unit_s + cost.call_s + routes * cost.route_s
         if r == 0:  # the exchanges, and the snapshots that start with one, are the same on every rank
             exchanges = list(plan)
             sync = torch.tensor([any(route.active for route in s.routes) for s in plan.steps], dtype=torch.bool)
@@ -218,7 +261,7 @@ def _blackbox_cost(signal: "DynamicGraphSignal", part: Partition, spec: BlackBox
     compute += float(acc.max())
     collectives = 2 * sum(1 for e in exchanges if e.num_rows) + 1
     total = sum(2 * e.row_bytes for e in exchanges)
-    return compute, _sent_per_rank(exchanges, R), collectives, T, total
+    return compute, _sent_per_rank(exchanges, R), collectives, T, total, T
 
 
 def predict_cost(signal: "DynamicGraphSignal", part: Partition, pattern: Optional[DependencyPattern] = None,
@@ -228,16 +271,16 @@ def predict_cost(signal: "DynamicGraphSignal", part: Partition, pattern: Optiona
     a black-box model described by ``blackbox`` (module doc)."""
     cost = cost or CostModel.for_device("cpu")
     if blackbox is not None:
-        compute, sent, collectives, steps, total = _blackbox_cost(signal, part, blackbox, cost)
+        compute, sent, collectives, steps, total, critical = _blackbox_cost(signal, part, blackbox, cost)
     elif pattern is not None:
-        compute, sent, collectives, steps, total = _decomposed_cost(signal, part, pattern, cost)
+        compute, sent, collectives, steps, total, critical = _decomposed_cost(signal, part, pattern, cost)
     else:
         raise PartitionError("pattern", "is None and no black-box spec was given.",
                              "pass the model's dependency pattern (decomposed path) or a BlackBoxSpec.")
     comm = float(sent.max()) / cost.bandwidth if sent.numel() else 0.0
     lat = collectives * cost.latency_s
     return CandidateCost(name or part.scheme, compute + comm + lat, compute, comm, lat, int(sent.max()),
-                         int(total), int(collectives), int(steps), float(part.seconds))
+                         int(total), int(collectives), int(steps), float(part.seconds), int(critical))
 
 
 def _candidate(signal: "DynamicGraphSignal", name: str, R: int, pattern: Optional[DependencyPattern],
@@ -285,6 +328,8 @@ def partition_auto(signal: "DynamicGraphSignal", num_parts: int, pattern: Option
     names = list(candidates or AUTO_CANDIDATES)
     if blackbox is not None:
         names = [n for n in names if n != "pss-ts"]
+    if num_parts == 1:  # one part: every scheme gives the same (trivial) partition
+        names = names[:1]
     pgc_pattern = pattern if pattern is not None else blackbox.pattern()
     rows, parts = [], {}
     for name in names:
@@ -309,6 +354,7 @@ def describe_auto(meta: dict) -> str:
         mark = "*" if c["scheme"] == a["chosen"] else " "
         lines.append(f" {mark} {c['scheme']:8s} {1e3 * c['predicted_s']:9.2f} ms = {1e3 * c['compute_s']:8.2f} + "
                      f"{1e3 * c['comm_s']:7.2f} + {1e3 * c['latency_s']:7.2f}   ({c['bytes_max_rank'] / 1e6:.3f} MB "
-                     f"max rank, {c['collectives']} collectives, {c['steps']} steps)")
+                     f"max rank, {c['collectives']} collectives, {c['steps']} rounds/snapshots, "
+                     f"{c.get('critical_steps', 0)} dependent steps)")
     return "\n".join(lines)
 
