@@ -8,7 +8,7 @@ imbalance :math:`\lambda` and the partitioning time. ``--out FILE`` saves the
 partition (:func:`~pyg_dynscale.partition.save_partition`).
 
 With ``--json`` the output is one JSON object on stdout (keys in
-``docs/partitioning.md``; ``lambda`` is ``null`` when a rank is empty) and no
+``docs/cli.md``; ``lambda`` is ``null`` when a rank is empty) and no
 progress bar is shown.
 """
 from __future__ import annotations

@@ -8,7 +8,7 @@ import os
 from typing import Any, Optional
 
 from .launch import _in_torchrun, plan_devices
-from .train_options import _fail
+from .train_options import REFUSED_DTYPES, _fail, dtype_refusal
 
 
 # ---------------------------------------------------------------------- checks
@@ -47,10 +47,8 @@ def check_args(args: argparse.Namespace) -> None:
         _fail(f"--timeout must be a positive number of seconds, got {args.timeout}.")
     if not 0.0 < args.train_ratio < 1.0:
         _fail(f"--train-ratio must lie in (0, 1), got {args.train_ratio}.")
-    if args.dtype in ("float16", "bfloat16"):
-        _fail(f"--dtype {args.dtype} is not supported: the layers' sparse aggregation, GCN normalization and "
-              "LSTM/GRU kernels on CPU need float32 or float64, and half-precision Adam updates would not match "
-              "the single-process result. Use --dtype float32 (default) or float64.")
+    if args.dtype in REFUSED_DTYPES:  # the parser refuses them already; a Namespace made in Python too
+        _fail(f"--dtype {dtype_refusal(args.dtype)}")
     # the launcher and every rank refuse a missing GPU before anything starts (the plan itself is per machine)
     plan_devices(args.device, torch.cuda.is_available(), torch.cuda.device_count(), 1)
     args.stale_config = _stale_config(args)

@@ -9,7 +9,11 @@ from ..errors import CommandError
 
 SCHEMA_VERSION = 1
 FORMATS = ("auto", "pygt-json", "edgelist", "dynscale")
-DTYPES = ("float32", "float64", "float16", "bfloat16")
+#: the parameter dtypes ``--dtype`` offers and accepts
+DTYPES = ("float32", "float64")
+#: dtypes a user may ask for that are refused with the reason (by ``--dtype``'s ``type=``, before argparse's
+#: ``choices`` check: ``--help`` lists exactly :data:`DTYPES`)
+REFUSED_DTYPES = ("float16", "bfloat16")
 DEVICES = ("auto", "cpu", "cuda")
 PROG = "pyg-dynscale train"
 #: Options of the launcher only: stripped from the command line the workers get.
@@ -48,7 +52,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--lr", type=float, default=0.01, help="Adam learning rate (default: 0.01)")
     p.add_argument("--hidden", type=int, default=32, help="hidden width (default: 32)")
     p.add_argument("--seed", type=int, default=0, help="seed of the parameters and of PGC (default: 0)")
-    p.add_argument("--dtype", choices=DTYPES, default="float32", help="parameter dtype (default: float32)")
+    p.add_argument("--dtype", type=_dtype, choices=DTYPES, default="float32",
+                   help="parameter dtype (default: float32)")
     p.add_argument("--recompute-every", type=int, default=None, metavar="B",
                    help="gradient checkpointing: keep the activations of B snapshots at a time and recompute them in "
                         "the backward (memory of one window instead of all snapshots; about one extra forward)")
@@ -86,6 +91,20 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout (rank 0) instead of text")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     return p
+
+
+def dtype_refusal(dtype: str) -> str:
+    """Why ``--dtype DTYPE`` (one of :data:`REFUSED_DTYPES`) is refused."""
+    return (f"{dtype} is not supported: the layers' sparse aggregation, GCN normalization and LSTM/GRU kernels on "
+            "CPU need float32 or float64, and half-precision Adam updates would not match the single-process "
+            "result. Use --dtype float32 (default) or float64.")
+
+
+def _dtype(value: str) -> str:
+    """``--dtype``'s ``type=``: a refused dtype is one line saying why (any other value goes on to ``choices``)."""
+    if value in REFUSED_DTYPES:
+        raise argparse.ArgumentTypeError(dtype_refusal(value))
+    return value
 
 
 def _fail(message: str) -> None:

@@ -85,8 +85,8 @@ CATALOG = [
     C("--train-ratio 1", f"{E} --train-ratio 1", "--train-ratio must lie in (0, 1), got 1.0"),
     C("--train-ratio above 1", f"{E} --train-ratio 1.5", "--train-ratio must lie in (0, 1), got 1.5"),
     C("--train-ratio leaves no training snapshot", f"{E} --train-ratio 0.01", "--train-ratio 0.01: splits 53"),
-    C("--dtype float16", f"{E} --dtype float16", "--dtype float16 is not supported"),
-    C("--dtype bfloat16", f"{E} --dtype bfloat16", "--dtype bfloat16 is not supported"),
+    C("--dtype float16", f"{E} --dtype float16", "argument --dtype: float16 is not supported"),
+    C("--dtype bfloat16", f"{E} --dtype bfloat16", "argument --dtype: bfloat16 is not supported"),
     C("--device cuda without a GPU", f"{E} --device cuda", "--device cuda: torch.cuda.is_available() is False"),
     C("--hidden odd with dysat", f"{E} --model dysat --hidden 3", "--hidden 3 with --model dysat"),
     # ---- the stale cache
