@@ -212,8 +212,8 @@ def _edge_list(path: Path, windows: int, seed: int = 0, vertices: int = 30, per_
 @pytest.mark.parametrize("args, message", [
     (["train", "no/such/file.json"], "no such file: PATH 'no/such/file.json'"),
     (["train", "."], "is a directory"),
-    (["train", "england_covid", "--dtype", "float16"], "--dtype float16 is not supported"),
-    (["train", "england_covid", "--dtype", "bfloat16"], "--dtype bfloat16 is not supported"),
+    (["train", "england_covid", "--dtype", "float16"], "argument --dtype: float16 is not supported"),  # by the parser
+    (["train", "england_covid", "--dtype", "bfloat16"], "argument --dtype: bfloat16 is not supported"),  # by the parser
     pytest.param(["train", "england_covid", "--device", "cuda"], "--device cuda",
                  marks=pytest.mark.skipif(torch.cuda.is_available(), reason="an error only without a GPU")),
     (["train", "england_covid", "--resume"], "--resume needs --checkpoint-dir"),
@@ -236,7 +236,11 @@ def _edge_list(path: Path, windows: int, seed: int = 0, vertices: int = 30, per_
     (["train", "england_covid", "--recompute-every", "2", "--fusion", "none"], "leave --fusion at full"),
 ])
 def test_bad_input_is_one_clear_line(args: list, message: str, capsys) -> None:
-    assert main(args + ["--no-progress"]) == 2
+    try:
+        code = main(args + ["--no-progress"])
+    except SystemExit as exc:  # refused by the parser (argparse): the same one line
+        code = exc.code
+    assert code == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err, err
 
