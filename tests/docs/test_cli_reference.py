@@ -285,7 +285,7 @@ CONTEXT = {
     ("train", "--target", "link"): ["{edges}", "--window", "100"],
     ("train", "--stale-backward", "send"): ["england_covid", "--stale", "intent"],
     ("train", "--stale-scope", "global"): ["england_covid", "--stale", "intent"],
-    ("partition", "--format", "pygt-json"): ["{json}", "--parts", "2"],
+    ("partition", "--format", "pygt-json"): ["{json}", "--parts", "2", "--scheme", "pss"],
     ("partition", "--pgc-starts", "dgc"): ["{edges}", "--window", "100", "--parts", "2", "--scheme", "pgc"],
     ("inspect", "--format", "pygt-json"): ["{json}"],
     ("inspect", "--format", "dynscale"): ["{signal}"],
