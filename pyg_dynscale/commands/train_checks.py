@@ -3,6 +3,7 @@ that names it, found before any work."""
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 from typing import Any, Optional
@@ -33,7 +34,7 @@ def check_args(args: argparse.Namespace) -> None:
             _fail(f"PATH '{path}' names the PyGT dataset '{name}', which is not embedded (only england_covid is) and "
                   f"never downloaded: download {name}.json from PyGT's repository and pass its path.")
     for name in ("epochs", "hidden", "threads", "checkpoint_every"):
-        if getattr(args, name) < 1:
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             _fail(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}.")
     if args.nproc is not None and args.nproc < 1:
         _fail(f"--nproc must be >= 1, got {args.nproc}.")
@@ -52,6 +53,7 @@ def check_args(args: argparse.Namespace) -> None:
     # the launcher and every rank refuse a missing GPU before anything starts (the plan itself is per machine)
     plan_devices(args.device, torch.cuda.is_available(), torch.cuda.device_count(), 1)
     args.stale_config = _stale_config(args)
+    _check_model(args)
     from ..nn.zoo import BLACK_BOX_MODELS, RECOMPUTABLE_MODELS
 
     if args.locality and args.scheme != "pts":
@@ -59,7 +61,7 @@ def check_args(args: argparse.Namespace) -> None:
     if args.recompute_every is not None:
         if args.recompute_every < 1:
             _fail(f"--recompute-every must be >= 1 snapshot, got {args.recompute_every}.")
-        if args.model not in RECOMPUTABLE_MODELS:
+        if args.user_model is None and args.model not in RECOMPUTABLE_MODELS:
             _fail(f"--recompute-every with --model {args.model}: windows of snapshots need a recurrent state and no "
                   f"BatchNorm; use one of {', '.join(RECOMPUTABLE_MODELS)}, or drop --recompute-every.")
         if args.fusion != "full":
@@ -92,6 +94,28 @@ def check_args(args: argparse.Namespace) -> None:
     _check_partition_file(args)
     if args.resume:
         _check_resume(args)
+
+
+def _check_model(args: argparse.Namespace) -> None:
+    """``--model`` (a zoo name, or the user's model: imported and checked
+    against ``--model-args`` here, before any work), ``--model-args`` and
+    ``--hidden``; sets ``args.user_model`` (``None`` for the zoo) and the
+    zoo's default ``--hidden``."""
+    from .user_model import is_model_spec, load_user_model
+
+    args.user_model = None
+    if not is_model_spec(args.model):
+        if args.model_args is not None:
+            _fail(f"--model-args applies to your own model (--model PATH.py:ClassName or package.module:ClassName); "
+                  f"--model {args.model} is built by the zoo from the data and --hidden: drop --model-args.")
+        if args.hidden is None:
+            args.hidden = 32
+        return
+    if args.hidden is not None:
+        _fail(f"--hidden {args.hidden} sets the width of the zoo's models; --model {args.model} is built from "
+              f"--model-args: give its width there (e.g. --model-args '{{\"hidden\": {args.hidden}}}'), and drop "
+              "--hidden.")
+    args.user_model = load_user_model(args.model, args.model_args)
 
 
 # ---------------------------------------------------------------- input files
@@ -261,7 +285,7 @@ def _check_resume(args: argparse.Namespace) -> None:
 
 
 #: The option behind each field of the run record, for messages.
-_RECORD_OPTIONS = {"model": "--model", "hidden": "--hidden", "target": "--target", "dtype": "--dtype",
+_RECORD_OPTIONS = {"model": "--model", "model_class": "--model", "model_args": "--model-args", "hidden": "--hidden", "target": "--target", "dtype": "--dtype",
                    "train_ratio": "--train-ratio", "scheme": "--scheme", "lr": "--lr", "stale": "--stale",
                    "world_size": "--nproc", "signal": "PATH", "loss": "--target"}
 
@@ -276,6 +300,10 @@ def _mismatch_message(exc: Any, args: argparse.Namespace) -> str:
         parts.append(f"{key}: checkpoint {theirs!r}, this run {ours!r}" + (f" ({opt})" if opt else ""))
         if key in ("model", "hidden", "target", "dtype", "train_ratio", "scheme", "lr"):
             fixes.append(f"{opt} {theirs}")
+        elif key == "model_class" and not any(k == "model" for k, _, _ in exc.fields):
+            fixes.append(f"a --model that resolves to {theirs}")
+        elif key == "model_args":
+            fixes.append("no --model-args" if not theirs else f"--model-args '{json.dumps(theirs)}'")
         elif key == "world_size":
             fixes.append(f"--nproc {theirs}" if args.nproc is not None else f"{theirs} process"
                          + ("es" if theirs != 1 else ""))
@@ -318,7 +346,11 @@ def run_record(args: argparse.Namespace, fingerprint: Optional[str], world: int,
     optimizer's state, learning rate included, so a run with another
     ``--lr`` (or loss, optimizer, stale policy) would silently not be the run
     it reports: it is refused, naming the field."""
-    return {"model": args.model, "hidden": args.hidden, "target": args.target, "dtype": args.dtype,
-            "signal": fingerprint, "world_size": world, "scheme": scheme, "train_ratio": args.train_ratio,
-            "lr": args.lr, "optimizer": "adam", "loss": _loss_name(args.target),
-            "stale": args.stale_config.describe() if args.stale_config.enabled else "off"}
+    record = {"model": args.model, "hidden": args.hidden, "target": args.target, "dtype": args.dtype,
+              "signal": fingerprint, "world_size": world, "scheme": scheme, "train_ratio": args.train_ratio,
+              "lr": args.lr, "optimizer": "adam", "loss": _loss_name(args.target),
+              "stale": args.stale_config.describe() if args.stale_config.enabled else "off"}
+    user = getattr(args, "user_model", None)
+    if user is not None:  # a user's model: the spec as given, what it resolved to, its arguments
+        record.update(model_class=user.target, model_args=user.args)
+    return record

@@ -12,6 +12,7 @@ from typing import Any, Callable
 from .launch import attempt_note, restarts_so_far
 from .train_checks import _mismatch_message, _read_partition, _readable_reason, run_record
 from .train_options import PROG, SCHEMA_VERSION, _fail
+from .user_model import build_user_model, describe_head, needs_sorted_edges, runtime_path
 
 
 # ------------------------------------------------------------------- the job
@@ -72,6 +73,36 @@ def _partition(signal: Any, scheme: str, world: int, pattern: Any, args: argpars
     return partition(signal, scheme, world, pattern, seed=args.seed, **opts)
 
 
+def _check_user_path(model: Any, signal: Any, args: argparse.Namespace, bytes_per_element: int) -> Any:
+    """The options that depend on the path the user's model takes (``--stale``
+    and ``--fusion none``: decomposed only; ``--recompute-every``: a
+    recurrent decomposition without BatchNorm, or the black-box path); returns
+    the dependency pattern its partition is made for
+    (:func:`~pyg_dynscale.runtime.paths.model_pattern`, as ``partition_for_model``)."""
+    from ..errors import DynScaleError
+    from ..runtime.paths import model_pattern
+    from ..runtime.time_blocks import check_windowable
+
+    spec, name = args.model, args.user_model.name
+    path, resolved = runtime_path(model)
+    if path == "blackbox":
+        if args.stale_config.enabled:
+            _fail(f"--stale with --model {spec}: the stale cache works on the decomposed path only, and {name} runs "
+                  "on the black-box path. Use --stale off.")
+        if args.fusion != "full":
+            _fail(f"--fusion {args.fusion} with --model {spec}: fusion is a decomposed-path option, and {name} runs on "
+                  "the black-box path, which calls it once per snapshot. Leave --fusion at its default.")
+    elif args.recompute_every is not None:
+        try:
+            check_windowable(resolved)
+        except NotImplementedError as exc:
+            _fail(f"--recompute-every with --model {spec}: {exc} Drop --recompute-every.")
+    try:
+        return model_pattern(model, signal, bytes_per_element=bytes_per_element, check=True)[0]
+    except DynScaleError as exc:
+        _fail(f"--model {spec}: {exc}")
+
+
 def train(args: argparse.Namespace, rank: int, world: int, init_process_group: Callable[[], None],
           device: str = "cpu") -> dict:
     r"""The job of one rank on ``device`` (``init_process_group`` binds it and
@@ -98,6 +129,12 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
     if args.model == "dcrnn":  # PyGT's DConv is local (splittable) on edges sorted by (target, source)
         signal = signal.sort_edges()
     _check_target(signal, args)
+    user = args.user_model
+    if user is not None:  # built before the processes connect: what goes wrong is one line, the same on every rank
+        model, head, user_kwargs = build_user_model(user, signal, seed=args.seed, dtype=dtype, target=args.target)
+        loss = "bce_link" if args.target == "link" else "mse"  # as the zoo's build_model
+        if needs_sorted_edges(model):  # PyGT's DConv is local (splittable) on edges sorted by (target, source)
+            signal = signal.sort_edges()
     try:
         train_sig, test_sig = signal.split(args.train_ratio)
     except SignalValidationError as exc:
@@ -117,6 +154,8 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
         if part.num_parts != world:
             _fail(f"--partition {args.partition} has {part.num_parts} parts but {world} processes train; "
                   f"partition into {world} parts or start {part.num_parts} processes.")
+    if user is not None:
+        user_pattern = _check_user_path(model, train_sig, args, torch.empty((), dtype=dtype).element_size())
     scheme = part.scheme if part is not None else args.scheme
     record = run_record(args, train_sig.fingerprint(), world, scheme)
     resume_from = None
@@ -143,15 +182,17 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
                   "the same PATH and --train-ratio, or use a new --checkpoint-dir.")
     # ---- processes connect
     init_process_group()
-    torch.manual_seed(args.seed)
-    model, head, loss = build_model(args.model, signal.num_node_features, args.hidden,
-                                    num_snapshots=train_sig.num_snapshots, num_vertices=signal.num_vertices,
-                                    target=args.target)
+    if user is None:
+        torch.manual_seed(args.seed)
+        model, head, loss = build_model(args.model, signal.num_node_features, args.hidden,
+                                        num_snapshots=train_sig.num_snapshots, num_vertices=signal.num_vertices,
+                                        target=args.target)
     # built on the host from the seed, then moved: every device starts from the same parameters
     model = model.to(device=device, dtype=dtype)
     head = head.to(device=device, dtype=dtype) if head is not None else None
-    pattern = partition_pattern(model, args.model, signal.num_node_features, args.hidden,
-                                torch.empty((), dtype=dtype).element_size())
+    pattern = (user_pattern if user is not None else
+               partition_pattern(model, args.model, signal.num_node_features, args.hidden,
+                                 torch.empty((), dtype=dtype).element_size()))
     # Every rank partitions (deterministic for a seed; DistributedTrainer checks that the ranks agree): no
     # rank waits in a collective while another one partitions, which can take longer than --timeout (e.g.
     # the first PGC call on a fresh install compiles its kernels).
@@ -189,7 +230,7 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
         if rank == 0:  # after a restart too: the launcher said why it restarted, this says where training goes on
             print(f"{PROG}: resumed from checkpoint epoch {start}{attempt_note()}", file=sys.stderr, flush=True)
     checkpoints = []
-    bar = tqdm(range(start, args.epochs), initial=start, total=args.epochs, desc=f"{args.model} x{world}",
+    bar = tqdm(range(start, args.epochs), initial=start, total=args.epochs, desc=f"{user.name if user else args.model} x{world}",
                unit="epoch", disable=rank != 0 or args.no_progress, file=sys.stderr, mininterval=0.5)
     for epoch in bar:
         loss_value = trainer.train_epoch()
@@ -226,7 +267,10 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
         metric_name, test_metric = "mse", evaluator.evaluate()
     final = trainer.traffic()
     return {
-        "schema_version": SCHEMA_VERSION, "path": args.path, "model": args.model, "target": args.target,
+        "schema_version": SCHEMA_VERSION, "path": args.path, "model": args.model,
+        "model_class": user.target if user else None, "model_args": user.args if user else None,
+        "model_kwargs": user_kwargs if user else None, "runtime_path": trainer.path, "head": describe_head(head),
+        "target": args.target,
         "scheme": part.scheme, "world_size": world, "dtype": args.dtype, "hidden": args.hidden,
         "epochs": args.epochs, "fusion": args.fusion, "seed": args.seed,
         # what the run used: the optimizer's learning rate after any resume (not just the option), where it

@@ -23,6 +23,7 @@ _LAUNCHER_OPTIONS = ("--nproc", "--max-restarts")
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     from ..nn.zoo import MODEL_NAMES, TARGETS
+    from .user_model import INPUT_SIZE_KEYWORDS
     from ..partition.partition import SCHEMES
 
     p = subparsers.add_parser(
@@ -38,7 +39,18 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--target", choices=TARGETS, default="node",
                    help="node: regress y (edge lists: next snapshot's degree), MSE; link: predict next snapshot's "
                         "edges, ROC AUC (default: node)")
-    p.add_argument("--model", choices=MODEL_NAMES, default="tgcn", help="model (default: tgcn)")
+    p.add_argument("--model", type=_model_type(MODEL_NAMES), choices=_ModelChoices(MODEL_NAMES), default="tgcn",
+                   metavar="MODEL",
+                   help=f"a model of the zoo ({', '.join(MODEL_NAMES)}; default: tgcn), or your own: PATH.py:Name "
+                        "(a file, imported by path) or package.module:Name (importable from PYTHONPATH or the current "
+                        "directory), Name a torch.nn.Module class or a function returning one. It is built with "
+                        "--model-args after torch.manual_seed(--seed); the input size parameters it takes ("
+                        f"{', '.join(INPUT_SIZE_KEYWORDS)}) are set to the data's node features unless "
+                        "--model-args gives them. Node targets: if its output width differs from the target's, "
+                        "ReLU + Linear(width, 1) follows it (as the zoo's)")
+    p.add_argument("--model-args", default=None, metavar="JSON",
+                   help="with --model PATH.py:Name or module:Name: the constructor's keyword arguments as a JSON "
+                        "object, e.g. '{\"hidden\": 16}'")
     p.add_argument("--scheme", choices=SCHEMES, default="pgc", help="partition scheme (default: pgc)")
     p.add_argument("--locality", action="store_true",
                    help="pts: ranks get contiguous ranges of a Cuthill-McKee vertex order (neighbours together: small "
@@ -50,7 +62,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "add --resume to continue from the newest checkpoint)")
     p.add_argument("--epochs", type=int, default=50, help="training epochs in total (default: 50)")
     p.add_argument("--lr", type=float, default=0.01, help="Adam learning rate (default: 0.01)")
-    p.add_argument("--hidden", type=int, default=32, help="hidden width (default: 32)")
+    p.add_argument("--hidden", type=int, default=None,
+                   help="hidden width of a zoo model (default: 32); your own model takes its widths from --model-args")
     p.add_argument("--seed", type=int, default=0, help="seed of the parameters and of PGC (default: 0)")
     p.add_argument("--dtype", type=_dtype, choices=DTYPES, default="float32",
                    help="parameter dtype (default: float32)")
@@ -105,6 +118,26 @@ def _dtype(value: str) -> str:
     if value in REFUSED_DTYPES:
         raise argparse.ArgumentTypeError(dtype_refusal(value))
     return value
+
+
+class _ModelChoices(tuple):
+    """``--model``'s choices: the zoo's names (what ``--help`` and error messages list), and any ``SOURCE:Name``."""
+
+    def __contains__(self, value: object) -> bool:
+        return (isinstance(value, str) and ":" in value) or tuple.__contains__(self, value)
+
+
+def _model_type(names: tuple) -> Any:
+    """``--model``'s ``type=``: a zoo name, or ``SOURCE:Name`` (checked and imported by ``check_args``)."""
+
+    def model(value: str) -> str:
+        if ":" in value or value in names:
+            return value
+        raise argparse.ArgumentTypeError(
+            f"invalid choice: {value!r} (choose from {', '.join(repr(n) for n in names)}, or give your own model as "
+            "PATH.py:ClassName or package.module:ClassName)")
+
+    return model
 
 
 def _fail(message: str) -> None:

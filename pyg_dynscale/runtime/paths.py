@@ -21,7 +21,8 @@ from ..nn.decomposed import DecomposedModule
 from ..nn.halo_check import check_halo
 from ..nn.snapshot_model import SnapshotModel
 
-__all__ = ["PATHS", "resolve_model", "as_signal", "prepare_snapshot_model", "edge_fields_of", "partition_for_model"]
+__all__ = ["PATHS", "resolve_model", "as_signal", "prepare_snapshot_model", "edge_fields_of", "model_pattern",
+           "partition_for_model"]
 
 PATHS = ("auto", "decomposed", "blackbox")
 
@@ -107,16 +108,35 @@ def partition_for_model(model: torch.nn.Module, signal: Any, num_parts: int, sch
     ``candidates=``)."""
     # the partitioning algorithms load on first use (a training process that is handed a partition never needs them)
     from ..partition import partition
+
+    signal = as_signal(signal)
+    pattern, spec = model_pattern(model, signal, path=path, depth=depth, bytes_per_element=bytes_per_element)
+    if spec is not None and scheme == "auto":
+        return partition(signal, "auto", num_parts, None, seed=seed, blackbox=spec, **opts)
+    return partition(signal, scheme, num_parts, pattern, seed=seed, **opts)
+
+
+def model_pattern(model: torch.nn.Module, signal: Any, *, path: str = "auto", depth: Any = "auto",
+                  bytes_per_element: int = 4, check: bool = False) -> tuple:
+    r"""The dependency pattern a partition of ``signal`` for ``model`` is
+    made for, on the path the model takes (:func:`resolve_model`; ``check``:
+    run the decomposition's self-check, as the trainers do).
+
+    Returns:
+        ``(pattern, spec)``: on the decomposed path the model's own
+        :meth:`~pyg_dynscale.nn.DecomposedModule.dependency_pattern` and
+        ``spec=None``; on the black-box path the
+        :class:`~pyg_dynscale.partition.algorithms.auto.BlackBoxSpec` its
+        probe finds (halo depth, state widths) and the pattern with its bytes
+        per cut edge (PGC's edge weights).
+    """
     from ..partition.algorithms.auto import BlackBoxSpec
 
     signal = as_signal(signal)
-    resolved = resolve_model(model, path, depth, check=False)
+    resolved = resolve_model(model, path, depth, check=check)
     if isinstance(resolved, SnapshotModel):
         prepare_snapshot_model(resolved, signal, False, edge_fields_of(resolved, signal))
         spec = BlackBoxSpec(resolved.depth, tuple(resolved.state_widths), int(signal.num_node_features),
                             bytes_per_element)
-        if scheme == "auto":
-            return partition(signal, "auto", num_parts, None, seed=seed, blackbox=spec, **opts)
-        return partition(signal, scheme, num_parts, spec.pattern(), seed=seed, **opts)
-    pattern = resolved.dependency_pattern(bytes_per_element=bytes_per_element)
-    return partition(signal, scheme, num_parts, pattern, seed=seed, **opts)
+        return spec.pattern(), spec
+    return resolved.dependency_pattern(bytes_per_element=bytes_per_element), None

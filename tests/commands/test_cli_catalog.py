@@ -188,6 +188,51 @@ CATALOG = [
     C("--resume with another --train-ratio", f"{E} --hidden 4 --train-ratio 0.7 --checkpoint-dir ck --resume",
       "train_ratio: checkpoint 0.8, this run 0.7 (--train-ratio)"),
     C("--resume with other data", "edges.txt --window 100 --hidden 4 --checkpoint-dir ck --resume", "(PATH)"),
+    # ---- your own model: --model PATH.py:Name | package.module:Name, --model-args
+    C("--model-args not JSON", f"{E} --model models.py:Net --model-args {{hidden:4}}",
+      "--model-args '{hidden:4}' is not valid JSON"),
+    C("--model-args not an object", f"{E} --model models.py:Net --model-args [4]",
+      "--model-args '[4]' is a JSON list, not an object"),
+    C("--model-args unknown keyword", f'{E} --model models.py:Net --model-args {{"hiden":4}}',
+      "--model-args: Net() takes no keyword argument 'hiden' (its parameters: node_features, hidden)"),
+    C("--model-args with a zoo model", f'{E} --model-args {{"hidden":4}}', "--model-args applies to your own model"),
+    C("--hidden with your own model", f"{E} --model models.py:Net --hidden 8", "--hidden 8 sets the width of the "
+                                                                               "zoo's models"),
+    C("--model without a name", f"{E} --model models.py:", "--model 'models.py:': write PATH.py:ClassName"),
+    C("--model name not a Python name", f"{E} --model models.py:1x", "--model models.py:1x: '1x' is not a Python "
+                                                                     "name"),
+    C("--model file missing", f"{E} --model no-such.py:Net", "--model no-such.py:Net: no such file 'no-such.py'"),
+    C("--model file a directory", f"{E} --model folder.py:Net", "--model folder.py:Net: 'folder.py' is a "
+                                                                "directory"),
+    C("--model file fails to import", f"{E} --model broken.py:Net", "--model broken.py:Net: importing 'broken.py' "
+                                                                    "failed: ModuleNotFoundError"),
+    C("--model module not found", f"{E} --model no_such_module:Net", "--model no_such_module:Net: no module named "
+                                                                     "'no_such_module'"),
+    C("--model class not found", f"{E} --model models.py:Nett", "--model models.py:Nett: 'models.py' defines no "
+                                                                "'Nett'"),
+    C("--model class not a torch.nn.Module", f"{E} --model models.py:NotAModule",
+      "NotAModule is a class but not a torch.nn.Module"),
+    C("--model a module instance", f"{E} --model models.py:instance", "'instance' is a torch.nn.Module instance; "
+                                                                      "name its class"),
+    C("--model a required parameter not given", f"{E} --model models.py:NeedsK", "NeedsK() needs 'K', which "
+                                                                                 "--model-args does not give"),
+    C("--model constructor raises", f"{E} --model models.py:Raises", "Raises(in_channels=8) raised ValueError: "
+                                                                     "no way; check --model-args"),
+    C("--model function returns no module", f"{E} --model models.py:make_none",
+      "make_none(in_channels=8) returned a NoneType, not a torch.nn.Module"),
+    C("--stale with your own black-box model", f"{E} --model models.py:Net --stale intent",
+      "--stale with --model models.py:Net: the stale cache works on the decomposed path only, and Net runs on "
+      "the black-box path"),
+    C("--fusion none with your own black-box model", f"{E} --model models.py:Net --fusion none",
+      "--fusion none with --model models.py:Net: fusion is a decomposed-path option"),
+    C("--recompute-every with your own model that has BatchNorm",
+      f'{E} --model pyg_dynscale.nn:MPNNLSTMDGC --model-args {{"hidden_size":4}} --recompute-every 2',
+      "--recompute-every with --model pyg_dynscale.nn:MPNNLSTMDGC: checkpoint_every with MPNNLSTMDGC"),
+    C("--resume with other --model-args", f'{E} --model models.py:Net --model-args {{"hidden":8}} --checkpoint-dir '
+                                          "ck-own --resume",
+      "model_args: checkpoint {}, this run {'hidden': 8} (--model-args)); resume with no --model-args"),
+    C("--resume with another own model", f"{E} --model models.py:Net2 --checkpoint-dir ck-own --resume",
+      "model: checkpoint 'models.py:Net', this run 'models.py:Net2' (--model)"),
 ]
 
 #: Through the real launcher (a subprocess each: start-up costs seconds, so only a few).
@@ -197,7 +242,51 @@ LAUNCHER = [
                                                                                     "not a readable"),
     C("--nproc 2, --resume with another number of processes", f"{E} --nproc 2 --hidden 4 --checkpoint-dir ck --resume",
       "world_size: checkpoint 1, this run 2 (--nproc)"),
+    C("--nproc 2, --model class not found", f"{E} --nproc 2 --model models.py:Nett", "--model models.py:Nett: "
+                                                                                     "'models.py' defines no 'Nett'"),
 ]
+
+#: The Python file the --model cases name (a model of one's own and what can be wrong with one).
+MODELS_PY = """\
+import torch
+from pyg_dynscale.nn import TGCN
+
+
+class Net(torch.nn.Module):
+    def __init__(self, node_features, hidden=4):
+        super().__init__()
+        self.recurrent = TGCN(node_features, hidden)
+        self.linear = torch.nn.Linear(hidden, 1)
+
+    def forward(self, x, edge_index, edge_weight, h):
+        h = self.recurrent(x, edge_index, edge_weight, h)
+        return self.linear(torch.relu(h)), h
+
+
+class Net2(Net):
+    pass
+
+
+class NeedsK(torch.nn.Module):
+    def __init__(self, in_channels, K):
+        super().__init__()
+
+
+class Raises(torch.nn.Module):
+    def __init__(self, in_channels):
+        raise ValueError("no way")
+
+
+class NotAModule:
+    pass
+
+
+def make_none(in_channels):
+    return None
+
+
+instance = torch.nn.Linear(2, 2)
+"""
 
 
 def _small_signal(with_targets: bool):
@@ -260,6 +349,16 @@ def make_files(d: Path) -> Path:
                  "--checkpoint-every", "1", "--json", "--no-progress"]) == 0
     for how in ("no-shard", "short-shard", "short-record", "short-metadata", "bad-partition", "other-format"):
         _damage(d / "ck", d / f"ck-{how}", how)
+    (d / "models.py").write_text(MODELS_PY)
+    (d / "broken.py").write_text("import no_such_package_xyz\n")
+    (d / "folder.py").mkdir()
+    cwd = os.getcwd()
+    os.chdir(d)  # the checkpoint of `--model models.py:Net` (as the cases write it)
+    try:
+        assert main(["train", "england_covid", "--model", "models.py:Net", "--epochs", "2", "--checkpoint-dir",
+                     "ck-own", "--checkpoint-every", "1", "--json", "--no-progress"]) == 0
+    finally:
+        os.chdir(cwd)
     return d
 
 
