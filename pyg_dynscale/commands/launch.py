@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Optional
 
-from .train_options import _LAUNCHER_OPTIONS, DEVICES, PROG, _fail
+from .train_options import LAUNCHER_OPTIONS, DEVICES, PROG, fail
 
 
 # ------------------------------------------------------------------- devices
@@ -72,7 +72,7 @@ def plan_devices(choice: str, cuda_available: bool, device_count: int, local_wor
         raise ValueError(f"local_world_size is {local_world_size}; a machine runs at least one rank.")
     has_gpu = bool(cuda_available) and device_count > 0
     if choice == "cuda" and not has_gpu:
-        _fail("--device cuda: torch.cuda.is_available() is False (no GPU, or a CPU-only torch build); use "
+        fail("--device cuda: torch.cuda.is_available() is False (no GPU, or a CPU-only torch build); use "
               "--device cpu, or --device auto (CUDA when there is a GPU).")
     if choice == "cpu" or not has_gpu:
         return DevicePlan(("cpu",) * local_world_size, "gloo", False)
@@ -82,13 +82,13 @@ def plan_devices(choice: str, cuda_available: bool, device_count: int, local_wor
     return DevicePlan(devices, "gloo", True, device_count)
 
 
-def _machine_plan(args: argparse.Namespace, local_world_size: int) -> DevicePlan:
+def machine_plan(args: argparse.Namespace, local_world_size: int) -> DevicePlan:
     import torch
 
     return plan_devices(args.device, torch.cuda.is_available(), torch.cuda.device_count(), local_world_size)
 
 
-def _bind_device(device: str) -> Optional[Any]:
+def bind_device(device: str) -> Optional[Any]:
     """Make ``device`` this process's current GPU before the process group
     exists (NCCL and the object collectives use the current device); the
     ``device_id`` for an NCCL group, else ``None``."""
@@ -102,28 +102,28 @@ def _bind_device(device: str) -> Optional[Any]:
 
 
 # ------------------------------------------------------------------ launching
-def _in_torchrun() -> bool:
+def in_torchrun() -> bool:
     return "TORCHELASTIC_RUN_ID" in os.environ or ("RANK" in os.environ and "WORLD_SIZE" in os.environ
                                                    and "MASTER_ADDR" in os.environ)
 
 
 def worker_argv(argv: list) -> list:
-    """``argv`` without the launcher-only options (:data:`_LAUNCHER_OPTIONS`)."""
+    """``argv`` without the launcher-only options (:data:`LAUNCHER_OPTIONS`)."""
     out, skip = [], False
     for a in argv:
         if skip:
             skip = False
             continue
-        if a in _LAUNCHER_OPTIONS:
+        if a in LAUNCHER_OPTIONS:
             skip = True
             continue
-        if any(a.startswith(o + "=") for o in _LAUNCHER_OPTIONS):
+        if any(a.startswith(o + "=") for o in LAUNCHER_OPTIONS):
             continue
         out.append(a)
     return out
 
 
-def _launch(args: argparse.Namespace) -> int:
+def launch_workers(args: argparse.Namespace) -> int:
     """Start ``--nproc`` workers with torchrun's machinery and wait for them.
 
     Ends with one line on stderr when the job fails: the failing rank and its
@@ -311,7 +311,7 @@ def _failure_cause(failure: Any) -> str:
 
 
 
-def _init_torchrun_group(rank: int, world: int, timeout: timedelta, backend: str = "gloo",
+def init_torchrun_group(rank: int, world: int, timeout: timedelta, backend: str = "gloo",
                          device: str = "cpu") -> None:
     """``init_process_group`` (``backend``, this rank on ``device``) under
     torchrun, in a store namespace of its own per restart attempt: with
@@ -320,7 +320,7 @@ def _init_torchrun_group(rank: int, world: int, timeout: timedelta, backend: str
     entries published there."""
     import torch.distributed as dist
 
-    device_id = _bind_device(device)
+    device_id = bind_device(device)
     extra = {"device_id": device_id} if backend == "nccl" else {}
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
         dist.init_process_group(backend, timeout=timeout, **extra)
@@ -332,7 +332,7 @@ def _init_torchrun_group(rank: int, world: int, timeout: timedelta, backend: str
     dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout, **extra)
 
 
-def _report_runtime_failure(rank: int, world: int, exc: BaseException, timeout: Optional[float] = None) -> int:
+def report_runtime_failure(rank: int, world: int, exc: BaseException, timeout: Optional[float] = None) -> int:
     """A failure during training: when ``exc`` only says that a peer is gone
     or timed out, name the rank that published a failure, or the rank that
     stopped answering (and end it if it runs here: it cannot act on

@@ -37,12 +37,12 @@ import contextlib
 import os
 from datetime import timedelta
 
-from .launch import (DevicePlan, _bind_device, _in_torchrun, _init_torchrun_group, _launch, _machine_plan,  # noqa: F401
-                     _report_runtime_failure, plan_devices, worker_argv)
+from .launch import (DevicePlan, bind_device, in_torchrun, init_torchrun_group, launch_workers, machine_plan,  # noqa: F401
+                     report_runtime_failure, plan_devices, worker_argv)
 from .train_checks import check_args, run_record  # noqa: F401
 from .train_job import train  # noqa: F401
-from .train_options import DEVICES, DTYPES, FORMATS, PROG, SCHEMA_VERSION, _fail, add_parser  # noqa: F401
-from .train_report import _print_report  # noqa: F401
+from .train_options import DEVICES, DTYPES, FORMATS, PROG, SCHEMA_VERSION, fail, add_parser  # noqa: F401
+from .train_report import print_report  # noqa: F401
 
 __all__ = ["add_parser", "run", "train", "check_args", "run_record", "worker_argv", "plan_devices", "DevicePlan",
            "DEVICES", "DTYPES", "FORMATS", "PROG", "SCHEMA_VERSION"]
@@ -50,21 +50,21 @@ __all__ = ["add_parser", "run", "train", "check_args", "run_record", "worker_arg
 
 def run(args: argparse.Namespace) -> int:
     check_args(args)
-    if _in_torchrun():
+    if in_torchrun():
         return _worker(args)
     if args.nproc is not None:
-        return _launch(args)
+        return launch_workers(args)
     import torch.distributed as dist
 
     if dist.is_initialized():
-        _fail("a torch.distributed process group is already initialized in this process; run "
+        fail("a torch.distributed process group is already initialized in this process; run "
               "`pyg-dynscale train` in its own process (or under torchrun).")
-    plan = _machine_plan(args, 1)
+    plan = machine_plan(args, 1)
     device = plan.device(0)
     store = dist.HashStore()
 
     def init() -> None:
-        device_id = _bind_device(device)
+        device_id = bind_device(device)
         dist.init_process_group(plan.backend, store=store, rank=0, world_size=1,
                                 **({"device_id": device_id} if plan.backend == "nccl" else {}))
 
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
-    _print_report(args, report, plan)
+    print_report(args, report, plan)
     return 0
 
 
@@ -93,33 +93,33 @@ def _worker(args: argparse.Namespace) -> int:
     args._stop_heartbeat = lambda: None
     try:
         if args.nproc is not None and args.nproc != world:
-            _fail(f"--nproc {args.nproc} differs from torchrun's world size {world}; drop --nproc under torchrun.")
+            fail(f"--nproc {args.nproc} differs from torchrun's world size {world}; drop --nproc under torchrun.")
         # torchrun sets LOCAL_RANK / LOCAL_WORLD_SIZE; a hand-made environment without them is taken as one
         # machine (overestimating the local ranks only picks the staged exchange, never two ranks per GPU on NCCL)
         local_rank = int(os.environ.get("LOCAL_RANK", rank))
-        plan = _machine_plan(args, int(os.environ.get("LOCAL_WORLD_SIZE", world)))
+        plan = machine_plan(args, int(os.environ.get("LOCAL_WORLD_SIZE", world)))
         device = plan.device(local_rank)
 
         def init() -> None:
             from ..distributed.failure import start_heartbeat
 
-            _init_torchrun_group(rank, world, backend_timeout, plan.backend, device)
+            init_torchrun_group(rank, world, backend_timeout, plan.backend, device)
             # from here on a rank that stops answering can be told from one that is only slow
             args._stop_heartbeat = start_heartbeat(rank)
 
         report = train(args, rank, world, init, device)
         if rank == 0:
-            _print_report(args, report, plan)
+            print_report(args, report, plan)
         return 0
     except (DynScaleError, OSError, ValueError) as exc:
         if dist.is_initialized() and is_transport_error(exc):
-            return _report_runtime_failure(rank, world, exc, args.timeout)
+            return report_runtime_failure(rank, world, exc, args.timeout)
         publish_failure(rank, f"{type(exc).__name__}: {exc}")
         ErrorHandler().record_exception(exc)
         say(f"{PROG}: error (rank {rank}): {exc}")
         return 2
     except Exception as exc:
-        return _report_runtime_failure(rank, world, exc, args.timeout)
+        return report_runtime_failure(rank, world, exc, args.timeout)
     finally:
         args._stop_heartbeat()
         if dist.is_initialized():

@@ -8,8 +8,8 @@ import math
 import os
 from typing import Any, Optional
 
-from .launch import _in_torchrun, plan_devices
-from .train_options import REFUSED_DTYPES, _fail, dtype_refusal
+from .launch import in_torchrun, plan_devices
+from .train_options import REFUSED_DTYPES, fail, dtype_refusal
 
 
 # ---------------------------------------------------------------------- checks
@@ -19,9 +19,9 @@ def check_args(args: argparse.Namespace) -> None:
 
     path = args.path
     if os.path.isdir(path):
-        _fail(f"PATH '{path}' is a directory; give a dataset file.")
+        fail(f"PATH '{path}' is a directory; give a dataset file.")
     if os.path.exists(path) and not os.access(path, os.R_OK):
-        _fail(f"cannot read PATH '{path}' (permission denied).")
+        fail(f"cannot read PATH '{path}' (permission denied).")
     if not os.path.exists(path):
         from ..data.loaders.pygt_json import canonical_dataset_name
         from ..errors import SignalValidationError
@@ -29,27 +29,27 @@ def check_args(args: argparse.Namespace) -> None:
         try:
             name = canonical_dataset_name(path)
         except SignalValidationError:
-            _fail(f"no such file: PATH '{path}' (and not the name of an embedded dataset such as 'england_covid').")
+            fail(f"no such file: PATH '{path}' (and not the name of an embedded dataset such as 'england_covid').")
         if name != "england_covid":  # the only embedded one; the others' message would name load()'s cache_dir
-            _fail(f"PATH '{path}' names the PyGT dataset '{name}', which is not embedded (only england_covid is) and "
+            fail(f"PATH '{path}' names the PyGT dataset '{name}', which is not embedded (only england_covid is) and "
                   f"never downloaded: download {name}.json from PyGT's repository and pass its path.")
     for name in ("epochs", "hidden", "threads", "checkpoint_every"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
-            _fail(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}.")
+            fail(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}.")
     if args.nproc is not None and args.nproc < 1:
-        _fail(f"--nproc must be >= 1, got {args.nproc}.")
+        fail(f"--nproc must be >= 1, got {args.nproc}.")
     if args.max_restarts < 0:
-        _fail(f"--max-restarts must be >= 0, got {args.max_restarts}.")
+        fail(f"--max-restarts must be >= 0, got {args.max_restarts}.")
     if args.max_restarts and args.nproc is None:
-        _fail("--max-restarts needs --nproc (under torchrun, pass --max-restarts to torchrun).")
+        fail("--max-restarts needs --nproc (under torchrun, pass --max-restarts to torchrun).")
     if not (math.isfinite(args.lr) and args.lr > 0):
-        _fail(f"--lr must be a positive number, got {args.lr}.")
+        fail(f"--lr must be a positive number, got {args.lr}.")
     if not (math.isfinite(args.timeout) and args.timeout > 0):
-        _fail(f"--timeout must be a positive number of seconds, got {args.timeout}.")
+        fail(f"--timeout must be a positive number of seconds, got {args.timeout}.")
     if not 0.0 < args.train_ratio < 1.0:
-        _fail(f"--train-ratio must lie in (0, 1), got {args.train_ratio}.")
+        fail(f"--train-ratio must lie in (0, 1), got {args.train_ratio}.")
     if args.dtype in REFUSED_DTYPES:  # the parser refuses them already; a Namespace made in Python too
-        _fail(f"--dtype {dtype_refusal(args.dtype)}")
+        fail(f"--dtype {dtype_refusal(args.dtype)}")
     # the launcher and every rank refuse a missing GPU before anything starts (the plan itself is per machine)
     plan_devices(args.device, torch.cuda.is_available(), torch.cuda.device_count(), 1)
     args.stale_config = _stale_config(args)
@@ -57,37 +57,38 @@ def check_args(args: argparse.Namespace) -> None:
     from ..nn.zoo import BLACK_BOX_MODELS, RECOMPUTABLE_MODELS
 
     if args.locality and args.scheme != "pts":
-        _fail(f"--locality orders the vertices of --scheme pts; it does not apply to --scheme {args.scheme}.")
+        fail(f"--locality orders the vertices of --scheme pts; it does not apply to --scheme {args.scheme}"
+              + (" (auto compares pts with and without locality): add --scheme pts." if args.scheme == "auto" else "."))
     if args.recompute_every is not None:
         if args.recompute_every < 1:
-            _fail(f"--recompute-every must be >= 1 snapshot, got {args.recompute_every}.")
+            fail(f"--recompute-every must be >= 1 snapshot, got {args.recompute_every}.")
         if args.user_model is None and args.model not in RECOMPUTABLE_MODELS:
-            _fail(f"--recompute-every with --model {args.model}: windows of snapshots need a recurrent state and no "
+            fail(f"--recompute-every with --model {args.model}: windows of snapshots need a recurrent state and no "
                   f"BatchNorm; use one of {', '.join(RECOMPUTABLE_MODELS)}, or drop --recompute-every.")
         if args.fusion != "full":
-            _fail("--recompute-every runs each window as one fused call: leave --fusion at full.")
+            fail("--recompute-every runs each window as one fused call: leave --fusion at full.")
 
     if args.model in BLACK_BOX_MODELS:
         if args.stale_config.enabled:
-            _fail(f"--stale with --model {args.model}: the stale cache works on the decomposed path only, and "
+            fail(f"--stale with --model {args.model}: the stale cache works on the decomposed path only, and "
                   f"{args.model} runs on the black-box path. Use --stale off.")
         if args.fusion != "full":
-            _fail(f"--fusion {args.fusion} with --model {args.model}: fusion is a decomposed-path option; the "
+            fail(f"--fusion {args.fusion} with --model {args.model}: fusion is a decomposed-path option; the "
                   "black-box path calls the cell once per snapshot. Leave --fusion at its default.")
     if args.model == "dysat" and args.hidden % 2:
-        _fail(f"--hidden {args.hidden} with --model dysat: its 2 attention heads split the hidden width; use an even "
+        fail(f"--hidden {args.hidden} with --model dysat: its 2 attention heads split the hidden width; use an even "
               f"--hidden such as {args.hidden + 1}.")
     if args.resume and not args.checkpoint_dir:
-        _fail("--resume needs --checkpoint-dir DIR.")
+        fail("--resume needs --checkpoint-dir DIR.")
     if args.window is not None:
         from ..data.loaders.edgelist import parse_window
 
         try:
             seconds = parse_window(args.window)
         except Exception as exc:
-            _fail(f"--window: {exc}")
+            fail(f"--window: {exc}")
         if not (math.isfinite(seconds) and seconds >= 1e-6):
-            _fail(f"--window must be a duration of at least a microsecond, got {args.window!r}.")
+            fail(f"--window must be a duration of at least a microsecond, got {args.window!r}.")
     # every file the run reads or writes, before anything loads, partitions or trains
     _check_data_file(args)
     _check_output_paths(args)
@@ -106,13 +107,13 @@ def _check_model(args: argparse.Namespace) -> None:
     args.user_model = None
     if not is_model_spec(args.model):
         if args.model_args is not None:
-            _fail(f"--model-args applies to your own model (--model PATH.py:ClassName or package.module:ClassName); "
+            fail(f"--model-args applies to your own model (--model PATH.py:ClassName or package.module:ClassName); "
                   f"--model {args.model} is built by the zoo from the data and --hidden: drop --model-args.")
         if args.hidden is None:
             args.hidden = 32
         return
     if args.hidden is not None:
-        _fail(f"--hidden {args.hidden} sets the width of the zoo's models; --model {args.model} is built from "
+        fail(f"--hidden {args.hidden} sets the width of the zoo's models; --model {args.model} is built from "
               f"--model-args: give its width there (e.g. --model-args '{{\"hidden\": {args.hidden}}}'), and drop "
               "--hidden.")
     args.user_model = load_user_model(args.model, args.model_args)
@@ -135,7 +136,7 @@ def _head(path: str, size: int = 65536) -> bytes:
             with gzip.open(path, "rb") as f:
                 return f.read(size)
         except (OSError, EOFError, zlib.error):
-            _fail(f"PATH '{path}': the gzip stream is corrupt or truncated; re-download or re-compress the file.")
+            fail(f"PATH '{path}': the gzip stream is corrupt or truncated; re-download or re-compress the file.")
     return raw
 
 
@@ -157,14 +158,14 @@ def _check_data_file(args: argparse.Namespace) -> None:
     path, fmt = args.path, args.format
     if not os.path.exists(path):  # an embedded dataset name (check_args refused anything else)
         if fmt in ("edgelist", "dynscale"):
-            _fail(f"--format {fmt}: PATH '{path}' is not a file but the name of an embedded PyGT dataset "
+            fail(f"--format {fmt}: PATH '{path}' is not a file but the name of an embedded PyGT dataset "
                   f"(pygt-json); drop --format {fmt}, or give the path of {_FORMAT_WORDS[fmt]}.")
         resolved, by_name = "pygt-json", True
     else:
         head = _head(path)
         looks = _sniff(head)
         if fmt != "auto" and looks != fmt:
-            _fail(f"--format {fmt}: PATH '{path}' looks like {_FORMAT_WORDS[looks]}, not {_FORMAT_WORDS[fmt]}; "
+            fail(f"--format {fmt}: PATH '{path}' looks like {_FORMAT_WORDS[looks]}, not {_FORMAT_WORDS[fmt]}; "
                   + (f"use --format {looks} (or --format auto)." if looks != "binary" else
                      "check that PATH is the file you mean."))
         resolved = detect_format(path) if fmt == "auto" else fmt
@@ -172,10 +173,10 @@ def _check_data_file(args: argparse.Namespace) -> None:
         if resolved == "edgelist":
             _check_edge_list_columns(path, head)
     if resolved == "edgelist" and args.window is None:
-        _fail(f"--window is required to bin the edge list '{path}' into snapshots (e.g. --window 1d).")
+        fail(f"--window is required to bin the edge list '{path}' into snapshots (e.g. --window 1d).")
     if resolved != "edgelist" and args.window is not None:
         how = "is" if fmt == "auto" and not by_name else "is read as"
-        _fail(f"--window applies to temporal edge lists, and PATH '{path}' {how} {_FORMAT_WORDS[resolved]}, "
+        fail(f"--window applies to temporal edge lists, and PATH '{path}' {how} {_FORMAT_WORDS[resolved]}, "
               "already in snapshots; drop --window"
               + (" (or add --format edgelist if it is an edge list)." if os.path.exists(path) else "."))
 
@@ -189,13 +190,13 @@ def _check_edge_list_columns(path: str, head: bytes) -> None:
             continue
         cols = len(re.split(rb"[\s,]+", text))
         if cols < 3:
-            _fail(f"PATH '{path}': line {number} has {cols} column{'s' if cols != 1 else ''}, and a temporal edge "
+            fail(f"PATH '{path}': line {number} has {cols} column{'s' if cols != 1 else ''}, and a temporal edge "
                   "list needs 'source target ... time' (the time in the last column); add a time column to the "
                   "file (train reads the first two columns and the last).")
         return
 
 
-def _readable_reason(exc: BaseException) -> str:
+def readable_reason(exc: BaseException) -> str:
     """``exc``'s message, unless it repeats torch's advice to load with
     ``weights_only=False`` (unpickling an untrusted file runs its code)."""
     text = str(exc)
@@ -207,16 +208,16 @@ def _check_partition_file(args: argparse.Namespace) -> None:
     if args.partition is None:
         return
     if os.path.isdir(args.partition):
-        _fail(f"--partition '{args.partition}' is a directory; give a partition file (pyg-dynscale partition PATH "
+        fail(f"--partition '{args.partition}' is a directory; give a partition file (pyg-dynscale partition PATH "
               "--parts N --out FILE writes one).")
     if not os.path.isfile(args.partition):
-        _fail(f"--partition: no such file '{args.partition}'; write one with pyg-dynscale partition PATH --parts N "
+        fail(f"--partition: no such file '{args.partition}'; write one with pyg-dynscale partition PATH --parts N "
               "--out FILE, or drop --partition.")
-    _read_partition(args.partition, "--partition", "re-create it with pyg-dynscale partition PATH --parts N --out "
+    read_partition(args.partition, "--partition", "re-create it with pyg-dynscale partition PATH --parts N --out "
                                                    "FILE, or drop --partition")
 
 
-def _read_partition(path: str, what: str, fix: str, data: Any = None) -> Any:
+def read_partition(path: str, what: str, fix: str, data: Any = None) -> Any:
     """:func:`load_partition` (made for ``data`` if given), with one-line
     errors naming ``what`` and ``fix``."""
     from ..errors import PartitionFormatError
@@ -225,8 +226,8 @@ def _read_partition(path: str, what: str, fix: str, data: Any = None) -> Any:
     try:
         return load_partition(path, data)
     except PartitionFormatError as exc:
-        reason = _readable_reason(exc)
-        _fail(f"{what} '{path}' is not a readable pyg_dynscale partition file"
+        reason = readable_reason(exc)
+        fail(f"{what} '{path}' is not a readable pyg_dynscale partition file"
               + (reason or " (corrupt, truncated, or not written by save_partition: it is read without unpickling "
                            "objects)") + f"; {fix}.")
 
@@ -235,27 +236,27 @@ def _check_output_paths(args: argparse.Namespace) -> None:
     if args.save_partition is not None:
         path = args.save_partition
         if os.path.isdir(path):
-            _fail(f"--save-partition '{path}' is a directory; give a file name such as "
+            fail(f"--save-partition '{path}' is a directory; give a file name such as "
                   f"{os.path.join(path, 'partition.pt')}.")
         parent = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(parent):
-            _fail(f"--save-partition: the folder '{parent}' does not exist; create it first.")
+            fail(f"--save-partition: the folder '{parent}' does not exist; create it first.")
         if not os.access(path if os.path.exists(path) else parent, os.W_OK):
-            _fail(f"--save-partition: cannot write '{path}' (permission denied); choose a writable location.")
+            fail(f"--save-partition: cannot write '{path}' (permission denied); choose a writable location.")
     if args.checkpoint_dir is not None:
         path = args.checkpoint_dir
         if os.path.exists(path) and not os.path.isdir(path):
-            _fail(f"--checkpoint-dir '{path}' is a file, not a directory; give a directory (it is created if "
+            fail(f"--checkpoint-dir '{path}' is a file, not a directory; give a directory (it is created if "
                   "missing), or move the file away.")
         parent = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(parent):
-            _fail(f"--checkpoint-dir: the folder '{parent}' does not exist; create it first.")
+            fail(f"--checkpoint-dir: the folder '{parent}' does not exist; create it first.")
         if not os.access(path if os.path.exists(path) else parent, os.W_OK):
-            _fail(f"--checkpoint-dir: cannot write into '{path}' (permission denied); choose a writable directory.")
+            fail(f"--checkpoint-dir: cannot write into '{path}' (permission denied); choose a writable directory.")
 
 
 def _expected_world(args: argparse.Namespace) -> int:
-    if _in_torchrun() and "WORLD_SIZE" in os.environ:
+    if in_torchrun() and "WORLD_SIZE" in os.environ:
         return int(os.environ["WORLD_SIZE"])
     return args.nproc if args.nproc is not None else 1
 
@@ -275,12 +276,12 @@ def _check_resume(args: argparse.Namespace) -> None:
         check_run(found[1], run_record(args, None, _expected_world(args), None), ignore=("signal", "scheme"))
         verify_checkpoint(found[1])
     except CheckpointMismatchError as exc:
-        _fail(_mismatch_message(exc, args))
+        fail(mismatch_message(exc, args))
     except CheckpointDamagedError as exc:
-        _fail(f"--resume: {exc}")
+        fail(f"--resume: {exc}")
     saved = os.path.join(args.checkpoint_dir, "partition.pt")
     if args.partition is None and os.path.isfile(saved):
-        _read_partition(saved, "--resume: the checkpoints' partition", "delete it (the run partitions again: the "
+        read_partition(saved, "--resume: the checkpoints' partition", "delete it (the run partitions again: the "
                         "same partition for the same data and --seed), or use a new --checkpoint-dir")
 
 
@@ -290,7 +291,7 @@ _RECORD_OPTIONS = {"model": "--model", "model_class": "--model", "model_args": "
                    "world_size": "--nproc", "signal": "PATH", "loss": "--target"}
 
 
-def _mismatch_message(exc: Any, args: argparse.Namespace) -> str:
+def mismatch_message(exc: Any, args: argparse.Namespace) -> str:
     """One line naming every differing field, its option and the checkpoint's value."""
     if not exc.fields:  # another checkpoint format: its own message says what to do
         return f"--resume: {exc}"
@@ -325,7 +326,7 @@ def _stale_config(args: argparse.Namespace) -> Any:
     for item in args.stale_kind:
         kind, sep, spec = item.partition("=")
         if not sep:
-            _fail(f"--stale-kind {item!r}: write KIND=POLICY, e.g. temporal=static:0.3.")
+            fail(f"--stale-kind {item!r}: write KIND=POLICY, e.g. temporal=static:0.3.")
         per_kind.append((kind.strip(), spec.strip()))
     try:
         return StaleConfig.parse(args.stale, kinds=kinds, backward=args.stale_backward, scope=args.stale_scope,
@@ -333,7 +334,7 @@ def _stale_config(args: argparse.Namespace) -> Any:
     except DynScaleError as exc:  # name every stale option given: the error may be in any of them
         given = [f"--stale {args.stale}"] + ([f"--stale-kinds {args.stale_kinds}"] if args.stale_kinds is not None
                                               else []) + [f"--stale-kind {item}" for item in args.stale_kind]
-        _fail(f"{' '.join(given)}: {exc}")
+        fail(f"{' '.join(given)}: {exc}")
 
 
 def _loss_name(target: str) -> str:

@@ -10,8 +10,8 @@ import time
 from typing import Any, Callable
 
 from .launch import attempt_note, restarts_so_far
-from .train_checks import _mismatch_message, _read_partition, _readable_reason, run_record
-from .train_options import PROG, SCHEMA_VERSION, _fail
+from .train_checks import mismatch_message, read_partition, readable_reason, run_record
+from .train_options import PROG, SCHEMA_VERSION, fail
 from .user_model import build_user_model, describe_head, needs_sorted_edges, runtime_path
 
 
@@ -32,14 +32,14 @@ def _load_signal(args: argparse.Namespace) -> Any:
                         target="link" if args.target == "link" else "degree", degree_transform="log1p")
         return load(args.path, format=fmt, window=args.window)
     except SignalValidationError as exc:  # the loader names its arguments; say which option or file it was
-        _fail(_signal_error(exc, args))
+        fail(_signal_error(exc, args))
     except DynScaleError as exc:
-        reason = _readable_reason(exc)
+        reason = readable_reason(exc)
         if not reason:  # an archive torch refused to unpickle: never suggest weights_only=False
-            _fail(f"PATH '{args.path}' is not a readable pyg_dynscale signal file (corrupt, truncated, or not written "
+            fail(f"PATH '{args.path}' is not a readable pyg_dynscale signal file (corrupt, truncated, or not written "
                   "by DynamicGraphSignal.save: it is read without unpickling objects); re-create it with "
                   "DynamicGraphSignal.save(), or pass the original dataset file.")
-        _fail(str(exc) if args.path in str(exc) else f"PATH '{args.path}': {exc}")
+        fail(str(exc) if args.path in str(exc) else f"PATH '{args.path}': {exc}")
 
 
 def _signal_error(exc: Any, args: argparse.Namespace) -> str:
@@ -58,19 +58,32 @@ def _signal_error(exc: Any, args: argparse.Namespace) -> str:
 
 def _check_target(signal: Any, args: argparse.Namespace) -> None:
     if args.target == "link" and "edge_label_index" not in signal.extra_keys:
-        _fail(f"--target link needs link labels (edge_label_index / edge_label), and '{args.path}' has none; "
+        fail(f"--target link needs link labels (edge_label_index / edge_label), and '{args.path}' has none; "
               "PyGT datasets are node regression: use --target node, or a temporal edge list for links.")
     if args.target == "node" and signal.y is None:
-        _fail(f"--target node needs node targets y, and '{args.path}' has none; use --target link.")
+        fail(f"--target node needs node targets y, and '{args.path}' has none; use --target link.")
 
 
-def _partition(signal: Any, scheme: str, world: int, pattern: Any, args: argparse.Namespace) -> Any:
+def _partition(signal: Any, scheme: str, world: int, pattern: Any, args: argparse.Namespace,
+               locality: bool = False) -> Any:
     from ..partition.algorithms.dispatch import partition
 
     opts = {"threads": args.threads} if scheme == "pgc" else {}
-    if scheme == "pts" and args.locality:
+    if scheme == "pts" and (args.locality or locality):
         opts["locality"] = True
     return partition(signal, scheme, world, pattern, seed=args.seed, **opts)
+
+
+def _partition_auto(model: Any, signal: Any, world: int, args: argparse.Namespace, device: str,
+                    bytes_per_element: int) -> Any:
+    """``--scheme auto``: the candidate with the lowest predicted epoch on the
+    path ``model`` takes (its dependency pattern, or on the black-box path its
+    probe), with the cost constants of ``device``'s type."""
+    from ..partition.algorithms.auto import CostModel
+    from ..runtime.paths import partition_for_model
+
+    return partition_for_model(model, signal, world, "auto", seed=args.seed, bytes_per_element=bytes_per_element,
+                               cost=CostModel.for_device(str(device)))
 
 
 def _check_user_path(model: Any, signal: Any, args: argparse.Namespace, bytes_per_element: int) -> Any:
@@ -87,20 +100,20 @@ def _check_user_path(model: Any, signal: Any, args: argparse.Namespace, bytes_pe
     path, resolved = runtime_path(model)
     if path == "blackbox":
         if args.stale_config.enabled:
-            _fail(f"--stale with --model {spec}: the stale cache works on the decomposed path only, and {name} runs "
+            fail(f"--stale with --model {spec}: the stale cache works on the decomposed path only, and {name} runs "
                   "on the black-box path. Use --stale off.")
         if args.fusion != "full":
-            _fail(f"--fusion {args.fusion} with --model {spec}: fusion is a decomposed-path option, and {name} runs on "
+            fail(f"--fusion {args.fusion} with --model {spec}: fusion is a decomposed-path option, and {name} runs on "
                   "the black-box path, which calls it once per snapshot. Leave --fusion at its default.")
     elif args.recompute_every is not None:
         try:
             check_windowable(resolved)
         except NotImplementedError as exc:
-            _fail(f"--recompute-every with --model {spec}: {exc} Drop --recompute-every.")
+            fail(f"--recompute-every with --model {spec}: {exc} Drop --recompute-every.")
     try:
         return model_pattern(model, signal, bytes_per_element=bytes_per_element, check=True)[0]
     except DynScaleError as exc:
-        _fail(f"--model {spec}: {exc}")
+        fail(f"--model {spec}: {exc}")
 
 
 def train(args: argparse.Namespace, rank: int, world: int, init_process_group: Callable[[], None],
@@ -138,21 +151,21 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
     try:
         train_sig, test_sig = signal.split(args.train_ratio)
     except SignalValidationError as exc:
-        _fail(_signal_error(exc, args))
+        fail(_signal_error(exc, args))
     for name, s in (("training", train_sig), ("test", test_sig)):
         if world > s.num_vertex_time_nodes:
-            _fail(f"--nproc {world} is larger than the {s.num_vertex_time_nodes} vertex-time nodes of the {name} "
+            fail(f"--nproc {world} is larger than the {s.num_vertex_time_nodes} vertex-time nodes of the {name} "
                   f"split: use at most {s.num_vertex_time_nodes} processes.")
     part = None
     if args.partition is not None:
         try:
-            part = _read_partition(args.partition, "--partition", "re-create it with pyg-dynscale partition PATH "
+            part = read_partition(args.partition, "--partition", "re-create it with pyg-dynscale partition PATH "
                                    "--parts N --out FILE, or drop --partition", train_sig)
         except PartitionError as exc:
-            _fail(f"--partition {args.partition}: {exc} (partitions are made for the training split of PATH "
+            fail(f"--partition {args.partition}: {exc} (partitions are made for the training split of PATH "
                   f"with --train-ratio {args.train_ratio}).")
         if part.num_parts != world:
-            _fail(f"--partition {args.partition} has {part.num_parts} parts but {world} processes train; "
+            fail(f"--partition {args.partition} has {part.num_parts} parts but {world} processes train; "
                   f"partition into {world} parts or start {part.num_parts} processes.")
     if user is not None:
         user_pattern = _check_user_path(model, train_sig, args, torch.empty((), dtype=dtype).element_size())
@@ -165,9 +178,9 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
             try:
                 check_run(found[1], record)  # before the processes connect: the same error on every rank
             except CheckpointMismatchError as exc:
-                _fail(_mismatch_message(exc, args))
+                fail(mismatch_message(exc, args))
             except CheckpointDamagedError as exc:
-                _fail(f"--resume: {exc}")
+                fail(f"--resume: {exc}")
             resume_from = found
         elif rank == 0:  # said once, where the report is printed
             print(f"{PROG}: --resume: no complete checkpoint in '{args.checkpoint_dir}' yet; starting fresh at epoch "
@@ -175,10 +188,10 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
     saved_part = os.path.join(args.checkpoint_dir, "partition.pt") if args.checkpoint_dir else None
     if part is None and resume_from is not None and os.path.isfile(saved_part):
         try:  # the exact partition of the interrupted run
-            part = _read_partition(saved_part, "--resume: the checkpoints' partition", "delete it, or use a new "
+            part = read_partition(saved_part, "--resume: the checkpoints' partition", "delete it, or use a new "
                                    "--checkpoint-dir", train_sig)
         except PartitionError as exc:
-            _fail(f"--resume: the checkpoints' partition '{saved_part}' was made for other data ({exc}); resume with "
+            fail(f"--resume: the checkpoints' partition '{saved_part}' was made for other data ({exc}); resume with "
                   "the same PATH and --train-ratio, or use a new --checkpoint-dir.")
     # ---- processes connect
     init_process_group()
@@ -187,18 +200,21 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
         model, head, loss = build_model(args.model, signal.num_node_features, args.hidden,
                                         num_snapshots=train_sig.num_snapshots, num_vertices=signal.num_vertices,
                                         target=args.target)
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    if part is None and args.scheme == "auto":  # on the host, before the move: the black-box probe runs the model
+        part = _partition_auto(model.to(dtype=dtype), train_sig, world, args, device, itemsize)
     # built on the host from the seed, then moved: every device starts from the same parameters
     model = model.to(device=device, dtype=dtype)
     head = head.to(device=device, dtype=dtype) if head is not None else None
     pattern = (user_pattern if user is not None else
-               partition_pattern(model, args.model, signal.num_node_features, args.hidden,
-                                 torch.empty((), dtype=dtype).element_size()))
+               partition_pattern(model, args.model, signal.num_node_features, args.hidden, itemsize))
     # Every rank partitions (deterministic for a seed; DistributedTrainer checks that the ranks agree): no
     # rank waits in a collective while another one partitions, which can take longer than --timeout (e.g.
     # the first PGC call on a fresh install compiles its kernels).
     if part is None:
         part = _partition(train_sig, args.scheme, world, pattern, args)
-    test_part = _partition(test_sig, part.scheme if part.scheme in SCHEMES else "pss", world, pattern, args)
+    test_part = _partition(test_sig, part.scheme if part.scheme in SCHEMES else "pss", world, pattern, args,
+                           locality=bool(part.meta.get("locality", False)))
     if rank == 0:
         if args.save_partition:
             save_partition(part, args.save_partition)
@@ -219,12 +235,12 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
         try:
             progress = load_checkpoint(resume_from[1], modules, trainer.optimizer, record)["progress"]
         except CheckpointDamagedError as exc:
-            _fail(f"--resume: {exc}")
+            fail(f"--resume: {exc}")
         start = resume_from[0]
         # the optimizer state carries its learning rate: a record written before it held "lr" is checked here
         restored = trainer.optimizer.param_groups[0]["lr"]
         if not math.isclose(restored, args.lr, rel_tol=1e-9):
-            _fail(f"--resume: the checkpoint {resume_from[1]} trained with lr {restored!r} (restored with its "
+            fail(f"--resume: the checkpoint {resume_from[1]} trained with lr {restored!r} (restored with its "
                   f"optimizer state), this run asks for --lr {args.lr!r}; resume with --lr {restored!r}, or use a "
                   "new --checkpoint-dir.")
         if rank == 0:  # after a restart too: the launcher said why it restarted, this says where training goes on
@@ -287,6 +303,7 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
         "bytes_measured": progress["bytes_measured"], "bytes_predicted": progress["bytes_predicted"],
         "load_bytes": final["load"], "partition_seconds": float(part.seconds),
         "partition_meta": {k: v for k, v in part.meta.items() if k in ("winner", "start", "cap", "coarsened")},
+        "auto": part.meta.get("auto"),
         "setup_seconds": trainer.setup_seconds, "resumed_from_epoch": resume_from[0] if resume_from else None,
         "checkpoints": checkpoints, "total_seconds": time.perf_counter() - t_start,
         "device": str(trainer.device), "backend": trainer.transport.backend, "exchange": trainer.transport.name,

@@ -17,7 +17,7 @@ REFUSED_DTYPES = ("float16", "bfloat16")
 DEVICES = ("auto", "cpu", "cuda")
 PROG = "pyg-dynscale train"
 #: Options of the launcher only: stripped from the command line the workers get.
-_LAUNCHER_OPTIONS = ("--nproc", "--max-restarts")
+LAUNCHER_OPTIONS = ("--nproc", "--max-restarts")
 
 
 
@@ -51,7 +51,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--model-args", default=None, metavar="JSON",
                    help="with --model PATH.py:Name or module:Name: the constructor's keyword arguments as a JSON "
                         "object, e.g. '{\"hidden\": 16}'")
-    p.add_argument("--scheme", choices=SCHEMES, default="pgc", help="partition scheme (default: pgc)")
+    p.add_argument("--scheme", choices=SCHEMES, default="auto",
+                   help="partition scheme; auto (default): the one with the lowest predicted epoch for this model "
+                        "and data among pss, pts (with and without --locality), pss-ts and pgc, reported with the "
+                        "candidates' predicted costs")
     p.add_argument("--locality", action="store_true",
                    help="pts: ranks get contiguous ranges of a Cuthill-McKee vertex order (neighbours together: small "
                         "halos on the black-box path whatever the vertex ids)")
@@ -140,6 +143,6 @@ def _model_type(names: tuple) -> Any:
     return model
 
 
-def _fail(message: str) -> None:
+def fail(message: str) -> None:
 
     raise CommandError(message)

@@ -9,7 +9,7 @@ from .launch import DevicePlan
 
 
 # -------------------------------------------------------------------- output
-def _print_report(args: argparse.Namespace, r: dict, plan: Optional[DevicePlan] = None) -> None:
+def print_report(args: argparse.Namespace, r: dict, plan: Optional[DevicePlan] = None) -> None:
     if args.json:
         print(json.dumps(r, allow_nan=False), flush=True)
         return

@@ -65,7 +65,7 @@ _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_O
 _BY_NAME = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
 
 
-def _fail(message: str) -> None:
+def fail(message: str) -> None:
     raise CommandError(message)
 
 
@@ -132,14 +132,14 @@ def parse_model_args(text: Optional[str]) -> dict:
     try:
         value = json.loads(text)
     except ValueError as exc:
-        _fail(f"--model-args {text!r} is not valid JSON ({exc}); give a JSON object of keyword arguments, {example} "
+        fail(f"--model-args {text!r} is not valid JSON ({exc}); give a JSON object of keyword arguments, {example} "
               "(quote it for the shell).")
     if not isinstance(value, dict):
-        _fail(f"--model-args {text!r} is a JSON {type(value).__name__}, not an object; give the constructor's keyword "
+        fail(f"--model-args {text!r} is a JSON {type(value).__name__}, not an object; give the constructor's keyword "
               f"arguments as a JSON object, {example}.")
     bad = [k for k in value if not k.isidentifier()]
     if bad:
-        _fail(f"--model-args: {bad[0]!r} is not a keyword argument name; give a JSON object keyed by the "
+        fail(f"--model-args: {bad[0]!r} is not a keyword argument name; give a JSON object keyed by the "
               f"constructor's parameter names, {example}.")
     return value
 
@@ -156,15 +156,15 @@ def _user_code(spec: str) -> Any:
 def _import_file(spec: str, path: str) -> Any:
     full = os.path.abspath(path)
     if os.path.isdir(full):
-        _fail(f"--model {spec}: '{path}' is a directory; give a Python file, PATH.py:ClassName.")
+        fail(f"--model {spec}: '{path}' is a directory; give a Python file, PATH.py:ClassName.")
     if not os.path.isfile(full):
-        _fail(f"--model {spec}: no such file '{path}' (resolved against the current directory '{os.getcwd()}'); "
+        fail(f"--model {spec}: no such file '{path}' (resolved against the current directory '{os.getcwd()}'); "
               "give the path of the Python file that defines the model, PATH.py:ClassName.")
     stem = re.sub(r"\W", "_", os.path.splitext(os.path.basename(full))[0])
     name = MODULE_PREFIX + stem
     loader_spec = importlib.util.spec_from_file_location(name, full)
     if loader_spec is None or loader_spec.loader is None:
-        _fail(f"--model {spec}: '{path}' cannot be imported as a Python file; give a .py file.")
+        fail(f"--model {spec}: '{path}' cannot be imported as a Python file; give a .py file.")
     module = importlib.util.module_from_spec(loader_spec)
     folder = os.path.dirname(full)
     if folder not in sys.path:
@@ -181,14 +181,14 @@ def _import_file(spec: str, path: str) -> Any:
             sys.modules.pop(name, None)
         if isinstance(exc, KeyboardInterrupt):
             raise
-        _fail(f"--model {spec}: importing '{path}' failed: {_one_line(exc)}; fix the file (or install what it "
+        fail(f"--model {spec}: importing '{path}' failed: {_one_line(exc)}; fix the file (or install what it "
               "imports).")
     return module
 
 
 def _import_module(spec: str, name: str) -> Any:
     if not _IDENTIFIER.match(name):
-        _fail(f"--model {spec}: '{name}' is neither a Python file (PATH.py) nor a module name (package.module); "
+        fail(f"--model {spec}: '{name}' is neither a Python file (PATH.py) nor a module name (package.module); "
               "give PATH.py:ClassName or package.module:ClassName.")
     cwd = os.getcwd()
     if cwd not in sys.path and "" not in sys.path:  # as `python -m` does (the console script does not)
@@ -198,13 +198,13 @@ def _import_module(spec: str, name: str) -> Any:
             return importlib.import_module(name)
     except ModuleNotFoundError as exc:
         if exc.name and (name == exc.name or name.startswith(exc.name + ".")):
-            _fail(f"--model {spec}: no module named '{exc.name}' on the Python path; put its folder on PYTHONPATH "
+            fail(f"--model {spec}: no module named '{exc.name}' on the Python path; put its folder on PYTHONPATH "
                   f"(or run from it), or give the file: PATH.py:{spec.rpartition(':')[2]}.")
-        _fail(f"--model {spec}: importing module '{name}' failed: {_one_line(exc)}; install what it imports.")
+        fail(f"--model {spec}: importing module '{name}' failed: {_one_line(exc)}; install what it imports.")
     except KeyboardInterrupt:
         raise
     except BaseException as exc:
-        _fail(f"--model {spec}: importing module '{name}' failed: {_one_line(exc)}; fix the module.")
+        fail(f"--model {spec}: importing module '{name}' failed: {_one_line(exc)}; fix the module.")
 
 
 def _one_line(exc: BaseException) -> str:
@@ -247,10 +247,10 @@ def load_user_model(spec: str, model_args: Optional[str] = None) -> UserModel:
     args = parse_model_args(model_args)
     source, _, attr = spec.rpartition(":")
     if not source or not attr:
-        _fail(f"--model {spec!r}: write PATH.py:ClassName or package.module:ClassName (a class or function name after "
+        fail(f"--model {spec!r}: write PATH.py:ClassName or package.module:ClassName (a class or function name after "
               "the colon).")
     if not _IDENTIFIER.match(attr):
-        _fail(f"--model {spec}: '{attr}' is not a Python name; give the class (or function) name after the colon, "
+        fail(f"--model {spec}: '{attr}' is not a Python name; give the class (or function) name after the colon, "
               "e.g. model.py:RecurrentGCN.")
     is_file = source.endswith(".py") or os.sep in source or "/" in source
     module = _import_file(spec, source) if is_file else _import_module(spec, source)
@@ -259,18 +259,18 @@ def load_user_model(spec: str, model_args: Optional[str] = None) -> UserModel:
         if not hasattr(obj, part):
             where = f"'{source}'" if is_file else f"module '{source}'"
             names = _candidates(module)
-            _fail(f"--model {spec}: {where} defines no '{attr}'"
+            fail(f"--model {spec}: {where} defines no '{attr}'"
                   + (f" (its modules and functions: {', '.join(names[:10])})" if names else
                      " (and no torch.nn.Module class)") + "; give one of its names after the colon.")
         obj = getattr(obj, part)
     if isinstance(obj, torch.nn.Module):
-        _fail(f"--model {spec}: '{attr}' is a torch.nn.Module instance; name its class (or a function that builds "
+        fail(f"--model {spec}: '{attr}' is a torch.nn.Module instance; name its class (or a function that builds "
               "it): the command builds the model itself, seeded with --seed, on every rank.")
     if inspect.isclass(obj) and not issubclass(obj, torch.nn.Module):
-        _fail(f"--model {spec}: {attr} is a class but not a torch.nn.Module; give a torch.nn.Module subclass, or a "
+        fail(f"--model {spec}: {attr} is a class but not a torch.nn.Module; give a torch.nn.Module subclass, or a "
               "function that returns one.")
     if not callable(obj):
-        _fail(f"--model {spec}: {attr} is a {type(obj).__name__}, not a torch.nn.Module class or a function that "
+        fail(f"--model {spec}: {attr} is a {type(obj).__name__}, not a torch.nn.Module class or a function that "
               "returns one.")
     user = UserModel(spec, os.path.abspath(source) if is_file else source, attr, is_file, args, obj)
     user.filled = _check_signature(user)
@@ -289,12 +289,12 @@ def _check_signature(user: UserModel) -> tuple:
     filled = tuple(n for n in INPUT_SIZE_KEYWORDS if n in by_name and n not in user.args)
     unknown = [k for k in user.args if k not in by_name and not takes_any]
     if unknown:
-        _fail(f"--model-args: {user.name}() takes no keyword argument {unknown[0]!r} (its parameters: "
+        fail(f"--model-args: {user.name}() takes no keyword argument {unknown[0]!r} (its parameters: "
               f"{', '.join(by_name) or 'none'}); fix the name in --model-args, or drop it.")
     missing = [n for n, p in params.items() if p.default is p.empty and
                ((p.kind in _BY_NAME and n not in user.args and n not in filled) or p.kind == p.POSITIONAL_ONLY)]
     if missing:
-        _fail(f"--model {user.spec}: {user.name}() needs {missing[0]!r}, which --model-args does not give (the data "
+        fail(f"--model {user.spec}: {user.name}() needs {missing[0]!r}, which --model-args does not give (the data "
               f"fills only the input sizes: {', '.join(INPUT_SIZE_KEYWORDS)}); add it, e.g. --model-args "
               f"'{_with_placeholder(user.args, missing[0])}'.")
     return filled
@@ -369,9 +369,9 @@ def build_user_model(user: UserModel, signal: Any, *, seed: int, dtype: torch.dt
     except KeyboardInterrupt:
         raise
     except BaseException as exc:
-        _fail(f"--model {user.spec}: {user.call_text(kwargs)} raised {_one_line(exc)}; check --model-args.")
+        fail(f"--model {user.spec}: {user.call_text(kwargs)} raised {_one_line(exc)}; check --model-args.")
     if not isinstance(model, torch.nn.Module):
-        _fail(f"--model {user.spec}: {user.call_text(kwargs)} returned a {type(model).__name__}, not a "
+        fail(f"--model {user.spec}: {user.call_text(kwargs)} returned a {type(model).__name__}, not a "
               "torch.nn.Module; return the model from the function.")
     head = None
     if target == "node":
@@ -381,7 +381,7 @@ def build_user_model(user: UserModel, signal: Any, *, seed: int, dtype: torch.dt
         except CommandError:
             raise
         except Exception as exc:
-            _fail(f"--model {user.spec}: {user.call_text(kwargs)} failed on the first snapshots: {_one_line(exc)}; it "
+            fail(f"--model {user.spec}: {user.call_text(kwargs)} failed on the first snapshots: {_one_line(exc)}; it "
                   "is called as model(x, edge_index, edge_weight[, h]) with the data's features.")
         torch.set_rng_state(state)
         y = signal.y

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from pyg_dynscale.cli import main
-from pyg_dynscale.commands.train_report import _print_report
+from pyg_dynscale.commands.train_report import print_report
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -37,7 +37,7 @@ def test_train_defaults_to_auto_and_reports_it(capsys) -> None:
     _check_auto_block(r["auto"], r["scheme"], "decomposed")
     assert "pss-ts" in {c["scheme"] for c in r["auto"]["candidates"]}
     assert r["locality"] == (r["auto"]["chosen"] == "pts-loc")
-    _print_report(argparse.Namespace(json=False), r)
+    print_report(argparse.Namespace(json=False), r)
     text = capsys.readouterr().out
     assert f"auto chose {r['auto']['chosen']} (decomposed path)" in text
     for c in r["auto"]["candidates"]:

@@ -148,8 +148,8 @@ def test_torchrun_rank_binds_its_gpu_before_the_group(monkeypatch, count: int, l
     rec = _fake_gpus(monkeypatch, count)
     monkeypatch.delenv("TORCHELASTIC_USE_AGENT_STORE", raising=False)
     args = build_parser().parse_args(["train", "england_covid"])
-    plan = train_cmd._machine_plan(args, local_world)
-    train_cmd._init_torchrun_group(local_rank, local_world, timedelta(seconds=5), plan.backend,
+    plan = train_cmd.machine_plan(args, local_world)
+    train_cmd.init_torchrun_group(local_rank, local_world, timedelta(seconds=5), plan.backend,
                                    plan.device(local_rank))
     assert rec.calls == expected
 
@@ -165,7 +165,7 @@ def test_single_process_run_passes_the_device_and_plan(monkeypatch) -> None:
         return {}
 
     monkeypatch.setattr(train_cmd, "train", fake_train)
-    monkeypatch.setattr(train_cmd, "_print_report", lambda args, r, plan=None: seen.update(plan=plan))
+    monkeypatch.setattr(train_cmd, "print_report", lambda args, r, plan=None: seen.update(plan=plan))
     monkeypatch.setattr(torch.distributed, "is_initialized", lambda: False)
     for var in ("TORCHELASTIC_RUN_ID", "RANK", "WORLD_SIZE", "MASTER_ADDR"):
         monkeypatch.delenv(var, raising=False)
