@@ -246,16 +246,17 @@ def fit_and_report(rows: list, ranks: int) -> CostModel:
         pp = r["_spec"].pattern() if r["_spec"] is not None else r["_pattern"]
         r["_parts"] = [(n, _candidate(sig, n, ranks, pp, 0)) for n in names]
     fitted = calibrate(rows)
-    print("fitted:", fitted)
-    met = 0
-    for r in rows:
-        pred = {n: predict_cost(r["_signal"], p, r["_pattern"], r["_spec"], fitted, n).predicted_s
-                for n, p in r["_parts"]}
-        pick = min(pred, key=pred.get)
-        ratio = r["measured_s"][pick] / min(r["measured_s"].values())
-        met += ratio <= 1.10
-        print(f"  {r['dataset']:14s} {r['model']:12s} fitted picks {pick:8s} auto/best {ratio:.2f}")
-    print(f"  in sample: {met} of {len(rows)} rows within 10%")
+    for label, cost in (("defaults", CostModel.for_device("cpu")), ("fitted", fitted)):
+        print(f"{label}: {cost}")
+        met = 0
+        for r in rows:
+            pred = {n: predict_cost(r["_signal"], p, r["_pattern"], r["_spec"], cost, n).predicted_s
+                    for n, p in r["_parts"]}
+            pick = min(pred, key=pred.get)
+            ratio = r["measured_s"][pick] / min(r["measured_s"].values())
+            met += ratio <= 1.10
+            print(f"  {r['dataset']:14s} {r['model']:12s} {label} pick {pick:8s} auto/best {ratio:.2f}")
+        print(f"  {label}: {met} of {len(rows)} rows within 10% (of these measurements)")
     return fitted
 
 

@@ -105,7 +105,7 @@ class CostModel:
         launches): estimates, not measured on a GPU yet (docs/gpu.md)."""
         if str(device).startswith("cuda"):
             return cls(unit_s=2e-12, bandwidth=5e10, latency_s=3e-5, call_s=1e-4, step_s=1e-4, route_s=5e-5)
-        return cls(unit_s=1e-8, bandwidth=4e9, latency_s=1.4e-3, call_s=3e-4, step_s=3e-4, route_s=9e-4)
+        return cls(unit_s=1.8e-8, bandwidth=3.3e8, latency_s=1.4e-3, call_s=3e-3, step_s=5.4e-4, route_s=6.8e-4)
 
 
 @dataclass(frozen=True)
