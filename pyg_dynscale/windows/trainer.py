@@ -1,0 +1,350 @@
+r"""``WindowTrainer``: PyGT's index-batching workflow (windows of ``lags``
+snapshots, batched, predicting the next step) for any per-snapshot module.
+
+Per window :math:`w` (:class:`~pyg_dynscale.windows.view.WindowView`:
+snapshots :math:`s_w \ldots e_w`), the module starts from a zero state and
+runs over the window:
+
+.. math::
+    (\hat y_t, h_t) = f(X_t, A_t, h_{t-1}), \quad t = s_w \ldots e_w,
+    \qquad h_{s_w - 1} = 0,
+
+its prediction is :math:`\hat Y_w = \hat y_{e_w}` (or ``head``
+:math:`(\hat y_{e_w})`), compared with the signal's :math:`Y_{e_w}` (PyGT's
+convention: the value after :math:`X_{e_w}`). A batch of windows
+:math:`\mathcal{B}` has the loss
+
+.. math::
+    \mathcal{L}_{\mathcal{B}} = \frac{1}{|\mathcal{B}'|} \sum_{w \in \mathcal{B}'}
+    \frac{1}{n_{e_w}} \sum_{v} \ell(\hat Y_{w,v}, Y_{e_w, v})
+
+(:math:`\mathcal{B}'`: the windows whose target snapshot has rows), one
+optimizer step per global batch (batch order:
+:mod:`~pyg_dynscale.windows.batching`). A module that carries no state
+(``forward(x, edge_index, edge_weight) -> y``) sees each snapshot alone. With
+changing vertex sets, vertex :math:`v`'s state at :math:`t` is its state at
+its previous appearance *inside the window* (zeros at its first).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Sequence, Union
+
+import torch
+from torch import Tensor
+
+from ..errors import ModelInputError, UnsupportedModelError
+from ..nn.snapshot_model import SnapshotModel
+from ..runtime.fused import eval_mode
+from ..runtime.losses import LOSSES, check_loss, row_losses
+from ..runtime.paths import edge_fields_of
+from .batching import block_batches
+from .view import WindowView
+
+__all__ = ["WindowTrainer", "OPTIMIZERS"]
+
+OPTIMIZERS = ("sgd", "adam")
+_ISSUE = "issue 26"
+
+
+def _world_size() -> int:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return int(dist.get_world_size())
+    return 1
+
+
+class WindowTrainer:
+    r"""Windowed (index-batching) training of a per-snapshot module.
+
+    Args:
+        model: a PyGT recurrent cell (``GConvGRU``, ``DCRNN``, ``TGCN``,
+            ``A3TGCN``, ...), or a module with PyGT's signature
+            ``forward(x, edge_index, edge_weight[, h]) -> h | (y, h)``, or a
+            :class:`~pyg_dynscale.nn.snapshot_model.SnapshotModel`. Its own
+            parameters are trained.
+        signal: a :class:`~pyg_dynscale.data.DynamicGraphSignal` or a PyGT
+            signal object.
+        lags: snapshots per window :math:`L`.
+        horizon: predicted steps; only 1 is built (larger raises
+            :class:`NotImplementedError`).
+        batch_size: windows per global batch.
+        stride: distance between window starts.
+        loss: ``"mse"``, ``"mae"`` or ``"ce"``.
+        lr: learning rate.
+        optimizer: ``"sgd"``, ``"adam"`` or a factory ``f(params, lr=...)``.
+        head: optional module applied to the prediction at the last snapshot.
+        shuffle: permute the windows inside each block every epoch.
+        reuse: accepted; aggregation reuse is the next step of issue 26
+            (item 3), so ``True`` computes what ``False`` computes.
+        blocks: consecutive window blocks (default: the world size, 1
+            without a process group).
+        node_batch_size: node mini-batches; not built (``None`` only).
+        ratio: ``(train, val, test)`` fractions of the windows.
+        standardize: z-score the features with statistics of the training
+            snapshots (:class:`~pyg_dynscale.windows.view.Standardizer`).
+        seed: seed of the per-epoch shuffle.
+        target: node-level signal field holding the targets.
+
+    Shapes: a batch step calls the module once on the disjoint union of its
+    :math:`B` windows' snapshots, ``x`` :math:`[\sum_b n_{t_b}, F]`.
+    """
+
+    def __init__(self, model: torch.nn.Module, signal: Any, lags: int = 12, horizon: int = 1, batch_size: int = 64,
+                 stride: int = 1, loss: str = "mse", lr: float = 0.01, optimizer: Union[str, Callable] = "sgd",
+                 head: Optional[torch.nn.Module] = None, shuffle: bool = False, reuse: bool = True,
+                 blocks: Optional[int] = None, node_batch_size: Optional[int] = None, *,
+                 ratio: Sequence[float] = (0.7, 0.1, 0.2), standardize: bool = False, seed: int = 0,
+                 target: str = "y") -> None:
+        if node_batch_size is not None:
+            raise NotImplementedError(
+                f"node_batch_size={node_batch_size!r}: node mini-batches with k-hop neighbourhoods ({_ISSUE}, item 2, "
+                "'node_batch_size', ReInc §3.4.3) are not built yet; pass node_batch_size=None (full snapshots).")
+        if not isinstance(horizon, bool) and isinstance(horizon, int) and horizon > 1:
+            raise NotImplementedError(
+                f"horizon={horizon}: multi-step prediction (a decoder over the horizon, or BatchedDCRNN's "
+                f"all-steps output) is not built yet in WindowTrainer ({_ISSUE}, item 2); use horizon=1. "
+                "WindowView already cuts windows and splits for horizon > 1.")
+        world = _world_size()
+        if world > 1:
+            raise NotImplementedError(
+                f"a process group with {world} ranks is active: distributed windowed training "
+                f"(placement='blocks' is the next step, {_ISSUE} item 6) is not built yet; run WindowTrainer on one "
+                "process (blocks=... reproduces the batch order of several).")
+        if not isinstance(reuse, bool):
+            raise ModelInputError("reuse", f"is {reuse!r}.", "pass True or False.")
+        check_loss(loss, "mean")
+        if loss == "bce_link":
+            raise ModelInputError("loss", "is 'bce_link'.", "windowed training predicts node targets: use 'mse', 'mae' or 'ce'.")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ModelInputError("batch_size", f"is {batch_size!r}.", "give the number of windows per batch, >= 1.")
+        blocks = world if blocks is None else blocks
+        if isinstance(blocks, bool) or not isinstance(blocks, int) or blocks < 1:
+            raise ModelInputError("blocks", f"is {blocks!r}.", "give the number of window blocks, >= 1 (or None).")
+        if batch_size % blocks:
+            raise ModelInputError("batch_size", f"is {batch_size}, not a multiple of blocks={blocks}.",
+                                  "every block gives batch_size / blocks windows to each global batch.")
+        self.view = WindowView(signal, lags, horizon, stride, ratio=ratio, standardize=standardize)
+        sig = self.view.signal
+        if int(self.view.split("train").numel()) < blocks:
+            raise ModelInputError("blocks", f"is {blocks} but there are {int(self.view.split('train').numel())} "
+                                  "training windows.", "use fewer blocks or more windows.")
+        f = sig.fields.get(target)
+        if f is None or f.level != "node":
+            raise ModelInputError(target, "is not a node-level field of the signal.", f"give the signal node targets '{target}'.")
+        self._y = f.values
+        self.model = model if isinstance(model, SnapshotModel) else SnapshotModel(model, depth=None)
+        spec = self.model.spec
+        if spec.evolving:
+            raise UnsupportedModelError(f"{spec.name} evolves its weight from call to call, so windows are not "
+                                        "independent; train it with FusedTrainer (one sequence).")
+        if spec.global_reason:
+            raise UnsupportedModelError(f"{spec.name}: {spec.global_reason} Batched windows would share those "
+                                        "statistics.")
+        self.head = head
+        self.loss_kind, self.lr, self.shuffle, self.reuse = loss, float(lr), bool(shuffle), reuse
+        self.batch_size, self.blocks, self.seed, self.epoch = batch_size, blocks, int(seed), 0
+        params = [p for m in (self.model, head) if m is not None for p in m.parameters()]
+        fl = [p for p in params if p.is_floating_point()]
+        self.dtype = fl[0].dtype if fl else sig.x.dtype
+        self.device = fl[0].device if fl else sig.x.device
+        self._x = self.view.x.to(self.device, self.dtype)   # the signal's own tensor when dtype/device agree
+        self._ew = None if sig.edge_weight is None else sig.edge_weight.to(self.device, self.dtype)
+        self._ei = sig.edge_index.to(self.device)
+        self._edge_fields = edge_fields_of(self.model, sig)
+        self._ef = {k: sig.fields[k].values.to(self.device) for k in self._edge_fields}
+        self._node_ptr, self._edge_ptr = sig.node_ptr.tolist(), sig.edge_ptr.tolist()
+        counts = sig.nodes_per_snapshot
+        n0 = int(counts[0])
+        self._uniform = bool((counts == n0).all()) and n0 > 0
+        # fixed vertex set in row order: states are handed on row by row
+        self._fixed = self._uniform and n0 == sig.num_vertices and bool(
+            (sig.node_id.view(-1, n0) == torch.arange(n0)).all())
+        self._node_id = sig.node_id.to(self.device)
+        self._V = sig.num_vertices
+        self._static = self._static_edges(sig)
+        self._union_cache: dict = {}
+        first = int((counts > 0).nonzero().flatten()[0]) if bool((counts > 0).any()) else None
+        if first is None:
+            raise ModelInputError("signal", "has no nodes.", "pass a signal with at least one node.")
+        ei0, _ = self.view.edges_at(first)
+        self.model.probe(self.view.x_at(first), edge_weight=sig.edge_weight is not None,
+                         edge_fields={k: v[self._edge_ptr[first]:self._edge_ptr[first + 1]] for k, v in self._ef.items()})
+        self.optimizer = self._make_optimizer(optimizer, params)
+        #: the batch losses of the last :meth:`train_epoch`
+        self.batch_losses: list = []
+
+    # ------------------------------------------------------------------ setup
+    def _make_optimizer(self, optimizer: Union[str, Callable], params: list) -> torch.optim.Optimizer:
+        if callable(optimizer):
+            return optimizer(params, lr=self.lr)
+        if optimizer == "sgd":
+            return torch.optim.SGD(params, lr=self.lr)
+        if optimizer == "adam":
+            return torch.optim.Adam(params, lr=self.lr)
+        raise ModelInputError("optimizer", f"is {optimizer!r}.", f"use one of {OPTIMIZERS} or a factory f(params, lr=...).")
+
+    def _static_edges(self, sig: Any) -> bool:
+        """Whether every snapshot has the same edges and weights (a static graph)."""
+        if not self._uniform:
+            return False
+        ec = sig.edges_per_snapshot
+        if not bool((ec == ec[0]).all()):
+            return False
+        E, T = int(ec[0]), sig.num_snapshots
+        ei = sig.edge_index.view(2, T, E)
+        if not bool((ei == ei[:, :1]).all()):
+            return False
+        if sig.edge_weight is not None and not bool((sig.edge_weight.view(T, E) == sig.edge_weight[:E]).all()):
+            return False
+        return not self._ef
+
+    # ------------------------------------------------------------------ batches
+    def batches(self, epoch: Optional[int] = None) -> list:
+        """The global batches (``[B_k]`` window indices) of training epoch
+        ``epoch`` (default: the next one)."""
+        e = self.epoch if epoch is None else epoch
+        g = torch.Generator().manual_seed(self.seed + e) if self.shuffle else None
+        return block_batches(self.view.split("train"), self.batch_size, self.blocks, self.shuffle, g)
+
+    def _union(self, ts: list) -> tuple:
+        """``x, edge_index, edge_weight, edge_fields, rows`` of the disjoint
+        union of snapshots ``ts`` (``rows``: the state rows, changing vertex
+        sets only)."""
+        B = len(ts)
+        if self._uniform:
+            n = self._node_ptr[1]
+            idx = torch.tensor(ts, device=self.device)
+            x = self._x.view(-1, n, *self._x.shape[1:]).index_select(0, idx).reshape(B * n, *self._x.shape[1:])
+        else:
+            x = torch.cat([self._x[self._node_ptr[t]:self._node_ptr[t + 1]] for t in ts])
+        if self._static:
+            key = B
+            if key not in self._union_cache:
+                E, n = self._edge_ptr[1], self._node_ptr[1]
+                off = (torch.arange(B, device=self.device) * n).repeat_interleave(E)
+                ei = self._ei[:, :E].repeat(1, B) + off
+                ew = None if self._ew is None else self._ew[:E].repeat(B)
+                self._union_cache = {key: (ei, ew)}
+            ei, ew = self._union_cache[key]
+            ef: dict = {}
+        else:
+            eis, ews, off = [], [], 0
+            efs: dict = {k: [] for k in self._ef}
+            for t in ts:
+                a, b = self._edge_ptr[t], self._edge_ptr[t + 1]
+                eis.append(self._ei[:, a:b] + off)
+                if self._ew is not None:
+                    ews.append(self._ew[a:b])
+                for k, v in self._ef.items():
+                    efs[k].append(v[a:b])
+                off += self._node_ptr[t + 1] - self._node_ptr[t]
+            ei = torch.cat(eis, 1)
+            ew = torch.cat(ews) if self._ew is not None else None
+            ef = {k: torch.cat(v) for k, v in efs.items()}
+        rows = None
+        if not self._fixed:
+            rows = torch.cat([self._node_id[self._node_ptr[t]:self._node_ptr[t + 1]] + b * self._V
+                              for b, t in enumerate(ts)])
+        return x, ei, ew, ef, rows
+
+    def _predict(self, wins: Tensor) -> tuple:
+        """``(prediction rows, target rows, [n] window of each row, [B] rows per window)``."""
+        starts = self.view.starts.index_select(0, wins).tolist()
+        B, L = len(starts), self.view.lags
+        widths = self.model.state_widths
+        states: Optional[tuple] = None
+        store: Optional[tuple] = None
+        y = None
+        for j in range(L):
+            ts = [s + j for s in starts]
+            x, ei, ew, ef, rows = self._union(ts)
+            n = x.shape[0]
+            if self._fixed:
+                st = states if states is not None else tuple(x.new_zeros(n, w) for w in widths)
+            else:
+                if store is None:
+                    store = tuple(x.new_zeros(B * self._V, w) for w in widths)
+                st = tuple(s.index_select(0, rows) for s in store)
+            if n == 0:
+                y = x.new_zeros((0,) + tuple(self.model.output_shape))
+                continue
+            y, new = self.model.step(x, ei, ew, st, ef)
+            if self._fixed:
+                states = tuple(new)
+            else:
+                store = tuple(s.index_copy(0, rows, h) for s, h in zip(store, new))
+        last = [s + L - 1 for s in starts]
+        pred = self.head(y) if self.head is not None else y
+        counts = torch.tensor([self._node_ptr[t + 1] - self._node_ptr[t] for t in last], device=self.device)
+        if self._uniform:
+            nn_ = self._node_ptr[1]
+            idx = torch.tensor(last, device=self.device)
+            tgt = self._y.view(-1, nn_, *self._y.shape[1:]).index_select(0, idx).reshape(-1, *self._y.shape[1:])
+        else:
+            tgt = torch.cat([self._y[self._node_ptr[t]:self._node_ptr[t + 1]] for t in last])
+        seg = torch.repeat_interleave(torch.arange(B, device=self.device), counts, output_size=int(tgt.shape[0]))
+        return pred, tgt.to(self.device), seg, counts
+
+    @staticmethod
+    def _window_mean(per: Tensor, seg: Tensor, counts: Tensor) -> tuple:
+        """Per-window mean of row values and the mask of windows with rows."""
+        sums = per.new_zeros(counts.numel()).index_add_(0, seg, per)
+        has = counts > 0
+        return sums[has] / counts[has].to(per.dtype), has
+
+    def batch_loss(self, wins: Tensor) -> Tensor:
+        r""":math:`\mathcal{L}_{\mathcal{B}}` of the windows ``wins`` (differentiable)."""
+        pred, tgt, seg, counts = self._predict(wins)
+        if pred.dim() == 2 and pred.shape[1] == 1 and tgt.dim() == 1 and self.loss_kind != "ce":
+            pred = pred.squeeze(1)
+        per = row_losses(self.loss_kind, pred, tgt)
+        means, _ = self._window_mean(per, seg, counts)
+        return means.mean() if means.numel() else per.sum() * 0.0
+
+    # ------------------------------------------------------------------ public
+    def train_epoch(self) -> float:
+        """One epoch over the training windows: one optimizer step per global
+        batch. Returns the mean batch loss."""
+        self.model.train()
+        if self.head is not None:
+            self.head.train()
+        total, nb = 0.0, 0
+        self.batch_losses = []
+        for wins in self.batches():
+            self.optimizer.zero_grad()
+            loss = self.batch_loss(wins)
+            loss.backward()
+            self.optimizer.step()
+            value = float(loss.detach())
+            self.batch_losses.append(value)
+            total += value
+            nb += 1
+        self.epoch += 1
+        return total / max(nb, 1)
+
+    @torch.no_grad()
+    def evaluate(self, split: str = "test") -> dict:
+        r"""``{"mse", "mae", "rmse"}`` of the windows of ``split`` (in order,
+        ``batch_size`` at a time): each the mean over windows of the mean over
+        the target snapshot's nodes; :math:`\text{rmse} = \sqrt{\text{mse}}`."""
+        wins = self.view.split(split)
+        if wins.numel() == 0:
+            raise ModelInputError("split", f"'{split}' has no windows.", "use another split or change ratio.")
+        se, ae, k = 0.0, 0.0, 0
+        with eval_mode(self.model, self.head):
+            for a in range(0, int(wins.numel()), self.batch_size):
+                pred, tgt, seg, counts = self._predict(wins[a:a + self.batch_size])
+                if pred.dim() == 2 and pred.shape[1] == 1 and tgt.dim() == 1:
+                    pred = pred.squeeze(1)
+                m, has = self._window_mean(row_losses("mse", pred, tgt), seg, counts)
+                a_, _ = self._window_mean(row_losses("mae", pred, tgt), seg, counts)
+                se += float(m.sum())
+                ae += float(a_.sum())
+                k += int(has.sum())
+        mse = se / max(k, 1)
+        return {"mse": mse, "mae": ae / max(k, 1), "rmse": mse ** 0.5}
+
+    def __repr__(self) -> str:
+        return (f"WindowTrainer(model={self.model.spec.name}, {self.view!r}, batch_size={self.batch_size}, "
+                f"blocks={self.blocks}, loss={self.loss_kind!r}, reuse={self.reuse})")
