@@ -62,8 +62,10 @@ def _positive_int(name: str, value: Any, fix: str) -> int:
 
 def _check_ratio(ratio: Any) -> tuple:
     try:
+        if isinstance(ratio, (str, bytes)):
+            raise TypeError
         r = tuple(float(v) for v in ratio)
-    except TypeError:
+    except (TypeError, ValueError):
         raise ModelInputError("ratio", f"is {ratio!r}.", "give three fractions (train, val, test), e.g. (0.7, 0.1, 0.2).") from None
     if len(r) != 3 or any(v < 0 for v in r) or abs(sum(r) - 1.0) > 1e-6 or r[0] == 0:
         raise ModelInputError("ratio", f"is {ratio!r}.",
