@@ -18,7 +18,12 @@ convention: the value after :math:`X_{e_w}`). A batch of windows
     \mathcal{L}_{\mathcal{B}} = \frac{1}{|\mathcal{B}'|} \sum_{w \in \mathcal{B}'}
     \frac{1}{n_{e_w}} \sum_{v} \ell(\hat Y_{w,v}, Y_{e_w, v})
 
-(:math:`\mathcal{B}'`: the windows whose target snapshot has rows), one
+(:math:`\mathcal{B}'`: the windows whose target snapshot has rows). With
+``horizon`` :math:`H > 1` (:math:`H \le L`, fixed vertex set) the output at
+window step :math:`L-H+k` predicts :math:`Y_{e_w+k}`, PyGT ``BatchedDCRNN``'s
+alignment (its examples compare the all-steps output ``[B, L, N, F]`` with
+the next :math:`L` values), and the window's term is the mean over the
+:math:`H` steps and the nodes. One
 optimizer step per global batch (batch order:
 :mod:`~pyg_dynscale.windows.batching`). A module that carries no state
 (``forward(x, edge_index, edge_weight) -> y``) sees each snapshot alone. With
@@ -66,8 +71,11 @@ class WindowTrainer:
         signal: a :class:`~pyg_dynscale.data.DynamicGraphSignal` or a PyGT
             signal object.
         lags: snapshots per window :math:`L`.
-        horizon: predicted steps; only 1 is built (larger raises
-            :class:`NotImplementedError`).
+        horizon: predicted steps :math:`H \le L` (PyGT ``BatchedDCRNN``'s
+            alignment: the output at window step :math:`L-H+k` predicts the
+            target at snapshot :math:`e_w+k`); fixed vertex sets only for
+            :math:`H > 1`; :math:`H > L` (a decoder) raises
+            :class:`NotImplementedError`.
         batch_size: windows per global batch.
         stride: distance between window starts.
         loss: ``"mse"``, ``"mae"`` or ``"ce"``.
@@ -100,11 +108,6 @@ class WindowTrainer:
             raise NotImplementedError(
                 f"node_batch_size={node_batch_size!r}: node mini-batches with k-hop neighbourhoods ({_ISSUE}, item 2, "
                 "'node_batch_size', ReInc §3.4.3) are not built yet; pass node_batch_size=None (full snapshots).")
-        if not isinstance(horizon, bool) and isinstance(horizon, int) and horizon > 1:
-            raise NotImplementedError(
-                f"horizon={horizon}: multi-step prediction (a decoder over the horizon, or BatchedDCRNN's "
-                f"all-steps output) is not built yet in WindowTrainer ({_ISSUE}, item 2); use horizon=1. "
-                "WindowView already cuts windows and splits for horizon > 1.")
         world = _world_size()
         if world > 1:
             raise NotImplementedError(
@@ -126,6 +129,11 @@ class WindowTrainer:
                                   "every block gives batch_size / blocks windows to each global batch.")
         self.view = WindowView(signal, lags, horizon, stride, ratio=ratio, standardize=standardize)
         sig = self.view.signal
+        if self.view.horizon > self.view.lags:
+            raise NotImplementedError(
+                f"horizon={horizon} > lags={lags}: a decoder that runs past the window ({_ISSUE}, item 2) is not built "
+                "yet; horizon <= lags uses PyGT BatchedDCRNN's alignment (the output at window step L-H+k predicts "
+                "target step k).")
         if int(self.view.split("train").numel()) < blocks:
             raise ModelInputError("blocks", f"is {blocks} but there are {int(self.view.split('train').numel())} "
                                   "training windows.", "use fewer blocks or more windows.")
@@ -162,6 +170,10 @@ class WindowTrainer:
             (sig.node_id.view(-1, n0) == torch.arange(n0)).all())
         self._node_id = sig.node_id.to(self.device)
         self._V = sig.num_vertices
+        if self.view.horizon > 1 and not self._fixed:
+            raise NotImplementedError(
+                f"horizon={horizon} on a signal whose vertex set changes: the output rows of step L-H+k and the "
+                f"target rows of snapshot e+k would be different vertices ({_ISSUE}, item 2); use horizon=1.")
         self._static = self._static_edges(sig)
         self._union_cache: dict = {}
         first = int((counts > 0).nonzero().flatten()[0]) if bool((counts > 0).any()) else None
@@ -255,7 +267,9 @@ class WindowTrainer:
         widths = self.model.state_widths
         states: Optional[tuple] = None
         store: Optional[tuple] = None
+        H = self.view.horizon
         y = None
+        outs: list = []
         for j in range(L):
             ts = [s + j for s in starts]
             x, ei, ew, ef, rows = self._union(ts)
@@ -268,22 +282,30 @@ class WindowTrainer:
                 st = tuple(s.index_select(0, rows) for s in store)
             if n == 0:
                 y = x.new_zeros((0,) + tuple(self.model.output_shape))
-                continue
-            y, new = self.model.step(x, ei, ew, st, ef)
-            if self._fixed:
-                states = tuple(new)
             else:
-                store = tuple(s.index_copy(0, rows, h) for s, h in zip(store, new))
-        last = [s + L - 1 for s in starts]
+                y, new = self.model.step(x, ei, ew, st, ef)
+                if self._fixed:
+                    states = tuple(new)
+                else:
+                    store = tuple(s.index_copy(0, rows, h) for s, h in zip(store, new))
+            if j >= L - H:
+                outs.append(y)
+        # target step k (snapshot e_w + k) is predicted by the output at window step L - H + k
+        y = torch.cat(outs) if H > 1 else outs[0]
         pred = self.head(y) if self.head is not None else y
-        counts = torch.tensor([self._node_ptr[t + 1] - self._node_ptr[t] for t in last], device=self.device)
+        targets = [[s + L - 1 + k for s in starts] for k in range(H)]
+        per_k = [torch.tensor([self._node_ptr[t + 1] - self._node_ptr[t] for t in tk], device=self.device)
+                 for tk in targets]
+        flat = [t for tk in targets for t in tk]
         if self._uniform:
             nn_ = self._node_ptr[1]
-            idx = torch.tensor(last, device=self.device)
+            idx = torch.tensor(flat, device=self.device)
             tgt = self._y.view(-1, nn_, *self._y.shape[1:]).index_select(0, idx).reshape(-1, *self._y.shape[1:])
         else:
-            tgt = torch.cat([self._y[self._node_ptr[t]:self._node_ptr[t + 1]] for t in last])
-        seg = torch.repeat_interleave(torch.arange(B, device=self.device), counts, output_size=int(tgt.shape[0]))
+            tgt = torch.cat([self._y[self._node_ptr[t]:self._node_ptr[t + 1]] for t in flat])
+        win = torch.arange(B, device=self.device)
+        seg = torch.cat([torch.repeat_interleave(win, c) for c in per_k])
+        counts = torch.stack(per_k).sum(0)
         return pred, tgt.to(self.device), seg, counts
 
     @staticmethod

@@ -71,17 +71,19 @@ class StatelessGCN(torch.nn.Module):
         return self.linear(torch.relu(self.recurrent(x, edge_index, edge_weight)))
 
 
-def window_starts(T: int, lags: int, ratio=(0.7, 0.1, 0.2)) -> list:
-    """PyGT's training windows (start indices) for horizon 1, stride 1."""
-    W = T - lags + 1
+def window_starts(T: int, lags: int, ratio=(0.7, 0.1, 0.2), horizon: int = 1) -> list:
+    """PyGT's training windows (start indices) for stride 1."""
+    W = T - lags - horizon + 2
     return list(range(round(W * ratio[0])))
 
 
-def pygt_loop(model, head, signal, lags, batch_size, lr, stateful=True, batches=None):
+def pygt_loop(model, head, signal, lags, batch_size, lr, stateful=True, batches=None, horizon=1):
     """The plain loop a PyGT index-batching user writes (shuffle=False, SGD): for each batch,
     for each window, h = None, run the model over the window's snapshots, predict at the last
-    one; mean loss over windows (each the mean over nodes); backward; step. Returns the batch losses."""
-    starts = window_starts(signal.num_snapshots, lags)
+    one; mean loss over windows (each the mean over nodes); backward; step. Returns the batch losses.
+    ``horizon`` H > 1: PyGT BatchedDCRNN's alignment, the output at window step L-H+k is compared
+    with y of snapshot e+k (mean over k and nodes)."""
+    starts = window_starts(signal.num_snapshots, lags, horizon=horizon)
     if batches is None:
         batches = [starts[a:a + batch_size] for a in range(0, len(starts), batch_size)]
     params = list(model.parameters()) + (list(head.parameters()) if head is not None else [])
@@ -90,18 +92,19 @@ def pygt_loop(model, head, signal, lags, batch_size, lr, stateful=True, batches=
     old = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)   # PyGT cells build a missing state with the default dtype
     try:
-        _run(batches, model, head, signal, lags, stateful, opt, losses)
+        _run(batches, model, head, signal, lags, stateful, opt, losses, horizon)
     finally:
         torch.set_default_dtype(old)
     return losses
 
 
-def _run(batches, model, head, signal, lags, stateful, opt, losses):
+def _run(batches, model, head, signal, lags, stateful, opt, losses, horizon=1):
     for wins in batches:
         opt.zero_grad()
         per_window = []
         for s in wins:
             h = None
+            step_losses = []
             for t in range(s, s + lags):
                 snap = signal[t]
                 if stateful:
@@ -112,8 +115,12 @@ def _run(batches, model, head, signal, lags, stateful, opt, losses):
                         y = h = out
                 else:
                     y = model(snap.x, snap.edge_index, snap.edge_attr)
-            pred = head(y) if head is not None else y
-            per_window.append(torch.mean((pred.squeeze(-1) - snap.y) ** 2))
+                k = t - (s + lags - horizon)
+                if k >= 0:
+                    pred = head(y) if head is not None else y
+                    target = signal[s + lags - 1 + k].y
+                    step_losses.append(torch.mean((pred.squeeze(-1) - target) ** 2))
+            per_window.append(torch.stack(step_losses).mean())
         loss = torch.stack(per_window).mean()
         loss.backward()
         opt.step()

@@ -30,17 +30,17 @@ def _models():
     }
 
 
-def _check(name, sig, blocks=1, batches=None):
+def _check(name, sig, blocks=1, batches=None, horizon=1):
     make, head, stateful = _models()[name]
     f = 4
     torch.manual_seed(0)
     model = make(f).double()
     hd = torch.nn.Linear(6, 1).double() if head else None
     ref_model, ref_head = copy.deepcopy(model), copy.deepcopy(hd)
-    trainer = WindowTrainer(model, sig, lags=LAGS, horizon=1, batch_size=BATCH * blocks, stride=1, loss="mse", lr=LR,
+    trainer = WindowTrainer(model, sig, lags=LAGS, horizon=horizon, batch_size=BATCH * blocks, stride=1, loss="mse", lr=LR,
                             optimizer="sgd", head=hd, shuffle=False, reuse=True, blocks=blocks)
     mean = trainer.train_epoch()
-    ref = pygt_loop(ref_model, ref_head, sig, LAGS, BATCH, LR, stateful=stateful, batches=batches)
+    ref = pygt_loop(ref_model, ref_head, sig, LAGS, BATCH, LR, stateful=stateful, batches=batches, horizon=horizon)
     assert len(ref) >= 2 and len(trainer.batch_losses) == len(ref)
     for a, b in zip(trainer.batch_losses, ref):
         assert math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
@@ -64,6 +64,14 @@ def test_changing_graph_equals_pygt_loop(name):
     sig = covid(T=10)
     assert not torch.equal(sig[0].edge_index, sig[1].edge_index)  # the graph changes
     _check(name, sig)
+
+
+@pytest.mark.parametrize("name,horizon", [("GConvGRU", 2), ("DCRNN", 3), ("RecurrentGCN", 3)])
+def test_horizon_uses_batched_dcrnn_alignment(name, horizon):
+    """H > 1: the output at window step L-H+k predicts y at snapshot e+k (PyGT's BatchedDCRNN
+    examples compare its all-steps output [B, L, N, F] with the next L values)."""
+    _check(name, chickenpox(T=15), horizon=horizon)
+    _check(name, covid(T=11), horizon=horizon)
 
 
 def test_blocks_two_follow_the_block_order():

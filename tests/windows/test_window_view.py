@@ -159,8 +159,12 @@ def test_bad_trainer_input(monkeypatch):
         assert e.value.field == field, kw
     with pytest.raises(NotImplementedError, match="item 2"):
         make(node_batch_size=8)
-    with pytest.raises(NotImplementedError, match="horizon=2"):
-        make(horizon=2)
+    with pytest.raises(NotImplementedError, match="horizon=4 > lags=3"):
+        make(horizon=4)
+    from tests.conftest import make_dynamic_signal
+
+    with pytest.raises(NotImplementedError, match="vertex set changes"):
+        WindowTrainer(cell.float(), make_dynamic_signal(T=10, F=4), lags=3, horizon=2, batch_size=2)
     with pytest.raises(ModelInputError) as e:
         make().evaluate("holdout")
     assert e.value.field == "split"
