@@ -28,20 +28,23 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-__all__ = ["block_batches"]
+__all__ = ["block_batches", "block_batch_parts"]
+
+
+def block_batch_parts(windows: Tensor, batch_size: int, blocks: int, shuffle: bool = False,
+                      generator: Optional[torch.Generator] = None) -> list:
+    """The global batches of one epoch, each as the list of its ``blocks``
+    per-block pieces (``[b_k,r]`` window indices; a piece may be empty)."""
+    parts = list(torch.tensor_split(windows, blocks))
+    if shuffle:
+        parts = [p[torch.randperm(p.numel(), generator=generator)] for p in parts]
+    per = batch_size // blocks
+    longest = max(int(p.numel()) for p in parts)
+    return [[p[k * per:(k + 1) * per] for p in parts] for k in range(math.ceil(longest / per))]
 
 
 def block_batches(windows: Tensor, batch_size: int, blocks: int, shuffle: bool = False,
                   generator: Optional[torch.Generator] = None) -> list:
     """The global batches of one epoch: a list of ``[B_k]`` window-index
     tensors (see the module docstring for the order)."""
-    parts = list(torch.tensor_split(windows, blocks))
-    if shuffle:
-        parts = [p[torch.randperm(p.numel(), generator=generator)] for p in parts]
-    per = batch_size // blocks
-    longest = max(int(p.numel()) for p in parts)
-    out = []
-    for k in range(math.ceil(longest / per)):
-        chunk = [p[k * per:(k + 1) * per] for p in parts]
-        out.append(torch.cat(chunk))
-    return out
+    return [torch.cat(chunk) for chunk in block_batch_parts(windows, batch_size, blocks, shuffle, generator)]

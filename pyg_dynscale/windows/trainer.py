@@ -42,13 +42,19 @@ from ..nn.snapshot_model import SnapshotModel
 from ..runtime.fused import eval_mode
 from ..runtime.losses import LOSSES, check_loss, row_losses
 from ..runtime.paths import edge_fields_of
-from .batching import block_batches
+from .batching import block_batch_parts, block_batches
 from .view import WindowView
 
 __all__ = ["WindowTrainer", "OPTIMIZERS"]
 
 OPTIMIZERS = ("sgd", "adam")
 _ISSUE = "issue 26"
+
+
+def _rank() -> int:
+    import torch.distributed as dist
+
+    return int(dist.get_rank()) if dist.is_available() and dist.is_initialized() else 0
 
 
 def _world_size() -> int:
@@ -86,7 +92,13 @@ class WindowTrainer:
         reuse: accepted; aggregation reuse is the next step of issue 26
             (item 3), so ``True`` computes what ``False`` computes.
         blocks: consecutive window blocks (default: the world size, 1
-            without a process group).
+            without a process group). Under a process group of :math:`R`
+            ranks, rank :math:`r` computes blocks
+            :math:`r P/R \ldots (r+1) P/R - 1` of every global batch and the
+            gradients are summed with one all-reduce per batch: the result
+            equals one process with the same ``blocks``. Every rank holds the
+            whole signal (ReInc's block placement of the data is issue 26,
+            item 6).
         node_batch_size: node mini-batches; not built (``None`` only).
         ratio: ``(train, val, test)`` fractions of the windows.
         standardize: z-score the features with statistics of the training
@@ -108,12 +120,7 @@ class WindowTrainer:
             raise NotImplementedError(
                 f"node_batch_size={node_batch_size!r}: node mini-batches with k-hop neighbourhoods ({_ISSUE}, item 2, "
                 "'node_batch_size', ReInc §3.4.3) are not built yet; pass node_batch_size=None (full snapshots).")
-        world = _world_size()
-        if world > 1:
-            raise NotImplementedError(
-                f"a process group with {world} ranks is active: distributed windowed training "
-                f"(placement='blocks' is the next step, {_ISSUE} item 6) is not built yet; run WindowTrainer on one "
-                "process (blocks=... reproduces the batch order of several).")
+        world, rank = _world_size(), _rank()
         if not isinstance(reuse, bool):
             raise ModelInputError("reuse", f"is {reuse!r}.", "pass True or False.")
         check_loss(loss, "mean")
@@ -127,6 +134,12 @@ class WindowTrainer:
         if batch_size % blocks:
             raise ModelInputError("batch_size", f"is {batch_size}, not a multiple of blocks={blocks}.",
                                   "every block gives batch_size / blocks windows to each global batch.")
+        if blocks % world:
+            raise ModelInputError("blocks", f"is {blocks}, not a multiple of the world size {world}.",
+                                  "give every rank the same number of consecutive blocks (default: blocks = world size).")
+        self.world_size, self.rank = world, rank
+        #: the blocks this rank computes (consecutive)
+        self.my_blocks = range(rank * (blocks // world), (rank + 1) * (blocks // world))
         self.view = WindowView(signal, lags, horizon, stride, ratio=ratio, standardize=standardize)
         sig = self.view.signal
         if self.view.horizon > self.view.lags:
@@ -182,6 +195,9 @@ class WindowTrainer:
         ei0, _ = self.view.edges_at(first)
         self.model.probe(self.view.x_at(first), edge_weight=sig.edge_weight is not None,
                          edge_fields={k: v[self._edge_ptr[first]:self._edge_ptr[first + 1]] for k, v in self._ef.items()})
+        self._params = params
+        if world > 1:
+            self._broadcast_parameters()
         self.optimizer = self._make_optimizer(optimizer, params)
         #: the batch losses of the last :meth:`train_epoch`
         self.batch_losses: list = []
@@ -325,20 +341,73 @@ class WindowTrainer:
         return means.mean() if means.numel() else per.sum() * 0.0
 
     # ------------------------------------------------------------------ public
+    def _broadcast_parameters(self) -> None:
+        """Every rank starts from rank 0's parameters (as DDP does)."""
+        import torch.distributed as dist
+
+        with torch.no_grad():
+            for p in self._params:
+                dist.broadcast(p.data, 0)
+
+    def _windows_with_rows(self, wins: Tensor) -> int:
+        """How many of ``wins`` have target rows (known on every rank: the data is there)."""
+        L, H = self.view.lags, self.view.horizon
+        n = 0
+        for s in self.view.starts.index_select(0, wins).tolist():
+            e = s + L - 1
+            n += int(self._node_ptr[e + H] - self._node_ptr[e] > 0)
+        return n
+
+    def _step_distributed(self, parts: list) -> float:
+        r"""One global batch under a process group: this rank's blocks' windows,
+        its share :math:`\sum_{w \in \text{mine}} \ell_w / |\mathcal{B}'|` of the
+        batch loss, one all-reduce (sum) of the gradients and the loss."""
+        import torch.distributed as dist
+
+        mine = [parts[b] for b in self.my_blocks if parts[b].numel()]
+        total = self._windows_with_rows(torch.cat(parts))
+        self.optimizer.zero_grad()
+        part = None
+        if mine and total:
+            pred, tgt, seg, counts = self._predict(torch.cat(mine))
+            if pred.dim() == 2 and pred.shape[1] == 1 and tgt.dim() == 1 and self.loss_kind != "ce":
+                pred = pred.squeeze(1)
+            means, _ = self._window_mean(row_losses(self.loss_kind, pred, tgt), seg, counts)
+            part = means.sum() / total
+            part.backward()
+        ps = self._params
+        flat = [p.grad.reshape(-1) if p.grad is not None else p.new_zeros(p.numel()) for p in ps]
+        has = torch.tensor([float(p.grad is not None) for p in ps], dtype=flat[0].dtype if flat else torch.float64)
+        value = torch.zeros(1, dtype=has.dtype) + (float(part.detach()) if part is not None else 0.0)
+        buf = torch.cat(flat + [has.to(flat[0].dtype) if flat else has, value.to(has.dtype)])
+        dist.all_reduce(buf)
+        off = 0
+        for i, p in enumerate(ps):
+            g = buf[off:off + p.numel()].view_as(p)
+            off += p.numel()
+            p.grad = g.clone() if bool(buf[sum(q.numel() for q in ps) + i] > 0) else None
+        self.optimizer.step()
+        return float(buf[-1])
+
     def train_epoch(self) -> float:
         """One epoch over the training windows: one optimizer step per global
-        batch. Returns the mean batch loss."""
+        batch. Returns the mean batch loss (the same float on every rank)."""
         self.model.train()
         if self.head is not None:
             self.head.train()
         total, nb = 0.0, 0
         self.batch_losses = []
-        for wins in self.batches():
-            self.optimizer.zero_grad()
-            loss = self.batch_loss(wins)
-            loss.backward()
-            self.optimizer.step()
-            value = float(loss.detach())
+        e = self.epoch
+        g = torch.Generator().manual_seed(self.seed + e) if self.shuffle else None
+        for parts in block_batch_parts(self.view.split("train"), self.batch_size, self.blocks, self.shuffle, g):
+            if self.world_size > 1:
+                value = self._step_distributed(parts)
+            else:
+                self.optimizer.zero_grad()
+                loss = self.batch_loss(torch.cat(parts))
+                loss.backward()
+                self.optimizer.step()
+                value = float(loss.detach())
             self.batch_losses.append(value)
             total += value
             nb += 1

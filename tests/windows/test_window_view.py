@@ -171,8 +171,9 @@ def test_bad_trainer_input(monkeypatch):
     import pyg_dynscale.windows.trainer as tmod
 
     monkeypatch.setattr(tmod, "_world_size", lambda: 2)
-    with pytest.raises(NotImplementedError, match="placement='blocks' is the next step"):
-        make()
+    with pytest.raises(ModelInputError) as e:       # 2 ranks share 3 blocks: refused
+        make(blocks=3, batch_size=6)
+    assert e.value.field == "blocks"
 
 
 def test_refused_models_and_pygt_signal_input():
