@@ -186,3 +186,55 @@ def test_shuffle_is_a_seeded_permutation_inside_blocks():
             assert all(int(w) < half for w in b[:k])
     assert [b.tolist() for b in e0] != [b.tolist() for b in e1]
     assert [b.tolist() for b in e0] == [b.tolist() for b in tr.batches(0)]
+
+
+def _lstm_or_batched_loop(cell, head, sig, kind):
+    """Per-window loop for a two-state cell (GConvLSTM: (h, c)) or a batched cell called on
+    a batch of one (TGCN2: x [1, N, F, 1] ... as PyGT's index-batching TGCN example does per step)."""
+    starts = window_starts(sig.num_snapshots, LAGS)
+    opt = torch.optim.SGD(list(cell.parameters()) + list(head.parameters()), lr=LR)
+    losses = []
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        for a in range(0, len(starts), BATCH):
+            opt.zero_grad()
+            per = []
+            for s in starts[a:a + BATCH]:
+                h = c = None
+                for t in range(s, s + LAGS):
+                    snap = sig[t]
+                    if kind == "lstm":
+                        h, c = cell(snap.x, snap.edge_index, snap.edge_attr, h, c)
+                        y = h
+                    else:
+                        h = cell(snap.x.unsqueeze(0), snap.edge_index, snap.edge_attr,
+                                 None if h is None else h.unsqueeze(0))[0]
+                        y = h
+                per.append(torch.mean((head(y).squeeze(-1) - snap.y) ** 2))
+            loss = torch.stack(per).mean()
+            loss.backward()
+            opt.step()
+            losses.append(float(loss.detach()))
+    finally:
+        torch.set_default_dtype(old)
+    return losses
+
+
+@pytest.mark.parametrize("kind", ["lstm", "tgcn2"])
+def test_two_state_and_batched_cells(kind):
+    from torch_geometric_temporal.nn.recurrent import TGCN2, GConvLSTM
+
+    sig = covid(T=10)
+    torch.manual_seed(0)
+    cell = (GConvLSTM(4, 5, 2) if kind == "lstm" else TGCN2(4, 5, 1)).double()
+    head = torch.nn.Linear(5, 1).double()
+    rc, rh = copy.deepcopy(cell), copy.deepcopy(head)
+    tr = WindowTrainer(cell, sig, lags=LAGS, batch_size=BATCH, lr=LR, head=head)
+    tr.train_epoch()
+    ref = _lstm_or_batched_loop(rc, rh, sig, kind)
+    assert len(ref) == len(tr.batch_losses) >= 2
+    for a, b in zip(tr.batch_losses, ref):
+        assert math.isclose(a, b, rel_tol=1e-9)
+    for p, q in zip(cell.parameters(), rc.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-9, atol=1e-12)
