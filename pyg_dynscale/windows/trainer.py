@@ -416,25 +416,34 @@ class WindowTrainer:
 
     @torch.no_grad()
     def evaluate(self, split: str = "test") -> dict:
-        r"""``{"mse", "mae", "rmse"}`` of the windows of ``split`` (in order,
-        ``batch_size`` at a time): each the mean over windows of the mean over
-        the target snapshot's nodes; :math:`\text{rmse} = \sqrt{\text{mse}}`."""
+        r"""Metrics of the windows of ``split`` (in order, ``batch_size`` at a
+        time), each the mean over windows of the mean over the window's
+        target rows: ``{"mse", "mae", "rmse"}`` with
+        :math:`\text{rmse} = \sqrt{\text{mse}}` (``loss="ce"``:
+        ``{"ce", "accuracy"}``). Every rank computes the whole split."""
         wins = self.view.split(split)
         if wins.numel() == 0:
             raise ModelInputError("split", f"'{split}' has no windows.", "use another split or change ratio.")
-        se, ae, k = 0.0, 0.0, 0
+        kinds = ("ce", "accuracy") if self.loss_kind == "ce" else ("mse", "mae")
+        sums = dict.fromkeys(kinds, 0.0)
+        k = 0
         with eval_mode(self.model, self.head):
             for a in range(0, int(wins.numel()), self.batch_size):
                 pred, tgt, seg, counts = self._predict(wins[a:a + self.batch_size])
-                if pred.dim() == 2 and pred.shape[1] == 1 and tgt.dim() == 1:
+                if self.loss_kind != "ce" and pred.dim() == 2 and pred.shape[1] == 1 and tgt.dim() == 1:
                     pred = pred.squeeze(1)
-                m, has = self._window_mean(row_losses("mse", pred, tgt), seg, counts)
-                a_, _ = self._window_mean(row_losses("mae", pred, tgt), seg, counts)
-                se += float(m.sum())
-                ae += float(a_.sum())
+                for kind in kinds:
+                    if kind == "accuracy":
+                        per = (pred.argmax(-1) == tgt.long()).to(pred.dtype)
+                    else:
+                        per = row_losses(kind, pred, tgt)
+                    m, has = self._window_mean(per, seg, counts)
+                    sums[kind] += float(m.sum())
                 k += int(has.sum())
-        mse = se / max(k, 1)
-        return {"mse": mse, "mae": ae / max(k, 1), "rmse": mse ** 0.5}
+        out = {kind: v / max(k, 1) for kind, v in sums.items()}
+        if "mse" in out:
+            out["rmse"] = out["mse"] ** 0.5
+        return out
 
     def __repr__(self) -> str:
         return (f"WindowTrainer(model={self.model.spec.name}, {self.view!r}, batch_size={self.batch_size}, "

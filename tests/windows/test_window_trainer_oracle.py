@@ -238,3 +238,39 @@ def test_two_state_and_batched_cells(kind):
         assert math.isclose(a, b, rel_tol=1e-9)
     for p, q in zip(cell.parameters(), rc.parameters()):
         torch.testing.assert_close(p, q, rtol=1e-9, atol=1e-12)
+
+
+def test_stride_two_and_ce_evaluate():
+    from torch_geometric_temporal.nn.recurrent import GConvGRU
+
+    sig = chickenpox(T=20)
+    torch.manual_seed(0)
+    cell, head = GConvGRU(4, 5, 2).double(), torch.nn.Linear(5, 1).double()
+    rc, rh = copy.deepcopy(cell), copy.deepcopy(head)
+    tr = WindowTrainer(cell, sig, lags=LAGS, batch_size=BATCH, stride=2, lr=LR, head=head)
+    starts = (tr.view.starts[tr.view.split("train")]).tolist()
+    W = (20 - LAGS) // 2 + 1
+    assert starts == list(range(0, 2 * round(W * 0.7), 2))
+    tr.train_epoch()
+    ref = pygt_loop(rc, rh, sig, LAGS, BATCH, LR, batches=[starts[a:a + BATCH] for a in range(0, len(starts), BATCH)])
+    for a, b in zip(tr.batch_losses, ref):
+        assert math.isclose(a, b, rel_tol=1e-9)
+    for p, q in zip(cell.parameters(), rc.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-9, atol=1e-12)
+
+
+def test_classification_targets():
+    from torch_geometric_temporal.nn.recurrent import TGCN
+
+    from pyg_dynscale import DynamicGraphSignal
+
+    base = chickenpox(T=16)
+    y = (base.y > base.y.median()).long()
+    sig = DynamicGraphSignal.from_tensors(node_ptr=base.node_ptr, edge_index=base.edge_index, edge_ptr=base.edge_ptr,
+                                          edge_weight=base.edge_weight, x=base.x, y=y)
+    torch.manual_seed(0)
+    tr = WindowTrainer(TGCN(4, 5).double(), sig, lags=LAGS, batch_size=4, loss="ce", lr=0.1,
+                       head=torch.nn.Linear(5, 2).double())
+    assert math.isfinite(tr.train_epoch())
+    ev = tr.evaluate("test")
+    assert set(ev) == {"ce", "accuracy"} and 0.0 <= ev["accuracy"] <= 1.0 and ev["ce"] > 0
