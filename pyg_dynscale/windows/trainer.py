@@ -38,7 +38,7 @@ import torch
 from torch import Tensor
 
 from ..errors import ModelInputError, UnsupportedModelError
-from ..nn.snapshot_model import SnapshotModel
+from ..nn.snapshot_model import SnapshotModel, default_dtype
 from ..runtime.fused import eval_mode
 from ..runtime.losses import LOSSES, check_loss, row_losses
 from ..runtime.paths import edge_fields_of
@@ -49,6 +49,12 @@ __all__ = ["WindowTrainer", "OPTIMIZERS"]
 
 OPTIMIZERS = ("sgd", "adam")
 _ISSUE = "issue 26"
+
+
+def _is_sequence_model(model: torch.nn.Module) -> bool:
+    """PyGT's ``BatchedDCRNN`` (``forward(X [B, L, N, F], edge_index, edge_weight) -> [B, L, N, out]``)."""
+    return any(c.__name__ == "BatchedDCRNN" and (c.__module__ or "").startswith("torch_geometric_temporal")
+               for c in type(model).__mro__)
 
 
 def _rank() -> int:
@@ -154,14 +160,19 @@ class WindowTrainer:
         if f is None or f.level != "node":
             raise ModelInputError(target, "is not a node-level field of the signal.", f"give the signal node targets '{target}'.")
         self._y = f.values
-        self.model = model if isinstance(model, SnapshotModel) else SnapshotModel(model, depth=None)
-        spec = self.model.spec
-        if spec.evolving:
-            raise UnsupportedModelError(f"{spec.name} evolves its weight from call to call, so windows are not "
-                                        "independent; train it with FusedTrainer (one sequence).")
-        if spec.global_reason:
-            raise UnsupportedModelError(f"{spec.name}: {spec.global_reason} Batched windows would share those "
-                                        "statistics.")
+        #: PyGT's BatchedDCRNN: called once per batch on ``[B, L, N, F]`` (a sequence model, not a cell)
+        self.sequence_model = _is_sequence_model(model)
+        if self.sequence_model:
+            self.model = model
+        else:
+            self.model = model if isinstance(model, SnapshotModel) else SnapshotModel(model, depth=None)
+            spec = self.model.spec
+            if spec.evolving:
+                raise UnsupportedModelError(f"{spec.name} evolves its weight from call to call, so windows are not "
+                                            "independent; train it with FusedTrainer (one sequence).")
+            if spec.global_reason:
+                raise UnsupportedModelError(f"{spec.name}: {spec.global_reason} Batched windows would share those "
+                                            "statistics.")
         self.head = head
         self.loss_kind, self.lr, self.shuffle, self.reuse = loss, float(lr), bool(shuffle), reuse
         self.batch_size, self.blocks, self.seed, self.epoch = batch_size, blocks, int(seed), 0
@@ -172,7 +183,7 @@ class WindowTrainer:
         self._x = self.view.x.to(self.device, self.dtype)   # the signal's own tensor when dtype/device agree
         self._ew = None if sig.edge_weight is None else sig.edge_weight.to(self.device, self.dtype)
         self._ei = sig.edge_index.to(self.device)
-        self._edge_fields = edge_fields_of(self.model, sig)
+        self._edge_fields = () if self.sequence_model else edge_fields_of(self.model, sig)
         self._ef = {k: sig.fields[k].values.to(self.device) for k in self._edge_fields}
         self._node_ptr, self._edge_ptr = sig.node_ptr.tolist(), sig.edge_ptr.tolist()
         counts = sig.nodes_per_snapshot
@@ -192,9 +203,14 @@ class WindowTrainer:
         first = int((counts > 0).nonzero().flatten()[0]) if bool((counts > 0).any()) else None
         if first is None:
             raise ModelInputError("signal", "has no nodes.", "pass a signal with at least one node.")
-        ei0, _ = self.view.edges_at(first)
-        self.model.probe(self.view.x_at(first), edge_weight=sig.edge_weight is not None,
-                         edge_fields={k: v[self._edge_ptr[first]:self._edge_ptr[first + 1]] for k, v in self._ef.items()})
+        if self.sequence_model:
+            if not (self._fixed and self._static):
+                raise ModelInputError("model", f"{type(model).__name__} takes [B, L, N, F] windows of one static graph "
+                                      "with a fixed vertex set; this signal's graph or vertex set changes.",
+                                      "use its per-snapshot sibling (DCRNN) on a changing graph.")
+        else:
+            self.model.probe(self.view.x_at(first), edge_weight=sig.edge_weight is not None,
+                             edge_fields={k: v[self._edge_ptr[first]:self._edge_ptr[first + 1]] for k, v in self._ef.items()})
         self._params = params
         if world > 1:
             self._broadcast_parameters()
@@ -276,10 +292,26 @@ class WindowTrainer:
                               for b, t in enumerate(ts)])
         return x, ei, ew, ef, rows
 
+    def _sequence_outputs(self, starts: list) -> Tensor:
+        """PyGT's ``BatchedDCRNN`` on the batch: ``X [B, L, N, F]`` gathered from
+        the storage (one copy per batch, as PyGT's ``IndexDataset`` batch),
+        output steps ``L-H .. L-1`` as rows ordered (step, window, node)."""
+        L, H, n = self.view.lags, self.view.horizon, self._node_ptr[1]
+        idx = (torch.tensor(starts, device=self.device)[:, None] + torch.arange(L, device=self.device)).reshape(-1)
+        feat = self._x.view(-1, n, *self._x.shape[1:]).index_select(0, idx)
+        X = feat.reshape(len(starts), L, n, -1)
+        E = self._edge_ptr[1]
+        ew = self._ew[:E] if self._ew is not None else X.new_ones(E)
+        with default_dtype(X.dtype):
+            out = self.model(X, self._ei[:, :E], ew)
+        return out[:, L - H:].transpose(0, 1).reshape(H * len(starts) * n, *out.shape[3:])
+
     def _predict(self, wins: Tensor) -> tuple:
         """``(prediction rows, target rows, [n] window of each row, [B] rows per window)``."""
         starts = self.view.starts.index_select(0, wins).tolist()
         B, L = len(starts), self.view.lags
+        if self.sequence_model:
+            return self._finish(starts, self._sequence_outputs(starts), None)
         widths = self.model.state_widths
         states: Optional[tuple] = None
         store: Optional[tuple] = None
@@ -307,7 +339,12 @@ class WindowTrainer:
             if j >= L - H:
                 outs.append(y)
         # target step k (snapshot e_w + k) is predicted by the output at window step L - H + k
-        y = torch.cat(outs) if H > 1 else outs[0]
+        return self._finish(starts, torch.cat(outs) if H > 1 else outs[0], None)
+
+    def _finish(self, starts: list, y: Tensor, _unused: Any) -> tuple:
+        """Head, target rows, window of each row and rows per window of output rows
+        ``y`` ordered (horizon step, window, node)."""
+        B, L, H = len(starts), self.view.lags, self.view.horizon
         pred = self.head(y) if self.head is not None else y
         targets = [[s + L - 1 + k for s in starts] for k in range(H)]
         per_k = [torch.tensor([self._node_ptr[t + 1] - self._node_ptr[t] for t in tk], device=self.device)
@@ -446,5 +483,6 @@ class WindowTrainer:
         return out
 
     def __repr__(self) -> str:
-        return (f"WindowTrainer(model={self.model.spec.name}, {self.view!r}, batch_size={self.batch_size}, "
+        name = type(self.model).__name__ if self.sequence_model else self.model.spec.name
+        return (f"WindowTrainer(model={name}, {self.view!r}, batch_size={self.batch_size}, "
                 f"blocks={self.blocks}, loss={self.loss_kind!r}, reuse={self.reuse})")
