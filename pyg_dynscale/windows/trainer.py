@@ -346,6 +346,7 @@ class WindowTrainer:
         ``y`` ordered (horizon step, window, node)."""
         B, L, H = len(starts), self.view.lags, self.view.horizon
         pred = self.head(y) if self.head is not None else y
+        self._check_widths(pred)
         targets = [[s + L - 1 + k for s in starts] for k in range(H)]
         per_k = [torch.tensor([self._node_ptr[t + 1] - self._node_ptr[t] for t in tk], device=self.device)
                  for tk in targets]
@@ -360,6 +361,22 @@ class WindowTrainer:
         seg = torch.cat([torch.repeat_interleave(win, c) for c in per_k])
         counts = torch.stack(per_k).sum(0)
         return pred, tgt.to(self.device), seg, counts
+
+    def _check_widths(self, pred: Tensor) -> None:
+        """A prediction row must have the target's width (``ce``: one score per class)."""
+        y = self._y
+        if self.loss_kind == "ce":
+            ok = pred.dim() == 2 and y.dim() == 1
+        else:
+            p = pred.shape[1:]
+            if len(p) == 1 and p[0] == 1 and y.dim() == 1:
+                p = torch.Size([])
+            ok = p == y.shape[1:]
+        if not ok:
+            raise ModelInputError(
+                "head", f"the prediction rows have shape {list(pred.shape[1:])} but the target rows "
+                f"{list(y.shape[1:])} (loss={self.loss_kind!r}).",
+                "pass head=torch.nn.Linear(<the model's output width>, <the target's width>) (ce: the number of classes).")
 
     @staticmethod
     def _window_mean(per: Tensor, seg: Tensor, counts: Tensor) -> tuple:

@@ -192,3 +192,13 @@ def test_refused_models_and_pygt_signal_input():
                                      [rng.standard_normal(3) for _ in range(10)])
     tr = WindowTrainer(TGCN(2, 3), pygt, lags=2, batch_size=2, head=torch.nn.Linear(3, 1))
     assert tr.view.num_windows == 9 and np.isfinite(tr.train_epoch())
+
+
+def test_prediction_width_must_match_the_target():
+    from torch_geometric_temporal.nn.recurrent import TGCN
+
+    sig = chickenpox(T=14)
+    tr = WindowTrainer(TGCN(4, 20).double(), sig, lags=3, batch_size=2)   # 20 hidden = 20 nodes: would broadcast
+    with pytest.raises(ModelInputError) as e:
+        tr.train_epoch()
+    assert e.value.field == "head" and "Linear" in e.value.fix
