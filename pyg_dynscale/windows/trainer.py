@@ -43,6 +43,7 @@ from ..runtime.fused import eval_mode
 from ..runtime.losses import LOSSES, check_loss, row_losses
 from ..runtime.paths import edge_fields_of
 from .batching import block_batch_parts, block_batches
+from .reuse import reuse_for
 from .view import WindowView
 
 __all__ = ["WindowTrainer", "OPTIMIZERS"]
@@ -95,8 +96,11 @@ class WindowTrainer:
         optimizer: ``"sgd"``, ``"adam"`` or a factory ``f(params, lr=...)``.
         head: optional module applied to the prediction at the last snapshot.
         shuffle: permute the windows inside each block every epoch.
-        reuse: accepted; aggregation reuse is the next step of issue 26
-            (item 3), so ``True`` computes what ``False`` computes.
+        reuse: ReInc's reuse (:mod:`~pyg_dynscale.windows.reuse`) where the
+            model has an implementation (PyGT's ``GConvGRU``): the input
+            Chebyshev basis of every snapshot computed once, the hidden basis
+            once per step for two gates; other models are called as they are.
+            ``True`` computes what ``False`` computes (float rounding).
         blocks: consecutive window blocks (default: the world size, 1
             without a process group). Under a process group of :math:`R`
             ranks, rank :math:`r` computes blocks
@@ -211,6 +215,15 @@ class WindowTrainer:
         else:
             self.model.probe(self.view.x_at(first), edge_weight=sig.edge_weight is not None,
                              edge_fields={k: v[self._edge_ptr[first]:self._edge_ptr[first + 1]] for k, v in self._ef.items()})
+        #: ReInc's reuse (:mod:`~pyg_dynscale.windows.reuse`) when ``reuse`` and the model has one
+        self._reuse = None
+        self._reuse_cache: dict = {}
+        impl = None if (not reuse or self.sequence_model) else reuse_for(self.model.module)
+        if impl is not None and not self._ef:
+            counts_e = sig.edges_per_snapshot.to(self.device)
+            off = torch.repeat_interleave(sig.node_ptr[:-1].to(self.device), counts_e, output_size=self._ei.shape[1])
+            with default_dtype(self.dtype):
+                self._reuse = impl(self.model.module, self._x, self._ei + off, self._ew)
         self._params = params
         if world > 1:
             self._broadcast_parameters()
@@ -251,17 +264,20 @@ class WindowTrainer:
         g = torch.Generator().manual_seed(self.seed + e) if self.shuffle else None
         return block_batches(self.view.split("train"), self.batch_size, self.blocks, self.shuffle, g)
 
+    def _gather(self, rows: Tensor, ts: list) -> Tensor:
+        """The rows of snapshots ``ts`` of a per-vertex-time-node tensor, concatenated."""
+        if self._uniform:
+            n = self._node_ptr[1]
+            idx = torch.tensor(ts, device=self.device)
+            return rows.view(-1, n, *rows.shape[1:]).index_select(0, idx).reshape(len(ts) * n, *rows.shape[1:])
+        return torch.cat([rows[self._node_ptr[t]:self._node_ptr[t + 1]] for t in ts])
+
     def _union(self, ts: list) -> tuple:
         """``x, edge_index, edge_weight, edge_fields, rows`` of the disjoint
         union of snapshots ``ts`` (``rows``: the state rows, changing vertex
         sets only)."""
         B = len(ts)
-        if self._uniform:
-            n = self._node_ptr[1]
-            idx = torch.tensor(ts, device=self.device)
-            x = self._x.view(-1, n, *self._x.shape[1:]).index_select(0, idx).reshape(B * n, *self._x.shape[1:])
-        else:
-            x = torch.cat([self._x[self._node_ptr[t]:self._node_ptr[t + 1]] for t in ts])
+        x = self._gather(self._x, ts)
         if self._static:
             key = B
             if key not in self._union_cache:
@@ -291,6 +307,16 @@ class WindowTrainer:
             rows = torch.cat([self._node_id[self._node_ptr[t]:self._node_ptr[t + 1]] + b * self._V
                               for b, t in enumerate(ts)])
         return x, ei, ew, ef, rows
+
+    def _reuse_graph(self, B: int, ei: Tensor, n: int, ew: Optional[Tensor]) -> tuple:
+        """The normalized batch-step graph for reuse: once per batch size on a
+        static graph, once per step otherwise."""
+        if self._static:
+            key = ("reuse", B)
+            if self._reuse_cache.get("key") != key:
+                self._reuse_cache = {"key": key, "graph": self._reuse.normalize(ei, n, ew, self.dtype)}
+            return self._reuse_cache["graph"]
+        return self._reuse.normalize(ei, n, ew, self.dtype)
 
     def _sequence_outputs(self, starts: list) -> Tensor:
         """PyGT's ``BatchedDCRNN`` on the batch: ``X [B, L, N, F]`` gathered from
@@ -331,7 +357,11 @@ class WindowTrainer:
             if n == 0:
                 y = x.new_zeros((0,) + tuple(self.model.output_shape))
             else:
-                y, new = self.model.step(x, ei, ew, st, ef)
+                if self._reuse is not None:
+                    y = self._reuse.step(self._gather(self._reuse.basis, ts), self._reuse_graph(B, ei, n, ew), st[0])
+                    new = (y,)
+                else:
+                    y, new = self.model.step(x, ei, ew, st, ef)
                 if self._fixed:
                     states = tuple(new)
                 else:
