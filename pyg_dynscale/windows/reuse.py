@@ -1,4 +1,6 @@
-r"""ReInc's reuse (§3.1) for PyGT's ``GConvGRU`` in windowed training.
+r"""ReInc's reuse (§3.1) for PyGT's ``GConvGRU`` and ``GConvLSTM`` in
+windowed training (``GConvGRU`` below; ``GConvLSTM`` likewise with one
+hidden basis for its four gates).
 
 ``GConvGRU`` computes, per step, six Chebyshev convolutions
 
@@ -31,7 +33,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-__all__ = ["GConvGRUReuse", "reuse_for"]
+__all__ = ["ChebReuse", "GConvGRUReuse", "GConvLSTMReuse", "reuse_for"]
 
 
 def _is_pygt(module: torch.nn.Module, name: str) -> bool:
@@ -41,8 +43,12 @@ def _is_pygt(module: torch.nn.Module, name: str) -> bool:
 
 def reuse_for(module: torch.nn.Module) -> Optional[type]:
     """The reuse implementation for ``module`` (``None``: none, the module is called as it is)."""
-    if _is_pygt(module, "GConvGRU") and getattr(module, "normalization", "sym") == "sym":
+    if getattr(module, "normalization", "sym") != "sym":
+        return None
+    if _is_pygt(module, "GConvGRU"):
         return GConvGRUReuse
+    if _is_pygt(module, "GConvLSTM"):
+        return GConvLSTMReuse
     return None
 
 
@@ -69,35 +75,53 @@ def cheb_apply(conv: torch.nn.Module, basis: list) -> Tensor:
     return out
 
 
-class GConvGRUReuse:
-    r"""Reuse for one PyGT ``GConvGRU`` (``normalization="sym"``).
+class ChebReuse:
+    r"""The reuse shared by PyGT's Chebyshev cells (``normalization="sym"``):
+    the input basis of every snapshot, computed once.
 
     Args:
-        cell: the ``GConvGRU`` (its own parameters are used).
+        cell: the PyGT cell (its own parameters are used).
         x: ``[N_all, F]`` features of every vertex-time node (the storage).
         edge_index: ``[2, E_all]`` edges of all snapshots with global rows
             (the storage's block-diagonal graph).
         edge_weight: ``[E_all]`` or ``None``.
     """
 
+    #: name of a Chebyshev convolution of the input (its propagation builds the basis)
+    input_conv = ""
+    #: name of a Chebyshev convolution of the hidden state
+    hidden_conv = ""
+
     def __init__(self, cell: torch.nn.Module, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor]) -> None:
         self.cell = cell
-        self.K = len(cell.conv_x_z.lins)
+        conv = getattr(cell, self.input_conv)
+        self.K = len(conv.lins)
         ei, norm = self.normalize(edge_index, x.shape[0], edge_weight, x.dtype)
         with torch.no_grad():
             #: ``[N_all, K, F]``: the input basis of every snapshot, computed once
-            self.basis = torch.stack(cheb_basis(cell.conv_x_z, x, ei, norm, self.K), 1)
+            self.basis = torch.stack(cheb_basis(conv, x, ei, norm, self.K), 1)
 
     def normalize(self, edge_index: Tensor, n: int, edge_weight: Optional[Tensor], dtype: torch.dtype) -> tuple:
-        """``(edge_index, norm)`` of :math:`\\hat L` (``ChebConv.__norm__``, :math:`\\lambda_{max} = 2`)."""
-        conv = self.cell.conv_h_z
+        r"""``(edge_index, norm)`` of :math:`\hat L` (``ChebConv.__norm__``, :math:`\lambda_{max} = 2`)."""
+        conv = getattr(self.cell, self.hidden_conv)
         return conv.__norm__(edge_index, n, edge_weight, conv.normalization, None, dtype=dtype, batch=None)
 
-    def step(self, basis: Tensor, graph: tuple, H: Tensor) -> Tensor:
+    def step(self, basis: Tensor, graph: tuple, states: tuple) -> tuple:
         """One step on a batch graph: ``basis`` ``[n, K, F]`` (gathered rows of
-        :attr:`basis`), ``graph`` = :meth:`normalize` of the batch graph, ``H``
-        ``[n, out]``; returns the new ``H``."""
+        :attr:`basis`), ``graph`` = :meth:`normalize` of the batch graph,
+        ``states`` the carried ``[n, out]`` tensors; returns ``(y, states)``."""
+        raise NotImplementedError
+
+
+class GConvGRUReuse(ChebReuse):
+    r"""PyGT's ``GConvGRU``: the hidden basis of :math:`H` once per step for
+    :math:`Z` and :math:`R` (the candidate needs the basis of :math:`H \odot R`)."""
+
+    input_conv, hidden_conv = "conv_x_z", "conv_h_z"
+
+    def step(self, basis: Tensor, graph: tuple, states: tuple) -> tuple:
         c = self.cell
+        (H,) = states
         xb = list(basis.unbind(1))
         ei, norm = graph
         hb = cheb_basis(c.conv_h_z, H, ei, norm, self.K)
@@ -105,4 +129,26 @@ class GConvGRUReuse:
         R = torch.sigmoid(cheb_apply(c.conv_x_r, xb) + cheb_apply(c.conv_h_r, hb))
         hr = cheb_basis(c.conv_h_h, H * R, ei, norm, self.K)
         H_tilde = torch.tanh(cheb_apply(c.conv_x_h, xb) + cheb_apply(c.conv_h_h, hr))
-        return Z * H + (1 - Z) * H_tilde
+        H = Z * H + (1 - Z) * H_tilde
+        return H, (H,)
+
+
+class GConvLSTMReuse(ChebReuse):
+    """PyGT's ``GConvLSTM``: one hidden basis of :math:`H` per step for all
+    four gates (eight Chebyshev convolutions become one basis and projections)."""
+
+    input_conv, hidden_conv = "conv_x_i", "conv_h_i"
+
+    def step(self, basis: Tensor, graph: tuple, states: tuple) -> tuple:
+        c = self.cell
+        H, C = states
+        xb = list(basis.unbind(1))
+        ei, norm = graph
+        hb = cheb_basis(c.conv_h_i, H, ei, norm, self.K)
+        I = torch.sigmoid(cheb_apply(c.conv_x_i, xb) + cheb_apply(c.conv_h_i, hb) + c.w_c_i * C + c.b_i)
+        F = torch.sigmoid(cheb_apply(c.conv_x_f, xb) + cheb_apply(c.conv_h_f, hb) + c.w_c_f * C + c.b_f)
+        T = torch.tanh(cheb_apply(c.conv_x_c, xb) + cheb_apply(c.conv_h_c, hb) + c.b_c)
+        C = F * C + I * T
+        O = torch.sigmoid(cheb_apply(c.conv_x_o, xb) + cheb_apply(c.conv_h_o, hb) + c.w_c_o * C + c.b_o)
+        H = O * torch.tanh(C)
+        return H, (H, C)

@@ -97,7 +97,7 @@ class WindowTrainer:
         head: optional module applied to the prediction at the last snapshot.
         shuffle: permute the windows inside each block every epoch.
         reuse: ReInc's reuse (:mod:`~pyg_dynscale.windows.reuse`) where the
-            model has an implementation (PyGT's ``GConvGRU``): the input
+            model has an implementation (PyGT's ``GConvGRU``, ``GConvLSTM``): the input
             Chebyshev basis of every snapshot computed once, the hidden basis
             once per step for two gates; other models are called as they are.
             ``True`` computes what ``False`` computes (float rounding).
@@ -358,8 +358,7 @@ class WindowTrainer:
                 y = x.new_zeros((0,) + tuple(self.model.output_shape))
             else:
                 if self._reuse is not None:
-                    y = self._reuse.step(self._gather(self._reuse.basis, ts), self._reuse_graph(B, ei, n, ew), st[0])
-                    new = (y,)
+                    y, new = self._reuse.step(self._gather(self._reuse.basis, ts), self._reuse_graph(B, ei, n, ew), st)
                 else:
                     y, new = self.model.step(x, ei, ew, st, ef)
                 if self._fixed:

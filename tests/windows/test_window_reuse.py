@@ -1,4 +1,4 @@
-"""ReInc's reuse for PyGT's GConvGRU (pyg_dynscale.windows.reuse): reuse=True equals
+"""ReInc's reuse for PyGT's GConvGRU and GConvLSTM (pyg_dynscale.windows.reuse): reuse=True equals
 reuse=False in float64 (losses, parameters, evaluation) on a static graph, a changing
 graph and changing vertex sets, K = 2 and 3; the input basis is computed once."""
 from __future__ import annotations
@@ -13,23 +13,24 @@ from tests.conftest import make_dynamic_signal
 from tests.windows.helpers import RecurrentGCN, as64, chickenpox, covid
 
 
-def _train(sig, K, reuse, horizon=1):
-    from torch_geometric_temporal.nn.recurrent import GConvGRU
+def _train(sig, K, reuse, horizon=1, cls="GConvGRU"):
+    import torch_geometric_temporal.nn.recurrent as rec
 
     torch.manual_seed(0)
-    cell, head = GConvGRU(4, 6, K).double(), torch.nn.Linear(6, 1).double()
+    cell, head = getattr(rec, cls)(4, 6, K).double(), torch.nn.Linear(6, 1).double()
     tr = WindowTrainer(cell, sig, lags=3, horizon=horizon, batch_size=4, lr=0.05, head=head, reuse=reuse)
     losses = [tr.train_epoch() for _ in range(2)] + tr.batch_losses
     return tr, losses, [p.detach().clone() for p in cell.parameters()], tr.evaluate("test")
 
 
+@pytest.mark.parametrize("cls", ["GConvGRU", "GConvLSTM"])
 @pytest.mark.parametrize("data,K,horizon", [("static", 2, 1), ("static", 3, 2), ("covid", 2, 1), ("covid", 3, 3),
                                             ("vertices", 2, 1)])
-def test_reuse_equals_no_reuse(data, K, horizon):
+def test_reuse_equals_no_reuse(data, K, horizon, cls):
     sig = {"static": lambda: chickenpox(T=30), "covid": lambda: covid(T=14),
            "vertices": lambda: as64(make_dynamic_signal(seed=3, T=12, V=10, F=4), 12)}[data]()
-    off, l0, p0, e0 = _train(sig, K, False, horizon)
-    on, l1, p1, e1 = _train(sig, K, True, horizon)
+    off, l0, p0, e0 = _train(sig, K, False, horizon, cls)
+    on, l1, p1, e1 = _train(sig, K, True, horizon, cls)
     assert off._reuse is None and on._reuse is not None
     assert on._reuse.basis.shape == (sig.x.shape[0], K, 4)          # one basis for the whole storage
     for a, b in zip(l0, l1):
