@@ -33,7 +33,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-__all__ = ["ChebReuse", "GConvGRUReuse", "GConvLSTMReuse", "reuse_for"]
+__all__ = ["ChebReuse", "GConvGRUReuse", "GConvLSTMReuse", "TGCNReuse", "reuse_for"]
 
 
 def _is_pygt(module: torch.nn.Module, name: str) -> bool:
@@ -43,6 +43,8 @@ def _is_pygt(module: torch.nn.Module, name: str) -> bool:
 
 def reuse_for(module: torch.nn.Module) -> Optional[type]:
     """The reuse implementation for ``module`` (``None``: none, the module is called as it is)."""
+    if _is_pygt(module, "TGCN") and type(module).__name__ == "TGCN" and not module.cached:
+        return TGCNReuse
     if getattr(module, "normalization", "sym") != "sym":
         return None
     if _is_pygt(module, "GConvGRU"):
@@ -152,3 +154,40 @@ class GConvLSTMReuse(ChebReuse):
         O = torch.sigmoid(cheb_apply(c.conv_x_o, xb) + cheb_apply(c.conv_h_o, hb) + c.w_c_o * C + c.b_o)
         H = O * torch.tanh(C)
         return H, (H, C)
+
+
+class TGCNReuse:
+    r"""PyGT's ``TGCN`` (``cached=False``): its three GCN convolutions read only
+    :math:`X`, so :math:`\hat A X` of every snapshot is computed once and each
+    gate applies its projection, :math:`\text{conv}(X) = (\hat A X) W^\top + b`
+    (:math:`= \hat A (X W^\top) + b` up to rounding); no convolution runs
+    inside the step."""
+
+    def __init__(self, cell: torch.nn.Module, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor]) -> None:
+        from torch_geometric.nn.conv.gcn_conv import gcn_norm
+
+        self.cell = cell
+        conv = cell.conv_z
+        ei, w = gcn_norm(edge_index, edge_weight, x.shape[0], conv.improved, conv.add_self_loops, conv.flow, x.dtype)
+        with torch.no_grad():
+            #: ``[N_all, 1, F]``: :math:`\hat A_t X_t` of every snapshot
+            self.basis = conv.propagate(ei, x=x, edge_weight=w).unsqueeze(1)
+
+    def normalize(self, edge_index: Tensor, n: int, edge_weight: Optional[Tensor], dtype: torch.dtype) -> None:
+        """No graph operation runs inside the step."""
+        return None
+
+    @staticmethod
+    def _gcn(conv: torch.nn.Module, ax: Tensor) -> Tensor:
+        out = conv.lin(ax)
+        return out + conv.bias if conv.bias is not None else out
+
+    def step(self, basis: Tensor, graph: None, states: tuple) -> tuple:
+        c = self.cell
+        (H,) = states
+        ax = basis[:, 0]
+        Z = torch.sigmoid(c.linear_z(torch.cat([self._gcn(c.conv_z, ax), H], 1)))
+        R = torch.sigmoid(c.linear_r(torch.cat([self._gcn(c.conv_r, ax), H], 1)))
+        H_tilde = torch.tanh(c.linear_h(torch.cat([self._gcn(c.conv_h, ax), H * R], 1)))
+        H = Z * H + (1 - Z) * H_tilde
+        return H, (H,)

@@ -17,13 +17,14 @@ def _train(sig, K, reuse, horizon=1, cls="GConvGRU"):
     import torch_geometric_temporal.nn.recurrent as rec
 
     torch.manual_seed(0)
-    cell, head = getattr(rec, cls)(4, 6, K).double(), torch.nn.Linear(6, 1).double()
+    cell = (rec.TGCN(4, 6) if cls == "TGCN" else getattr(rec, cls)(4, 6, K)).double()
+    head = torch.nn.Linear(6, 1).double()
     tr = WindowTrainer(cell, sig, lags=3, horizon=horizon, batch_size=4, lr=0.05, head=head, reuse=reuse)
     losses = [tr.train_epoch() for _ in range(2)] + tr.batch_losses
     return tr, losses, [p.detach().clone() for p in cell.parameters()], tr.evaluate("test")
 
 
-@pytest.mark.parametrize("cls", ["GConvGRU", "GConvLSTM"])
+@pytest.mark.parametrize("cls", ["GConvGRU", "GConvLSTM", "TGCN"])
 @pytest.mark.parametrize("data,K,horizon", [("static", 2, 1), ("static", 3, 2), ("covid", 2, 1), ("covid", 3, 3),
                                             ("vertices", 2, 1)])
 def test_reuse_equals_no_reuse(data, K, horizon, cls):
@@ -32,7 +33,8 @@ def test_reuse_equals_no_reuse(data, K, horizon, cls):
     off, l0, p0, e0 = _train(sig, K, False, horizon, cls)
     on, l1, p1, e1 = _train(sig, K, True, horizon, cls)
     assert off._reuse is None and on._reuse is not None
-    assert on._reuse.basis.shape == (sig.x.shape[0], K, 4)          # one basis for the whole storage
+    k = 1 if cls == "TGCN" else K
+    assert on._reuse.basis.shape == (sig.x.shape[0], k, 4)          # one basis for the whole storage
     for a, b in zip(l0, l1):
         assert math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-13)
     for a, b in zip(p0, p1):
