@@ -97,9 +97,10 @@ class WindowTrainer:
         head: optional module applied to the prediction at the last snapshot.
         shuffle: permute the windows inside each block every epoch.
         reuse: ReInc's reuse (:mod:`~pyg_dynscale.windows.reuse`) where the
-            model has an implementation (PyGT's ``GConvGRU``, ``GConvLSTM``): the input
-            Chebyshev basis of every snapshot computed once, the hidden basis
-            once per step for two gates; other models are called as they are.
+            model has one (PyGT's ``GConvGRU``, ``GConvLSTM``, ``TGCN``): the
+            input aggregation of every snapshot computed once, the hidden
+            basis once per step for all gates; other models are called as
+            they are.
             ``True`` computes what ``False`` computes (float rounding).
         blocks: consecutive window blocks (default: the world size, 1
             without a process group). Under a process group of :math:`R`
@@ -337,7 +338,7 @@ class WindowTrainer:
         starts = self.view.starts.index_select(0, wins).tolist()
         B, L = len(starts), self.view.lags
         if self.sequence_model:
-            return self._finish(starts, self._sequence_outputs(starts), None)
+            return self._finish(starts, self._sequence_outputs(starts))
         widths = self.model.state_widths
         states: Optional[tuple] = None
         store: Optional[tuple] = None
@@ -368,9 +369,9 @@ class WindowTrainer:
             if j >= L - H:
                 outs.append(y)
         # target step k (snapshot e_w + k) is predicted by the output at window step L - H + k
-        return self._finish(starts, torch.cat(outs) if H > 1 else outs[0], None)
+        return self._finish(starts, torch.cat(outs) if H > 1 else outs[0])
 
-    def _finish(self, starts: list, y: Tensor, _unused: Any) -> tuple:
+    def _finish(self, starts: list, y: Tensor) -> tuple:
         """Head, target rows, window of each row and rows per window of output rows
         ``y`` ordered (horizon step, window, node)."""
         B, L, H = len(starts), self.view.lags, self.view.horizon
