@@ -33,7 +33,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-__all__ = ["ChebReuse", "GConvGRUReuse", "GConvLSTMReuse", "TGCNReuse", "reuse_for"]
+__all__ = ["ChebReuse", "GConvGRUReuse", "GConvLSTMReuse", "TGCNReuse", "DCRNNReuse", "reuse_for"]
 
 
 def _is_pygt(module: torch.nn.Module, name: str) -> bool:
@@ -45,6 +45,8 @@ def reuse_for(module: torch.nn.Module) -> Optional[type]:
     """The reuse implementation for ``module`` (``None``: none, the module is called as it is)."""
     if _is_pygt(module, "TGCN") and type(module).__name__ == "TGCN" and not module.cached:
         return TGCNReuse
+    if _is_pygt(module, "DCRNN") and type(module).__name__ == "DCRNN":
+        return DCRNNReuse
     if getattr(module, "normalization", "sym") != "sym":
         return None
     if _is_pygt(module, "GConvGRU"):
@@ -189,5 +191,83 @@ class TGCNReuse:
         Z = torch.sigmoid(c.linear_z(torch.cat([self._gcn(c.conv_z, ax), H], 1)))
         R = torch.sigmoid(c.linear_r(torch.cat([self._gcn(c.conv_r, ax), H], 1)))
         H_tilde = torch.tanh(c.linear_h(torch.cat([self._gcn(c.conv_h, ax), H * R], 1)))
+        H = Z * H + (1 - Z) * H_tilde
+        return H, (H,)
+
+
+class DCRNNReuse:
+    r"""PyGT's ``DCRNN``: each gate diffuses :math:`[X, H]` forwards
+    (:math:`P_o`, out-degree normalized) and backwards (:math:`P_i`) ``K - 1``
+    times. Diffusion is linear per column, so the basis of :math:`[X, H]` is
+    that of :math:`X` next to that of :math:`H`: the :math:`X` part of every
+    snapshot is computed once, the :math:`H` part once per step for the update
+    and reset gates, and :math:`P_o, P_i` are built sparsely once per batch
+    graph instead of PyGT's dense ``N x N`` adjacency per gate and step.
+
+    It follows ``DConv`` literally, including its pairing of the in-degree
+    normalizers (listed in input edge order, indexed by source) with the
+    reverse edges in sorted order, and its recurrence
+    :math:`T_k = 2 P T_{k-1} - T_0`. It applies only where every snapshot's
+    edges are distinct with non-zero weights (elsewhere ``DConv`` itself fails
+    or drops edges; the cell is then called as it is)."""
+
+    def __init__(self, cell: torch.nn.Module, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor]) -> None:
+        self.cell = cell
+        self.K = int(cell.conv_x_z.weight.shape[1])
+        self.F = int(x.shape[1])
+        g = self.normalize(edge_index, x.shape[0], edge_weight, x.dtype)
+        with torch.no_grad():
+            o, i = self._basis(x, g)
+            #: ``[N_all, 2K, F]``: forward then backward diffusion basis of every snapshot's ``X``
+            self.basis = torch.stack(o + i, 1)
+
+    @staticmethod
+    def applies(edge_index: Tensor, n: int, edge_weight: Optional[Tensor]) -> bool:
+        """Every edge distinct (per snapshot: rows are global) and every weight non-zero."""
+        key = edge_index[0] * n + edge_index[1]
+        if int(torch.unique(key).numel()) != int(key.numel()):
+            return False
+        return edge_weight is None or bool((edge_weight != 0).all())
+
+    def normalize(self, edge_index: Tensor, n: int, edge_weight: Optional[Tensor], dtype: torch.dtype) -> tuple:
+        """``(edge_index, norm_out, reverse_edge_index, norm_in)`` as ``DConv`` computes them."""
+        row, col = edge_index
+        w = edge_weight.to(dtype) if edge_weight is not None else torch.ones(row.numel(), dtype=dtype, device=row.device)
+        deg_out = torch.zeros(n, dtype=dtype, device=row.device).index_add_(0, row, w)
+        deg_in = torch.zeros(n, dtype=dtype, device=row.device).index_add_(0, col, w)
+        norm_out = torch.reciprocal(deg_out)[row]
+        norm_in = torch.reciprocal(deg_in)[row]
+        perm = torch.argsort(col * n + row)
+        rev = torch.stack([col[perm], row[perm]])
+        return edge_index, norm_out, rev, norm_in
+
+    def _basis(self, y: Tensor, g: tuple) -> tuple:
+        conv = self.cell.conv_x_z
+        ei, n_out, rev, n_in = g
+        o, i = [y], [y]
+        if self.K > 1:
+            o.append(conv.propagate(ei, x=y, norm=n_out, size=None))
+            i.append(conv.propagate(rev, x=y, norm=n_in, size=None))
+        for _ in range(2, self.K):
+            o.append(2.0 * conv.propagate(ei, x=o[-1], norm=n_out, size=None) - y)
+            i.append(2.0 * conv.propagate(rev, x=i[-1], norm=n_in, size=None) - y)
+        return o, i
+
+    def _apply(self, conv: torch.nn.Module, xb: Tensor, hb: tuple) -> Tensor:
+        W, F, K = conv.weight, self.F, self.K
+        ho, hi = hb
+        out = None
+        for k in range(K):
+            term = (xb[:, k] @ W[0, k, :F] + ho[k] @ W[0, k, F:]) + (xb[:, K + k] @ W[1, k, :F] + hi[k] @ W[1, k, F:])
+            out = term if out is None else out + term
+        return out + conv.bias if conv.bias is not None else out
+
+    def step(self, basis: Tensor, graph: tuple, states: tuple) -> tuple:
+        c = self.cell
+        (H,) = states
+        hb = self._basis(H, graph)
+        Z = torch.sigmoid(self._apply(c.conv_x_z, basis, hb))
+        R = torch.sigmoid(self._apply(c.conv_x_r, basis, hb))
+        H_tilde = torch.tanh(self._apply(c.conv_x_h, basis, self._basis(H * R, graph)))
         H = Z * H + (1 - Z) * H_tilde
         return H, (H,)

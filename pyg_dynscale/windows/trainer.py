@@ -223,8 +223,10 @@ class WindowTrainer:
         if impl is not None and not self._ef:
             counts_e = sig.edges_per_snapshot.to(self.device)
             off = torch.repeat_interleave(sig.node_ptr[:-1].to(self.device), counts_e, output_size=self._ei.shape[1])
-            with default_dtype(self.dtype):
-                self._reuse = impl(self.model.module, self._x, self._ei + off, self._ew)
+            applies = getattr(impl, "applies", None)
+            if applies is None or applies(self._ei + off, self._x.shape[0], self._ew):
+                with default_dtype(self.dtype):
+                    self._reuse = impl(self.model.module, self._x, self._ei + off, self._ew)
         self._params = params
         if world > 1:
             self._broadcast_parameters()
