@@ -33,7 +33,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-__all__ = ["ChebReuse", "GConvGRUReuse", "GConvLSTMReuse", "TGCNReuse", "DCRNNReuse", "reuse_for"]
+__all__ = ["ChebReuse", "GConvGRUReuse", "GConvLSTMReuse", "GCLSTMReuse", "TGCNReuse", "DCRNNReuse", "reuse_for"]
 
 
 def _is_pygt(module: torch.nn.Module, name: str) -> bool:
@@ -53,6 +53,8 @@ def reuse_for(module: torch.nn.Module) -> Optional[type]:
         return GConvGRUReuse
     if _is_pygt(module, "GConvLSTM"):
         return GConvLSTMReuse
+    if _is_pygt(module, "GCLSTM"):
+        return GCLSTMReuse
     return None
 
 
@@ -154,6 +156,33 @@ class GConvLSTMReuse(ChebReuse):
         T = torch.tanh(cheb_apply(c.conv_x_c, xb) + cheb_apply(c.conv_h_c, hb) + c.b_c)
         C = F * C + I * T
         O = torch.sigmoid(cheb_apply(c.conv_x_o, xb) + cheb_apply(c.conv_h_o, hb) + c.w_c_o * C + c.b_o)
+        H = O * torch.tanh(C)
+        return H, (H, C)
+
+
+class GCLSTMReuse(ChebReuse):
+    """PyGT's ``GCLSTM``: its input side is a plain projection (no graph
+    operation to share; :attr:`basis` is a view of ``x``), its four gates
+    convolve :math:`H` with one Chebyshev basis computed once per step."""
+
+    hidden_conv = "conv_i"
+
+    def __init__(self, cell: torch.nn.Module, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor]) -> None:
+        self.cell = cell
+        self.K = len(cell.conv_i.lins)
+        self.basis = x.unsqueeze(1)
+
+    def step(self, basis: Tensor, graph: tuple, states: tuple) -> tuple:
+        c = self.cell
+        H, C = states
+        X = basis[:, 0]
+        ei, norm = graph
+        hb = cheb_basis(c.conv_i, H, ei, norm, self.K)
+        I = torch.sigmoid(torch.matmul(X, c.W_i) + cheb_apply(c.conv_i, hb) + c.b_i)
+        F = torch.sigmoid(torch.matmul(X, c.W_f) + cheb_apply(c.conv_f, hb) + c.b_f)
+        T = torch.tanh(torch.matmul(X, c.W_c) + cheb_apply(c.conv_c, hb) + c.b_c)
+        C = F * C + I * T
+        O = torch.sigmoid(torch.matmul(X, c.W_o) + cheb_apply(c.conv_o, hb) + c.b_o)
         H = O * torch.tanh(C)
         return H, (H, C)
 

@@ -1,4 +1,4 @@
-"""ReInc's reuse for PyGT's GConvGRU, GConvLSTM, TGCN and DCRNN (pyg_dynscale.windows.reuse): reuse=True equals
+"""ReInc's reuse for PyGT's GConvGRU, GConvLSTM, GCLSTM, TGCN and DCRNN (pyg_dynscale.windows.reuse): reuse=True equals
 reuse=False in float64 (losses, parameters, evaluation) on a static graph, a changing
 graph and changing vertex sets, K = 2 and 3; the input basis is computed once."""
 from __future__ import annotations
@@ -26,7 +26,7 @@ def _train(sig, K, reuse, horizon=1, cls="GConvGRU"):
 
 _DATA = [("static", 2, 1), ("static", 3, 2), ("covid", 2, 1), ("covid", 3, 3), ("vertices", 2, 1)]
 # DCRNN: not on the random vertex-set signal, whose repeated edges PyGT's DConv itself cannot run
-_CASES = [(d, k, h, c) for c in ("GConvGRU", "GConvLSTM", "TGCN", "DCRNN") for d, k, h in _DATA
+_CASES = [(d, k, h, c) for c in ("GConvGRU", "GConvLSTM", "GCLSTM", "TGCN", "DCRNN") for d, k, h in _DATA
           if not (c == "DCRNN" and d == "vertices")]
 
 
@@ -37,7 +37,7 @@ def test_reuse_equals_no_reuse(data, K, horizon, cls):
     off, l0, p0, e0 = _train(sig, K, False, horizon, cls)
     on, l1, p1, e1 = _train(sig, K, True, horizon, cls)
     assert off._reuse is None and on._reuse is not None
-    k = {"TGCN": 1, "DCRNN": 2 * K}.get(cls, K)
+    k = {"TGCN": 1, "GCLSTM": 1, "DCRNN": 2 * K}.get(cls, K)
     assert on._reuse.basis.shape == (sig.x.shape[0], k, 4)          # one basis for the whole storage
     for a, b in zip(l0, l1):
         assert math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-13)
