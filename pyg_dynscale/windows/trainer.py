@@ -97,7 +97,7 @@ class WindowTrainer:
         head: optional module applied to the prediction at the last snapshot.
         shuffle: permute the windows inside each block every epoch.
         reuse: ReInc's reuse (:mod:`~pyg_dynscale.windows.reuse`) where the
-            model has one (PyGT's ``GConvGRU``, ``GConvLSTM``, ``TGCN``): the
+            model has one (PyGT's ``GConvGRU``, ``GConvLSTM``, ``GCLSTM``, ``TGCN``, ``DCRNN``): the
             input aggregation of every snapshot computed once, the hidden
             basis once per step for all gates; other models are called as
             they are.
