@@ -1,6 +1,8 @@
-r"""ReInc's reuse (§3.1) for PyGT's ``GConvGRU`` and ``GConvLSTM`` in
-windowed training (``GConvGRU`` below; ``GConvLSTM`` likewise with one
-hidden basis for its four gates).
+r"""ReInc's reuse (§3.1) in windowed training for PyGT's ``GConvGRU``,
+``GConvLSTM``, ``GCLSTM``, ``TGCN`` and ``DCRNN`` (:func:`reuse_for` picks
+the implementation; ``GConvGRU`` is explained below, the others are alike:
+the input aggregation once per snapshot, the hidden one once per step for
+all gates).
 
 ``GConvGRU`` computes, per step, six Chebyshev convolutions
 
