@@ -46,6 +46,30 @@ def static_signal() -> DynamicGraphSignal:
 
 def pytest_configure(config: pytest.Config) -> None:
     torch.manual_seed(0)
+    config.addinivalue_line("markers", "real_spawn: spawn() starts its ranks with multiprocessing's real 'spawn' "
+                                       "start method, not the suite's fork server (tests/fast_spawn.py)")
+    # not where CUDA is visible: a rank forked from a server whose imports touched the CUDA driver could not use it
+    if os.environ.get("PYG_DYNSCALE_TEST_START_METHOD", "forkserver") != "spawn" and not torch.cuda.is_available():
+        from pyg_dynscale.distributed import launch
+        from tests.fast_spawn import Contexts
+
+        launch.mp = Contexts(launch.mp)  # spawn()'s ranks forked from a server that imported torch & co. once
+
+
+@pytest.fixture(autouse=True)
+def _real_spawn(request: pytest.FixtureRequest):
+    """Tests marked ``real_spawn``: spawn() with multiprocessing's own 'spawn' start method."""
+    from pyg_dynscale.distributed import launch
+
+    if request.node.get_closest_marker("real_spawn") is None or not hasattr(launch.mp, "_real"):
+        yield
+        return
+    fast = launch.mp
+    launch.mp = fast._real
+    try:
+        yield
+    finally:
+        launch.mp = fast
 
 
 def shared_datasets_dir():

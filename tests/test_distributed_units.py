@@ -193,6 +193,7 @@ def _failing_worker(rank: int, world_size: int) -> None:
     dist.barrier()
 
 
+@pytest.mark.real_spawn  # multiprocessing's own "spawn" start method (the suite's others: tests/fast_spawn.py)
 def test_spawn_names_the_failing_rank():
     with pytest.raises(SpawnError, match="rank 1 failed: ValueError: boom on rank one"):
         spawn(_failing_worker, 2, timeout=20)
