@@ -22,7 +22,7 @@ memory with and without gradient checkpointing -- side by side in one run.
    loop for 100 to 4000 tiny snapshots (Python overhead per snapshot).
 
     python benchmarks/bench_blackbox.py            # full (about 6 min on 2 cores)
-    python benchmarks/bench_blackbox.py --quick    # smoke test (about a minute)
+    python benchmarks/bench_blackbox.py --quick    # smoke test (about 30 s on 2 cores)
 """
 from __future__ import annotations
 
@@ -33,6 +33,7 @@ import statistics
 import subprocess
 import sys
 import time
+from typing import Optional
 
 import torch
 
@@ -93,11 +94,12 @@ def dataset(name: str, quick: bool) -> DynamicGraphSignal:
     from pyg_dynscale.data.loaders import load_england_covid
     from pyg_dynscale.data.synthetic import generate_dynamic_graph
 
-    if name == "england_covid":
-        return sorted_copy(load_england_covid())
+    if name == "england_covid":  # --quick: its first 12 snapshots
+        sig = load_england_covid()
+        return sorted_copy(sig[0:12] if quick else sig)
     if name in ("road_grid", "road_grid_shuffled"):  # 100k vertex-time nodes in full
-        return road_grid(*((10, 30, 10) if quick else (40, 50, 50)), shuffle=name == "road_grid_shuffled")
-    V, T = (300, 10) if quick else (2000, 50)  # 100k vertex-time nodes in full
+        return road_grid(*((8, 20, 6) if quick else (40, 50, 50)), shuffle=name == "road_grid_shuffled")
+    V, T = (200, 6) if quick else (2000, 50)  # 100k vertex-time nodes in full
     return sorted_copy(generate_dynamic_graph(V, 4 * V * T, T, presence=1.0, num_features=8, seed=0))
 
 
@@ -169,14 +171,22 @@ def median_tail(times: list[float]) -> float:
 
 
 # ------------------------------------------------------------------ sections
-def section_pygt(quick: bool, epochs: int) -> None:
+def pygt_configs() -> list:
+    """Section 1's distributed runs: (dataset, cell, locality)."""
+    return [(d, c, loc) for d in DATASETS for c in ("GConvGRU", "DCRNN")
+            for loc in ((False, True) if d == "road_grid_shuffled" else (False,))]
+
+
+def section_pygt(quick: bool, epochs: int, two_ranks: Optional[list] = None) -> None:
+    """``two_ranks``: the 2-rank results of :func:`pygt_configs`, already run (``--quick``: :func:`quick_ranks`)."""
     from pyg_dynscale.distributed import spawn
 
     print("\n== 1. black-box vs PyGT's loop (epoch seconds, slowest rank; ratio = PyGT / ours; partition PTS, "
           "'+loc': PTS with locality) ==")
-    configs = [(d, c, loc) for d in DATASETS for c in ("GConvGRU", "DCRNN")
-               for loc in ((False, True) if d == "road_grid_shuffled" else (False,))]
-    dist_res = {R: spawn(_rank, R, configs, quick, epochs, timeout=3600) for R in ((2,) if quick else (2, 4))}
+    configs = pygt_configs()
+    dist_res = {R: two_ranks if R == 2 and two_ranks is not None else spawn(_rank, R, configs, quick, epochs,
+                                                                            timeout=3600)
+                for R in ((2,) if quick else (2, 4))}
     print(f"{'dataset':<24}{'cell':<10}{'nodes':>8} {'PyGT loop':>10} {'1 proc':>8} {'ratio':>6}"
           + "".join(f" {f'{R} ranks':>9} {'ratio':>6} {'comm':>5} {'KiB/epoch':>10} {'local/own':>9}" for R in dist_res))
     single: dict = {}
@@ -271,14 +281,24 @@ def _memory_rank(rank: int, world_size: int, cfg: dict) -> dict:
     return measure_step(tr, cfg["epochs"])
 
 
+def _memory_ranks(rank: int, world_size: int, cfgs: list) -> list:
+    return [_memory_rank(rank, world_size, cfg) for cfg in cfgs]
+
+
+def memory_measure_ranks(cfgs: list) -> list:
+    """Configurations of section 3 with the same number of ranks > 1, one spawned job for all (--quick: the
+    process start-up, not the measurement, is what a smoke test would pay for); per rank, the largest."""
+    from pyg_dynscale.distributed import spawn
+
+    per_rank = spawn(_memory_ranks, cfgs[0]["ranks"], cfgs, timeout=3600)
+    return [{k: max(r[i][k] for r in per_rank) for k in per_rank[0][i]} for i in range(len(cfgs))]
+
+
 def memory_measure(cfg: dict) -> dict:
     """One configuration of section 3 (per rank, the largest)."""
     torch.set_num_threads(1)
     if cfg["ranks"] > 1:
-        from pyg_dynscale.distributed import spawn
-
-        per_rank = spawn(_memory_rank, cfg["ranks"], cfg, timeout=3600)
-        return {k: max(r[k] for r in per_rank) for k in per_rank[0]}
+        return memory_measure_ranks([cfg])[0]
     sig = _memory_signal(cfg)
     from pyg_dynscale.runtime import FusedTrainer
 
@@ -291,20 +311,59 @@ def memory_child(cfg: dict) -> None:
     print(json.dumps(memory_measure(cfg)))
 
 
-def section_memory(quick: bool, epochs: int) -> None:
-    V, T, every = (40, 24, 6) if quick else (400, 500, 25)
-    print(f"\n== 3. memory over {T} snapshots x {V} vertices ({T * V} vertex-time nodes; {'fresh process each' if not quick else '--quick: in one process'}): peak "
+def memory_sizes(quick: bool) -> tuple:
+    """Section 3's vertices, snapshots and ``checkpoint_every``."""
+    return (40, 24, 6) if quick else (400, 500, 25)
+
+
+def memory_configs(quick: bool, epochs: int) -> dict:
+    """Section 3's configurations by (path, ranks, checkpoint_every)."""
+    V, T, every = memory_sizes(quick)
+    return {(path, ranks, ev): {"V": V, "T": T, "cell": cname, "path": path, "every": ev, "epochs": epochs,
+                                "ranks": ranks}
+            for path, cname, ranks in MEMORY_CASES for ev in (None, every)}
+
+
+MEMORY_CASES = (("blackbox", "GConvGRU", 1), ("decomposed", "TGCN", 1), ("blackbox", "GConvGRU", 2),
+                ("decomposed", "TGCN", 2))
+
+
+def _quick_ranks(rank: int, world_size: int, configs: list, memory: list, quick: bool, epochs: int) -> tuple:
+    return _rank(rank, world_size, configs, quick, epochs), _memory_ranks(rank, world_size, memory)
+
+
+def quick_ranks(secs: set, epochs: int) -> tuple:
+    """--quick: the 2-rank work of sections 1 and 3 in ONE spawned job (a smoke run would otherwise pay the
+    start-up of two): (section 1's per-rank results or None, section 3's results by configuration)."""
+    from pyg_dynscale.distributed import spawn
+
+    configs = pygt_configs() if "1" in secs else []
+    mem = {k: c for k, c in memory_configs(True, epochs).items() if c["ranks"] == 2} if "3" in secs else {}
+    per_rank = spawn(_quick_ranks, 2, configs, list(mem.values()), True, epochs, timeout=3600)
+    two = [r[0] for r in per_rank] if configs else None
+    measured = {k: {m: max(r[1][i][m] for r in per_rank) for m in per_rank[0][1][i]} for i, k in enumerate(mem)}
+    return two, measured
+
+
+def section_memory(quick: bool, epochs: int, two_ranks: Optional[dict] = None) -> None:
+    """``two_ranks``: the 2-rank configurations' results, already measured (``--quick``: :func:`quick_ranks`)."""
+    cfgs = memory_configs(quick, epochs)
+    V, T, every = memory_sizes(quick)
+    print(f"\n== 3. memory over {T} snapshots x {V} vertices ({T * V} vertex-time nodes; {'fresh process each' if not quick else '--quick: in one process, the 2-rank ones in one spawned job'}): peak "
           "tensor memory of one forward + backward, and activations saved at the end of the forward; per rank, the "
           "largest ==")
     print(f"{'path':<11}{'cell':<10}{'ranks':>6}{'checkpoint_every':>17} {'peak MiB':>9} {'saved MiB':>10} "
           f"{'epoch s':>8}")
-    for path, cname, ranks in (("blackbox", "GConvGRU", 1), ("decomposed", "TGCN", 1), ("blackbox", "GConvGRU", 2),
-                               ("decomposed", "TGCN", 2)):
+    spawned = two_ranks or {}
+    if quick and not spawned:  # the 2-rank configurations in one spawned job
+        two = [k for k, c in cfgs.items() if c["ranks"] == 2]
+        spawned = dict(zip(two, memory_measure_ranks([cfgs[k] for k in two])))
+    for path, cname, ranks in MEMORY_CASES:
         rows = []
         for ev in (None, every):
-            cfg = {"V": V, "T": T, "cell": cname, "path": path, "every": ev, "epochs": epochs, "ranks": ranks}
+            cfg = cfgs[path, ranks, ev]
             if quick:  # a smoke test: in this process (the full run isolates each measurement)
-                r = memory_measure(cfg)
+                r = spawned[path, ranks, ev] if ranks > 1 else memory_measure(cfg)
             else:
                 out = subprocess.run([sys.executable, __file__, "--memory-child", json.dumps(cfg)],
                                      capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
@@ -324,7 +383,7 @@ def section_length(quick: bool, epochs: int) -> None:
 
     print("\n== 4. sequence length: microseconds per snapshot per epoch (10 vertices per snapshot, GConvGRU) ==")
     print(f"{'snapshots':>9} {'PyGT loop':>10} {'black-box':>10} {'ratio':>6}")
-    for T in ((100, 400) if quick else (100, 1000, 4000)):
+    for T in ((50, 200) if quick else (100, 1000, 4000)):
         sig = generate_dynamic_graph(10, 30 * T, T, presence=1.0, num_features=4, seed=2)
         base = median_tail(pygt_epochs(cell("GConvGRU", 4), torch.nn.Linear(HIDDEN, 1), sig, epochs))
         bb = median_tail(fused_epochs(cell("GConvGRU", 4), torch.nn.Linear(HIDDEN, 1), sig, epochs))
@@ -347,12 +406,13 @@ def main() -> None:
     DATASETS[:] = a.datasets.split(",")
     secs = set(a.sections.split(","))
     t0 = time.perf_counter()
+    two_pygt, two_memory = quick_ranks(secs, epochs) if a.quick and secs & {"1", "3"} else (None, None)
     if "1" in secs:
-        section_pygt(a.quick, epochs)
+        section_pygt(a.quick, epochs, two_pygt)
     if "2" in secs:
         section_generality(a.quick, epochs)
     if "3" in secs:
-        section_memory(a.quick, epochs)
+        section_memory(a.quick, epochs, two_memory)
     if "4" in secs:
         section_length(a.quick, epochs)
     print(f"\ntotal {time.perf_counter() - t0:.0f} s")
