@@ -46,6 +46,14 @@ def static_signal() -> DynamicGraphSignal:
 
 def pytest_configure(config: pytest.Config) -> None:
     torch.manual_seed(0)
+    # the bytecode of the package, the tests and the benchmarks, written once (a no-op when it is current): under
+    # PYTHONDONTWRITEBYTECODE=1 each process the suite starts (CLI jobs and their ranks, benchmarks, notebook
+    # kernels; ~150 of them) would compile them from source again, ~0.6 s each
+    import compileall
+
+    root = Path(__file__).resolve().parents[1]
+    for folder in ("pyg_dynscale", "tests", "benchmarks"):
+        compileall.compile_dir(str(root / folder), quiet=2)
     config.addinivalue_line("markers", "real_spawn: spawn() starts its ranks with multiprocessing's real 'spawn' "
                                        "start method, not the suite's fork server (tests/fast_spawn.py)")
     # not where CUDA is visible: a rank forked from a server whose imports touched the CUDA driver could not use it
@@ -70,6 +78,15 @@ def _real_spawn(request: pytest.FixtureRequest):
         yield
     finally:
         launch.mp = fast
+
+
+@pytest.fixture(scope="session")
+def cli_uninterrupted_run(tmp_path_factory):
+    """test_cli_train.py's uninterrupted ``--nproc 2`` job (its report and checkpoint folder), run once for the
+    tests of that module and for tests/commands/test_cli_restart.py, which resumes the same job after a kill."""
+    from tests.test_cli_train import uninterrupted_run
+
+    return uninterrupted_run(tmp_path_factory)
 
 
 def shared_datasets_dir():

@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 from pyg_dynscale.cli import main
@@ -27,13 +24,10 @@ def _check_auto_block(auto: dict, scheme: str, path: str) -> None:
         assert c["predicted_s"] > 0 and c["collectives"] >= 1
 
 
-def test_train_defaults_to_auto_and_reports_it(capsys) -> None:
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-    proc = subprocess.run([sys.executable, "-m", "pyg_dynscale", "train", "england_covid", "--model", "mpnnlstm-dgc",
-                           "--hidden", "8", "--epochs", "1", "--nproc", "2", "--json", "--no-progress"],
-                          capture_output=True, text=True, timeout=240, env=env, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    r = json.loads(proc.stdout)
+def test_train_defaults_to_auto_and_reports_it(two_process_defaults_run, capsys) -> None:
+    # mpnnlstm-dgc on 2 processes, no --scheme (tests/commands/conftest.py: the run test_cli_device.py checks too)
+    r = two_process_defaults_run
+    assert r["model"] == "mpnnlstm-dgc" and r["world_size"] == 2
     _check_auto_block(r["auto"], r["scheme"], "decomposed")
     assert "pss-ts" in {c["scheme"] for c in r["auto"]["candidates"]}
     assert r["locality"] == (r["auto"]["chosen"] == "pts-loc")

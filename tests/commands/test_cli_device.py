@@ -206,8 +206,9 @@ def test_device_cpu_text_report_names_device_and_exchange(capsys) -> None:
     assert "CUDA peak memory" not in out
 
 
-def test_two_processes_report_the_device_keys() -> None:
-    r = _cli(SMALL + ["--nproc", "2"])
+def test_two_processes_report_the_device_keys(two_process_defaults_run) -> None:
+    # a --nproc 2 run with --device at its default (tests/commands/conftest.py: test_cli_auto.py checks it too)
+    r = two_process_defaults_run
     assert r["world_size"] == 2
     for key in DEVICE_KEYS:
         assert key in r, key

@@ -20,12 +20,13 @@ import pytest
 import torch
 
 from pyg_dynscale.commands.launch import _DropAgentWarnings, _reporting_agent, attempt_note, restart_line
-from tests.test_cli_train import BASE, FAULTS, ROOT, _cli, _params, _report
+from tests.test_cli_train import FAULTS, ROOT, UNINTERRUPTED, _cli, _params, _report
 
-ARGS = BASE + ["--nproc", "2", "--epochs", "4", "--checkpoint-every", "1"]
+#: test_cli_train.py's uninterrupted job (6 epochs, checkpoints every 2): this job is that one, killed and resumed
+ARGS = UNINTERRUPTED
 
 
-def test_a_killed_rank_is_restarted_said_in_one_line_and_resumes_exactly(tmp_path) -> None:
+def test_a_killed_rank_is_restarted_said_in_one_line_and_resumes_exactly(tmp_path, cli_uninterrupted_run) -> None:
     killed = str(tmp_path / "killed")
     proc = _cli(ARGS + ["--checkpoint-dir", killed, "--resume", "--max-restarts", "1"],
                 PYTHONPATH=f"{FAULTS}{os.pathsep}{ROOT}", PYG_DYNSCALE_TEST_FAULT="1:3:kill")
@@ -41,12 +42,11 @@ def test_a_killed_rank_is_restarted_said_in_one_line_and_resumes_exactly(tmp_pat
     assert r["restarts"] == 1 and r["resumed_from_epoch"] == 2
     assert r["resumed_from"] == os.path.join(killed, "epoch-000002")
 
-    # and it ends where an uninterrupted run ends, bit for bit (float64)
-    clean = str(tmp_path / "clean")
-    r_clean = _report(_cli(ARGS + ["--checkpoint-dir", clean]))
+    # and it ends where the uninterrupted job ends, bit for bit (float64; tests/conftest.py runs it once)
+    r_clean, clean = cli_uninterrupted_run
     assert r_clean["restarts"] == 0 and r_clean["resumed_from_epoch"] is None
     assert r["losses"] == r_clean["losses"] and r["test_metric"] == r_clean["test_metric"]
-    a, b = _params(os.path.join(clean, "epoch-000004")), _params(os.path.join(killed, "epoch-000004"))
+    a, b = _params(os.path.join(clean, "epoch-000006")), _params(os.path.join(killed, "epoch-000006"))
     assert a.keys() == b.keys() and len(a) > 10
     for k in a:
         assert (torch.equal(a[k], b[k]) if torch.is_tensor(a[k]) else a[k] == b[k]), k

@@ -1,5 +1,6 @@
-"""`pyg-dynscale train --stale-backward` and `--stale-scope` reach the runtime:
-judged by what moves, not by the report's description of the options."""
+"""`pyg-dynscale train --stale`, `--stale-kind`, `--stale-backward` and `--stale-scope` reach the runtime:
+judged by what moves, not by the report's description of the options (two 2-process jobs, each checked by both
+tests)."""
 from __future__ import annotations
 
 import json
@@ -8,26 +9,46 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
+EPOCHS = 4
 
 
 def _run(*extra: str) -> dict:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     proc = subprocess.run([sys.executable, "-m", "pyg_dynscale", "train", "england_covid", "--model", "tgcn-deep",
-                           "--nproc", "2", "--epochs", "4", "--json", "--no-progress", "--device", "cpu",
-                           "--stale", "static:0.5", *extra], capture_output=True, text=True, timeout=300, env=env,
-                          cwd=ROOT)
+                           "--nproc", "2", "--epochs", str(EPOCHS), "--json", "--no-progress", "--device", "cpu",
+                           "--stale", "static:0.5", "--stale-kind", "temporal=static:0.9", *extra],
+                          capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout)
 
 
-def test_stale_backward_and_scope_change_what_moves():
-    skip_local = _run("--stale-backward", "skip", "--stale-scope", "local")
-    send_global = _run("--stale-backward", "send", "--stale-scope", "global")
+@pytest.fixture(scope="module")
+def runs() -> tuple:
+    return _run("--stale-backward", "skip", "--stale-scope", "local"), _run("--stale-backward", "send",
+                                                                            "--stale-scope", "global")
+
+
+def test_stale_cache_from_the_command_line(runs):
+    """The policy, the per-kind one and the cache's effect (moved here from test_cli_train.py, whose own job for
+    it only differed in theta)."""
+    r = runs[0]
+    assert r["stale"].startswith("static:0.5") and "temporal static:0.9" in r["stale"]
+    assert r["stale_factor"] == [0.5] * EPOCHS and len(r["stale_fresh_fraction"]) == EPOCHS
+    assert r["stale_fresh_fraction"][0] == 1.0 and min(r["stale_fresh_fraction"][1:]) < 1.0
+    m, p = r["bytes_measured"], r["bytes_predicted"]
+    assert m["total"][0] == p["total"][0]  # the first epoch sends everything, no masks yet
+    assert all(a < b for a, b in zip(m["total"][1:], p["total"][1:])) and m["stale_meta"][1] > 0
+
+
+def test_stale_backward_and_scope_change_what_moves(runs):
+    skip_local, send_global = runs
     assert "backward send" in send_global["stale"] and "D global" in send_global["stale"]
     a, b = skip_local["bytes_measured"], send_global["bytes_measured"]
-    for e in range(1, 4):
+    for e in range(1, EPOCHS):
         # send: a gradient row for every planned row goes back, skip: only for the fresh ones; send's forward
         # rows are never more than planned
         assert b["spatial"][e] + b["temporal"][e] > a["spatial"][e] + a["temporal"][e], e
