@@ -4,16 +4,22 @@ from __future__ import annotations
 import functools
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
-import torch
 
-from pyg_dynscale import DynamicGraphSignal
+if TYPE_CHECKING:
+    from pyg_dynscale import DynamicGraphSignal
+
+# torch and pyg_dynscale are imported where they are used: a pytest session that only imports this module's
+# helpers (test_dataset_stand_ins.py starts four) does not pay for them
 
 
 def make_dynamic_signal(seed: int = 0, T: int = 5, V: int = 12, F: int = 3) -> DynamicGraphSignal:
     """A random signal whose vertex set, edges and weights change every snapshot."""
+    from pyg_dynscale import DynamicGraphSignal
+
     rng = np.random.default_rng(seed)
     node_ids, edges, weights, feats, targets = [], [], [], [], []
     for t in range(T):
@@ -36,6 +42,8 @@ def dyn_signal() -> DynamicGraphSignal:
 
 @pytest.fixture
 def static_signal() -> DynamicGraphSignal:
+    from pyg_dynscale import DynamicGraphSignal
+
     rng = np.random.default_rng(1)
     ei = np.array([[0, 1, 2, 3], [1, 2, 3, 0]])
     w = np.array([1.0, 2.0, 3.0, 4.0])
@@ -45,6 +53,8 @@ def static_signal() -> DynamicGraphSignal:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    import torch
+
     torch.manual_seed(0)
     # the bytecode of the package, the tests and the benchmarks, written once (a no-op when it is current): under
     # PYTHONDONTWRITEBYTECODE=1 each process the suite starts (CLI jobs and their ranks, benchmarks, notebook
@@ -104,6 +114,8 @@ SHARED_DATASETS = shared_datasets_dir()
 @pytest.fixture(autouse=True)
 def _default_dtype_unchanged():
     """A test that leaves torch's default dtype changed breaks the ones after it: fail it instead."""
+    import torch
+
     before = torch.get_default_dtype()
     yield
     after = torch.get_default_dtype()
@@ -139,10 +151,11 @@ _dataset_skips: dict[str, str] = {}             # node id -> skip reason naming 
 def stand_in_source(rel: str) -> Path:
     """The committed text a shared file's stand-in is made from (a ``.gz`` one is gzipped
     when built; England COVID is the package's embedded, byte-identical copy)."""
-    if rel == "pygt/england_covid.json":
-        from pyg_dynscale.data.loaders import embedded_england_covid_path
+    if rel == "pygt/england_covid.json":  # found without importing the package (and torch): == its own path,
+        import importlib.util                # test_dataset_stand_ins.py checks
 
-        return Path(embedded_england_covid_path())
+        package = Path(importlib.util.find_spec("pyg_dynscale").origin).parent
+        return package / "data" / "embedded" / "england_covid.json.gz"
     return STAND_INS / (rel[: -len(".gz")] if rel.endswith(".gz") else rel)
 
 

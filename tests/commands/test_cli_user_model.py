@@ -189,27 +189,21 @@ def test_pygt_recurrent_gcn_from_a_file_equals_the_python_api(pygt_run, api) -> 
     _same_as_api(r, d / "epoch-000002", api["rgcn_pygt"])
 
 
-def test_module_form_on_two_processes(uninterrupted, models) -> None:
-    """``module:Class`` with the module's folder on PYTHONPATH: the workers import it too, and the same
-    class, data and seed train exactly as the file's."""
-    r_file, _ = uninterrupted
-    r = _report(_cli(BASE + ["--model", "rgcn_dynscale:RecurrentGCN", "--nproc", "2", "--epochs", str(EPOCHS)],
-                     PYTHONPATH=f"{models}{os.pathsep}{ROOT}"))
-    assert r["model"] == "rgcn_dynscale:RecurrentGCN" and r["model_class"] == "rgcn_dynscale:RecurrentGCN"
-    assert r["losses"] == r_file["losses"] and r["test_metric"] == r_file["test_metric"]
-
-
-def test_failure_restart_and_resume_reach_the_uninterrupted_parameters(uninterrupted, models, tmp_path) -> None:
-    """Rank 1 fails at the start of epoch 3; torchrun restarts the workers (``--max-restarts 1``), which
-    resume from the checkpoint of epoch 2 and end bit-identical to the uninterrupted run."""
+def test_module_form_failure_restart_and_resume_reach_the_uninterrupted_parameters(uninterrupted, models,
+                                                                                    tmp_path) -> None:
+    """``module:Class`` with the module's folder on PYTHONPATH: the workers import it too, and the same class, data
+    and seed train exactly as the file's -- through a failure: rank 1 fails at the start of epoch 3, torchrun
+    restarts the workers (``--max-restarts 1``), which import it again, resume from the checkpoint of epoch 2
+    and end bit-identical to the file's uninterrupted run. (One job for what two jobs checked before: the module
+    form without a failure, and a failure of the file form.)"""
     r_full, d_full = uninterrupted
     d = tmp_path / "ck"
-    proc = _cli(BASE + ["--model", f"{models / 'rgcn_dynscale.py'}:RecurrentGCN", "--nproc", "2", "--epochs",
-                        str(EPOCHS), "--checkpoint-dir", str(d), "--checkpoint-every", "2", "--resume",
-                        "--max-restarts", "1"],
-                PYTHONPATH=f"{FAULTS}{os.pathsep}{ROOT}", PYG_DYNSCALE_TEST_FAULT="1:3")
+    proc = _cli(BASE + ["--model", "rgcn_dynscale:RecurrentGCN", "--nproc", "2", "--epochs", str(EPOCHS),
+                        "--checkpoint-dir", str(d), "--checkpoint-every", "2", "--resume", "--max-restarts", "1"],
+                PYTHONPATH=f"{models}{os.pathsep}{FAULTS}{os.pathsep}{ROOT}", PYG_DYNSCALE_TEST_FAULT="1:3")
     r = _report(proc)
     assert "injected fault" in proc.stderr  # the first attempt did fail
+    assert r["model"] == "rgcn_dynscale:RecurrentGCN" and r["model_class"] == "rgcn_dynscale:RecurrentGCN"
     assert r["resumed_from_epoch"] == 2 and r["losses"] == r_full["losses"]
     assert r["test_metric"] == r_full["test_metric"]
     a, b = _params(d_full / f"epoch-{EPOCHS:06d}"), _params(d / f"epoch-{EPOCHS:06d}")
