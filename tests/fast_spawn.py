@@ -74,3 +74,11 @@ class Contexts:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._real, name)
+
+
+def spawn_context() -> Any:
+    """The context ``spawn()`` uses in this session (the fork server, or ``"spawn"`` where it is off), for a
+    test that starts its ranks with multiprocessing itself."""
+    from pyg_dynscale.distributed import launch
+
+    return launch.mp.get_context("spawn")

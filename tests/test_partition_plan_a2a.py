@@ -6,9 +6,9 @@ import socket
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from tests.conftest import make_dynamic_signal
+from tests.fast_spawn import spawn_context
 from pyg_dynscale.partition import CommunicationPlan, DependencyPattern, partition
 
 R = 3
@@ -48,7 +48,7 @@ def _worker(rank: int, port: int, q) -> None:
 
 
 def test_plan_runs_on_all_to_all_single():
-    ctx = mp.get_context("spawn")
+    ctx = spawn_context()  # the suite's fork server (tests/fast_spawn.py), as spawn()'s ranks
     q = ctx.Queue()
     port = _free_port()
     procs = [ctx.Process(target=_worker, args=(r, port, q)) for r in range(R)]

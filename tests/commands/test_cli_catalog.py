@@ -403,8 +403,22 @@ def test_bad_input_is_one_line(case: Case, files, monkeypatch, capsys) -> None:
     _run_in_process(case, files, monkeypatch, capsys)
 
 
+#: the launcher cases run as a process of their own (the others: the launcher's code in this process, where
+#: reaching the launch of the workers fails the case; the same refusal before any worker, without 5 s of start-up)
+LAUNCHER_PROCESSES = {"--nproc 2, usage error", "--nproc 2, --model class not found"}
+
+
 @pytest.mark.parametrize("case", LAUNCHER, ids=[c.name for c in LAUNCHER])
-def test_bad_input_through_the_launcher_is_one_line(case: Case, files) -> None:
+def test_bad_input_through_the_launcher_is_one_line(case: Case, files, monkeypatch, capsys) -> None:
+    if case.name not in LAUNCHER_PROCESSES:
+        from pyg_dynscale.commands import train as train_cmd
+
+        def no_launch(*args, **kwargs):
+            raise AssertionError(f"{case.name}: the launcher started the workers before its error")
+
+        monkeypatch.setattr(train_cmd, "launch_workers", no_launch)
+        _run_in_process(case, files, monkeypatch, capsys)
+        return
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
     env.pop("PYG_DYNSCALE_DEBUG", None)
     proc = subprocess.run([sys.executable, "-m", "pyg_dynscale", "train", *case.argv, "--no-progress"],
