@@ -43,7 +43,7 @@ from ..runtime.fused import eval_mode
 from ..runtime.losses import LOSSES, check_loss, row_losses
 from ..runtime.paths import edge_fields_of
 from .batching import block_batch_parts, block_batches
-from .reuse import reuse_for
+from ..nn.reuse import reuse_for
 from .view import WindowView
 
 __all__ = ["WindowTrainer", "OPTIMIZERS"]
@@ -96,7 +96,7 @@ class WindowTrainer:
         optimizer: ``"sgd"``, ``"adam"`` or a factory ``f(params, lr=...)``.
         head: optional module applied to the prediction at the last snapshot.
         shuffle: permute the windows inside each block every epoch.
-        reuse: ReInc's reuse (:mod:`~pyg_dynscale.windows.reuse`) where the
+        reuse: ReInc's reuse (:mod:`~pyg_dynscale.nn.reuse`) where the
             model has one (PyGT's ``GConvGRU``, ``GConvLSTM``, ``GCLSTM``, ``TGCN``, ``DCRNN``): the
             input aggregation of every snapshot computed once, the hidden
             basis once per step for all gates; other models are called as
@@ -216,7 +216,7 @@ class WindowTrainer:
         else:
             self.model.probe(self.view.x_at(first), edge_weight=sig.edge_weight is not None,
                              edge_fields={k: v[self._edge_ptr[first]:self._edge_ptr[first + 1]] for k, v in self._ef.items()})
-        #: ReInc's reuse (:mod:`~pyg_dynscale.windows.reuse`) when ``reuse`` and the model has one
+        #: ReInc's reuse (:mod:`~pyg_dynscale.nn.reuse`) when ``reuse`` and the model has one
         self._reuse = None
         self._reuse_cache: dict = {}
         impl = None if (not reuse or self.sequence_model) else reuse_for(self.model.module)

@@ -1,4 +1,4 @@
-"""ReInc's reuse for PyGT's GConvGRU, GConvLSTM, GCLSTM, TGCN and DCRNN (pyg_dynscale.windows.reuse): reuse=True equals
+"""ReInc's reuse for PyGT's GConvGRU, GConvLSTM, GCLSTM, TGCN and DCRNN (pyg_dynscale.nn.reuse): reuse=True equals
 reuse=False in float64 (losses, parameters, evaluation) on a static graph, a changing
 graph and changing vertex sets, K = 2 and 3; the input basis is computed once."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-r"""ReInc's reuse (§3.1) in windowed training for PyGT's ``GConvGRU``,
+r"""ReInc's reuse (§3.1) for PyGT's ``GConvGRU``,
 ``GConvLSTM``, ``GCLSTM``, ``TGCN`` and ``DCRNN`` (:func:`reuse_for` picks
 the implementation; ``GConvGRU`` is explained below, the others are alike:
 the input aggregation once per snapshot, the hidden one once per step for
