@@ -32,6 +32,7 @@ its previous appearance *inside the window* (zeros at its first).
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable, Optional, Sequence, Union
 
 import torch
@@ -43,6 +44,7 @@ from ..runtime.fused import eval_mode
 from ..runtime.losses import LOSSES, check_loss, row_losses
 from ..runtime.paths import edge_fields_of
 from .batching import block_batch_parts, block_batches
+from .placement import Traffic, check_placement, eval_share, held_snapshots, sum_hook
 from ..nn.reuse import reuse_for
 from .view import WindowView
 
@@ -105,17 +107,31 @@ class WindowTrainer:
         blocks: consecutive window blocks (default: the world size, 1
             without a process group). Under a process group of :math:`R`
             ranks, rank :math:`r` computes blocks
-            :math:`r P/R \ldots (r+1) P/R - 1` of every global batch and the
-            gradients are summed with one all-reduce per batch: the result
-            equals one process with the same ``blocks``. Every rank holds the
-            whole signal (ReInc's block placement of the data is issue 26,
-            item 6).
+            :math:`r P/R \ldots (r+1) P/R - 1` of every global batch, the
+            model and head are wrapped in ``DistributedDataParallel`` whose
+            comm hook sums the ranks' gradients (each rank's loss is its share
+            of the global batch loss; a rank without windows in a batch
+            backpropagates a zero connected to every parameter, so a
+            parameter the forward does not use gets a zero gradient, not
+            ``None``): the result equals one process with the same ``blocks``.
         node_batch_size: node mini-batches; not built (``None`` only).
         ratio: ``(train, val, test)`` fractions of the windows.
         standardize: z-score the features with statistics of the training
             snapshots (:class:`~pyg_dynscale.windows.view.Standardizer`).
         seed: seed of the per-epoch shuffle.
         target: node-level signal field holding the targets.
+        placement: under a process group, ``"blocks"`` (default: ReInc's
+            overlapped snapshot placement; rank :math:`r` keeps only the
+            snapshots its training blocks and its share of the validation
+            and test windows read, no feature row crosses the group) or
+            ``"replicated"`` (PyGT's: the whole signal on every rank, the
+            window indices split the same way);
+            :mod:`~pyg_dynscale.windows.placement`. Without a process group
+            the one process holds everything.
+
+    Attributes:
+        traffic: :class:`~pyg_dynscale.windows.placement.Traffic`, the bytes
+            this rank handed to collectives by kind (``features`` stays 0).
 
     Shapes: a batch step calls the module once on the disjoint union of its
     :math:`B` windows' snapshots, ``x`` :math:`[\sum_b n_{t_b}, F]`.
@@ -126,12 +142,14 @@ class WindowTrainer:
                  head: Optional[torch.nn.Module] = None, shuffle: bool = False, reuse: bool = True,
                  blocks: Optional[int] = None, node_batch_size: Optional[int] = None, *,
                  ratio: Sequence[float] = (0.7, 0.1, 0.2), standardize: bool = False, seed: int = 0,
-                 target: str = "y") -> None:
+                 target: str = "y", placement: Optional[str] = None) -> None:
         if node_batch_size is not None:
             raise NotImplementedError(
                 f"node_batch_size={node_batch_size!r}: node mini-batches with k-hop neighbourhoods ({_ISSUE}, item 2, "
                 "'node_batch_size', ReInc §3.4.3) are not built yet; pass node_batch_size=None (full snapshots).")
         world, rank = _world_size(), _rank()
+        #: ``"blocks"`` or ``"replicated"`` (:mod:`~pyg_dynscale.windows.placement`); one process holds everything
+        self.placement = check_placement(placement)
         if not isinstance(reuse, bool):
             raise ModelInputError("reuse", f"is {reuse!r}.", "pass True or False.")
         check_loss(loss, "mean")
@@ -164,7 +182,6 @@ class WindowTrainer:
         f = sig.fields.get(target)
         if f is None or f.level != "node":
             raise ModelInputError(target, "is not a node-level field of the signal.", f"give the signal node targets '{target}'.")
-        self._y = f.values
         #: PyGT's BatchedDCRNN: called once per batch on ``[B, L, N, F]`` (a sequence model, not a cell)
         self.sequence_model = _is_sequence_model(model)
         if self.sequence_model:
@@ -185,19 +202,15 @@ class WindowTrainer:
         fl = [p for p in params if p.is_floating_point()]
         self.dtype = fl[0].dtype if fl else sig.x.dtype
         self.device = fl[0].device if fl else sig.x.device
-        self._x = self.view.x.to(self.device, self.dtype)   # the signal's own tensor when dtype/device agree
-        self._ew = None if sig.edge_weight is None else sig.edge_weight.to(self.device, self.dtype)
-        self._ei = sig.edge_index.to(self.device)
         self._edge_fields = () if self.sequence_model else edge_fields_of(self.model, sig)
-        self._ef = {k: sig.fields[k].values.to(self.device) for k in self._edge_fields}
-        self._node_ptr, self._edge_ptr = sig.node_ptr.tolist(), sig.edge_ptr.tolist()
+        #: global ``[T+1]`` vertex-time offsets (metadata: which windows of a batch have target rows)
+        self._gptr = sig.node_ptr.tolist()
         counts = sig.nodes_per_snapshot
         n0 = int(counts[0])
         self._uniform = bool((counts == n0).all()) and n0 > 0
         # fixed vertex set in row order: states are handed on row by row
         self._fixed = self._uniform and n0 == sig.num_vertices and bool(
             (sig.node_id.view(-1, n0) == torch.arange(n0)).all())
-        self._node_id = sig.node_id.to(self.device)
         self._V = sig.num_vertices
         if self.view.horizon > 1 and not self._fixed:
             raise NotImplementedError(
@@ -214,8 +227,18 @@ class WindowTrainer:
                                       "with a fixed vertex set; this signal's graph or vertex set changes.",
                                       "use its per-snapshot sibling (DCRNN) on a changing graph.")
         else:
+            ea, eb = int(sig.edge_ptr[first]), int(sig.edge_ptr[first + 1])
             self.model.probe(self.view.x_at(first), edge_weight=sig.edge_weight is not None,
-                             edge_fields={k: v[self._edge_ptr[first]:self._edge_ptr[first + 1]] for k, v in self._ef.items()})
+                             edge_fields={k: sig.fields[k].values[ea:eb].to(self.device) for k in self._edge_fields})
+        #: this rank's windows of each split for :meth:`evaluate` (all of them without a process group)
+        train_parts = torch.tensor_split(self.view.split("train"), blocks)
+        self._eval = {"train": torch.cat([train_parts[b] for b in self.my_blocks]),
+                      **{name: eval_share(self.view.split(name), world, rank) for name in ("val", "test")}}
+        if world > 1 and self.placement == "blocks":
+            self.view.hold(held_snapshots(self.view.starts, list(self._eval.values()), self.view.lags,
+                                          self.view.horizon))
+            sig = self.view.signal
+        self._store(sig, target)
         #: ReInc's reuse (:mod:`~pyg_dynscale.nn.reuse`) when ``reuse`` and the model has one
         self._reuse = None
         self._reuse_cache: dict = {}
@@ -228,13 +251,44 @@ class WindowTrainer:
                 with default_dtype(self.dtype):
                     self._reuse = impl(self.model.module, self._x, self._ei + off, self._ew)
         self._params = params
-        if world > 1:
-            self._broadcast_parameters()
+        #: bytes this rank handed to collectives, by kind (:class:`~pyg_dynscale.windows.placement.Traffic`)
+        self.traffic = Traffic()
+        self._ddp = self._wrap_ddp() if world > 1 else None
         self.optimizer = self._make_optimizer(optimizer, params)
         #: the batch losses of the last :meth:`train_epoch`
         self.batch_losses: list = []
 
     # ------------------------------------------------------------------ setup
+    def _store(self, sig: Any, target: str) -> None:
+        """The storage the batches read: the held snapshots' tensors on the
+        trainer's device and dtype (the signal's own tensors when they agree),
+        local offsets, and the global-to-local snapshot map."""
+        self._x = self.view.x.to(self.device, self.dtype)
+        self._y = sig.fields[target].values
+        self._ew = None if sig.edge_weight is None else sig.edge_weight.to(self.device, self.dtype)
+        self._ei = sig.edge_index.to(self.device)
+        self._ef = {k: sig.fields[k].values.to(self.device) for k in self._edge_fields}
+        self._node_ptr, self._edge_ptr = sig.node_ptr.tolist(), sig.edge_ptr.tolist()
+        self._node_id = sig.node_id.to(self.device)
+        #: global snapshot -> position in the storage (``None``: the identity, every snapshot held)
+        self._pos = None if self.view.held is None else self.view._local.tolist()
+
+    def _loc(self, ts: list) -> list:
+        """Storage positions of global snapshots ``ts``."""
+        return list(ts) if self._pos is None else [self._pos[t] for t in ts]
+
+    def _wrap_ddp(self) -> Any:
+        """``DistributedDataParallel`` around model + head (it broadcasts rank
+        0's parameters) with :func:`~pyg_dynscale.windows.placement.sum_hook`."""
+        from torch.nn.parallel import DistributedDataParallel
+
+        self.traffic.setup += sum(p.numel() * p.element_size() for p in self._params)
+        with warnings.catch_warnings():  # torch >= 2.12 renames it; False keeps buffers rank-local on every version
+            warnings.filterwarnings("ignore", "`broadcast_buffers` is deprecated", FutureWarning)
+            ddp = DistributedDataParallel(_RankShare(self), broadcast_buffers=False)
+        ddp.register_comm_hook(self.traffic, sum_hook)
+        return ddp
+
     def _make_optimizer(self, optimizer: Union[str, Callable], params: list) -> torch.optim.Optimizer:
         if callable(optimizer):
             return optimizer(params, lr=self.lr)
@@ -269,6 +323,7 @@ class WindowTrainer:
 
     def _gather(self, rows: Tensor, ts: list) -> Tensor:
         """The rows of snapshots ``ts`` of a per-vertex-time-node tensor, concatenated."""
+        ts = self._loc(ts)
         if self._uniform:
             n = self._node_ptr[1]
             idx = torch.tensor(ts, device=self.device)
@@ -281,6 +336,7 @@ class WindowTrainer:
         sets only)."""
         B = len(ts)
         x = self._gather(self._x, ts)
+        ts = self._loc(ts)
         if self._static:
             key = B
             if key not in self._union_cache:
@@ -326,7 +382,7 @@ class WindowTrainer:
         the storage (one copy per batch, as PyGT's ``IndexDataset`` batch),
         output steps ``L-H .. L-1`` as rows ordered (step, window, node)."""
         L, H, n = self.view.lags, self.view.horizon, self._node_ptr[1]
-        idx = (torch.tensor(starts, device=self.device)[:, None] + torch.arange(L, device=self.device)).reshape(-1)
+        idx = torch.tensor(self._loc([s + j for s in starts for j in range(L)]), device=self.device)
         feat = self._x.view(-1, n, *self._x.shape[1:]).index_select(0, idx)
         X = feat.reshape(len(starts), L, n, -1)
         E = self._edge_ptr[1]
@@ -380,6 +436,7 @@ class WindowTrainer:
         pred = self.head(y) if self.head is not None else y
         self._check_widths(pred)
         targets = [[s + L - 1 + k for s in starts] for k in range(H)]
+        targets = [self._loc(tk) for tk in targets]
         per_k = [torch.tensor([self._node_ptr[t + 1] - self._node_ptr[t] for t in tk], device=self.device)
                  for tk in targets]
         flat = [t for tk in targets for t in tk]
@@ -427,53 +484,47 @@ class WindowTrainer:
         return means.mean() if means.numel() else per.sum() * 0.0
 
     # ------------------------------------------------------------------ public
-    def _broadcast_parameters(self) -> None:
-        """Every rank starts from rank 0's parameters (as DDP does)."""
-        import torch.distributed as dist
-
-        with torch.no_grad():
-            for p in self._params:
-                dist.broadcast(p.data, 0)
-
     def _windows_with_rows(self, wins: Tensor) -> int:
         """How many of ``wins`` have target rows (known on every rank: the data is there)."""
         L, H = self.view.lags, self.view.horizon
         n = 0
         for s in self.view.starts.index_select(0, wins).tolist():
             e = s + L - 1
-            n += int(self._node_ptr[e + H] - self._node_ptr[e] > 0)
+            n += int(self._gptr[e + H] - self._gptr[e] > 0)
         return n
+
+    def _share(self, wins: Optional[Tensor], total: int) -> Tensor:
+        r"""This rank's share :math:`\sum_{w \in \text{mine}} \ell_w / |\mathcal{B}'|`
+        of a global batch loss (``wins``: this rank's windows, ``None`` if it
+        has none; ``total``: :math:`|\mathcal{B}'|` over all ranks). Plus
+        :math:`0 \cdot \sum p`: every parameter is in the graph on every rank,
+        so DDP's backward runs everywhere, for a rank without windows too."""
+        zero = sum(p.sum() for p in self._params if p.requires_grad) * 0.0
+        if wins is None or not total:
+            return zero
+        pred, tgt, seg, counts = self._predict(wins)
+        if pred.dim() == 2 and pred.shape[1] == 1 and tgt.dim() == 1 and self.loss_kind != "ce":
+            pred = pred.squeeze(1)
+        means, _ = self._window_mean(row_losses(self.loss_kind, pred, tgt), seg, counts)
+        return means.sum() / total + zero
 
     def _step_distributed(self, parts: list) -> float:
         r"""One global batch under a process group: this rank's blocks' windows,
-        its share :math:`\sum_{w \in \text{mine}} \ell_w / |\mathcal{B}'|` of the
-        batch loss, one all-reduce (sum) of the gradients and the loss."""
+        its share of the batch loss through ``DistributedDataParallel`` (whose
+        comm hook sums the gradients), one all-reduce of the loss."""
         import torch.distributed as dist
 
         mine = [parts[b] for b in self.my_blocks if parts[b].numel()]
         total = self._windows_with_rows(torch.cat(parts))
         self.optimizer.zero_grad()
-        part = None
-        if mine and total:
-            pred, tgt, seg, counts = self._predict(torch.cat(mine))
-            if pred.dim() == 2 and pred.shape[1] == 1 and tgt.dim() == 1 and self.loss_kind != "ce":
-                pred = pred.squeeze(1)
-            means, _ = self._window_mean(row_losses(self.loss_kind, pred, tgt), seg, counts)
-            part = means.sum() / total
-            part.backward()
-        ps = self._params
-        flat = [p.grad.reshape(-1) if p.grad is not None else p.new_zeros(p.numel()) for p in ps]
-        has = torch.tensor([float(p.grad is not None) for p in ps], dtype=flat[0].dtype if flat else torch.float64)
-        value = torch.zeros(1, dtype=has.dtype) + (float(part.detach()) if part is not None else 0.0)
-        buf = torch.cat(flat + [has.to(flat[0].dtype) if flat else has, value.to(has.dtype)])
-        dist.all_reduce(buf)
-        off = 0
-        for i, p in enumerate(ps):
-            g = buf[off:off + p.numel()].view_as(p)
-            off += p.numel()
-            p.grad = g.clone() if bool(buf[sum(q.numel() for q in ps) + i] > 0) else None
+        share = self._ddp(torch.cat(mine) if mine else None, total)
+        share.backward()
         self.optimizer.step()
-        return float(buf[-1])
+        value = share.detach().reshape(1).to(torch.float64)
+        self.traffic.loss += value.numel() * value.element_size()
+        self.traffic.steps += 1
+        dist.all_reduce(value)
+        return float(value)
 
     def train_epoch(self) -> float:
         """One epoch over the training windows: one optimizer step per global
@@ -506,10 +557,15 @@ class WindowTrainer:
         time), each the mean over windows of the mean over the window's
         target rows: ``{"mse", "mae", "rmse"}`` with
         :math:`\text{rmse} = \sqrt{\text{mse}}` (``loss="ce"``:
-        ``{"ce", "accuracy"}``). Every rank computes the whole split."""
+        ``{"ce", "accuracy"}``). Under a process group each rank computes its
+        part of the split (its blocks for ``"train"``, a consecutive
+        :math:`1/R` of ``"val"`` / ``"test"``: the windows whose snapshots it
+        holds) and one all-reduce sums the sums: the same numbers on every
+        rank."""
         wins = self.view.split(split)
         if wins.numel() == 0:
             raise ModelInputError("split", f"'{split}' has no windows.", "use another split or change ratio.")
+        wins = self._eval[split]
         kinds = ("ce", "accuracy") if self.loss_kind == "ce" else ("mse", "mae")
         sums = dict.fromkeys(kinds, 0.0)
         k = 0
@@ -526,6 +582,13 @@ class WindowTrainer:
                     m, has = self._window_mean(per, seg, counts)
                     sums[kind] += float(m.sum())
                 k += int(has.sum())
+        if self.world_size > 1:
+            import torch.distributed as dist
+
+            buf = torch.tensor([*sums.values(), float(k)], dtype=torch.float64, device=self.device)
+            self.traffic.metrics += buf.numel() * buf.element_size()
+            dist.all_reduce(buf)
+            sums, k = dict(zip(kinds, buf[:-1].tolist())), int(buf[-1])
         out = {kind: v / max(k, 1) for kind, v in sums.items()}
         if "mse" in out:
             out["rmse"] = out["mse"] ** 0.5
@@ -535,3 +598,18 @@ class WindowTrainer:
         name = type(self.model).__name__ if self.sequence_model else self.model.spec.name
         return (f"WindowTrainer(model={name}, {self.view!r}, batch_size={self.batch_size}, "
                 f"blocks={self.blocks}, loss={self.loss_kind!r}, reuse={self.reuse})")
+
+
+class _RankShare(torch.nn.Module):
+    """Model and head as one module whose forward is the rank's share of a
+    global batch loss (:meth:`WindowTrainer._share`): what
+    ``DistributedDataParallel`` wraps (one forward, one backward per step)."""
+
+    def __init__(self, trainer: WindowTrainer) -> None:
+        super().__init__()
+        self.model = trainer.model
+        self.head = trainer.head
+        self._share = trainer._share
+
+    def forward(self, wins: Optional[Tensor], total: int) -> Tensor:
+        return self._share(wins, total)

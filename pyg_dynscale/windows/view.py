@@ -47,6 +47,7 @@ from typing import Any, Optional, Sequence
 import torch
 from torch import Tensor
 
+from ..data.fields import gather_ranges
 from ..errors import ModelInputError
 
 __all__ = ["WindowView", "Window", "Standardizer", "SPLITS", "series_signal"]
@@ -137,6 +138,8 @@ class WindowView:
         starts: ``[W]`` window starts (the only per-window storage: one integer).
         x: ``[N, F...]`` features of all vertex-time nodes: the signal's own
             tensor, or its standardized copy (one for the whole signal).
+        held: after :meth:`hold`, the global indices of the snapshots kept
+            (``None``: all).
     """
 
     def __init__(self, signal: Any, lags: int, horizon: int = 1, stride: int = 1,
@@ -177,6 +180,10 @@ class WindowView:
             self._split[name] = idx
         self.standardizer: Optional[Standardizer] = None
         self.x: Tensor = sig.x
+        #: snapshots in the whole signal; ``held``: the global indices of the snapshots kept (``None``: all)
+        self.num_snapshots_total = T
+        self.held: Optional[Tensor] = None
+        self._local: Optional[Tensor] = None
         if standardize:
             tr = self._split["train"]
             snaps = range(int(self.starts[tr[0]]), int(self.starts[tr[-1]]) + self.lags)
@@ -205,9 +212,37 @@ class WindowView:
     def __getitem__(self, w: int) -> Window:
         return self.window(w)
 
+    def hold(self, snapshots: Tensor) -> None:
+        """Keep only the storage of ``snapshots`` (sorted global indices): the
+        signal becomes a copy of those snapshots (features, edges, targets),
+        :attr:`x` its rows of the feature storage; window arithmetic, splits
+        and the standardizer stay global, and ``x_at`` / ``y_at`` /
+        ``edges_at`` / ``rows`` take global snapshot indices (a snapshot not
+        held raises). Used by ``WindowTrainer(placement="blocks")``."""
+        idx = torch.as_tensor(snapshots, dtype=torch.long).reshape(-1)
+        T = self.num_snapshots_total
+        local = torch.full((T,), -1, dtype=torch.long)
+        local[idx] = torch.arange(idx.numel())
+        sig = self.signal
+        x = self.x.index_select(0, gather_ranges(sig.node_ptr, idx)[0])
+        self.signal = sig.select(idx)
+        self.x = x
+        self.held, self._local = idx, local
+
+    def local(self, t: int) -> int:
+        """The position of global snapshot ``t`` in the held storage."""
+        if self._local is None:
+            return int(t)
+        i = int(self._local[t]) if 0 <= t < self._local.numel() else -1
+        if i < 0:
+            raise ModelInputError("snapshot", f"{t} is not held by this rank (placement='blocks').",
+                                  "read the snapshots of this rank's windows, or use placement='replicated'.")
+        return i
+
     def rows(self, t: int) -> slice:
         """The vertex-time rows of snapshot ``t`` in the storage."""
         p = self.signal.node_ptr
+        t = self.local(t)
         return slice(int(p[t]), int(p[t + 1]))
 
     def x_at(self, t: int) -> Tensor:
@@ -221,6 +256,7 @@ class WindowView:
     def edges_at(self, t: int) -> tuple:
         """``(edge_index [2, E_t], edge_weight [E_t] | None)`` of snapshot ``t``: views."""
         p = self.signal.edge_ptr
+        t = self.local(t)
         a, b = int(p[t]), int(p[t + 1])
         ew = self.signal.edge_weight
         return self.signal.edge_index[:, a:b], (None if ew is None else ew[a:b])
