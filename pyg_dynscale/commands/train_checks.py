@@ -53,6 +53,7 @@ def check_args(args: argparse.Namespace) -> None:
     # the launcher and every rank refuse a missing GPU before anything starts (the plan itself is per machine)
     plan_devices(args.device, torch.cuda.is_available(), torch.cuda.device_count(), 1)
     args.stale_config = _stale_config(args)
+    _check_windows(args)
     _check_model(args)
     from ..nn.zoo import BLACK_BOX_MODELS, RECOMPUTABLE_MODELS
 
@@ -95,6 +96,46 @@ def check_args(args: argparse.Namespace) -> None:
     _check_partition_file(args)
     if args.resume:
         _check_resume(args)
+
+
+#: ``--windows``' own options and their defaults
+WINDOW_DEFAULTS = {"horizon": 1, "stride": 1, "batch_size": 32, "placement": "blocks"}
+#: options of full-batch training that windowed training has no use for: (attribute, default, why)
+_NOT_WINDOWED = (
+    ("scheme", "auto", "windows are split by time blocks, not by a partition of the graph"),
+    ("locality", False, "windows are split by time blocks, not by a partition of the graph"),
+    ("partition", None, "windows are split by time blocks, not by a partition of the graph"),
+    ("save_partition", None, "windows are split by time blocks, not by a partition of the graph"),
+    ("fusion", "full", "each batch step is one call on the union of its windows' snapshots"),
+    ("recompute_every", None, "a window's activations are those of one window"),
+    ("stale", "off", "no embedding is exchanged (each window is computed where its snapshots are)"),
+    ("stale_kinds", None, "no embedding is exchanged"), ("stale_kind", [], "no embedding is exchanged"),
+    ("stale_backward", "skip", "no embedding is exchanged"), ("stale_scope", "local", "no embedding is exchanged"),
+    ("target", "node", "windows predict node targets (link prediction over windows is not built)"),
+    ("checkpoint_dir", None, "checkpoints of windowed training are not built yet"),
+    ("resume", False, "checkpoints of windowed training are not built yet"),
+)
+
+
+def _check_windows(args: argparse.Namespace) -> None:
+    """``--windows L`` and its options; the options of full-batch training
+    that do not apply to it are refused, naming the option and why."""
+    if args.windows is None:
+        given = [o for o in WINDOW_DEFAULTS if getattr(args, o) is not None]
+        if given:
+            fail(f"--{given[0].replace('_', '-')} applies to windowed training: add --windows L (the snapshots per "
+                  "window), or drop it.")
+        return
+    for name in ("windows", "horizon", "stride", "batch_size"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            fail(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}.")
+    for name, default in WINDOW_DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
+    for name, default, why in _NOT_WINDOWED:
+        if getattr(args, name) != default:
+            opt = "--" + name.replace("_", "-")
+            fail(f"{opt} does not apply with --windows: {why}; drop {opt}.")
 
 
 def _check_model(args: argparse.Namespace) -> None:

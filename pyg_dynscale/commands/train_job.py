@@ -121,6 +121,10 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
     r"""The job of one rank on ``device`` (``init_process_group`` binds it and
     creates the group): returns the report (the same on every rank but
     ``device``, this rank's)."""
+    if getattr(args, "windows", None) is not None:
+        from .train_windows import train_windows
+
+        return train_windows(args, rank, world, init_process_group, device)
     import torch
     import torch.distributed as dist
     from tqdm.auto import tqdm

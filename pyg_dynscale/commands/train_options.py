@@ -16,6 +16,8 @@ DTYPES = ("float32", "float64")
 REFUSED_DTYPES = ("float16", "bfloat16")
 DEVICES = ("auto", "cpu", "cuda")
 PROG = "pyg-dynscale train"
+#: ``--placement``'s choices (``pyg_dynscale.windows.placement.PLACEMENTS``)
+WINDOW_PLACEMENTS = ("blocks", "replicated")
 #: Options of the launcher only: stripped from the command line the workers get.
 LAUNCHER_OPTIONS = ("--nproc", "--max-restarts")
 
@@ -104,6 +106,18 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS",
                    help="collective timeout: a rank that stops answering fails the others after this long "
                         "(default: 120)")
+    p.add_argument("--windows", type=int, default=None, metavar="L",
+                   help="windowed training (PyGT's index-batching, ReInc's placement): windows of L snapshots predict "
+                        "the next step, batched, one optimizer step per batch; --train-ratio splits the windows")
+    p.add_argument("--horizon", type=int, default=None, metavar="H",
+                   help="with --windows: predicted steps per window, H <= L (default: 1)")
+    p.add_argument("--stride", type=int, default=None, metavar="S",
+                   help="with --windows: distance between window starts (default: 1)")
+    p.add_argument("--batch-size", type=int, default=None, metavar="B",
+                   help="with --windows: windows per global batch, a multiple of the processes (default: 32)")
+    p.add_argument("--placement", choices=WINDOW_PLACEMENTS, default=None,
+                   help="with --windows: blocks (default: each process holds the snapshots of its window blocks, no "
+                        "feature bytes exchanged) or replicated (the whole signal on every process)")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout (rank 0) instead of text")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     return p

@@ -13,6 +13,11 @@ def print_report(args: argparse.Namespace, r: dict, plan: Optional[DevicePlan] =
     if args.json:
         print(json.dumps(r, allow_nan=False), flush=True)
         return
+    if r.get("mode") == "windows":
+        from .train_windows import print_windows_report
+
+        print_windows_report(r)
+        return
     from ..partition.algorithms.auto import describe_auto
     from ..partition.metrics import format_bytes
 

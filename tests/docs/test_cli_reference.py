@@ -285,6 +285,8 @@ CONTEXT = {
     ("train", "--target", "link"): ["{edges}", "--window", "100"],
     ("train", "--stale-backward", "send"): ["england_covid", "--stale", "intent"],
     ("train", "--stale-scope", "global"): ["england_covid", "--stale", "intent"],
+    ("train", "--placement", "blocks"): ["england_covid", "--windows", "4"],
+    ("train", "--placement", "replicated"): ["england_covid", "--windows", "4"],
     ("partition", "--format", "pygt-json"): ["{json}", "--parts", "2", "--scheme", "pss"],
     ("partition", "--pgc-starts", "dgc"): ["{edges}", "--window", "100", "--parts", "2", "--scheme", "pgc"],
     ("inspect", "--format", "pygt-json"): ["{json}"],
@@ -348,6 +350,7 @@ RUNS = {
     "train": [
         ["england_covid", "--scheme", "auto"],                    # auto's block
         ["england_covid", "--scheme", "pgc", "--stale", "adaptive"],  # PGC's meta, the stale cache's keys
+        ["england_covid", "--windows", "4"],                          # --windows' report
     ],
     "partition": [
         ["{json}", "--parts", "2", "--scheme", "auto"],

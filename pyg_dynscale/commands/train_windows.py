@@ -1,0 +1,135 @@
+"""``pyg-dynscale train PATH --windows L``: the job of one rank of windowed
+training (:class:`~pyg_dynscale.windows.WindowTrainer`, PyGT's
+index-batching workflow) and its report.
+
+Every rank loads ``PATH`` and builds the model from ``--seed``; the
+trainer keeps the snapshots its placement gives it (``--placement blocks``:
+the windows of its time blocks and its share of the test windows, the rest
+dropped) and wraps model and head in ``DistributedDataParallel``. The
+windows are split in start order: the first ``--train-ratio`` train, the rest
+are the test windows (no validation split).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from typing import Any, Callable
+
+from .train_options import SCHEMA_VERSION, fail
+
+#: the field of a WindowTrainer error -> the option that sets it
+_FIELD_OPTIONS = {"lags": "--windows", "horizon": "--horizon", "stride": "--stride", "batch_size": "--batch-size",
+                  "blocks": "--nproc", "ratio": "--train-ratio", "placement": "--placement", "split": "--train-ratio"}
+
+
+def train_windows(args: argparse.Namespace, rank: int, world: int, init_process_group: Callable[[], None],
+                  device: str = "cpu") -> dict:
+    """The job of one rank on ``device``: returns the report (the same on
+    every rank)."""
+    import torch
+    import torch.distributed as dist
+    from tqdm.auto import tqdm
+
+    from ..errors import DynScaleError
+    from ..nn.zoo import build_model
+    from ..windows import WindowTrainer
+    from .train_job import _check_target, _load_signal
+    from .user_model import build_user_model, describe_head
+
+    t_start = time.perf_counter()
+    torch.set_num_threads(args.threads)
+    dtype = getattr(torch, args.dtype)
+    signal = _load_signal(args)
+    if args.model == "dcrnn":  # as full-batch training: PyGT's DConv on edges sorted by (target, source)
+        signal = signal.sort_edges()
+    _check_target(signal, args)
+    user = args.user_model
+    user_kwargs = None
+    if user is not None:
+        model, head, user_kwargs = build_user_model(user, signal, seed=args.seed, dtype=dtype, target=args.target)
+    init_process_group()
+    if user is None:
+        torch.manual_seed(args.seed)
+        model, head, _ = build_model(args.model, signal.num_node_features, args.hidden,
+                                     num_snapshots=signal.num_snapshots, num_vertices=signal.num_vertices)
+    model = model.to(device=device, dtype=dtype)
+    head = head.to(device=device, dtype=dtype) if head is not None else None
+    ratio = (args.train_ratio, 0.0, 1.0 - args.train_ratio)
+    try:
+        trainer = WindowTrainer(model, signal, lags=args.windows, horizon=args.horizon, batch_size=args.batch_size,
+                                stride=args.stride, loss="mse", lr=args.lr, optimizer="adam", head=head, ratio=ratio,
+                                seed=args.seed, placement=args.placement)
+    except DynScaleError as exc:
+        field = getattr(exc, "field", "")
+        fail(f"{_FIELD_OPTIONS.get(field, '--model' if field in ('model', 'head') else '--windows')}: {exc}")
+    if trainer.view.split("test").numel() == 0:
+        fail(f"--train-ratio {args.train_ratio} leaves no test window ({trainer.view.num_windows} windows of "
+             f"--windows {args.windows}); use a smaller --train-ratio.")
+    num_vt = signal.num_vertex_time_nodes
+    del signal  # under --placement blocks the trainer holds its snapshots only
+    bar = tqdm(range(args.epochs), total=args.epochs, desc=f"{user.name if user else args.model} windows x{world}",
+               unit="epoch", disable=rank != 0 or args.no_progress, file=sys.stderr, mininterval=0.5)
+    losses, seconds = [], []
+    for epoch in bar:
+        t0 = time.perf_counter()
+        loss_value = trainer.train_epoch()
+        took = torch.tensor([time.perf_counter() - t0], dtype=torch.float64, device=trainer.device)
+        if world > 1:  # an epoch lasts until its slowest rank is done
+            dist.all_reduce(took, op=dist.ReduceOp.MAX)
+        if not math.isfinite(loss_value):
+            raise FloatingPointError(f"the training loss is {loss_value} at epoch {epoch + 1}; lower --lr or use "
+                                     "--dtype float64.")
+        losses.append(loss_value)
+        seconds.append(float(took))
+        bar.set_postfix(loss=f"{loss_value:.4f}", refresh=False)
+    bar.close()
+    test = trainer.evaluate("test")
+    held = trainer._x.shape[0]
+    every = [None] * world
+    if world > 1:
+        dist.all_gather_object(every, held)
+    else:
+        every = [held]
+    row_bytes = trainer._x[:1].numel() * trainer._x.element_size()
+    return {
+        "schema_version": SCHEMA_VERSION, "mode": "windows", "path": args.path, "model": args.model,
+        "model_class": user.target if user else None, "model_args": user.args if user else None,
+        "model_kwargs": user_kwargs, "head": describe_head(head), "target": args.target,
+        "world_size": world, "dtype": args.dtype, "hidden": args.hidden, "epochs": args.epochs, "seed": args.seed,
+        "lr": args.lr, "optimizer": "adam", "loss": "mse",
+        "windows": {"lags": trainer.view.lags, "horizon": trainer.view.horizon, "stride": trainer.view.stride,
+                    "batch_size": trainer.batch_size, "blocks": trainer.blocks, "placement": trainer.placement,
+                    "train": int(trainer.view.split("train").numel()), "test": int(trainer.view.split("test").numel())},
+        "vertex_time_nodes": num_vt, "held_vertex_time_nodes": every,
+        "held_feature_bytes": [n * row_bytes for n in every],
+        "losses": losses, "batch_losses": trainer.batch_losses,
+        "test_metric": test["mse"], "test_metric_name": "mse", "test_metrics": test,
+        "epoch_seconds": seconds, "traffic": trainer.traffic.as_dict(),
+        "total_seconds": time.perf_counter() - t_start, "device": str(trainer.device),
+    }
+
+
+def print_windows_report(r: dict) -> None:
+    """The text report of a ``--windows`` run (rank 0)."""
+    from ..partition.metrics import format_bytes
+
+    w, t = r["windows"], r["traffic"]
+    secs = r["epoch_seconds"]
+    steady = secs[1:] or secs
+    held = r["held_feature_bytes"]
+    lines = [
+        f"{r['model']} on {r['path']}: windows of {w['lags']} (horizon {w['horizon']}, stride {w['stride']}), "
+        f"{r['world_size']} process(es), placement {w['placement']}, {r['dtype']}, {w['train']} train / "
+        f"{w['test']} test windows, batch {w['batch_size']}",
+        f"  final train loss  {r['losses'][-1]:.6f}",
+        f"  test MSE          {r['test_metrics']['mse']:.6f}   MAE {r['test_metrics']['mae']:.6f}   "
+        f"RMSE {r['test_metrics']['rmse']:.6f}",
+        f"  epoch time        {sum(steady) / len(steady) * 1e3:.1f} ms (mean after the first; slowest rank)",
+        f"  features held     {', '.join(format_bytes(b) for b in held)} (per rank)",
+        f"  sent per rank     features {format_bytes(t['features'])}, gradients {format_bytes(t['gradients'])} "
+        f"({t['steps']} steps), loss {format_bytes(t['loss'])}, metrics {format_bytes(t['metrics'])}",
+    ]
+    print("\n".join(lines), flush=True)
+
