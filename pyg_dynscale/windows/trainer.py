@@ -311,7 +311,7 @@ class WindowTrainer:
             return False
         if sig.edge_weight is not None and not bool((sig.edge_weight.view(T, E) == sig.edge_weight[:E]).all()):
             return False
-        return not self._ef
+        return not self._edge_fields
 
     # ------------------------------------------------------------------ batches
     def batches(self, epoch: Optional[int] = None) -> list:
