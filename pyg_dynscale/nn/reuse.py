@@ -45,6 +45,8 @@ def _is_pygt(module: torch.nn.Module, name: str) -> bool:
 
 def reuse_for(module: torch.nn.Module) -> Optional[type]:
     """The reuse implementation for ``module`` (``None``: none, the module is called as it is)."""
+    if callable(getattr(module, "reuse_impl", None)):  # a layer that names its own (nn.reinc_reuse)
+        return module.reuse_impl()
     if _is_pygt(module, "TGCN") and type(module).__name__ == "TGCN" and not module.cached:
         return TGCNReuse
     if _is_pygt(module, "DCRNN") and type(module).__name__ == "DCRNN":

@@ -284,6 +284,15 @@ class TGCN(DecomposedModule):
             if m is not self and hasattr(m, "reset_parameters"):
                 m.reset_parameters()
 
+    def reuse_impl(self) -> Optional[type]:
+        """ReInc's reuse in windowed training (:func:`~pyg_dynscale.nn.reuse.reuse_for`):
+        one GCN layer per gate and ``cached=False`` only (``None``: called as it is)."""
+        if self.num_layers != 1 or self.cached:
+            return None
+        from .reinc_reuse import TGCNLocalReuse
+
+        return TGCNLocalReuse
+
     def _deep(self) -> Optional[list]:
         if self.num_layers == 1:
             return None

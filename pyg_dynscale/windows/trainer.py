@@ -46,6 +46,7 @@ from ..runtime.paths import edge_fields_of
 from .batching import block_batch_parts, block_batches
 from .placement import Traffic, check_placement, eval_share, held_snapshots, sum_hook
 from ..nn.reuse import reuse_for
+from .cache import build_window_cache, planned_batches
 from .view import WindowView
 
 __all__ = ["WindowTrainer", "OPTIMIZERS"]
@@ -119,6 +120,13 @@ class WindowTrainer:
         standardize: z-score the features with statistics of the training
             snapshots (:class:`~pyg_dynscale.windows.view.Standardizer`).
         seed: seed of the per-epoch shuffle.
+        cache_bytes: bound in bytes of ReInc's global cache of input
+            aggregations (:mod:`~pyg_dynscale.windows.cache`; ``None``:
+            unbounded, every snapshot's computed once before training);
+            applies with ``reuse`` where the model has a reuse implementation
+            (:meth:`cache_stats`).
+        cache_policy: its eviction order: ``"reinc"`` (ReInc's Eq. 3),
+            ``"lru"`` or ``"fifo"`` (for comparison).
         target: node-level signal field holding the targets.
         placement: under a process group, ``"blocks"`` (default: ReInc's
             overlapped snapshot placement; rank :math:`r` keeps only the
@@ -142,7 +150,8 @@ class WindowTrainer:
                  head: Optional[torch.nn.Module] = None, shuffle: bool = False, reuse: bool = True,
                  blocks: Optional[int] = None, node_batch_size: Optional[int] = None, *,
                  ratio: Sequence[float] = (0.7, 0.1, 0.2), standardize: bool = False, seed: int = 0,
-                 target: str = "y", placement: Optional[str] = None) -> None:
+                 target: str = "y", placement: Optional[str] = None, cache_bytes: Optional[int] = None,
+                 cache_policy: str = "reinc") -> None:
         if node_batch_size is not None:
             raise NotImplementedError(
                 f"node_batch_size={node_batch_size!r}: node mini-batches with k-hop neighbourhoods ({_ISSUE}, item 2, "
@@ -242,6 +251,10 @@ class WindowTrainer:
         #: ReInc's reuse (:mod:`~pyg_dynscale.nn.reuse`) when ``reuse`` and the model has one
         self._reuse = None
         self._reuse_cache: dict = {}
+        if cache_bytes is not None and not reuse:
+            raise ModelInputError("cache_bytes", f"is {cache_bytes!r} but reuse=False.", "pass reuse=True, or cache_bytes=None.")
+        #: ReInc's two-level cache (:mod:`~pyg_dynscale.windows.cache`) that serves ``self._reuse``
+        self._cache = None
         impl = None if (not reuse or self.sequence_model) else reuse_for(self.model.module)
         if impl is not None and not self._ef:
             counts_e = sig.edges_per_snapshot.to(self.device)
@@ -249,7 +262,7 @@ class WindowTrainer:
             applies = getattr(impl, "applies", None)
             if applies is None or applies(self._ei + off, self._x.shape[0], self._ew):
                 with default_dtype(self.dtype):
-                    self._reuse = impl(self.model.module, self._x, self._ei + off, self._ew)
+                    self._reuse, self._cache = build_window_cache(self, impl, self._ei + off, cache_bytes, cache_policy)
         self._params = params
         #: bytes this rank handed to collectives, by kind (:class:`~pyg_dynscale.windows.placement.Traffic`)
         self.traffic = Traffic()
@@ -398,6 +411,8 @@ class WindowTrainer:
         if self.sequence_model:
             return self._finish(starts, self._sequence_outputs(starts))
         widths = self.model.state_widths
+        if self._cache is not None:
+            self._cache.begin_batch(starts)
         states: Optional[tuple] = None
         store: Optional[tuple] = None
         H = self.view.horizon
@@ -417,7 +432,7 @@ class WindowTrainer:
                 y = x.new_zeros((0,) + tuple(self.model.output_shape))
             else:
                 if self._reuse is not None:
-                    y, new = self._reuse.step(self._gather(self._reuse.basis, ts), self._reuse_graph(B, ei, n, ew), st)
+                    y, new = self._cache.step(j, ts, self._reuse_graph(B, ei, n, ew), st)
                 else:
                     y, new = self.model.step(x, ei, ew, st, ef)
                 if self._fixed:
@@ -535,6 +550,8 @@ class WindowTrainer:
         total, nb = 0.0, 0
         self.batch_losses = []
         e = self.epoch
+        if self._cache is not None:
+            self._cache.plan_epoch(planned_batches(self, e), planned_batches(self, e + 1))
         g = torch.Generator().manual_seed(self.seed + e) if self.shuffle else None
         for parts in block_batch_parts(self.view.split("train"), self.batch_size, self.blocks, self.shuffle, g):
             if self.world_size > 1:
@@ -593,6 +610,14 @@ class WindowTrainer:
         if "mse" in out:
             out["rmse"] = out["mse"] ** 0.5
         return out
+
+    def cache_stats(self) -> Optional[dict]:
+        """ReInc's two-level cache counts (:mod:`~pyg_dynscale.windows.cache`):
+        ``{"global": {accesses, hits, misses, hit_rate, computed, evictions,
+        expired, held_bytes, peak_bytes, bound_bytes, ...}, "local": {accesses,
+        hits, misses, hit_rate, peak_bytes} or None}``, cumulative since
+        construction; ``None`` without reuse."""
+        return None if self._cache is None else self._cache.stats()
 
     def __repr__(self) -> str:
         name = type(self.model).__name__ if self.sequence_model else self.model.spec.name
