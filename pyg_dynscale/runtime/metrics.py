@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["roc_auc"]
+__all__ = ["average_precision", "roc_auc"]
 
 
 def roc_auc(scores: Tensor, labels: Tensor) -> float:
@@ -37,3 +37,35 @@ def roc_auc(scores: Tensor, labels: Tensor) -> float:
     ranks[order] = avg_rank[inverse]
     u = float(ranks[pos].sum()) - n_pos * (n_pos + 1) / 2
     return u / (n_pos * n_neg)
+
+
+def average_precision(scores: Tensor, labels: Tensor) -> float:
+    r"""Average precision of ``scores`` for binary ``labels``, as scikit-learn's
+    ``average_precision_score``: :math:`\mathrm{AP} = \sum_k (R_k - R_{k-1}) P_k`
+    over the distinct scores :math:`s_k` taken as thresholds in decreasing
+    order (:math:`P_k, R_k`: precision and recall of ``score >= s_k``), i.e.
+    the mean over positives of the precision at the positive's score, tied
+    scores forming one threshold.
+
+    Args:
+        scores: ``[L]`` real scores.
+        labels: ``[L]`` 0/1 labels.
+
+    Raises:
+        ValueError: shapes differ, or no positive (AP undefined).
+    """
+    s = scores.detach().reshape(-1).to(torch.float64)
+    y = labels.detach().reshape(-1).to(torch.float64)
+    if s.shape != y.shape:
+        raise ValueError(f"scores {list(s.shape)} and labels {list(y.shape)} differ in shape.")
+    n_pos = float(y.sum())
+    if n_pos == 0:
+        raise ValueError("average precision needs at least one positive.")
+    s_sorted, order = torch.sort(s, descending=True)
+    tp = torch.cumsum(y[order], 0)
+    last = torch.ones_like(s_sorted, dtype=torch.bool)  # last position of each tie group = one threshold
+    last[:-1] = s_sorted[1:] != s_sorted[:-1]
+    tp = tp[last]
+    seen = (torch.nonzero(last).view(-1) + 1).to(torch.float64)
+    recall_gain = torch.diff(tp, prepend=tp.new_zeros(1)) / n_pos
+    return float((recall_gain * (tp / seen)).sum())

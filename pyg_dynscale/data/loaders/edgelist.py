@@ -72,7 +72,7 @@ def _check_choice(name: str, value: object, choices: Sequence[object]) -> None:
         raise SignalValidationError(name, f"is {value!r}.", f"use one of {list(choices)}.")
 
 
-def _remap_by_first_appearance(
+def remap_by_first_appearance(
     src: np.ndarray, dst: np.ndarray, order: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Give vertices ids ``0..V-1`` in the order they first appear in time
@@ -262,7 +262,7 @@ def load_edge_list(
 
     # ---- vertex ids by first appearance in time
     order = np.argsort(tau, kind="stable")
-    u, v, vertex_map, first_event = _remap_by_first_appearance(src, dst, order)
+    u, v, vertex_map, first_event = remap_by_first_appearance(src, dst, order)
     V = int(vertex_map.shape[0])
 
     # ---- merge repeated events per snapshot (+ reverse edges if undirected)

@@ -1,0 +1,50 @@
+r"""Event streams (continuous-time dynamic graphs) and memory-based temporal
+GNNs: PyG's ``TemporalData``, ``TGNMemory`` and ``examples/tgn.py`` trained by
+:class:`MemoryTrainer`, with DistTGL's static node memory.
+
+.. code-block:: python
+
+    from pyg_dynscale.ctdg import MemoryTrainer, TGN, load_jodie_csv
+
+    data = load_jodie_csv("wikipedia.csv")                     # TemporalData
+    model = TGN(data.num_nodes, data.msg.size(-1), memory_dim=100, time_dim=100, embedding_dim=100)
+    trainer = MemoryTrainer(model, data, batch_size=200, lr=1e-4, num_neighbors=10)
+    loss = trainer.train_epoch()
+    trainer.evaluate("val")                                    # {"ap": ..., "auc": ..., "mrr": ...}
+
+Built: the data layer (:mod:`.events`), the single-process trainer
+(``parallelism=(1, 1, 1)`` and the serial emulation of ``(i, 1, 1)``), the
+static memory and its pre-training. Not built yet (issue 27): epoch and memory
+parallelism, distributed runs, the memory service, the command line.
+"""
+from .events import (
+    check_events,
+    chronological_split,
+    load_event_list,
+    load_jodie_csv,
+    split_ranges,
+    synthetic_events,
+)
+from .models import TGN, GraphAttentionEmbedding, LinkPredictor
+from .pretrain import pretrain_static_memory
+from .schedule import EventSchedule, LocalBatch, Step
+from .static import StaticMemory
+from .trainer import MemoryTrainer
+
+__all__ = [
+    "EventSchedule",
+    "GraphAttentionEmbedding",
+    "LinkPredictor",
+    "LocalBatch",
+    "MemoryTrainer",
+    "StaticMemory",
+    "Step",
+    "TGN",
+    "check_events",
+    "chronological_split",
+    "load_event_list",
+    "load_jodie_csv",
+    "pretrain_static_memory",
+    "split_ranges",
+    "synthetic_events",
+]

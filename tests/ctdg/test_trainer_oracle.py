@@ -1,0 +1,96 @@
+"""One process == PyG's examples/tgn.py loop (tests/ctdg/reference_tgn.py) in float64."""
+import copy
+
+import pytest
+import torch
+
+from pyg_dynscale.ctdg import TGN, MemoryTrainer, synthetic_events
+from pyg_dynscale.runtime.metrics import average_precision, roc_auc
+
+from .helpers import Stream
+from .reference_tgn import ExampleLoop, brute_force_ap, brute_force_auc
+
+
+def _data(bipartite=True, E=900, nodes=60, msg_dim=3, seed=1):
+    d = synthetic_events(E, nodes, bipartite=bipartite, msg_dim=msg_dim, seed=seed, burst_length=20)
+    d.msg = d.msg.double()
+    return d
+
+
+def _models(data, dropout=0.1):
+    torch.manual_seed(3)
+    model = TGN(data.num_nodes, data.msg.size(-1), memory_dim=16, time_dim=8, embedding_dim=12, dropout=dropout).double()
+    return model, copy.deepcopy(model)
+
+
+def _params(*mods):
+    return torch.cat([p.detach().reshape(-1) for m in mods for p in m.parameters()])
+
+
+@pytest.mark.parametrize("bipartite", [True, False])
+def test_one_process_equals_the_example_loop(bipartite):
+    data = _data(bipartite)
+    mine, ref = _models(data)
+    loop = ExampleLoop(data, ref.memory, ref.gnn, ref.link_pred, batch_size=50, num_neighbors=5, lr=1e-3)
+    ref_rng = Stream(7)  # the example seeded as the trainer seeds itself
+    trainer = MemoryTrainer(mine, data, batch_size=50, lr=1e-3, num_neighbors=5, seed=7)
+    rng = Stream(7)
+    for _ in range(2):
+        ref_loss = ref_rng(loop.train)
+        loss = rng(trainer.train_epoch)
+        assert len(loop.batch_losses) == trainer.batch_losses.numel() >= 10
+        torch.testing.assert_close(trainer.batch_losses, torch.tensor(loop.batch_losses, dtype=torch.float64),
+                                   atol=1e-9, rtol=0)
+        assert abs(loss - ref_loss) < 1e-9
+        torch.testing.assert_close(_params(mine), _params(ref), atol=1e-9, rtol=0)
+        torch.testing.assert_close(mine.memory.memory, ref.memory.memory, atol=1e-9, rtol=0)
+        ref_val, ref_test = ref_rng(loop.test, loop.val_loader), ref_rng(loop.test, loop.test_loader)
+        val, test = rng(trainer.evaluate, "val"), rng(trainer.evaluate, "test")
+        assert abs(val["ap"] - ref_val[0]) < 1e-9 and abs(val["auc"] - ref_val[1]) < 1e-9, (val, ref_val)
+        assert abs(test["ap"] - ref_test[0]) < 1e-9 and abs(test["auc"] - ref_test[1]) < 1e-9
+        torch.testing.assert_close(mine.memory.memory, ref.memory.memory, atol=1e-9, rtol=0)
+        torch.testing.assert_close(mine.memory.last_update, ref.memory.last_update, atol=0, rtol=0)
+        assert 0 < test["mrr"] <= 1
+
+
+def test_evaluate_does_not_depend_on_the_call_order():
+    data = _data()
+    model, _ = _models(data)
+    trainer = MemoryTrainer(model, data, batch_size=50, num_neighbors=5, lr=1e-3)
+    trainer.train_epoch()
+    test_first = trainer.evaluate("test")
+    val = trainer.evaluate("val")
+    assert trainer.evaluate("test") == test_first
+    assert trainer.evaluate("val") == val
+
+
+def test_metrics_equal_brute_force():
+    g = torch.Generator().manual_seed(0)
+    for n in (2, 7, 40):
+        s = torch.randint(0, 5, (n,), generator=g).double() / 4  # many ties
+        y = torch.zeros(n)
+        y[torch.randperm(n, generator=g)[: max(1, n // 3)]] = 1
+        if y.sum() == n:
+            y[0] = 0
+        assert abs(average_precision(s, y) - brute_force_ap(s, y)) < 1e-12
+        assert abs(roc_auc(s, y) - brute_force_auc(s, y)) < 1e-12
+
+
+def test_tgn_builds_the_example_modules_and_the_three_module_form_trains_them():
+    from .reference_tgn import build_example_modules
+
+    data = _data(E=300)
+    torch.manual_seed(5)
+    model = TGN(data.num_nodes, 3, memory_dim=16, time_dim=8, embedding_dim=12)
+    torch.manual_seed(5)
+    memory, gnn, link_pred = build_example_modules(data, 16, 8, 12)
+    for mine, theirs in ((model.memory, memory), (model.gnn, gnn), (model.link_pred, link_pred)):
+        a, b = dict(mine.named_parameters()), dict(theirs.named_parameters())
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert gnn.time_enc is memory.time_enc and model.gnn.time_enc is model.memory.time_enc
+    model.double(), memory.double(), gnn.double(), link_pred.double()
+    one = MemoryTrainer(model, data, batch_size=40).train_epoch()
+    other = MemoryTrainer(memory=memory, gnn=gnn, link_pred=link_pred, data=data, batch_size=40).train_epoch()
+    assert one == other
+    torch.testing.assert_close(_params(model.memory, model.gnn, model.link_pred), _params(memory, gnn, link_pred),
+                               atol=0, rtol=0)
