@@ -33,6 +33,7 @@ its previous appearance *inside the window* (zeros at its first).
 from __future__ import annotations
 
 import warnings
+import weakref
 from typing import Any, Callable, Optional, Sequence, Union
 
 import torch
@@ -634,7 +635,9 @@ class _RankShare(torch.nn.Module):
         super().__init__()
         self.model = trainer.model
         self.head = trainer.head
-        self._share = trainer._share
+        # a weak reference: no trainer <-> DDP cycle, so the DDP reducer goes with its trainer (before the process
+        # group is destroyed), not at a later garbage collection
+        self._share = weakref.WeakMethod(trainer._share)
 
     def forward(self, wins: Optional[Tensor], total: int) -> Tensor:
-        return self._share(wins, total)
+        return self._share()(wins, total)
