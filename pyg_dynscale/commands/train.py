@@ -29,6 +29,10 @@ Checkpoints (``--checkpoint-dir``) are written with
 :mod:`torch.distributed.checkpoint` every ``--checkpoint-every`` epochs;
 ``--resume`` continues from the newest complete one and reaches exactly the
 parameters of an uninterrupted run.
+
+``--windows L`` trains windows of ``L`` snapshots instead (PyGT's
+index-batching, :mod:`~pyg_dynscale.commands.train_windows`), launched the
+same way.
 """
 from __future__ import annotations
 
@@ -36,11 +40,13 @@ import argparse
 import contextlib
 import os
 from datetime import timedelta
+from typing import Any
 
 from .launch import (DevicePlan, bind_device, in_torchrun, init_torchrun_group, launch_workers, machine_plan,  # noqa: F401
                      report_runtime_failure, plan_devices, worker_argv)
 from .train_checks import check_args, run_record  # noqa: F401
 from .train_job import train  # noqa: F401
+from .train_windows import train_windows
 from .train_options import DEVICES, DTYPES, FORMATS, PROG, SCHEMA_VERSION, fail, add_parser  # noqa: F401
 from .train_report import print_report  # noqa: F401
 
@@ -69,12 +75,17 @@ def run(args: argparse.Namespace) -> int:
                                 **({"device_id": device_id} if plan.backend == "nccl" else {}))
 
     try:
-        report = train(args, 0, 1, init, device)
+        report = _job(args)(args, 0, 1, init, device)
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
     print_report(args, report, plan)
     return 0
+
+
+def _job(args: argparse.Namespace) -> Any:
+    """The job of one rank: full-batch :func:`train`, or :func:`train_windows` with ``--windows``."""
+    return train_windows if getattr(args, "windows", None) is not None else train
 
 
 def _worker(args: argparse.Namespace) -> int:
@@ -107,7 +118,7 @@ def _worker(args: argparse.Namespace) -> int:
             # from here on a rank that stops answering can be told from one that is only slow
             args._stop_heartbeat = start_heartbeat(rank)
 
-        report = train(args, rank, world, init, device)
+        report = _job(args)(args, rank, world, init, device)
         if rank == 0:
             print_report(args, report, plan)
         return 0

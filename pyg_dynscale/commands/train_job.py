@@ -16,7 +16,7 @@ from .user_model import build_user_model, describe_head, needs_sorted_edges, run
 
 
 # ------------------------------------------------------------------- the job
-def _load_signal(args: argparse.Namespace) -> Any:
+def load_signal(args: argparse.Namespace) -> Any:
     from ..data.loaders import load
     from ..data.loaders.auto import detect_format
     from ..errors import DynScaleError, SignalValidationError
@@ -56,7 +56,7 @@ def _signal_error(exc: Any, args: argparse.Namespace) -> str:
     return f"PATH '{args.path}': {exc}"
 
 
-def _check_target(signal: Any, args: argparse.Namespace) -> None:
+def check_target(signal: Any, args: argparse.Namespace) -> None:
     if args.target == "link" and "edge_label_index" not in signal.extra_keys:
         fail(f"--target link needs link labels (edge_label_index / edge_label), and '{args.path}' has none; "
               "PyGT datasets are node regression: use --target node, or a temporal edge list for links.")
@@ -121,10 +121,6 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
     r"""The job of one rank on ``device`` (``init_process_group`` binds it and
     creates the group): returns the report (the same on every rank but
     ``device``, this rank's)."""
-    if getattr(args, "windows", None) is not None:
-        from .train_windows import train_windows
-
-        return train_windows(args, rank, world, init_process_group, device)
     import torch
     import torch.distributed as dist
     from tqdm.auto import tqdm
@@ -142,10 +138,10 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
     torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype)
     # ---- data and everything that can be checked before the processes connect
-    signal = _load_signal(args)
+    signal = load_signal(args)
     if args.model == "dcrnn":  # PyGT's DConv is local (splittable) on edges sorted by (target, source)
         signal = signal.sort_edges()
-    _check_target(signal, args)
+    check_target(signal, args)
     user = args.user_model
     if user is not None:  # built before the processes connect: what goes wrong is one line, the same on every rank
         model, head, user_kwargs = build_user_model(user, signal, seed=args.seed, dtype=dtype, target=args.target)

@@ -17,6 +17,7 @@ import sys
 import time
 from typing import Any, Callable
 
+from .train_job import check_target, load_signal
 from .train_options import SCHEMA_VERSION, fail
 
 #: the field of a WindowTrainer error -> the option that sets it
@@ -35,16 +36,15 @@ def train_windows(args: argparse.Namespace, rank: int, world: int, init_process_
     from ..errors import DynScaleError
     from ..nn.zoo import build_model
     from ..windows import WindowTrainer
-    from .train_job import _check_target, _load_signal
     from .user_model import build_user_model, describe_head
 
     t_start = time.perf_counter()
     torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype)
-    signal = _load_signal(args)
+    signal = load_signal(args)
     if args.model == "dcrnn":  # as full-batch training: PyGT's DConv on edges sorted by (target, source)
         signal = signal.sort_edges()
-    _check_target(signal, args)
+    check_target(signal, args)
     user = args.user_model
     user_kwargs = None
     if user is not None:
