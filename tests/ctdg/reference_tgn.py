@@ -50,6 +50,8 @@ class ExampleLoop:
         self.criterion = torch.nn.BCEWithLogitsLoss()
         self.assoc = torch.empty(data.num_nodes, dtype=torch.long)
         self.batch_losses = []
+        self.mrr_negatives = 0
+        self.reciprocal_ranks = []
 
     def train(self):
         memory, gnn, link_pred, neighbor_loader = self.memory, self.gnn, self.link_pred, self.neighbor_loader
@@ -113,6 +115,17 @@ class ExampleLoop:
             y_pred = torch.cat([pos_out, neg_out], dim=0).sigmoid().cpu()
             y_true = torch.cat([torch.ones(pos_out.size(0)), torch.zeros(neg_out.size(0))], dim=0)
 
+            if self.mrr_negatives:  # not in the example: MemoryTrainer's MRR, by brute force
+                B, S = batch.num_events, min(self.mrr_negatives, batch.num_events)
+                pairs = [(i, batch.neg_dst[(i + s) % B]) for i in range(B) for s in range(S)]
+                zs = torch.stack([z[assoc[batch.src[i]]] for i, _ in pairs])
+                zn = torch.stack([z[assoc[n]] for _, n in pairs])
+                neg_scores = link_pred(zs, zn).view(-1).tolist()
+                for i in range(B):
+                    p = float(pos_out[i])
+                    others = neg_scores[i * S:(i + 1) * S]
+                    rank = 1 + sum(1 for x in others if x > p) + 0.5 * sum(1 for x in others if x == p)
+                    self.reciprocal_ranks.append(1.0 / rank)
             aps.append(brute_force_ap(y_pred.view(-1), y_true))
             aucs.append(brute_force_auc(y_pred.view(-1), y_true))
 
