@@ -1,4 +1,4 @@
-"""Every benchmark runs: the ``--quick`` mode of the five without a smoke test
+"""Every benchmark runs: the ``--quick`` mode of the six without a smoke test
 elsewhere, each checked for what its table must say (the others: bench_schemes,
 bench_blackbox, bench_gpu, bench_generator, bench_temporal_fusion,
 bench_transfer and bench_pgc_scale are run by the tests of their modules)."""
@@ -62,3 +62,82 @@ def test_bench_workload_quick():
     mape = {ln.split()[0]: ln.split() for ln in out.splitlines() if re.match(r"\s+(mlp|linear|vertex)\s", ln)}
     assert {"mlp", "linear", "vertex"} <= set(mape)
     assert "lambda measured" in out
+
+
+def _windows_features() -> dict:
+    """Which of bench_windows' optional sections can run: {"not built yet" line start: missing?}."""
+    import importlib.util
+    import inspect
+
+    from pyg_dynscale.windows import WindowTrainer
+
+    kw = inspect.signature(WindowTrainer.__init__).parameters
+    has = lambda m: importlib.util.find_spec(m) is not None  # noqa: E731
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        bench_run = has("bench_incremental") and hasattr(importlib.import_module("bench_incremental"), "run")
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    return {
+        "incremental aggregation (": not has("pyg_dynscale.nn.incremental"),
+        "incremental aggregation's benchmark function": has("pyg_dynscale.nn.incremental") and not bench_run,
+        "WindowTrainer(incremental=": "incremental" not in kw,
+        "the two-level cache": not (has("pyg_dynscale.windows.cache") and "cache_bytes" in kw),
+        "WindowTrainer(placement=": "placement" not in kw,
+        "bytes of vertex partitions": "placement" in kw and not has("pyg_dynscale.windows.placement_costs"),
+    }
+
+
+def _md_rows(out: str, first: str) -> list:
+    return [[c.strip() for c in ln.strip("|").split("|")] for ln in out.splitlines() if re.match(first, ln)]
+
+
+def test_bench_windows_quick():
+    """Every row of PyGT's index-batching loops and ours, a ratio on each, the same first
+    loss where the same computation runs, the reuse table, the sections of the features that
+    exist, and "not built yet" exactly for the features the package lacks."""
+    pytest.importorskip("torch_geometric_temporal")
+    features = _windows_features()
+    out = _quick("bench_windows")
+    rows = _md_rows(out, r"\| (Chickenpox|road) \| (DCRNN|TGCN|A3TGCN) \|")
+    loops = {
+        "DCRNN": ["PyGT loop, BatchedDCRNN(K=3)", "WindowTrainer, BatchedDCRNN as is",
+                  "WindowTrainer, DCRNN(K=3), reuse=True", "WindowTrainer, DCRNN(K=3), reuse=False"],
+        "TGCN": ["PyGT loop, TGCN2 + Linear", "WindowTrainer, TGCN + Linear, reuse=True",
+                 "WindowTrainer, TGCN + Linear, reuse=False"],
+        "A3TGCN": ["PyGT loop, A3TGCN2 + Linear", "WindowTrainer, A3TGCN + Linear (lags=1 over [N, F, L])"],
+    }
+    for ds in ("Chickenpox", "road"):
+        for fam, labels in loops.items():
+            got = [r for r in rows if r[0] == ds and r[1] == fam]
+            assert [r[2] for r in got] == labels, (ds, fam)
+            assert got[0][4] == "1.00x" and all(re.fullmatch(r"\d+\.\d\dx", r[4]) for r in got)
+            assert all(float(r[3].split()[0]) > 0 and "extrapolated from 1 of" in r[3] for r in got)
+            t0 = float(got[0][3].split()[0])   # the ratio is PyGT's time / the row's (printed to 3 decimals)
+            assert all(abs(float(r[4][:-1]) - t0 / float(r[3].split()[0])) <= 0.02 + 0.05 * t0 / float(r[3].split()[0])
+                       for r in got)
+            first = [float(r[8]) for r in got]
+            # ours starts from PyGT's weights and computes the same losses (float32 rounding)
+            assert all(abs(f - first[0]) <= 1e-3 * abs(first[0]) for f in first), (ds, fam, first)
+    assert "target: PyGT / ours >= 3x on every row" in out
+    reuse = [ln for ln in out.splitlines() if re.match(r"\| (Chickenpox|road) \| (DCRNN|TGCN)", ln) and ln.count("|") == 7]
+    assert len(reuse) == 4 and all(re.search(r"\| \d+\.\d\dx \|", ln) for ln in reuse)
+    for what, missing in features.items():
+        assert (f"not built yet: {what}" in out) == missing, what
+    assert out.count("not built yet") == sum(features.values())
+    if not features["incremental aggregation ("] and not features["incremental aggregation's benchmark function"]:
+        inc = _md_rows(out, r"\| 0\.\d+ \| gcn \|")
+        assert len(inc) == 3 and "crossover gcn" in out
+    if not features["the two-level cache"]:
+        cache = _md_rows(out, r"\| (unbounded|\d[\d,]* B) ")
+        assert [r[0].split(",")[-1].strip() for r in cache] == ["unbounded", "reinc", "lru", "reinc", "lru"]
+        assert len({r[-1] for r in cache}) == 1           # the same loss at every bound
+        assert cache[0][1] == "1.000" and cache[-1][1] == "0.000"  # unbounded: every read a hit; bound 0: none
+        assert all(int(r[4].replace(",", "")) <= int(r[0].split()[0].replace(",", "")) for r in cache[1:])
+    if not features["WindowTrainer(placement="]:
+        placed = _md_rows(out, r"\| 2 \| (blocks|replicated) \| \d+\.\d{3} \|")   # measured, not computed
+        assert [r[1] for r in placed] == ["blocks", "replicated"] and all(r[3] == "0" for r in placed)
+        assert placed[0][6] == placed[1][6]                 # both placements train the same
+        assert int(placed[0][5].replace(",", "")) < int(placed[1][5].replace(",", ""))  # blocks hold less
+        if not features["bytes of vertex partitions"]:
+            assert len(_md_rows(out, r"\| 8 \(projection\) \|")) >= 2
