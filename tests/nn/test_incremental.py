@@ -251,3 +251,30 @@ def test_reordered_edges_change_nothing(aggr, K):
     ei, ew = torch.cat([ei[:, p] for p in perms], 1), torch.cat([ew[p] for p in perms])
     inc = _check(x, ei, ew, nptr, torch.arange(7) * 400, aggr, K)
     assert inc.diffs[1:] == ["key"] * 5 and all(r == 0.0 for rs in inc.ratios[1:] for r in rs), inc.ratios
+
+
+@pytest.mark.parametrize("impl_name,K", [("GConvGRUReuse", 3), ("TGCNReuse", 1)])
+def test_reuse_input_basis_through_incremental(impl_name, K):
+    """nn.reuse's input basis of the storage (block-diagonal edges, global rows) through incremental_reuse equals
+    the implementation's own; one snapshot alone (other rows) keeps the implementation's computation."""
+    from torch_geometric.nn import ChebConv, GCNConv
+
+    from pyg_dynscale.nn import reuse
+    from pyg_dynscale.nn.incremental import IncrementalBasis, incremental_reuse
+
+    cell = torch.nn.Module()
+    cell.conv_x_z, cell.conv_h_z = ChebConv(3, 4, K).double(), ChebConv(4, 4, K).double()
+    cell.conv_z = GCNConv(3, 4).double()
+    x, ei, ew, nptr, eptr = evolving(seed=14, order="inplace", empty_at=(4,))
+    off = torch.repeat_interleave(nptr[:-1], eptr[1:] - eptr[:-1])
+    impl = getattr(reuse, impl_name)
+    basis = IncrementalBasis(nptr, eptr, ei, None, None, threshold=INF)
+    fast = incremental_reuse(impl, basis)
+    assert fast is not impl and issubclass(fast, impl)
+    got, want = fast(cell, x, ei + off, ew).basis, impl(cell, x, ei + off, ew).basis
+    assert basis.last is not None and [m[0] for m in basis.last.modes].count("incremental") == 11
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-9)
+    one = fast(cell, x[:40], ei[:, :int(eptr[1])], ew[:int(eptr[1])])
+    assert basis.last is None and one.basis.shape[0] == 40
+    assert incremental_reuse(reuse.GCLSTMReuse, basis) is reuse.GCLSTMReuse
+    assert incremental_reuse(reuse.DCRNNReuse, basis) is reuse.DCRNNReuse
