@@ -805,6 +805,7 @@ def main(argv: Optional[list] = None) -> list:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda: CUDA is not available here")
     dtype = getattr(torch, args.dtype)
+    torch.set_default_dtype(dtype)   # PyGT's batched models build their zero states with the default dtype
     weeks = None
     if args.quick:
         args.steps, args.nodes, args.batch_size, args.epochs, weeks = 80, 20, 8, 1, 40

@@ -128,6 +128,9 @@ def test_bench_windows_quick():
     if not features["incremental aggregation ("] and not features["incremental aggregation's benchmark function"]:
         inc = _md_rows(out, r"\| 0\.\d+ \| gcn \|")
         assert len(inc) == 3 and "crossover gcn" in out
+    if not features["WindowTrainer(incremental="]:
+        inc = _md_rows(out, r"\| TGCN \+ Linear \| incremental=")
+        assert [r[1] for r in inc] == ["incremental=False", "incremental=True"] and inc[0][-1] == inc[1][-1]
     if not features["the two-level cache"]:
         cache = _md_rows(out, r"\| (unbounded|\d[\d,]* B) ")
         assert [r[0].split(",")[-1].strip() for r in cache] == ["unbounded", "reinc", "lru", "reinc", "lru"]
