@@ -20,9 +20,9 @@ path and a plain PyGT loop all call them the same way::
 
 ReInc's GCN aggregates first and transforms after (Listing 1:
 ``update = relu(linear(msg_rst))``); PyG's ``GCNConv`` transforms first,
-:math:`\hat A (U W) + b = (\hat A U) W + b` up to rounding. Each layer names
-its reuse implementation (:meth:`reuse_impl`, :mod:`~pyg_dynscale.nn.reinc_reuse`),
-which :func:`~pyg_dynscale.nn.reuse.reuse_for` picks.
+:math:`\hat A (U W) + b = (\hat A U) W + b` up to rounding. Each layer's reuse
+implementation is in :mod:`~pyg_dynscale.nn.reinc_reuse` (``LAYER_REUSE``),
+which :func:`~pyg_dynscale.nn.reuse.reuse_for` reads.
 """
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def gcn_aggregate(conv: GCNConv, graph: tuple, u: Tensor) -> Tensor:
     return conv.propagate(ei, x=u, edge_weight=w)
 
 
-def _project(conv: GCNConv, au: Tensor) -> Tensor:
+def gcn_project(conv: GCNConv, au: Tensor) -> Tensor:
     r""":math:`(\hat A U) W^\top + b`: ``conv``'s transform applied to an aggregated input."""
     out = conv.lin(au)
     return out + conv.bias if conv.bias is not None else out
@@ -127,11 +127,6 @@ class GCRNM1(_ReIncLayer):
             for l in range(num_layers))
         self.lstms = torch.nn.ModuleList(torch.nn.LSTMCell(H, H) for _ in range(num_layers))
 
-    def reuse_impl(self) -> type:
-        from .reinc_reuse import GCRNM1Reuse
-
-        return GCRNM1Reuse
-
     def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor] = None,
                 h: Optional[Tensor] = None, c: Optional[Tensor] = None) -> tuple:
         hs, cs = _split_states(h, c, x, self.num_layers, self.out_channels)
@@ -179,15 +174,10 @@ class CDGCN(_ReIncLayer):
                                          for f in widths)
         self.lstms = torch.nn.ModuleList(torch.nn.LSTMCell(f + H, H) for f in widths)
 
-    def reuse_impl(self) -> type:
-        from .reinc_reuse import CDGCNReuse
-
-        return CDGCNReuse
-
     @staticmethod
     def skip(conv: GCNConv, au: Tensor) -> Tensor:
         r""":math:`\mathrm{ReLU}(\hat A U \,\|\, \hat A U W + b)` from :math:`\hat A U`."""
-        return F.relu(torch.cat([au, _project(conv, au)], 1))
+        return F.relu(torch.cat([au, gcn_project(conv, au)], 1))
 
     def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor] = None,
                 h: Optional[Tensor] = None, c: Optional[Tensor] = None) -> tuple:
@@ -237,11 +227,6 @@ class GCRNM2(_ReIncLayer):
         self.conv_x = torch.nn.ModuleList(GCNConv(in_channels if l == 0 else H, 4 * H, **kw)
                                           for l in range(num_layers))
         self.conv_h = torch.nn.ModuleList(GCNConv(H, 4 * H, bias=False, **kw) for _ in range(num_layers))
-
-    def reuse_impl(self) -> type:
-        from .reinc_reuse import GCRNM2Reuse
-
-        return GCRNM2Reuse
 
     @staticmethod
     def lstm(gates: Tensor, c: Tensor) -> tuple:

@@ -30,9 +30,9 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from .reinc_models import CDGCN, GCRNM2, _project, gcn_aggregate, gcn_graph
+from .reinc_models import CDGCN, GCRNM1, GCRNM2, gcn_project, gcn_aggregate, gcn_graph
 
-__all__ = ["GCNInputReuse", "GCRNM1Reuse", "CDGCNReuse", "GCRNM2Reuse", "TGCNLocalReuse"]
+__all__ = ["LAYER_REUSE", "GCNInputReuse", "GCRNM1Reuse", "CDGCNReuse", "GCRNM2Reuse", "TGCNLocalReuse"]
 
 
 class GCNInputReuse:
@@ -108,7 +108,7 @@ class GCRNM1Reuse(_StackedLSTMReuse):
     ``GCNConv`` does (transform, aggregate, bias) on the batch graph."""
 
     def encode(self, basis: Tensor) -> Tensor:
-        return torch.relu(_project(self.cell.convs[0], basis[:, 0]))
+        return torch.relu(gcn_project(self.cell.convs[0], basis[:, 0]))
 
     def gnn(self, l: int, graph: tuple, u: Tensor) -> Tensor:
         conv = self.cell.convs[l]
@@ -143,7 +143,7 @@ class GCRNM2Reuse(GCNInputReuse):
         return gcn_graph(self.first_conv(), edge_index, n, edge_weight, dtype)
 
     def encode(self, basis: Tensor) -> Tensor:
-        return _project(self.cell.conv_x[0], basis[:, 0])
+        return gcn_project(self.cell.conv_x[0], basis[:, 0])
 
     def step_encoded(self, z: Tensor, graph: tuple, states: tuple) -> tuple:
         c = self.cell
@@ -151,7 +151,7 @@ class GCRNM2Reuse(GCNInputReuse):
         hs, cs = list(states[0].split(H, 1)), list(states[1].split(H, 1))
         conv = c.conv_x[0]
         for l in range(c.num_layers):
-            gx = z if l == 0 else _project(c.conv_x[l], gcn_aggregate(conv, graph, hs[l - 1]))
+            gx = z if l == 0 else gcn_project(c.conv_x[l], gcn_aggregate(conv, graph, hs[l - 1]))
             gates = gx + c.conv_h[l].lin(gcn_aggregate(conv, graph, hs[l]))
             hs[l], cs[l] = GCRNM2.lstm(gates, cs[l])
         return hs[-1], (torch.cat(hs, 1), torch.cat(cs, 1))
@@ -175,7 +175,7 @@ class TGCNLocalReuse(GCNInputReuse):
 
     def encode(self, basis: Tensor) -> Tensor:
         c, ax = self.cell, basis[:, 0]
-        return torch.cat([_project(c.conv_z, ax), _project(c.conv_r, ax), _project(c.conv_h, ax)], 1)
+        return torch.cat([gcn_project(c.conv_z, ax), gcn_project(c.conv_r, ax), gcn_project(c.conv_h, ax)], 1)
 
     def step_encoded(self, z: Tensor, graph: None, states: tuple) -> tuple:
         c = self.cell
@@ -186,3 +186,8 @@ class TGCNLocalReuse(GCNInputReuse):
         H_tilde = torch.tanh(c.linear_h(torch.cat([gh, H * R], 1)))
         H = Z * H + (1 - Z) * H_tilde
         return H, (H,)
+
+
+#: the reuse implementation of each layer class of :mod:`~pyg_dynscale.nn.reinc_models`
+#: (read by :func:`~pyg_dynscale.nn.reuse.reuse_for`; the layers do not import it, so no circle)
+LAYER_REUSE = {GCRNM1: GCRNM1Reuse, CDGCN: CDGCNReuse, GCRNM2: GCRNM2Reuse}

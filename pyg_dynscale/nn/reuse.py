@@ -35,6 +35,8 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from .reinc_reuse import LAYER_REUSE
+
 __all__ = ["ChebReuse", "GConvGRUReuse", "GConvLSTMReuse", "GCLSTMReuse", "TGCNReuse", "DCRNNReuse", "reuse_for"]
 
 
@@ -45,7 +47,9 @@ def _is_pygt(module: torch.nn.Module, name: str) -> bool:
 
 def reuse_for(module: torch.nn.Module) -> Optional[type]:
     """The reuse implementation for ``module`` (``None``: none, the module is called as it is)."""
-    if callable(getattr(module, "reuse_impl", None)):  # a layer that names its own (nn.reinc_reuse)
+    if type(module) in LAYER_REUSE:  # ReInc's layers (nn.reinc_models)
+        return LAYER_REUSE[type(module)]
+    if callable(getattr(module, "reuse_impl", None)):  # a layer that names its own (nn.tgcn.TGCN)
         return module.reuse_impl()
     if _is_pygt(module, "TGCN") and type(module).__name__ == "TGCN" and not module.cached:
         return TGCNReuse
