@@ -23,7 +23,9 @@ convention: the value after :math:`X_{e_w}`). A batch of windows
 window step :math:`L-H+k` predicts :math:`Y_{e_w+k}`, PyGT ``BatchedDCRNN``'s
 alignment (its examples compare the all-steps output ``[B, L, N, F]`` with
 the next :math:`L` values), and the window's term is the mean over the
-:math:`H` steps and the nodes. One
+:math:`H` steps and the nodes. With a ``decoder`` (any :math:`H`), a
+seq2seq decoder runs on from the window's final state and predicts
+:math:`Y_{e_w}, \ldots, Y_{e_w+H-1}` (:mod:`~pyg_dynscale.windows.decoder`). One
 optimizer step per global batch (batch order:
 :mod:`~pyg_dynscale.windows.batching`). A module that carries no state
 (``forward(x, edge_index, edge_weight) -> y``) sees each snapshot alone. With
@@ -49,6 +51,7 @@ from .placement import Traffic, check_placement, eval_share, held_snapshots, sum
 from ..nn.incremental import DEFAULT_THRESHOLD, IncrementalBasis, incremental_reuse
 from ..nn.reuse import reuse_for
 from .cache import build_window_cache, planned_batches
+from .decoder import build_seq2seq
 from .view import WindowView
 
 __all__ = ["WindowTrainer", "OPTIMIZERS"]
@@ -89,11 +92,11 @@ class WindowTrainer:
         signal: a :class:`~pyg_dynscale.data.DynamicGraphSignal` or a PyGT
             signal object.
         lags: snapshots per window :math:`L`.
-        horizon: predicted steps :math:`H \le L` (PyGT ``BatchedDCRNN``'s
-            alignment: the output at window step :math:`L-H+k` predicts the
-            target at snapshot :math:`e_w+k`); fixed vertex sets only for
-            :math:`H > 1`; :math:`H > L` (a decoder) raises
-            :class:`NotImplementedError`.
+        horizon: predicted steps :math:`H`. Without ``decoder``,
+            :math:`H \le L` (PyGT ``BatchedDCRNN``'s alignment: the output at
+            window step :math:`L-H+k` predicts the target at snapshot
+            :math:`e_w+k`); with one, any :math:`H`. Fixed vertex sets only
+            for :math:`H > 1`.
         batch_size: windows per global batch.
         stride: distance between window starts.
         loss: ``"mse"``, ``"mae"`` or ``"ce"``.
@@ -147,6 +150,26 @@ class WindowTrainer:
             window indices split the same way);
             :mod:`~pyg_dynscale.windows.placement`. Without a process group
             the one process holds everything.
+        decoder: seq2seq (DCRNN's encoder-decoder,
+            :mod:`~pyg_dynscale.windows.decoder`): ``"copy"`` (a deep copy of
+            ``model``, its own parameters) or a per-snapshot cell whose state
+            has the model's widths, reading the decoder input's width. It
+            runs :math:`H` steps from the model's final state, step :math:`k`
+            on the graph of target snapshot :math:`e_w+k`, fed GO (zeros),
+            then the previous prediction (``head`` applied) or, under teacher
+            forcing, the ground truth; its predictions are the window's.
+            Its parameters are trained with the model's.
+        teacher_forcing: probability :math:`p \in [0, 1]` that a decoder step
+            :math:`k \ge 1` of a training batch is fed the ground truth (one
+            seeded draw per global batch and step, from ``seed`` and the
+            epoch); :meth:`evaluate` always runs free.
+        decoder_input: the ground truth a teacher-forced step is fed:
+            ``"target"`` (:math:`Y` of the previous target snapshot, DCRNN's)
+            or ``"features"`` (:math:`X` of the step's snapshot, ReInc's).
+            With reuse, a teacher-forced step reads the encoder's input
+            aggregation where that ground truth is an encoder input (a
+            series signal: :math:`Y_{t-1} = X_t`), else the decoder's own,
+            computed once.
 
     Attributes:
         traffic: :class:`~pyg_dynscale.windows.placement.Traffic`, the bytes
@@ -162,7 +185,9 @@ class WindowTrainer:
                  blocks: Optional[int] = None, node_batch_size: Optional[int] = None, *,
                  ratio: Sequence[float] = (0.7, 0.1, 0.2), standardize: bool = False, seed: int = 0,
                  target: str = "y", placement: Optional[str] = None, cache_bytes: Optional[int] = None,
-                 cache_policy: str = "reinc", incremental: Union[bool, float] = False) -> None:
+                 cache_policy: str = "reinc", incremental: Union[bool, float] = False,
+                 decoder: Union[None, str, torch.nn.Module] = None, teacher_forcing: float = 0.0,
+                 decoder_input: str = "target") -> None:
         if node_batch_size is not None:
             raise NotImplementedError(
                 f"node_batch_size={node_batch_size!r}: node mini-batches with k-hop neighbourhoods ({_ISSUE}, item 2, "
@@ -191,11 +216,12 @@ class WindowTrainer:
         self.my_blocks = range(rank * (blocks // world), (rank + 1) * (blocks // world))
         self.view = WindowView(signal, lags, horizon, stride, ratio=ratio, standardize=standardize)
         sig = self.view.signal
-        if self.view.horizon > self.view.lags:
-            raise NotImplementedError(
-                f"horizon={horizon} > lags={lags}: a decoder that runs past the window ({_ISSUE}, item 2) is not built "
-                "yet; horizon <= lags uses PyGT BatchedDCRNN's alignment (the output at window step L-H+k predicts "
-                "target step k).")
+        if self.view.horizon > self.view.lags and decoder is None:
+            raise ModelInputError(
+                "decoder", f"is None but horizon={horizon} > lags={lags}: without a decoder the window's own outputs "
+                "predict the targets (PyGT BatchedDCRNN's alignment, horizon <= lags).",
+                "pass decoder='copy' (the encoder's architecture, its own parameters) or a decoder cell (seq2seq, "
+                "DCRNN's encoder-decoder; windows/decoder.py), or use horizon <= lags.")
         if int(self.view.split("train").numel()) < blocks:
             raise ModelInputError("blocks", f"is {blocks} but there are {int(self.view.split('train').numel())} "
                                   "training windows.", "use fewer blocks or more windows.")
@@ -250,6 +276,12 @@ class WindowTrainer:
             ea, eb = int(sig.edge_ptr[first]), int(sig.edge_ptr[first + 1])
             self.model.probe(self.view.x_at(first), edge_weight=sig.edge_weight is not None,
                              edge_fields={k: sig.fields[k].values[ea:eb].to(self.device) for k in self._edge_fields})
+        # seq2seq (windows/decoder.py): the decoder's parameters are trained with the model's
+        self._seq2seq = build_seq2seq(self, decoder, teacher_forcing, decoder_input, target)
+        #: the decoder (a SnapshotModel; ``None``: no seq2seq)
+        self.decoder = None if self._seq2seq is None else self._seq2seq.decoder
+        if self.decoder is not None:
+            params += list(self.decoder.parameters())
         #: this rank's windows of each split for :meth:`evaluate` (all of them without a process group)
         train_parts = torch.tensor_split(self.view.split("train"), blocks)
         self._eval = {"train": torch.cat([train_parts[b] for b in self.my_blocks]),
@@ -278,6 +310,8 @@ class WindowTrainer:
             if applies is None or applies(self._ei + off, self._x.shape[0], self._ew):
                 with default_dtype(self.dtype):
                     self._reuse, self._cache = build_window_cache(self, impl, self._ei + off, cache_bytes, cache_policy)
+        if self._seq2seq is not None:
+            self._seq2seq.setup_reuse(self)
         self._params = params
         #: bytes this rank handed to collectives, by kind (:class:`~pyg_dynscale.windows.placement.Traffic`)
         self.traffic = Traffic()
@@ -477,13 +511,15 @@ class WindowTrainer:
             if j >= L - H:
                 outs.append(y)
         # target step k (snapshot e_w + k) is predicted by the output at window step L - H + k
+        if self._seq2seq is not None:  # the decoder runs on from the encoder's final state
+            return self._finish(starts, self._seq2seq.decode(self, starts, states), head=False)
         return self._finish(starts, torch.cat(outs) if H > 1 else outs[0])
 
-    def _finish(self, starts: list, y: Tensor) -> tuple:
+    def _finish(self, starts: list, y: Tensor, head: bool = True) -> tuple:
         """Head, target rows, window of each row and rows per window of output rows
         ``y`` ordered (horizon step, window, node)."""
         B, L, H = len(starts), self.view.lags, self.view.horizon
-        pred = self.head(y) if self.head is not None else y
+        pred = self.head(y) if head and self.head is not None else y
         self._check_widths(pred)
         targets = [[s + L - 1 + k for s in starts] for k in range(H)]
         targets = [self._loc(tk) for tk in targets]
@@ -582,6 +618,8 @@ class WindowTrainer:
         self.model.train()
         if self.head is not None:
             self.head.train()
+        if self.decoder is not None:
+            self.decoder.train()
         total, nb = 0.0, 0
         self.batch_losses = []
         e = self.epoch
@@ -589,6 +627,7 @@ class WindowTrainer:
             self._cache.plan_epoch(planned_batches(self, e), planned_batches(self, e + 1))
         g = torch.Generator().manual_seed(self.seed + e) if self.shuffle else None
         for parts in block_batch_parts(self.view.split("train"), self.batch_size, self.blocks, self.shuffle, g):
+            self._batch_index = nb  # the global batch's teacher-forcing draws (windows/decoder.py)
             if self.world_size > 1:
                 value = self._step_distributed(parts)
             else:
@@ -621,7 +660,7 @@ class WindowTrainer:
         kinds = ("ce", "accuracy") if self.loss_kind == "ce" else ("mse", "mae")
         sums = dict.fromkeys(kinds, 0.0)
         k = 0
-        with eval_mode(self.model, self.head):
+        with eval_mode(self.model, self.head, self.decoder):
             for a in range(0, int(wins.numel()), self.batch_size):
                 pred, tgt, seg, counts = self._predict(wins[a:a + self.batch_size])
                 if self.loss_kind != "ce" and pred.dim() == 2 and pred.shape[1] == 1 and tgt.dim() == 1:
@@ -669,6 +708,7 @@ class _RankShare(torch.nn.Module):
         super().__init__()
         self.model = trainer.model
         self.head = trainer.head
+        self.decoder = trainer.decoder
         # a weak reference: no trainer <-> DDP cycle, so the DDP reducer goes with its trainer (before the process
         # group is destroyed), not at a later garbage collection
         self._share = weakref.WeakMethod(trainer._share)
