@@ -252,3 +252,32 @@ def test_bad_input():
     vsig = as64(make_dynamic_signal(seed=3, T=12, V=10, F=1), 12)
     with pytest.raises(NotImplementedError, match="vertex set changes"):
         WindowTrainer(TGCN(1, 5).double(), vsig, lags=3, horizon=1, batch_size=2, decoder="copy")
+
+
+def _ranked(placement, blocks=2):
+    tr, _, _ = _trainer("tgcn", "series", 0.5, True, placement=placement, blocks=blocks)
+    losses = [tr.train_epoch() for _ in range(2)]
+    return losses, [q.detach().clone() for q in tr._params], tr.evaluate("test"), tr._seq2seq.shared
+
+
+def _rank_job(rank, world):
+    torch.set_num_threads(1)
+    return [_ranked(pl) for pl in ("blocks", "replicated")]
+
+
+def test_two_ranks_equal_one_process():
+    """Under 2 gloo ranks (both placements) the decoder's parameters are synchronized by the same DDP module and the
+    teacher-forcing draws agree: == one process with the same blocks, replicas identical, the basis still shared."""
+    from pyg_dynscale.distributed.launch import spawn
+
+    torch.set_num_threads(1)
+    ref = _ranked(None)
+    per_rank = spawn(_rank_job, 2, timeout=120)
+    for run in range(2):
+        r0, r1 = per_rank[0][run], per_rank[1][run]
+        assert r0[0] == r1[0] and r0[2] == r1[2] and r0[3] and r1[3]
+        for a, b, c in zip(r0[1], r1[1], ref[1]):
+            assert torch.equal(a, b)
+            torch.testing.assert_close(a, c, rtol=1e-9, atol=1e-12)
+        assert all(math.isclose(a, b, rel_tol=1e-9) for a, b in zip(r0[0], ref[0]))
+        assert all(math.isclose(r0[2][k], ref[2][k], rel_tol=1e-9) for k in ref[2])
