@@ -12,10 +12,11 @@ GNNs: PyG's ``TemporalData``, ``TGNMemory`` and ``examples/tgn.py`` trained by
     loss = trainer.train_epoch()
     trainer.evaluate("val")                                    # {"ap": ..., "auc": ..., "mrr": ...}
 
-Built: the data layer (:mod:`.events`), the single-process trainer
-(``parallelism=(1, 1, 1)`` and the serial emulation of ``(i, 1, 1)``), the
-static memory and its pre-training. Not built yet (issue 27): epoch and memory
-parallelism, distributed runs, the memory service, the command line.
+Built: the data layer (:mod:`.events`), the trainer with DistTGL's
+:math:`i \times j \times k` parallelism (:mod:`.schedule`; one process emulates
+any schedule, :mod:`.parallel` runs it on ``torch.distributed`` processes), the
+static memory and its pre-training. Not built yet (issue 27): the memory
+service, the command line.
 """
 from .events import (
     check_events,

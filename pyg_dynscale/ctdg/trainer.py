@@ -31,7 +31,8 @@ from torch_geometric.nn.models.tgn import LastNeighborLoader
 from ..errors import ModelInputError
 from ..runtime.metrics import average_precision, roc_auc
 from .events import check_events, split_ranges
-from .schedule import EventSchedule
+from .parallel import Traffic, gather_rows, memory_groups, wrap_ddp, world
+from .schedule import EventSchedule, LocalBatch
 from .static import StaticMemory
 from .store import MemoryState
 
@@ -87,14 +88,27 @@ class MemoryTrainer:
     and replays the validation events (no scoring) so that the result does not
     depend on the order of the calls.
 
-    **Parallelism** ``(i, j, k)`` (DistTGL §3.2) on one process runs the
-    schedule of :class:`~pyg_dynscale.ctdg.schedule.EventSchedule` serially:
-    with ``(i, 1, 1)`` a global batch of ``i * batch_size`` events is split
-    chronologically into ``i`` local batches, each scored from the memory and
-    neighbours as they were before the global batch, the gradient is
-    :math:`\sum_r (|b_r| / |B|) \nabla \ell_r` and memory and neighbours take
-    the whole global batch. ``j > 1`` and ``k > 1`` raise
-    :class:`NotImplementedError`; so does a distributed run (not built yet).
+    **Parallelism** ``(i, j, k)`` (DistTGL §3.2) follows the steps of
+    :class:`~pyg_dynscale.ctdg.schedule.EventSchedule` (mini-batch, epoch and
+    memory parallelism: which trainer takes which events from which memory
+    copy, with which negative set). Under a ``torch.distributed`` process group
+    of :math:`i \cdot j \cdot k` processes each rank is one trainer
+    (:mod:`~pyg_dynscale.ctdg.parallel`: DDP sums the gradients, the ranks of a
+    memory copy all-gather their written rows); on one process every trainer
+    runs serially (the emulation), with the same numbers. Per step, trainer
+    :math:`t` contributes :math:`\ell_t |b_t| / (|B_g| \, j k)` to the loss
+    (:math:`b_t` its local batch, :math:`B_g` its global batch), so the
+    gradient of ``(i, 1, 1)`` is :math:`\sum_r (|b_r| / |B|) \nabla \ell_r`;
+    every trainer reads its memory copy before any write of the step (the
+    write-back barrier), writers' root nodes are written in trainer
+    (chronological) order, then the copy takes the global batch's messages
+    and neighbours. With :math:`i j k > 1` the attention dropout of trainer
+    :math:`t` in step :math:`s` draws from ``torch.manual_seed(f(seed, epoch,
+    s, t))`` inside ``torch.random.fork_rng`` (every process then draws what
+    the emulation draws); negatives come from the global stream, ``j`` sets per
+    global batch, drawn by every process. ``train_epoch`` returns
+    :math:`\sum_t \ell_t |b_t| / \sum_t |b_t|`; :meth:`evaluate` uses memory
+    copy 0 (rank 0's result on every rank).
 
     Args:
         model: an object with ``memory``, ``gnn``, ``link_pred`` (e.g.
@@ -193,6 +207,7 @@ class MemoryTrainer:
             raise ModelInputError("dynamic_memory", "is False without a static memory.", "give static_memory too.")
 
         self.state = MemoryState(memory, self.src, self.dst, self.t, self.msg)
+        self._row_bytes = memory.memory_dim * memory.memory.element_size() + memory.last_update.element_size()
         self.neighbors = LastNeighborLoader(memory.num_nodes, size=self.num_neighbors, device=dev)
         self.assoc = torch.empty(memory.num_nodes, dtype=torch.long, device=dev)
         params, seen = [], set()
@@ -201,8 +216,22 @@ class MemoryTrainer:
                 if id(p) not in seen:
                     seen.add(id(p))
                     params.append(p)
+        self.optimizer_params = params
         self.optimizer = torch.optim.Adam(params, lr=lr)
         self.criterion = torch.nn.BCEWithLogitsLoss()
+        #: bytes this process moved (memory rows read / written, write-back all-gathers, gradients)
+        self.traffic = Traffic()
+        self.rank, self.world_size = world()
+        self._groups, self._ddp = None, None
+        i, j, k = self.parallelism
+        if self.world_size > 1:
+            _, self._groups = memory_groups(self.parallelism, self.world_size)
+            self._ddp = wrap_ddp(self, self.traffic)
+        #: trainers of the schedule this process runs (all of them on one process: the emulation)
+        self.trainers = list(range(i * j * k)) if self.world_size == 1 else [self.rank]
+        self._live = self.rank // (i * j) if self.world_size > 1 else 0  # the memory copy in the module's buffers
+        self._copies: Optional[dict] = None  # memory copy -> snapshot (None: the live one)
+        self._ctx: dict = {}  # the current step's negatives and snapshots, for _share
         self.epoch = 0
         #: ``[steps]`` float64: each step's loss in the last epoch (stays on the device)
         self.batch_losses: Optional[Tensor] = None
@@ -230,6 +259,7 @@ class MemoryTrainer:
         """``(n_id, z, ...)`` of the batch nodes ``n_id`` (sorted unique)."""
         n_id, edge_index, e_id = self.neighbors(n_id)
         self.assoc[n_id] = torch.arange(n_id.size(0), device=n_id.device)
+        self.traffic.memory_read += n_id.numel() * self._row_bytes
         z, last_update = self.state.read(n_id, training)
         if self.static is not None:
             z = z + self.static(n_id) if self.dynamic_memory else self.static(n_id)
@@ -266,39 +296,165 @@ class MemoryTrainer:
         self._training = snap["training"]
 
     # ------------------------------------------------------------------ training
+    def _activate(self, copy: int) -> None:
+        """Make memory copy ``copy`` the one in the module's buffers (the emulation of ``k > 1``)."""
+        if self._live == copy:
+            return
+        self._copies[self._live] = self._snapshot()
+        self._restore(self._copies[copy])
+        self._copies[copy] = None
+        self._live = copy
+
+    def _rng_seed(self, iteration: int, trainer: int) -> int:
+        """The dropout seed of one trainer's local batch (``i * j * k > 1``): a function of
+        (seed, epoch, iteration, trainer), so every process draws what the emulation draws."""
+        x = self.seed
+        for v in (self.epoch, iteration, trainer):
+            x = (x * 1_000_003 + v) % (1 << 62)
+        return x
+
+    def _share(self, lb: LocalBatch) -> Tensor:
+        r"""Trainer ``lb.trainer``'s share of the step loss,
+        :math:`\ell_t \, |b_t| / (|B_g| \, j k)` (``lb.batch_start``..``batch_end`` = :math:`B_g`),
+        read from its memory copy as the schedule says; queues its root nodes'
+        updated memory for the write-back when ``lb.writes_memory``. Under a
+        process group it also adds :math:`0 \cdot \sum p` (every parameter in the
+        graph on every rank, for DDP)."""
+        zero = None
+        if self._ddp is not None:
+            zero = sum(p.sum() for p in self.optimizer_params if p.requires_grad) * 0.0
+        if lb.num_events == 0:
+            return zero if zero is not None else torch.zeros((), dtype=torch.float64, device=self.src.device)
+        ctx = self._ctx
+        self._activate(lb.memory_copy)
+        live = None
+        if lb.negative_set > 0:  # epoch parallelism: the memory as it was before this positive set's write
+            live = self._snapshot()
+            self._restore(ctx["snaps"][(lb.memory_copy, lb.position)])
+        o = lb.start - lb.batch_start
+        neg = ctx["negs"][(lb.memory_copy, lb.position)][lb.negative_set, o:o + lb.num_events]
+        if ctx["fork"]:
+            dev = [self.src.device] if self.src.device.type == "cuda" else []
+            with torch.random.fork_rng(devices=dev):
+                torch.manual_seed(self._rng_seed(ctx["iteration"], lb.trainer))
+                pos_out, neg_out, _ = self._scores(lb.start, lb.end, neg, True)
+        else:
+            pos_out, neg_out, _ = self._scores(lb.start, lb.end, neg, True)
+        loss = self.criterion(pos_out, torch.ones_like(pos_out))
+        loss = loss + self.criterion(neg_out, torch.zeros_like(neg_out))
+        ctx["sum"] += loss.detach().to(torch.float64) * lb.num_events
+        weight = lb.num_events / ((lb.batch_end - lb.batch_start) * self.parallelism[1] * self.parallelism[2])
+        if weight != 1.0:
+            loss = loss * weight
+        if lb.writes_memory:
+            n_id = torch.cat([self.src[lb.start:lb.end], self.dst[lb.start:lb.end]]).unique()
+            with torch.no_grad():
+                rows, last = self.state.updated(n_id)
+            ctx["pending"].setdefault(lb.memory_copy, []).append((n_id, rows, last))
+        if live is not None:
+            self._restore(live)
+        return loss if zero is None else loss + zero
+
+    def _write_back(self, copy: int, a: int, b: int) -> None:
+        """Memory copy ``copy`` takes global batch ``[a, b)``: its writers' root-node rows
+        in trainer (= chronological) order, then the batch's messages and neighbours."""
+        mine = self._ctx["pending"].pop(copy, [])
+        if self._ddp is not None:
+            i, j, _ = self.parallelism
+            n_id, rows, last = (torch.cat([x[k] for x in mine]) for k in range(3)) if mine else (None, None, None)
+            mine = gather_rows(self._groups[copy], i * j, n_id, rows, last, self.memory.memory_dim, self.traffic,
+                               self.memory.memory)
+        self._activate(copy)
+        m = self.memory
+        with torch.no_grad():
+            for n_id, rows, last in mine:
+                m.memory[n_id] = rows
+                m.last_update[n_id] = last
+                self.traffic.memory_write += n_id.numel() * self._row_bytes
+        self.state.store_s.put(a, b)
+        self.state.store_d.put(a, b)
+        self.neighbors.insert(self.src[a:b], self.dst[a:b])
+
     def train_epoch(self) -> float:
-        r"""One epoch over the training events; returns
-        :math:`\sum_b \ell_b |b| / E_{train}` (the example's ``train()``)."""
+        r"""One epoch of the schedule over the training events; returns
+        :math:`\sum_t \ell_t |b_t| / \sum_t |b_t|` over every trainer's local
+        batches (with ``(1, 1, 1)``: the example's ``train()``), the same
+        float on every rank."""
+        sched = self.schedule
+        i, j, k = self.parallelism
+        if self._copies is None:  # every memory copy starts empty
+            self._set_training(True)
+            self._reset()
+            zero = self._snapshot()
+            mine = range(k) if self.world_size == 1 else [self._live]
+            self._copies = {c: (None if c == self._live else zero) for c in mine}
+        elif self._position != "train":  # evaluation walked the live copy on: back to the end of training
+            self._restore(self._train_end)
         self._set_training(True)
-        self._reset()
         torch.empty((), dtype=torch.int64).random_()  # the DataLoader iterator's seed draw
         lo, hi = self._split_bounds(0, self.val_start)
-        total = torch.zeros((), dtype=torch.float64, device=self.src.device)
-        losses = []
-        for step in self.schedule.steps():
+        dev = self.src.device
+        self._ctx = ctx = {"negs": {}, "snaps": {}, "pending": {}, "fork": i * j * k > 1,
+                           "sum": torch.zeros((), dtype=torch.float64, device=dev)}
+        events, losses = 0, []
+        for step in sched.steps():
             self.optimizer.zero_grad()
-            neg = torch.randint(lo, hi + 1, (step.num_events,), dtype=torch.long, device=self.src.device)
-            step_loss = torch.zeros((), dtype=torch.float64, device=self.src.device)
-            for lb in step.local:
-                if lb.num_events == 0:
+            ctx["iteration"] = step.iteration
+            for c, q, _, a, b in step.fresh:  # every process draws every copy's negatives: one stream
+                ctx["negs"][(c, q)] = torch.randint(lo, hi + 1, (j * (b - a),), dtype=torch.long, device=dev).view(j, b - a)
+            for c in step.resets:
+                if c in self._copies:
+                    self._activate(c)
+                    self._reset()
+            if j > 1:
+                for c, q, _, _, _ in step.fresh:
+                    if c in self._copies:
+                        self._activate(c)
+                        ctx["snaps"][(c, q)] = self._snapshot()
+                old = step.iteration - j + 1
+                for key in [key for key in ctx["snaps"] if key[1] < old]:
+                    del ctx["snaps"][key], ctx["negs"][key]
+            step_loss = torch.zeros((), dtype=torch.float64, device=dev)
+            for t in self.trainers:
+                lb = step.local[t]
+                events += lb.num_events
+                if self._ddp is None and lb.num_events == 0:
                     continue
-                o = lb.start - step.start
-                pos_out, neg_out, _ = self._scores(lb.start, lb.end, neg[o:o + lb.num_events], True)
-                loss = self.criterion(pos_out, torch.ones_like(pos_out))
-                loss = loss + self.criterion(neg_out, torch.zeros_like(neg_out))
-                if lb.num_events != step.num_events:
-                    loss = loss * (lb.num_events / step.num_events)
-                loss.backward()
-                step_loss = step_loss + loss.detach().to(torch.float64)
-            total += step_loss * step.num_events
+                share = self._ddp(lb) if self._ddp is not None else self._share(lb)
+                share.backward()
+                step_loss = step_loss + share.detach().to(torch.float64)
+            for c, _, _, a, b in step.fresh:  # after every read of the step: the barrier before write-back
+                if c in self._copies:
+                    self._write_back(c, a, b)
             losses.append(step_loss)
-            self._advance(step.start, step.end, True)
             self.optimizer.step()
+        self._activate(0 if self.world_size == 1 else self._live)
         self.batch_losses = torch.stack(losses)
+        total = torch.stack([ctx["sum"], torch.tensor(float(events), dtype=torch.float64, device=dev)])
+        if self._ddp is not None:
+            import torch.distributed as dist
+
+            dist.all_reduce(self.batch_losses)
+            dist.all_reduce(total)
+        self._ctx = {}
         self.epoch += 1
         self._train_end = self._snapshot()
         self._position = "train"
-        return float(total / self.val_start)
+        return float(total[0] / total[1])
+
+    def memory_copy(self, copy: int = 0) -> tuple[Tensor, Tensor]:
+        """``(memory [N, d], last_update [N])`` of memory copy ``copy`` (clones), one this process holds."""
+        if self._copies is None or copy == self._live:
+            return self.memory.memory.detach().clone(), self.memory.last_update.clone()
+        if copy not in self._copies:
+            raise ModelInputError("copy", f"is {copy}: this process holds memory copy {self._live}.",
+                                  f"ask for one of {sorted(self._copies)}.")
+        snap = self._copies[copy]["memory"]
+        return snap["memory"].clone(), snap["last_update"].clone()
+
+    def stats(self) -> dict:
+        """Bytes this process moved so far (:class:`~pyg_dynscale.ctdg.parallel.Traffic`)."""
+        return self.traffic.as_dict()
 
     # ------------------------------------------------------------------ evaluation
     @torch.no_grad()
@@ -356,4 +512,10 @@ class MemoryTrainer:
                 self._walk(self.val_start, self.test_start, score=False)
         out = self._walk(a, b, score=True)
         self._position = split
+        if self._ddp is not None:  # memory copy 0's result (DistTGL evaluates the first memory process)
+            import torch.distributed as dist
+
+            box = [out]
+            dist.broadcast_object_list(box, src=0)
+            out = box[0]
         return out

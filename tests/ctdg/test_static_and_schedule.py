@@ -113,14 +113,6 @@ def test_schedule_steps_cover_the_training_events_in_order():
     assert s.eval_batches(107, 131) == [(107, 117), (117, 127), (127, 131)]
 
 
-@pytest.mark.parametrize("par,what", [((1, 2, 1), "epoch parallelism"), ((1, 1, 2), "memory parallelism"),
-                                      ((2, 2, 2), "epoch parallelism")])
-def test_unbuilt_parallelism_says_so(par, what):
-    d, model = _setup(E=100)
-    with pytest.raises(NotImplementedError, match=what):
-        MemoryTrainer(model, d, parallelism=par)
-
-
 def test_bad_parallelism_and_static_memory():
     d, model = _setup(E=100)
     for bad in ((1, 1), (1.5, 1, 1), "111", (1, -1, 1)):
