@@ -53,6 +53,7 @@ from ..nn.reuse import reuse_for
 from .cache import build_window_cache, planned_batches
 from .decoder import build_seq2seq
 from .view import WindowView
+from .node_batches import NodeBatches, check_node_batch_args
 
 __all__ = ["WindowTrainer", "OPTIMIZERS"]
 
@@ -120,7 +121,12 @@ class WindowTrainer:
             backpropagates a zero connected to every parameter, so a
             parameter the forward does not use gets a zero gradient, not
             ``None``): the result equals one process with the same ``blocks``.
-        node_batch_size: node mini-batches; not built (``None`` only).
+        node_batch_size: node mini-batches of this many vertices
+            (:mod:`~pyg_dynscale.windows.node_batches`): each step computes
+            the loss of one node batch on its receptive field only, one
+            optimizer step per (node batch, global batch); with full
+            neighbourhoods the outputs are the full batch's exactly.
+            ``None``: whole snapshots.
         ratio: ``(train, val, test)`` fractions of the windows.
         standardize: z-score the features with statistics of the training
             snapshots (:class:`~pyg_dynscale.windows.view.Standardizer`).
@@ -142,6 +148,12 @@ class WindowTrainer:
             computes (float rounding). Not with ``cache_bytes`` (its entries
             are computed one snapshot at a time).
         target: node-level signal field holding the targets.
+        num_neighbors: with ``node_batch_size``: in-edges to sample per hop
+            with PyG's ``NeighborSampler`` instead of full neighbourhoods
+            (approximate, seeded by ``seed``; needs pyg-lib or torch-sparse).
+        node_order: with ``node_batch_size``: ``"seq-first"`` (ReInc §3.4.3:
+            each node batch through every global batch of the epoch) or
+            ``"node-first"`` (each global batch through every node batch).
         placement: under a process group, ``"blocks"`` (default: ReInc's
             overlapped snapshot placement; rank :math:`r` keeps only the
             snapshots its training blocks and its share of the validation
@@ -187,11 +199,9 @@ class WindowTrainer:
                  target: str = "y", placement: Optional[str] = None, cache_bytes: Optional[int] = None,
                  cache_policy: str = "reinc", incremental: Union[bool, float] = False,
                  decoder: Union[None, str, torch.nn.Module] = None, teacher_forcing: float = 0.0,
-                 decoder_input: str = "target") -> None:
-        if node_batch_size is not None:
-            raise NotImplementedError(
-                f"node_batch_size={node_batch_size!r}: node mini-batches with k-hop neighbourhoods ({_ISSUE}, item 2, "
-                "'node_batch_size', ReInc §3.4.3) are not built yet; pass node_batch_size=None (full snapshots).")
+                 decoder_input: str = "target", num_neighbors: Optional[Sequence[int]] = None,
+                 node_order: str = "seq-first") -> None:
+        check_node_batch_args(node_batch_size, num_neighbors, node_order)
         world, rank = _world_size(), _rank()
         #: ``"blocks"`` or ``"replicated"`` (:mod:`~pyg_dynscale.windows.placement`); one process holds everything
         self.placement = check_placement(placement)
@@ -319,6 +329,10 @@ class WindowTrainer:
         self.optimizer = self._make_optimizer(optimizer, params)
         #: the batch losses of the last :meth:`train_epoch`
         self.batch_losses: list = []
+        #: node mini-batches (``node_batch_size``; ``None``: whole snapshots)
+        self._node_batches = (None if node_batch_size is None
+                              else NodeBatches(self, node_batch_size, num_neighbors, node_order,
+                                               declared=isinstance(model, SnapshotModel)))
 
     # ------------------------------------------------------------------ setup
     def _incremental_basis(self, incremental: Union[bool, float], cache_bytes: Optional[int],
@@ -614,7 +628,11 @@ class WindowTrainer:
 
     def train_epoch(self) -> float:
         """One epoch over the training windows: one optimizer step per global
-        batch. Returns the mean batch loss (the same float on every rank)."""
+        batch. Returns the mean batch loss (the same float on every rank).
+        With ``node_batch_size``: one step per (node batch, global batch),
+        :meth:`NodeBatches.train_epoch <pyg_dynscale.windows.node_batches.NodeBatches.train_epoch>`."""
+        if self._node_batches is not None:
+            return self._node_batches.train_epoch()
         self.model.train()
         if self.head is not None:
             self.head.train()
@@ -660,9 +678,10 @@ class WindowTrainer:
         kinds = ("ce", "accuracy") if self.loss_kind == "ce" else ("mse", "mae")
         sums = dict.fromkeys(kinds, 0.0)
         k = 0
+        predict = self._predict if self._node_batches is None else self._node_batches.predictor()
         with eval_mode(self.model, self.head, self.decoder):
             for a in range(0, int(wins.numel()), self.batch_size):
-                pred, tgt, seg, counts = self._predict(wins[a:a + self.batch_size])
+                pred, tgt, seg, counts = predict(wins[a:a + self.batch_size])
                 if self.loss_kind != "ce" and pred.dim() == 2 and pred.shape[1] == 1 and tgt.dim() == 1:
                     pred = pred.squeeze(1)
                 for kind in kinds:
