@@ -288,6 +288,10 @@ class WindowTrainer:
                              edge_fields={k: sig.fields[k].values[ea:eb].to(self.device) for k in self._edge_fields})
         # seq2seq (windows/decoder.py): the decoder's parameters are trained with the model's
         self._seq2seq = build_seq2seq(self, decoder, teacher_forcing, decoder_input, target)
+        if self._seq2seq is not None and node_batch_size is not None:
+            raise NotImplementedError(
+                f"decoder={decoder!r} with node_batch_size={node_batch_size!r}: node mini-batches do not run a "
+                f"decoder ({_ISSUE}, item 2); pass node_batch_size=None (whole snapshots) for seq2seq.")
         #: the decoder (a SnapshotModel; ``None``: no seq2seq)
         self.decoder = None if self._seq2seq is None else self._seq2seq.decoder
         if self.decoder is not None:

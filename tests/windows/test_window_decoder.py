@@ -249,6 +249,8 @@ def test_bad_input():
     with pytest.raises(ModelInputError, match="head.*Linear\\(<the decoder's output width>, 1\\)"):
         tr = WindowTrainer(enc, sig, lags=3, horizon=5, batch_size=2, decoder="copy")    # no head: 5-wide rows
         tr.train_epoch()
+    with pytest.raises(NotImplementedError, match="node_batch_size"):
+        WindowTrainer(enc, sig, lags=3, horizon=5, batch_size=2, decoder="copy", node_batch_size=3)
     vsig = as64(make_dynamic_signal(seed=3, T=12, V=10, F=1), 12)
     with pytest.raises(NotImplementedError, match="vertex set changes"):
         WindowTrainer(TGCN(1, 5).double(), vsig, lags=3, horizon=1, batch_size=2, decoder="copy")
