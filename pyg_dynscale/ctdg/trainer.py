@@ -33,6 +33,7 @@ from ..runtime.metrics import average_precision, roc_auc
 from .events import check_events, split_ranges
 from .parallel import Traffic, gather_rows, memory_groups, wrap_ddp, world
 from .schedule import EventSchedule, LocalBatch
+from .service import MemoryService
 from .static import StaticMemory
 from .store import MemoryState
 
@@ -127,6 +128,11 @@ class MemoryTrainer:
         val_ratio, test_ratio (float): the split.
         eval_seed (int): seed of every evaluation pass (the example's 12345).
         mrr_negatives (int): negatives per positive in the MRR (0: no MRR, ``nan``).
+        memory_service (bool): serve the memory's reads and writes through a
+            :class:`~pyg_dynscale.ctdg.service.MemoryService` thread (DistTGL
+            §3.3): reads in the schedule's read phase, the write-back applied
+            while the optimizer steps; the same numbers. One memory copy per
+            process, ``j = 1``.
         dynamic_memory (bool): ``False`` feeds the embedding the static memory
             only (the pre-training of :func:`~pyg_dynscale.ctdg.pretrain_static_memory`).
 
@@ -156,6 +162,7 @@ class MemoryTrainer:
         eval_seed: int = 12345,
         mrr_negatives: int = 49,
         dynamic_memory: bool = True,
+        memory_service: bool = False,
     ) -> None:
         if model is not None:
             for part in ("memory", "gnn", "link_pred"):
@@ -232,6 +239,14 @@ class MemoryTrainer:
         self._live = self.rank // (i * j) if self.world_size > 1 else 0  # the memory copy in the module's buffers
         self._copies: Optional[dict] = None  # memory copy -> snapshot (None: the live one)
         self._ctx: dict = {}  # the current step's negatives and snapshots, for _share
+        self.service: Optional[MemoryService] = None
+        if memory_service:
+            if j > 1 or (k > 1 and self.world_size == 1):
+                raise NotImplementedError(
+                    f"memory_service=True with parallelism={self.parallelism!r} is not built: the service serves one "
+                    "memory copy per process without epoch parallelism's snapshots (use j = 1, and k > 1 only "
+                    "across processes).")
+            self.service = MemoryService(memory.memory, memory.last_update)
         self.epoch = 0
         #: ``[steps]`` float64: each step's loss in the last epoch (stays on the device)
         self.batch_losses: Optional[Tensor] = None
@@ -333,6 +348,19 @@ class MemoryTrainer:
             self._restore(ctx["snaps"][(lb.memory_copy, lb.position)])
         o = lb.start - lb.batch_start
         neg = ctx["negs"][(lb.memory_copy, lb.position)][lb.negative_set, o:o + lb.num_events]
+        if self.service is not None:  # the forward reads the memory: inside this trainer's read phase
+            read_before = self.traffic.memory_read
+            with self.service.reading(lb.trainer):
+                out = self._share_compute(lb, neg, ctx)
+                self.service.count_read((self.traffic.memory_read - read_before) // self._row_bytes)
+        else:
+            out = self._share_compute(lb, neg, ctx)
+        if live is not None:
+            self._restore(live)
+        return out if zero is None else out + zero
+
+    def _share_compute(self, lb: LocalBatch, neg: Tensor, ctx: dict) -> Tensor:
+        """:meth:`_share`'s reads and compute: the weighted loss, the queued write rows."""
         if ctx["fork"]:
             dev = [self.src.device] if self.src.device.type == "cuda" else []
             with torch.random.fork_rng(devices=dev):
@@ -351,9 +379,7 @@ class MemoryTrainer:
             with torch.no_grad():
                 rows, last = self.state.updated(n_id)
             ctx["pending"].setdefault(lb.memory_copy, []).append((n_id, rows, last))
-        if live is not None:
-            self._restore(live)
-        return loss if zero is None else loss + zero
+        return loss
 
     def _write_back(self, copy: int, a: int, b: int) -> None:
         """Memory copy ``copy`` takes global batch ``[a, b)``: its writers' root-node rows
@@ -366,6 +392,10 @@ class MemoryTrainer:
                                self.memory.memory)
         self._activate(copy)
         m = self.memory
+        if self.service is not None:  # applied by the service thread while this one steps the optimizer
+            self.service.write(-1, list(mine))
+            self.traffic.memory_write += sum(x[0].numel() for x in mine) * self._row_bytes
+            mine = []
         with torch.no_grad():
             for n_id, rows, last in mine:
                 m.memory[n_id] = rows
@@ -402,6 +432,12 @@ class MemoryTrainer:
             ctx["iteration"] = step.iteration
             for c, q, _, a, b in step.fresh:  # every process draws every copy's negatives: one stream
                 ctx["negs"][(c, q)] = torch.randint(lo, hi + 1, (j * (b - a),), dtype=torch.long, device=dev).view(j, b - a)
+            if self.service is not None:
+                if step.resets:
+                    self.service.drain()
+                self.service.plan("R", [t for t in self.trainers if step.local[t].num_events])
+                if step.fresh:
+                    self.service.plan("W", [-1])
             for c in step.resets:
                 if c in self._copies:
                     self._activate(c)
@@ -428,6 +464,8 @@ class MemoryTrainer:
                     self._write_back(c, a, b)
             losses.append(step_loss)
             self.optimizer.step()
+        if self.service is not None:
+            self.service.drain()
         self._activate(0 if self.world_size == 1 else self._live)
         self.batch_losses = torch.stack(losses)
         total = torch.stack([ctx["sum"], torch.tensor(float(events), dtype=torch.float64, device=dev)])
@@ -452,9 +490,19 @@ class MemoryTrainer:
         snap = self._copies[copy]["memory"]
         return snap["memory"].clone(), snap["last_update"].clone()
 
+    def close(self) -> None:
+        """Stop the memory service's thread (if any)."""
+        if self.service is not None:
+            self.service.close()
+            self.service = None
+
     def stats(self) -> dict:
-        """Bytes this process moved so far (:class:`~pyg_dynscale.ctdg.parallel.Traffic`)."""
-        return self.traffic.as_dict()
+        """Bytes this process moved so far (:class:`~pyg_dynscale.ctdg.parallel.Traffic`), and the
+        memory service's read / write bytes (``service_read`` / ``service_write``) when it runs."""
+        out = self.traffic.as_dict()
+        if self.service is not None:
+            out.update(service_read=self.service.read_bytes, service_write=self.service.write_bytes)
+        return out
 
     # ------------------------------------------------------------------ evaluation
     @torch.no_grad()

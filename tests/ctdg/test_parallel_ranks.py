@@ -1,7 +1,7 @@
 """DistTGL's i x j x k parallelism under a gloo process group == its single-process emulation
 (float64, dropout on): losses, parameters and every held memory copy after every step, replicas
-identical after every step, the same epoch loss and evaluation on every rank. One spawned job per
-world size."""
+identical after every step, the same epoch loss and evaluation on every rank; with the memory service
+too. One spawned job per world size."""
 from __future__ import annotations
 
 import math
@@ -11,15 +11,17 @@ import torch
 from pyg_dynscale.ctdg import TGN, MemoryTrainer, synthetic_events
 from pyg_dynscale.distributed.launch import spawn
 
-CASES = {2: [(2, 1, 1), (1, 2, 1), (1, 1, 2)], 3: [(3, 1, 1)]}
+CASES = {2: [((2, 1, 1), False), ((1, 2, 1), False), ((1, 1, 2), False), ((1, 1, 2), True)], 3: [((3, 1, 1), True)]}
 
 
-def _run(par, rank=0, world=1):
+def _run(case, rank=0, world=1):
+    par, service = case if world > 1 else (case[0], False)  # the emulation: without the memory service
     d = synthetic_events(500, 40, msg_dim=3, seed=3, burst_length=20)
     d.msg = d.msg.double()
     torch.manual_seed(4)
     model = TGN(d.num_nodes, 3, memory_dim=6, time_dim=4, embedding_dim=6, dropout=0.1).double()
-    tr = MemoryTrainer(model, d, batch_size=25, lr=1e-2, parallelism=par, seed=1, mrr_negatives=5)
+    tr = MemoryTrainer(model, d, batch_size=25, lr=1e-2, parallelism=par, seed=1, mrr_negatives=5,
+                       memory_service=service)
     i, j, k = par
     copies = list(range(k)) if world == 1 else [rank // (i * j)]
     records = []
@@ -27,25 +29,28 @@ def _run(par, rank=0, world=1):
 
     def recorded_step(*a, **kw):
         out = step(*a, **kw)
+        if tr.service is not None:  # the step's write-back may still be running on the service thread
+            tr.service.drain()
         params = torch.cat([p.detach().reshape(-1) for p in tr.optimizer_params])
         records.append((params, {c: tr.memory_copy(c) for c in copies}))
         return out
 
     tr.optimizer.step = recorded_step
     losses = [tr.train_epoch() for _ in range(2)]
+    stats = tr.stats()  # training only (evaluation reads the memory directly)
     return {"losses": losses, "batch": tr.batch_losses.tolist(), "records": records, "val": tr.evaluate("val"),
-            "test": tr.evaluate("test"), "stats": tr.stats()}
+            "test": tr.evaluate("test"), "stats": stats}
 
 
 def _ranks(rank, world):
     torch.set_num_threads(1)
-    return [_run(par, rank, world) for par in CASES[world]]
+    return [_run(case, rank, world) for case in CASES[world]]
 
 
 def _check(world):
-    single = [_run(par) for par in CASES[world]]
+    single = [_run(case) for case in CASES[world]]
     per_rank = spawn(_ranks, world, timeout=120)
-    for c, (par, ref) in enumerate(zip(CASES[world], single)):
+    for c, ((par, service), ref) in enumerate(zip(CASES[world], single)):
         i, j, k = par
         runs = [per_rank[r][c] for r in range(world)]
         for run in runs[1:]:  # the same floats on every rank
@@ -72,6 +77,8 @@ def _check(world):
         st = runs[0]["stats"]
         assert st["gradients"] > 0 and st["memory_read"] > 0 and st["memory_write"] > 0
         assert (st["gather"] > 0) == (i * j > 1), par  # a copy of one rank gathers nothing
+        if service:
+            assert st["service_write"] == st["memory_write"] > 0 and st["service_read"] == st["memory_read"]
 
 
 def test_two_ranks_equal_the_emulation_of_each_parallelism():
