@@ -63,7 +63,7 @@ import sys
 import tempfile
 import time
 import types
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 import numpy as np
 import torch
