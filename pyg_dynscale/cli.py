@@ -36,6 +36,7 @@ COMMANDS: tuple[str, ...] = (
     "pyg_dynscale.commands.inspect",
     "pyg_dynscale.commands.partition",
     "pyg_dynscale.commands.train",
+    "pyg_dynscale.commands.train_events",
 )
 
 #: Exit status for bad usage or bad input.

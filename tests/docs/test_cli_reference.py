@@ -268,7 +268,14 @@ def files(tmp_path_factory) -> dict[str, str]:
     DynamicGraphSignal([torch.randint(0, 10, (2, 30), generator=g) for _ in range(8)], None,
                        [torch.randn(10, 3, generator=g) for _ in range(8)],
                        [torch.randn(10, generator=g) for _ in range(8)], num_vertices=10).save(str(d / "signal.pt"))
-    return {"edges": str(d / "edges.txt"), "signal": str(d / "signal.pt"), "json": embedded_england_covid_path()}
+    from pyg_dynscale.ctdg import synthetic_events
+
+    ev = synthetic_events(300, 30, msg_dim=2, seed=1)
+    umax = int(ev.src.max())
+    (d / "events.csv").write_text("".join(f"{s},{t - umax - 1},{ts},0,{m[0]},{m[1]}\n" for s, t, ts, m in
+                                          zip(ev.src.tolist(), ev.dst.tolist(), ev.t.tolist(), ev.msg.tolist())))
+    return {"edges": str(d / "edges.txt"), "signal": str(d / "signal.pt"), "json": embedded_england_covid_path(),
+            "events": str(d / "events.csv")}
 
 
 #: subcommand -> the command line a choice is tried with when CONTEXT names none (then ``OPTION CHOICE``)
@@ -276,6 +283,7 @@ BASE = {
     "train": ["england_covid"],
     "partition": ["{edges}", "--window", "100", "--parts", "2"],
     "inspect": ["{edges}", "--window", "100"],
+    "train-events": ["{events}"],
 }
 #: (subcommand, option, choice) -> the command line the choice needs: its data, its companion options
 CONTEXT = {
@@ -291,6 +299,7 @@ CONTEXT = {
     ("partition", "--pgc-starts", "dgc"): ["{edges}", "--window", "100", "--parts", "2", "--scheme", "pgc"],
     ("inspect", "--format", "pygt-json"): ["{json}"],
     ("inspect", "--format", "dynscale"): ["{signal}"],
+    ("train-events", "--format", "edgelist"): ["{edges}"],
 }
 
 
@@ -302,11 +311,12 @@ def choice_cases() -> list[tuple[str, str, str]]:
 def refusal(name: str, argv: list, capsys) -> Optional[str]:
     """Why ``pyg-dynscale NAME ARGV`` is refused (``None``: accepted). ``train``: parsed by the real parser
     and checked by ``check_args`` (what it refuses before any work); the others run for real."""
+    from pyg_dynscale.commands import train_events
     from pyg_dynscale.commands.train_checks import check_args
 
     try:
-        if name == "train":
-            check_args(build_parser().parse_args([name, *argv]))
+        if name in ("train", "train-events"):  # their input checks (train-events: without loading PATH)
+            (check_args if name == "train" else train_events.check_args)(build_parser().parse_args([name, *argv]))
             return None
         with contextlib.redirect_stdout(io.StringIO()):
             code = main([name, *argv])
@@ -319,7 +329,7 @@ def refusal(name: str, argv: list, capsys) -> Optional[str]:
 
 @pytest.mark.parametrize("name,option,choice", choice_cases(), ids=["-".join(c) for c in choice_cases()])
 def test_every_offered_choice_is_accepted(name: str, option: str, choice: str, files, monkeypatch, capsys) -> None:
-    if (name, option, choice) == ("train", "--device", "cuda"):  # accepted on a machine with a GPU
+    if (name, option, choice) in (("train", "--device", "cuda"), ("train-events", "--device", "cuda")):  # with a GPU
         monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
         monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     argv = [a.format(**files) for a in CONTEXT.get((name, option, choice), BASE[name])] + [option, choice]
@@ -358,9 +368,12 @@ RUNS = {
         ["{json}", "--parts", "2", "--scheme", "pts", "--locality"],
     ],
     "inspect": [["{json}"], ["{edges}", "--window", "100"]],
+    "train-events": [["{events}", "--memory-service"]],
 }
 EXTRA = {"train": ["--epochs", "1", "--hidden", "4", "--json", "--no-progress"], "partition": ["--json"],
-         "inspect": ["--json"]}
+         "inspect": ["--json"],
+         "train-events": ["--epochs", "1", "--batch-size", "50", "--memory-dim", "4", "--time-dim", "2",
+                          "--embedding-dim", "4", "--json", "--no-progress"]}
 
 
 @pytest.fixture(scope="module")

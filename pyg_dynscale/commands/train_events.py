@@ -1,0 +1,323 @@
+r"""``pyg-dynscale train-events PATH``: a memory-based temporal GNN (PyG's TGN)
+trained on an event stream with DistTGL's :math:`i \times j \times k`
+parallelism (:class:`~pyg_dynscale.ctdg.MemoryTrainer`).
+
+Started like ``pyg-dynscale train``: ``--nproc N`` starts ``N`` local
+processes through torchrun's machinery (``--max-restarts``), ``torchrun
+--nproc-per-node N -m pyg_dynscale train-events PATH ...`` runs the same job,
+and without either one process runs the schedule of ``--parallelism`` serially
+(its emulation: the same numbers as ``i*j*k`` processes). Every rank reads
+``PATH`` (JODIE CSV, or a temporal edge list), builds PyG's TGN modules from
+``--seed``, and trains; rank 0 shows a progress bar and reports validation
+and test AP / AUC / MRR (memory copy 0, DistTGL's evaluation), events per
+second and the memory bytes moved (``--json``: one JSON object, keys in
+``docs/cli.md``).
+
+Not built: checkpoints (``--checkpoint-dir``, ``--resume``: the memory copies,
+message stores and neighbour loaders are not saved yet), refused with one line.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import sys
+import time
+from datetime import timedelta
+from typing import Any, Callable
+
+from ..errors import CommandError
+
+PROG = "pyg-dynscale train-events"
+FORMATS = ("auto", "jodie", "edgelist")
+DTYPES = ("float32", "float64")
+DEVICES = ("cpu", "cuda")
+STATIC = ("none", "learnable")
+SCHEMA_VERSION = 1
+
+__all__ = ["add_parser", "run", "train_events", "check_args"]
+
+
+def fail(message: str) -> None:
+    raise CommandError(message)
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "train-events", help="train PyG's TGN on an event stream with DistTGL's i x j x k parallelism (torchrun)",
+        description="Memory-based temporal GNN (TGN) on an event stream: mini-batch x epoch x memory parallelism.")
+    p.add_argument("path", metavar="PATH", help="events: a JODIE CSV (user,item,timestamp,label[,features]) or a "
+                                                "temporal edge list (src dst time)")
+    p.add_argument("--format", choices=FORMATS, default="auto",
+                   help="auto (default): jodie for .csv / .csv.gz, else edgelist")
+    p.add_argument("--model", type=_model, default="tgn", help="the model: tgn, PyG's TGN example (the only one)")
+    p.add_argument("--parallelism", default="1,1,1", metavar="I,J,K",
+                   help="mini-batch, epoch and memory parallelism; i*j*k = processes (default: 1,1,1; without "
+                        "--nproc and torchrun, one process emulates it)")
+    p.add_argument("--nproc", type=int, default=None, metavar="N",
+                   help="start N local processes through torch.distributed.run (omit under torchrun)")
+    p.add_argument("--max-restarts", type=int, default=0, metavar="K",
+                   help="with --nproc: restart the workers up to K times after a failure (each restart trains "
+                        "from the start: no checkpoints)")
+    p.add_argument("--epochs", type=int, default=5, help="training epochs (default: 5)")
+    p.add_argument("--batch-size", type=int, default=200, metavar="B", help="events per local batch (default: 200)")
+    p.add_argument("--lr", type=float, default=1e-4, help="Adam learning rate (default: 1e-4, the example's)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the modules and the negatives (default: 0)")
+    p.add_argument("--dtype", choices=DTYPES, default="float32", help="parameter dtype (default: float32)")
+    p.add_argument("--memory-dim", type=int, default=100, help="TGN memory width (default: 100)")
+    p.add_argument("--time-dim", type=int, default=100, help="time encoding width (default: 100)")
+    p.add_argument("--embedding-dim", type=int, default=100, help="embedding width (default: 100)")
+    p.add_argument("--num-neighbors", type=int, default=10, help="LastNeighborLoader size (default: 10)")
+    p.add_argument("--static-memory", choices=STATIC, default="none",
+                   help="DistTGL's static node memory: none (default) or learnable")
+    p.add_argument("--memory-service", action="store_true",
+                   help="serve memory reads and writes from a thread in the schedule's order (DistTGL 3.3; j = 1)")
+    p.add_argument("--val-ratio", type=float, default=0.15, help="validation share of the events (default: 0.15)")
+    p.add_argument("--test-ratio", type=float, default=0.15, help="test share of the events (default: 0.15)")
+    p.add_argument("--device", choices=DEVICES, default="cpu",
+                   help="cpu (gloo, default) or cuda (rank r on cuda:(LOCAL_RANK %% GPUs), NCCL; untested here)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads per process (default: 1)")
+    p.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS",
+                   help="collective timeout (default: 120)")
+    p.add_argument("--checkpoint-dir", default=None, metavar="DIR",
+                   help="not built for event streams: refused")
+    p.add_argument("--resume", action="store_true", help="not built for event streams: refused")
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout (rank 0) instead of text")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    return p
+
+
+def _model(value: str) -> str:
+    if value != "tgn":
+        raise argparse.ArgumentTypeError(f"{value!r}: only 'tgn' (PyG's TGN example) is built")
+    return value
+
+
+def parse_parallelism(text: str) -> tuple[int, int, int]:
+    parts = str(text).replace("x", ",").split(",")
+    try:
+        i, j, k = (int(x) for x in parts)
+    except ValueError:
+        fail(f"--parallelism must be I,J,K (three integers >= 1), got {text!r}.")
+    if min(i, j, k) < 1:
+        fail(f"--parallelism must be I,J,K (three integers >= 1), got {text!r}.")
+    return i, j, k
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Checks that need no data (the launcher and every rank)."""
+    import torch
+
+    if args.checkpoint_dir is not None or args.resume:
+        fail("--checkpoint-dir / --resume are not built for event streams (the memory copies, message stores and "
+             "neighbour loaders are not saved yet); drop them.")
+    if os.path.isdir(args.path):
+        fail(f"PATH '{args.path}' is a directory; give an events file.")
+    if not os.path.exists(args.path):
+        fail(f"no such file: PATH '{args.path}'.")
+    for name in ("epochs", "batch_size", "memory_dim", "time_dim", "embedding_dim", "num_neighbors", "threads"):
+        if getattr(args, name) < 1:
+            fail(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}.")
+    if args.nproc is not None and args.nproc < 1:
+        fail(f"--nproc must be >= 1, got {args.nproc}.")
+    if args.max_restarts < 0:
+        fail(f"--max-restarts must be >= 0, got {args.max_restarts}.")
+    if args.max_restarts and args.nproc is None:
+        fail("--max-restarts needs --nproc (under torchrun, pass --max-restarts to torchrun).")
+    for name in ("lr", "timeout"):
+        if not (math.isfinite(getattr(args, name)) and getattr(args, name) > 0):
+            fail(f"--{name} must be a positive number, got {getattr(args, name)}.")
+    if not (0 <= args.val_ratio < 1 and 0 <= args.test_ratio < 1 and args.val_ratio + args.test_ratio < 1):
+        fail(f"--val-ratio {args.val_ratio} and --test-ratio {args.test_ratio} must be >= 0 with a sum below 1.")
+    par = parse_parallelism(args.parallelism)
+    i, j, k = par
+    if args.nproc is not None and i * j * k != args.nproc:
+        fail(f"--parallelism {args.parallelism}: i*j*k = {i * j * k} trainers for --nproc {args.nproc}; make them "
+             f"equal (e.g. --parallelism {args.nproc},1,1 or 1,1,{args.nproc}).")
+    if args.memory_service and (j > 1 or (k > 1 and args.nproc is None and not _in_torchrun())):
+        fail("--memory-service serves one memory copy per process without epoch parallelism: use j = 1, and k > 1 "
+             "only with one process per copy (--nproc).")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        fail("--device cuda: no CUDA device is available; use --device cpu.")
+
+
+def _in_torchrun() -> bool:
+    from .launch import in_torchrun
+
+    return in_torchrun()
+
+
+def load_events(args: argparse.Namespace):
+    """The event stream of ``PATH`` (``msg`` with one column of ones when the file has none: TGN needs one)."""
+    import torch
+
+    from ..ctdg import load_event_list, load_jodie_csv
+
+    fmt = args.format
+    if fmt == "auto":
+        name = args.path[:-3] if args.path.endswith(".gz") else args.path
+        fmt = "jodie" if name.endswith(".csv") else "edgelist"
+    data = load_jodie_csv(args.path) if fmt == "jodie" else load_event_list(args.path)
+    if data.msg.size(-1) == 0:
+        data.msg = torch.ones(data.num_events, 1)
+    return data
+
+
+def build(args: argparse.Namespace, data, device: str = "cpu"):
+    """TGN from ``--seed`` and its :class:`~pyg_dynscale.ctdg.MemoryTrainer` (what each rank runs; a test
+    builds the same in-process)."""
+    import torch
+
+    from ..ctdg import TGN, MemoryTrainer
+
+    dtype = getattr(torch, args.dtype)
+    torch.manual_seed(args.seed)
+    model = TGN(data.num_nodes, data.msg.size(-1), memory_dim=args.memory_dim, time_dim=args.time_dim,
+                embedding_dim=args.embedding_dim).to(device=device, dtype=dtype)
+    data = data.to(device)
+    return MemoryTrainer(model, data, batch_size=args.batch_size, lr=args.lr, num_neighbors=args.num_neighbors,
+                         seed=args.seed, parallelism=parse_parallelism(args.parallelism),
+                         static_memory=None if args.static_memory == "none" else args.static_memory,
+                         val_ratio=args.val_ratio, test_ratio=args.test_ratio, memory_service=args.memory_service)
+
+
+def train_events(args: argparse.Namespace, rank: int, world: int, init: Callable[[], None], device: str) -> dict:
+    """The job of one rank: the report (the same on every rank)."""
+    import torch
+    import torch.distributed as dist
+    from tqdm.auto import tqdm
+
+    from ..errors import DynScaleError
+
+    t_start = time.perf_counter()
+    torch.set_num_threads(args.threads)
+    try:
+        data = load_events(args)
+    except DynScaleError as exc:
+        fail(f"PATH '{args.path}': {exc}")
+    init()
+    try:
+        trainer = build(args, data, device)
+    except DynScaleError as exc:
+        field = getattr(exc, "field", "")
+        fail(f"--{field.replace('_', '-')}: {exc}" if field in ("parallelism", "batch_size") else str(exc))
+    i, j, k = trainer.parallelism
+    bar = tqdm(range(args.epochs), total=args.epochs, desc=f"tgn {i}x{j}x{k} on {world} process(es)", unit="epoch",
+               disable=rank != 0 or args.no_progress, file=sys.stderr, mininterval=0.5)
+    losses, seconds, val = [], [], []
+    for epoch in bar:
+        t0 = time.perf_counter()
+        loss = trainer.train_epoch()
+        took = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
+        if world > 1 and dist.get_backend() == "gloo":  # an epoch lasts until its slowest rank is done
+            dist.all_reduce(took, op=dist.ReduceOp.MAX)
+        if not math.isfinite(loss):
+            raise FloatingPointError(f"the training loss is {loss} at epoch {epoch + 1}; lower --lr or use "
+                                     "--dtype float64.")
+        losses.append(loss)
+        seconds.append(float(took))
+        val.append(trainer.evaluate("val"))
+        bar.set_postfix(loss=f"{loss:.4f}", val_ap=f"{val[-1]['ap']:.4f}", refresh=False)
+    bar.close()
+    stats = trainer.stats()  # training only
+    test = trainer.evaluate("test")
+    trainer.close()
+    steps_events = trainer.val_start * (j * k)  # every memory copy's walk and every negative set sees them
+    return {
+        "schema_version": SCHEMA_VERSION, "mode": "events", "path": args.path, "model": args.model,
+        "world_size": world, "parallelism": [i, j, k], "dtype": args.dtype, "device": device,
+        "epochs": args.epochs, "batch_size": args.batch_size, "lr": args.lr, "seed": args.seed,
+        "static_memory": args.static_memory, "memory_service": bool(args.memory_service),
+        "events": {"train": trainer.val_start, "val": trainer.test_start - trainer.val_start,
+                   "test": trainer.num_events - trainer.test_start, "nodes": int(data.num_nodes)},
+        "losses": losses, "val_metrics": val, "test_metrics": test,
+        "epoch_seconds": seconds,
+        "events_per_second": trainer.val_start / (sum(seconds) / len(seconds)),
+        "trained_events_per_second": steps_events / (sum(seconds) / len(seconds)),
+        "bytes": stats, "total_seconds": time.perf_counter() - t_start,
+    }
+
+
+def print_report(args: argparse.Namespace, r: dict) -> None:
+    if args.json:
+        print(json.dumps(r, allow_nan=True), flush=True)
+        return
+    from ..partition.metrics import format_bytes
+
+    t, v, b = r["test_metrics"], r["val_metrics"][-1], r["bytes"]
+    lines = [
+        f"tgn on {r['path']}: {r['world_size']} process(es), parallelism {'x'.join(map(str, r['parallelism']))}, "
+        f"{r['dtype']}, {r['events']['train']} train / {r['events']['val']} val / {r['events']['test']} test events",
+        f"  final train loss  {r['losses'][-1]:.6f}",
+        f"  val               AP {v['ap']:.4f}   AUC {v['auc']:.4f}   MRR {v['mrr']:.4f}",
+        f"  test              AP {t['ap']:.4f}   AUC {t['auc']:.4f}   MRR {t['mrr']:.4f}",
+        f"  throughput        {r['events_per_second']:.0f} training events/s (slowest rank)",
+        f"  memory (rank 0)   read {format_bytes(b['memory_read'])}, written {format_bytes(b['memory_write'])}, "
+        f"gathered {format_bytes(b['gather'])}, gradients {format_bytes(b['gradients'])}",
+    ]
+    print("\n".join(lines), flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    from .launch import in_torchrun, launch_workers
+
+    check_args(args)
+    if in_torchrun():
+        return _worker(args)
+    if args.nproc is not None:
+        return launch_workers(args)
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        fail("a torch.distributed process group is already initialized in this process; run "
+             "`pyg-dynscale train-events` in its own process (or under torchrun).")
+    device = "cuda:0" if args.device == "cuda" else "cpu"
+    report = train_events(args, 0, 1, lambda: None, device)
+    print_report(args, report)
+    return 0
+
+
+def _worker(args: argparse.Namespace) -> int:
+    """One rank under torchrun: train, and on failure say which rank failed and why."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
+
+    from ..distributed.failure import install_stop_report, is_transport_error, publish_failure, say
+    from ..errors import DynScaleError
+    from .launch import init_torchrun_group, report_runtime_failure
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    args._rank_label = f" (rank {rank})"
+    install_stop_report(rank, world, PROG)
+    try:
+        if args.nproc is not None and args.nproc != world:
+            fail(f"--nproc {args.nproc} differs from torchrun's world size {world}; drop --nproc under torchrun.")
+        local_rank = int(os.environ.get("LOCAL_RANK", rank))
+        device, backend = "cpu", "gloo"
+        if args.device == "cuda":
+            local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+            if local > torch.cuda.device_count():
+                fail(f"--device cuda: {local} processes on this machine for {torch.cuda.device_count()} GPU(s); "
+                     "NCCL needs one GPU per process.")
+            device, backend = f"cuda:{local_rank % torch.cuda.device_count()}", "nccl"
+        report = train_events(args, rank, world, lambda: init_torchrun_group(
+            rank, world, timedelta(seconds=args.timeout), backend, device), device)
+        if rank == 0:
+            print_report(args, report)
+        return 0
+    except (DynScaleError, OSError, ValueError) as exc:
+        if dist.is_initialized() and is_transport_error(exc):
+            return report_runtime_failure(rank, world, exc, args.timeout)
+        publish_failure(rank, f"{type(exc).__name__}: {exc}")
+        ErrorHandler().record_exception(exc)
+        say(f"{PROG}: error (rank {rank}): {exc}")
+        return 2
+    except Exception as exc:
+        return report_runtime_failure(rank, world, exc, args.timeout)
+    finally:
+        if dist.is_initialized():
+            with contextlib.suppress(Exception):
+                dist.destroy_process_group()
