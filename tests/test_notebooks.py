@@ -137,11 +137,23 @@ def check_partitioning(nb: Any) -> None:
     assert count_images(nb, "traffic") == 2   # 2 and 4 ranks
 
 
+def check_event_streams(nb: Any) -> None:
+    text = outputs_text(nb, "oracle")
+    for what in ("batch-loss", "parameter"):
+        m = re.search(rf"largest {what} difference: (\S+)", text)
+        assert m and float(m.group(1)) < 1e-9, text  # PyG's example loop == MemoryTrainer
+    text = outputs_text(nb, "two-processes")
+    diffs = re.findall(r"largest loss difference to the one-process emulation: (\S+);", text)
+    assert len(diffs) == 2 and all(float(d) < 1e-9 for d in diffs), text
+    assert text.count("2 processes") == 2
+
+
 # name -> options, all optional: "check" (callable on the executed notebook),
 # "cwd" ("notebook": the examples folder, as Jupyter does; "tmp": an empty
 # temporary folder), "max_seconds" (wall-clock budget of the whole run).
 NOTEBOOKS: dict[str, dict[str, Any]] = {
     "01_quickstart.ipynb": {"check": check_quickstart, "max_seconds": 120},
+    "07_event_streams.ipynb": {"check": check_event_streams, "max_seconds": 180},
     # run from an empty folder: the notebook must find the shared data (or fall back) on its own
     "02_partitioning.ipynb": {"check": check_partitioning, "cwd": "tmp", "max_seconds": 120},
 }
