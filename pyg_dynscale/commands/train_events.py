@@ -82,8 +82,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS",
                    help="collective timeout (default: 120)")
     p.add_argument("--checkpoint-dir", default=None, metavar="DIR",
-                   help="not built for event streams: refused")
-    p.add_argument("--resume", action="store_true", help="not built for event streams: refused")
+                   help="refused: event-stream checkpoints are missing")
+    p.add_argument("--resume", action="store_true", help="refused: event-stream checkpoints are missing")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout (rank 0) instead of text")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     return p
