@@ -284,6 +284,25 @@ class NeighbourSampling:
         return out.node.to(_LONG), torch.stack([out.row, out.col]).to(_LONG), edges.to(_LONG)
 
 
+def _dconv_local(signal: Any) -> bool:
+    """Whether PyGT's ``DConv`` (``DCRNN``) is local on every snapshot and its
+    subgraphs: it pairs the in-degree normalizer of input edge ``i``'s source
+    with the ``i``-th reverse edge in sorted order, so each reverse edge gets
+    its own source's normalizer only where the sources are grouped in
+    increasing order and the edges are symmetric and distinct (a node-batch
+    subgraph keeps that; its boundary vertices keep an in-edge, so no
+    normalizer is infinite)."""
+    ei = signal.edge_index.cpu()
+    if ei.numel() == 0:
+        return True
+    off = torch.repeat_interleave(signal.node_ptr[:-1].cpu(), signal.edges_per_snapshot.cpu(), output_size=ei.shape[1])
+    row, col = ei[0] + off, ei[1] + off
+    N = int(signal.node_ptr[-1])
+    by_source, by_target = torch.sort(row * N + col).values, torch.sort(col * N + row).values
+    return (bool((row[1:] >= row[:-1]).all()) and bool((by_source[1:] > by_source[:-1]).all())
+            and torch.equal(by_source, by_target))
+
+
 def _ranges(starts: Tensor, counts: Tensor) -> Tensor:
     """``cat(arange(s, s + c) for s, c)``."""
     total = int(counts.sum())
@@ -332,6 +351,13 @@ class NodeBatches:
                 f"node_batch_size: {spec.name} reads the whole snapshot (depth {depth.describe()}), so a node "
                 "batch needs every vertex. Declare how many hops its inputs reach (SnapshotModel(module, depth=k)), "
                 "or use node_batch_size=None.")
+        if any(type(m).__name__ == "DConv" for m in trainer.model.module.modules()) and not _dconv_local(
+                trainer.view.signal):
+            raise UnsupportedModelError(
+                "node_batch_size: PyGT's DConv (DCRNN) pairs its in-degree normalizers, listed in edge order, with "
+                "its reverse edges, listed sorted, by position; a subgraph pairs them as the snapshot does only "
+                "where every snapshot's edges are symmetric, distinct and grouped by source in increasing order. "
+                "Order the signal's edges so, or use node_batch_size=None.")
         if getattr(trainer, "_seq2seq", None) is not None:
             raise NotImplementedError(
                 "node_batch_size with a decoder (issue 26, item 2: the decoder's steps past the window would need "
