@@ -8,7 +8,20 @@ training events per second and the validation AP after N epochs.
 Streams: the shared CollegeMsg events (59,835 messages; one constant message
 column, since PyG's TGNMemory cannot take zero-width messages) and a synthetic
 bipartite stream (``synthetic_events``). Model sizes as the example (100/100/100),
-batch 200, float32, CPU. Not built yet: the 2-process 2x1x1 / 1x2x1 / 1x1x2 rows.
+batch 200, float32, CPU.
+
+``--parallel`` (section 2): DistTGL's parallelism on 2 processes (gloo),
+1x1x1 (one process) vs 2x1x1 vs 1x2x1 vs 1x1x2 from the same initial weights:
+validation AP and MRR after every epoch against epochs and against the
+cumulative wall time of training (DistTGL Figs. 9-11, as tables), with the
+trained events per second (each memory copy walks the training events and each
+negative set trains them: ``j*k`` times the events per epoch). Then an
+8-process projection, labelled as such: the measured seconds per step of
+one process plus the measured per-step overhead of the 2-process runs scaled
+by ``log2(8) / log2(2)`` (the latency steps of a tree all-reduce), steps per
+epoch from the schedule.
+
+    python benchmarks/bench_ctdg.py --parallel [--epochs 5] [--quick]
 """
 from __future__ import annotations
 
@@ -23,7 +36,10 @@ from torch_geometric.nn.models.tgn import LastNeighborLoader
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks._shared import DATASETS  # noqa: E402
-from pyg_dynscale.ctdg import TGN, MemoryTrainer, load_event_list, synthetic_events  # noqa: E402
+from pyg_dynscale.ctdg import TGN, EventSchedule, MemoryTrainer, load_event_list, synthetic_events  # noqa: E402
+from pyg_dynscale.distributed.launch import spawn  # noqa: E402
+
+PARALLELISMS = [(1, 1, 1), (2, 1, 1), (1, 2, 1), (1, 1, 2)]
 
 
 def example_epoch(data, train_data, model, loader, neighbor_loader, optimizer, assoc):
@@ -84,13 +100,101 @@ def run(name, data, epochs):
           f" {ref_loss:>9.4f} {loss:>9.4f} {val['ap']:>7.4f} {val['mrr']:>7.4f}", flush=True)
 
 
+def _stream(quick):
+    college = DATASETS / "snap" / "CollegeMsg.txt"
+    if college.exists():
+        d = load_event_list(college)
+        d.msg = torch.ones(d.num_events, 1)
+        return "CollegeMsg" + (" (first 6,000)" if quick else ""), (d[:6000] if quick else d)
+    return "synthetic", synthetic_events(6000 if quick else 60_000, 1000, msg_dim=16, seed=0)
+
+
+def curve(rank, world, par, epochs, quick, batch_size, lr):
+    """One run of ``par`` (on ``world`` processes, or emulated with ``world == 1`` for (1, 1, 1)): per epoch the
+    cumulative training seconds (slowest rank), the validation AP and MRR, the loss; the steps per epoch."""
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    _, data = _stream(quick)
+    torch.manual_seed(0)
+    model = TGN(data.num_nodes, data.msg.size(-1), 100, 100, 100)
+    trainer = MemoryTrainer(model, data, batch_size=batch_size, lr=lr, num_neighbors=10, seed=0, parallelism=par)
+    rows, clock = [], 0.0
+    for _ in range(epochs):
+        t0 = time.perf_counter()
+        loss = trainer.train_epoch()
+        took = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
+        if world > 1:
+            dist.all_reduce(took, op=dist.ReduceOp.MAX)
+        clock += float(took)
+        val = trainer.evaluate("val")
+        rows.append((clock, val["ap"], val["mrr"], loss))
+    return {"rows": rows, "steps": len(trainer.schedule.steps()), "train": trainer.val_start,
+            "bytes": trainer.stats()}
+
+
+def parallel(args):
+    name, data = _stream(args.quick)
+    b, lr = args.batch_size, args.lr
+    print(f"\n== DistTGL parallelism on 2 processes (gloo, CPU, 1 thread each): {name}, {data.num_events} events, "
+          f"local batch {b}, lr {lr}, memory/time/embedding 100 ==")
+    runs = {}
+    for par in PARALLELISMS:
+        world = par[0] * par[1] * par[2]
+        if world == 1:
+            runs[par] = curve(0, 1, par, args.epochs, args.quick, b, lr)
+        else:
+            runs[par] = spawn(curve, world, par, args.epochs, args.quick, b, lr, timeout=3600)[0]
+    label = {p: "x".join(map(str, p)) for p in PARALLELISMS}
+    print("\nvalidation AP (MRR) after each epoch (memory copy 0)")
+    print(f"{'epoch':>5} " + " ".join(f"{label[p]:>17}" for p in PARALLELISMS))
+    for e in range(args.epochs):
+        print(f"{e + 1:>5} " + " ".join(f"{runs[p]['rows'][e][1]:>8.4f} ({runs[p]['rows'][e][2]:.4f})"
+                                        for p in PARALLELISMS))
+    print("\nvalidation AP against cumulative training seconds (slowest rank)")
+    print(f"{'epoch':>5} " + " ".join(f"{label[p]:>17}" for p in PARALLELISMS))
+    for e in range(args.epochs):
+        print(f"{e + 1:>5} " + " ".join(f"{runs[p]['rows'][e][0]:>7.1f}s {runs[p]['rows'][e][1]:>8.4f}"
+                                        for p in PARALLELISMS))
+    print(f"\n{'parallelism':>11} {'steps/epoch':>11} {'s/epoch':>8} {'events/s':>9} {'trained ev/s':>12} "
+          f"{'grad MB':>8} {'gather MB':>9}")
+    per_step = {}
+    for p in PARALLELISMS:
+        r = runs[p]
+        sec = r["rows"][-1][0] / args.epochs
+        per_step[p] = sec / r["steps"]
+        j, k = p[1], p[2]
+        print(f"{label[p]:>11} {r['steps']:>11} {sec:>8.2f} {r['train'] / sec:>9.0f} {r['train'] * j * k / sec:>12.0f} "
+              f"{r['bytes']['gradients'] / 1e6:>8.1f} {r['bytes']['gather'] / 1e6:>9.2f}")
+    # the projection: seconds per step = one process's + the 2-process overhead x log2(8) / log2(2)
+    base = per_step[(1, 1, 1)]
+    train = runs[(1, 1, 1)]["train"]
+    print("\nPROJECTION to 8 processes (not measured): seconds per step = 1-process step + 3 x the measured 2-process "
+          "overhead per step of the same kind")
+    print(f"{'parallelism':>11} {'steps/epoch':>11} {'s/epoch':>8} {'events/s':>9} {'trained ev/s':>12}")
+    for p8, p2 in (((8, 1, 1), (2, 1, 1)), ((1, 8, 1), (1, 2, 1)), ((1, 1, 8), (1, 1, 2)), ((2, 1, 4), (1, 1, 2))):
+        steps = len(EventSchedule(train, b, p8).steps())
+        step = base + 3 * max(0.0, per_step[p2] - base)
+        sec = steps * step
+        j, k = p8[1], p8[2]
+        print(f"{label.get(p8, 'x'.join(map(str, p8))):>11} {steps:>11} {sec:>8.2f} {train / sec:>9.0f} "
+              f"{train * j * k / sec:>12.0f}")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--quick", action="store_true", help="small streams (a smoke run)")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--parallel", action="store_true",
+                    help="only section 2: 1x1x1 vs 2x1x1 vs 1x2x1 vs 1x1x2 on 2 processes, and the 8-process projection")
+    ap.add_argument("--batch-size", type=int, default=200, help="section 2's local batch (default: 200)")
+    ap.add_argument("--lr", type=float, default=1e-4, help="section 2's learning rate (default: 1e-4)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.parallel:
+        parallel(args)
+        return
     print(f"one process, CPU, {args.threads} thread(s), {args.epochs} epoch(s); the example's loss and the trainer's "
           "differ only in the random stream (the example here draws no DataLoader seed before the trainer)")
     print(f"{'stream':<12} {'train ev':>8} {'example ev/s':>12} {'trainer ev/s':>12} {'ratio':>8} "
