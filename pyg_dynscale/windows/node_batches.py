@@ -77,6 +77,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import functools
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Optional, Sequence
@@ -237,10 +238,16 @@ def _seeded(value: int) -> Iterator[None]:
         yield
 
 
+@functools.lru_cache(maxsize=1)
+def _libc() -> Any:
+    name = ctypes.util.find_library("c")   # runs ldconfig: once per process
+    return ctypes.CDLL(name) if name else None
+
+
 def _srand(value: int) -> None:
-    name = ctypes.util.find_library("c")
-    if name:
-        ctypes.CDLL(name).srand(ctypes.c_uint(value % (2 ** 32)))
+    libc = _libc()
+    if libc is not None:
+        libc.srand(ctypes.c_uint(value % (2 ** 32)))
 
 
 class NeighbourSampling:
