@@ -350,3 +350,28 @@ def test_bad_input():
     with pytest.raises(UnsupportedModelError, match="DConv"):   # its normalizers are paired by edge position
         WindowTrainer(DCRNN(3, 6, 2).double(), ring(), lags=3, batch_size=2, node_batch_size=4)
     WindowTrainer(DCRNN(3, 6, 2).double(), ring(symmetric=True), lags=3, batch_size=2, node_batch_size=4)
+
+
+# ------------------------------------------------------------------ benchmark
+def test_bench_node_batches_quick(capsys):
+    """benchmarks/bench_node_batches.py --quick: a node batch in id order computes a part of the
+    rows, holds fewer activation bytes than a whole-snapshot step, and one batch is the full run."""
+    import importlib.util
+    from pathlib import Path
+
+    pytest.importorskip("torch_geometric_temporal")
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_node_batches.py"
+    spec = importlib.util.spec_from_file_location("bench_node_batches", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    threads = torch.get_num_threads()
+    try:
+        bench.main(["--quick"])
+    finally:
+        torch.set_num_threads(threads)
+    out = capsys.readouterr().out
+    rows = [ln.split() for ln in out.splitlines() if ln.split()[:1] in (["TGCN"], ["GConvGRU(K=2)"])]
+    assert rows and all(float(r[-1]) <= float(r[-2]) <= 1.0 for r in rows)          # exact rows <= computed <= all
+    assert all(float(r[-2]) < 1.0 for r in rows if r[3] == "id")                    # a strip is a part of the grid
+    assert "one node batch == full epoch loss: True" in out
+    assert float(out.rsplit("node batch / full: ", 1)[1].split()[0]) < 1.0
