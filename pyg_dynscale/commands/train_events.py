@@ -74,6 +74,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="DistTGL's static node memory: none (default) or learnable")
     p.add_argument("--memory-service", action="store_true",
                    help="serve memory reads and writes from a thread in the schedule's order (DistTGL 3.3; j = 1)")
+    p.add_argument("--prefetch", action="store_true",
+                   help="look up the next step's neighbours on a thread while the current step finishes (j = 1)")
     p.add_argument("--val-ratio", type=float, default=0.15, help="validation share of the events (default: 0.15)")
     p.add_argument("--test-ratio", type=float, default=0.15, help="test share of the events (default: 0.15)")
     p.add_argument("--device", choices=DEVICES, default="cpu",
@@ -139,6 +141,9 @@ def check_args(args: argparse.Namespace) -> None:
     if args.memory_service and (j > 1 or (k > 1 and args.nproc is None and not _in_torchrun())):
         fail("--memory-service serves one memory copy per process without epoch parallelism: use j = 1, and k > 1 "
              "only with one process per copy (--nproc).")
+    if args.prefetch and (j > 1 or (k > 1 and args.nproc is None and not _in_torchrun())):
+        fail("--prefetch mirrors one memory copy's neighbour loader per process without epoch parallelism: use "
+             "j = 1, and k > 1 only with one process per copy (--nproc).")
     if args.device == "cuda" and not torch.cuda.is_available():
         fail("--device cuda: no CUDA device is available; use --device cpu.")
 
@@ -180,7 +185,8 @@ def build(args: argparse.Namespace, data, device: str = "cpu"):
     return MemoryTrainer(model, data, batch_size=args.batch_size, lr=args.lr, num_neighbors=args.num_neighbors,
                          seed=args.seed, parallelism=parse_parallelism(args.parallelism),
                          static_memory=None if args.static_memory == "none" else args.static_memory,
-                         val_ratio=args.val_ratio, test_ratio=args.test_ratio, memory_service=args.memory_service)
+                         val_ratio=args.val_ratio, test_ratio=args.test_ratio, memory_service=args.memory_service,
+                         prefetch=args.prefetch)
 
 
 def train_events(args: argparse.Namespace, rank: int, world: int, init: Callable[[], None], device: str) -> dict:
@@ -230,6 +236,7 @@ def train_events(args: argparse.Namespace, rank: int, world: int, init: Callable
         "world_size": world, "parallelism": [i, j, k], "dtype": args.dtype, "device": device,
         "epochs": args.epochs, "batch_size": args.batch_size, "lr": args.lr, "seed": args.seed,
         "static_memory": args.static_memory, "memory_service": bool(args.memory_service),
+        "prefetch": bool(args.prefetch),
         "events": {"train": trainer.val_start, "val": trainer.test_start - trainer.val_start,
                    "test": trainer.num_events - trainer.test_start, "nodes": int(data.num_nodes)},
         "losses": losses, "val_metrics": val, "test_metrics": test,

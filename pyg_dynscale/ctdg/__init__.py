@@ -15,7 +15,8 @@ GNNs: PyG's ``TemporalData``, ``TGNMemory`` and ``examples/tgn.py`` trained by
 Built: the data layer (:mod:`.events`), the trainer with DistTGL's
 :math:`i \times j \times k` parallelism (:mod:`.schedule`; one process emulates
 any schedule, :mod:`.parallel` runs it on ``torch.distributed`` processes), the
-static memory and its pre-training, the memory service (:mod:`.service`).
+static memory and its pre-training, the memory service (:mod:`.service`) and
+the neighbour prefetcher (:mod:`.prefetch`).
 Not built yet (issue 27): the command line.
 """
 from .events import (

@@ -33,6 +33,7 @@ from ..runtime.metrics import average_precision, roc_auc
 from .events import check_events, split_ranges
 from .parallel import Traffic, gather_rows, memory_groups, wrap_ddp, world
 from .schedule import EventSchedule, LocalBatch
+from .prefetch import NeighborPrefetcher
 from .service import MemoryService
 from .static import StaticMemory
 from .store import MemoryState
@@ -133,6 +134,13 @@ class MemoryTrainer:
             §3.3): reads in the schedule's read phase, the write-back applied
             while the optimizer steps; the same numbers. One memory copy per
             process, ``j = 1``.
+        prefetch (bool): look up the next step's neighbours on a thread
+            (:class:`~pyg_dynscale.ctdg.prefetch.NeighborPrefetcher`) while
+            this one finishes the step; the next step's negatives are then
+            drawn before the optimizer step, so the attention dropout draws
+            from per-trainer seeds as with ``i * j * k > 1`` (the same numbers
+            as ``prefetch=False`` whenever ``i * j * k > 1``). ``j = 1``, one
+            memory copy per process.
         dynamic_memory (bool): ``False`` feeds the embedding the static memory
             only (the pre-training of :func:`~pyg_dynscale.ctdg.pretrain_static_memory`).
 
@@ -163,6 +171,7 @@ class MemoryTrainer:
         mrr_negatives: int = 49,
         dynamic_memory: bool = True,
         memory_service: bool = False,
+        prefetch: bool = False,
     ) -> None:
         if model is not None:
             for part in ("memory", "gnn", "link_pred"):
@@ -247,6 +256,14 @@ class MemoryTrainer:
                     "memory copy per process without epoch parallelism's snapshots (use j = 1, and k > 1 only "
                     "across processes).")
             self.service = MemoryService(memory.memory, memory.last_update)
+        self.prefetcher: Optional[NeighborPrefetcher] = None
+        if prefetch:
+            if j > 1 or (k > 1 and self.world_size == 1):
+                raise NotImplementedError(
+                    f"prefetch=True with parallelism={self.parallelism!r} is not built: the prefetcher mirrors one "
+                    "memory copy's neighbour loader per process without epoch parallelism (use j = 1, and k > 1 "
+                    "only across processes).")
+            self.prefetcher = NeighborPrefetcher(memory.num_nodes, self.num_neighbors, dev)
         self.epoch = 0
         #: ``[steps]`` float64: each step's loss in the last epoch (stays on the device)
         self.batch_losses: Optional[Tensor] = None
@@ -270,9 +287,10 @@ class MemoryTrainer:
                 mod.train(mode)
         self._training = mode
 
-    def _embed(self, n_id: Tensor, training: bool) -> tuple[Tensor, Tensor, Tensor]:
-        """``(n_id, z, ...)`` of the batch nodes ``n_id`` (sorted unique)."""
-        n_id, edge_index, e_id = self.neighbors(n_id)
+    def _embed(self, n_id: Tensor, training: bool, lookup=None) -> tuple[Tensor, Tensor, Tensor]:
+        """``(n_id, z, ...)`` of the batch nodes ``n_id`` (sorted unique); ``lookup``: the
+        prefetched ``self.neighbors(n_id)`` (a future)."""
+        n_id, edge_index, e_id = self.neighbors(n_id) if lookup is None else lookup.result()
         self.assoc[n_id] = torch.arange(n_id.size(0), device=n_id.device)
         self.traffic.memory_read += n_id.numel() * self._row_bytes
         z, last_update = self.state.read(n_id, training)
@@ -280,9 +298,9 @@ class MemoryTrainer:
             z = z + self.static(n_id) if self.dynamic_memory else self.static(n_id)
         return self.gnn(z, last_update, edge_index, self.t[e_id], self.msg[e_id])
 
-    def _scores(self, a: int, b: int, neg: Tensor, training: bool) -> tuple[Tensor, Tensor, Tensor]:
+    def _scores(self, a: int, b: int, neg: Tensor, training: bool, lookup=None) -> tuple[Tensor, Tensor, Tensor]:
         src, dst = self.src[a:b], self.dst[a:b]
-        z = self._embed(torch.cat([src, dst, neg]).unique(), training)
+        z = self._embed(torch.cat([src, dst, neg]).unique(), training, lookup)
         # z[src] gathered twice, as the example does: one shared gather would sum the two
         # gradients before the scatter, which rounds differently (last-bit differences)
         pos_out = self.link_pred(z[self.assoc[src]], z[self.assoc[dst]])
@@ -361,13 +379,14 @@ class MemoryTrainer:
 
     def _share_compute(self, lb: LocalBatch, neg: Tensor, ctx: dict) -> Tensor:
         """:meth:`_share`'s reads and compute: the weighted loss, the queued write rows."""
+        lookup = ctx["lookups"].pop(lb.trainer, None)
         if ctx["fork"]:
             dev = [self.src.device] if self.src.device.type == "cuda" else []
             with torch.random.fork_rng(devices=dev):
                 torch.manual_seed(self._rng_seed(ctx["iteration"], lb.trainer))
-                pos_out, neg_out, _ = self._scores(lb.start, lb.end, neg, True)
+                pos_out, neg_out, _ = self._scores(lb.start, lb.end, neg, True, lookup)
         else:
-            pos_out, neg_out, _ = self._scores(lb.start, lb.end, neg, True)
+            pos_out, neg_out, _ = self._scores(lb.start, lb.end, neg, True, lookup)
         loss = self.criterion(pos_out, torch.ones_like(pos_out))
         loss = loss + self.criterion(neg_out, torch.zeros_like(neg_out))
         ctx["sum"] += loss.detach().to(torch.float64) * lb.num_events
@@ -404,6 +423,30 @@ class MemoryTrainer:
         self.state.store_s.put(a, b)
         self.state.store_d.put(a, b)
         self.neighbors.insert(self.src[a:b], self.dst[a:b])
+        if self.prefetcher is not None:
+            self.prefetcher.insert(self.src[a:b], self.dst[a:b])
+
+    def _draw_negatives(self, step, lo: int, hi: int) -> None:
+        """Every copy's negatives of ``step``: ``j`` sets per global batch from the global stream."""
+        j = self.parallelism[1]
+        for c, q, _, a, b in step.fresh:  # every process draws every copy's negatives: one stream
+            self._ctx["negs"][(c, q)] = torch.randint(lo, hi + 1, (j * (b - a),), dtype=torch.long,
+                                                      device=self.src.device).view(j, b - a)
+
+    def _prefetch(self, step) -> None:
+        """Queue the neighbour lookups of ``step``'s local batches (its negatives drawn, the events
+        before it inserted): they run while this thread finishes the step before."""
+        for c in step.resets:
+            if c in self._copies:
+                self.prefetcher.reset()
+        for t in self.trainers:
+            lb = step.local[t]
+            if lb.num_events == 0:
+                continue
+            o = lb.start - lb.batch_start
+            neg = self._ctx["negs"][(lb.memory_copy, lb.position)][lb.negative_set, o:o + lb.num_events]
+            n_id = torch.cat([self.src[lb.start:lb.end], self.dst[lb.start:lb.end], neg]).unique()
+            self._ctx["next_lookups"][t] = self.prefetcher.lookup(n_id)
 
     def train_epoch(self) -> float:
         r"""One epoch of the schedule over the training events; returns
@@ -424,14 +467,18 @@ class MemoryTrainer:
         torch.empty((), dtype=torch.int64).random_()  # the DataLoader iterator's seed draw
         lo, hi = self._split_bounds(0, self.val_start)
         dev = self.src.device
-        self._ctx = ctx = {"negs": {}, "snaps": {}, "pending": {}, "fork": i * j * k > 1,
-                           "sum": torch.zeros((), dtype=torch.float64, device=dev)}
+        # with the prefetcher the next step's negatives are drawn before this step's optimizer step: the
+        # dropout must not draw from the global stream in between (per-trainer seeds, as for i*j*k > 1)
+        self._ctx = ctx = {"negs": {}, "snaps": {}, "pending": {}, "fork": i * j * k > 1 or self.prefetcher is not None,
+                           "sum": torch.zeros((), dtype=torch.float64, device=dev), "lookups": {}, "next_lookups": {}}
+        steps = sched.steps()
         events, losses = 0, []
-        for step in sched.steps():
+        for step in steps:
             self.optimizer.zero_grad()
             ctx["iteration"] = step.iteration
-            for c, q, _, a, b in step.fresh:  # every process draws every copy's negatives: one stream
-                ctx["negs"][(c, q)] = torch.randint(lo, hi + 1, (j * (b - a),), dtype=torch.long, device=dev).view(j, b - a)
+            if self.prefetcher is None or step.iteration == 0:
+                self._draw_negatives(step, lo, hi)
+            ctx["lookups"], ctx["next_lookups"] = ctx["next_lookups"], {}
             if self.service is not None:
                 if step.resets:
                     self.service.drain()
@@ -442,6 +489,9 @@ class MemoryTrainer:
                 if c in self._copies:
                     self._activate(c)
                     self._reset()
+            if self.prefetcher is not None and step.iteration == 0:  # the mirror starts as the loader
+                nb = self.neighbors
+                self.prefetcher.load(nb.neighbors, nb.e_id, nb.cur_e_id)
             if j > 1:
                 for c, q, _, _, _ in step.fresh:
                     if c in self._copies:
@@ -462,6 +512,10 @@ class MemoryTrainer:
             for c, _, _, a, b in step.fresh:  # after every read of the step: the barrier before write-back
                 if c in self._copies:
                     self._write_back(c, a, b)
+            if self.prefetcher is not None and step.iteration + 1 < len(steps):
+                nxt = steps[step.iteration + 1]
+                self._draw_negatives(nxt, lo, hi)
+                self._prefetch(nxt)
             losses.append(step_loss)
             self.optimizer.step()
         if self.service is not None:
@@ -491,10 +545,13 @@ class MemoryTrainer:
         return snap["memory"].clone(), snap["last_update"].clone()
 
     def close(self) -> None:
-        """Stop the memory service's thread (if any)."""
+        """Stop the memory service's and the prefetcher's threads (if any)."""
         if self.service is not None:
             self.service.close()
             self.service = None
+        if self.prefetcher is not None:
+            self.prefetcher.close()
+            self.prefetcher = None
 
     def stats(self) -> dict:
         """Bytes this process moved so far (:class:`~pyg_dynscale.ctdg.parallel.Traffic`), and the

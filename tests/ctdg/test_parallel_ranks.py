@@ -1,7 +1,7 @@
 """DistTGL's i x j x k parallelism under a gloo process group == its single-process emulation
 (float64, dropout on): losses, parameters and every held memory copy after every step, replicas
-identical after every step, the same epoch loss and evaluation on every rank; with the memory service
-too. One spawned job per world size."""
+identical after every step, the same epoch loss and evaluation on every rank; with the memory service and
+the neighbour prefetcher too. One spawned job per world size."""
 from __future__ import annotations
 
 import math
@@ -15,13 +15,13 @@ CASES = {2: [((2, 1, 1), False), ((1, 2, 1), False), ((1, 1, 2), False), ((1, 1,
 
 
 def _run(case, rank=0, world=1):
-    par, service = case if world > 1 else (case[0], False)  # the emulation: without the memory service
+    par, service = case if world > 1 else (case[0], False)  # the emulation: without service and prefetcher
     d = synthetic_events(500, 40, msg_dim=3, seed=3, burst_length=20)
     d.msg = d.msg.double()
     torch.manual_seed(4)
     model = TGN(d.num_nodes, 3, memory_dim=6, time_dim=4, embedding_dim=6, dropout=0.1).double()
     tr = MemoryTrainer(model, d, batch_size=25, lr=1e-2, parallelism=par, seed=1, mrr_negatives=5,
-                       memory_service=service)
+                       memory_service=service, prefetch=service)
     i, j, k = par
     copies = list(range(k)) if world == 1 else [rank // (i * j)]
     records = []

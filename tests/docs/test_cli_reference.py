@@ -368,7 +368,7 @@ RUNS = {
         ["{json}", "--parts", "2", "--scheme", "pts", "--locality"],
     ],
     "inspect": [["{json}"], ["{edges}", "--window", "100"]],
-    "train-events": [["{events}", "--memory-service"]],
+    "train-events": [["{events}", "--memory-service", "--prefetch"]],
 }
 EXTRA = {"train": ["--epochs", "1", "--hidden", "4", "--json", "--no-progress"], "partition": ["--json"],
          "inspect": ["--json"],
