@@ -228,6 +228,35 @@ def test_evaluate_from_several_node_batches_and_horizon():
         assert math.isclose(float(got.detach()), float(ref.detach()), rel_tol=1e-9)
 
 
+def test_shuffle_draws_a_seeded_vertex_permutation_per_epoch():
+    """shuffle=True: each epoch's node batches are a permutation of the vertices drawn by the
+    generator seeded with seed + epoch, after it permuted the windows (each batch sorted)."""
+    from pyg_dynscale.windows.batching import block_batch_parts
+
+    sig = ring(change=True)
+    used = []
+    for _ in range(2):
+        model, head = _model("GConvGRU", 3)
+        tr = WindowTrainer(model, sig, lags=3, batch_size=2, lr=LR, head=head, node_batch_size=7, shuffle=True,
+                           seed=5)
+        nb = tr._node_batches
+        run = []
+        loss = nb.node_batch_loss
+        nb.node_batch_loss = lambda wins, S: (run.append((tr.epoch, S.tolist(), wins.tolist())), loss(wins, S))[1]
+        tr.train_epoch()
+        tr.train_epoch()
+        used.append(run)
+    assert used[0] == used[1]                                      # the same seed: the same batches
+    for e in (0, 1):
+        g = torch.Generator().manual_seed(5 + e)
+        batches = [torch.cat(p).tolist() for p in block_batch_parts(tr.view.split("train"), 2, 1, True, g)]
+        perm = torch.randperm(24, generator=g)
+        nodes = [c.sort().values.tolist() for c in torch.split(perm, 7)]
+        assert [(S, w) for ep, S, w in used[0] if ep == e] == [(S, w) for S in nodes for w in batches]
+    first = [S for ep, S, _ in used[0] if ep == 0]
+    assert first[0] != list(range(7)) and sorted(v for S in dict.fromkeys(map(tuple, first)) for v in S) == list(range(24))
+
+
 # ------------------------------------------------------------------ needed sets
 def _brute_needed(sig, starts_at, L, S, depth, H=1):
     """Vertices whose outputs at step j reach a target output, by closing over the window's
@@ -347,6 +376,8 @@ def test_bad_input():
         WindowTrainer(NoGraph().double(), sig, lags=3, batch_size=2, node_batch_size=4)
     from torch_geometric_temporal.nn.recurrent import DCRNN
 
+    with pytest.raises(NotImplementedError, match="decoder"):
+        make(node_batch_size=4, decoder="copy", decoder_input="features")
     with pytest.raises(UnsupportedModelError, match="DConv"):   # its normalizers are paired by edge position
         WindowTrainer(DCRNN(3, 6, 2).double(), ring(), lags=3, batch_size=2, node_batch_size=4)
     WindowTrainer(DCRNN(3, 6, 2).double(), ring(symmetric=True), lags=3, batch_size=2, node_batch_size=4)
