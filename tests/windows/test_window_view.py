@@ -157,8 +157,8 @@ def test_bad_trainer_input(monkeypatch):
         with pytest.raises(ModelInputError) as e:
             make(**kw)
         assert e.value.field == field, kw
-    with pytest.raises(NotImplementedError, match="item 2"):
-        make(node_batch_size=8)
+    with pytest.raises(ModelInputError, match="node_batch_size"):   # node batches: test_node_batches.py
+        make(node_batch_size=0)
     with pytest.raises(ModelInputError, match="decoder.*horizon=4 > lags=3"):   # seq2seq: windows/decoder.py
         make(horizon=4)
     from tests.conftest import make_dynamic_signal
