@@ -38,7 +38,12 @@ then has all its edges, so every degree a cell computes (GCN, Chebyshev,
 diffusion normalizations) is the snapshot's own. The rows of :math:`R_j` are
 exact; the others are computed and dropped. Carried states are compact: only
 the rows of :math:`C_j` are kept between steps (zeros where a row outside
-:math:`C_{j-1}` enters a step).
+:math:`C_{j-1}` enters a step, and at the window's first step). With reuse
+(the input basis of every snapshot held, ``cache_bytes=None``) a step
+gathers its rows of that basis, computed on whole snapshots. PyGT's
+``DConv`` (``DCRNN``) pairs normalizers with edges by position, a per-edge
+rule only where every snapshot's edges are symmetric, distinct and grouped by
+source (checked; refused elsewhere).
 
 **Sampled neighbourhoods** (``num_neighbors=[k_1, ..., k_m]``, approximate).
 Step :math:`j` instead runs on a subgraph drawn by PyG's
