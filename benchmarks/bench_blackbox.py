@@ -20,9 +20,18 @@ memory with and without gradient checkpointing -- side by side in one run.
    paths, one process and 2 ranks.
 4. **Sequence length**: time per snapshot of the black-box path and of PyGT's
    loop for 100 to 4000 tiny snapshots (Python overhead per snapshot).
+5. **ReInc's reuse** (``FusedTrainer(reuse=...)``, :mod:`pyg_dynscale.runtime.step_reuse`):
+   PyGT's own loop vs the black-box path with reuse off (the cell called per
+   snapshot) and on, one process, float32, for GConvGRU(K=2),
+   GConvLSTM(K=2), DCRNN(K=2), GCLSTM(K=2) and TGCN on Chickenpox (20
+   nodes, 517 snapshots) and a static synthetic graph (2000 nodes, 8000
+   edges, 200 snapshots). The three columns' epochs are interleaved so that
+   the load of other processes hits them alike; the first epoch losses are
+   compared (the same model and data: equal to float32 rounding).
 
     python benchmarks/bench_blackbox.py            # full (about 6 min on 2 cores)
-    python benchmarks/bench_blackbox.py --quick    # smoke test (about 30 s on 2 cores)
+    python benchmarks/bench_blackbox.py --quick    # smoke test (about 40 s on 2 cores)
+    python benchmarks/bench_blackbox.py --sections 5               # the reuse table alone
 """
 from __future__ import annotations
 
@@ -390,12 +399,95 @@ def section_length(quick: bool, epochs: int) -> None:
         print(f"{T:>9} {1e6 * base / T:>10.1f} {1e6 * bb / T:>10.1f} {base / bb:>6.2f}")
 
 
+REUSE_CELLS = ("GConvGRU", "GConvLSTM", "DCRNN", "GCLSTM", "TGCN")
+
+
+def reuse_dataset(name: str, quick: bool) -> DynamicGraphSignal:
+    """Chickenpox (PyGT's loader, lags 4; --quick: 60 snapshots), or a static
+    power-law graph (2000 nodes, 8000 edges, T=200; --quick: 200 nodes, T=20)
+    with new random features (8) and targets every snapshot."""
+    from pyg_dynscale.data.loaders import load_pygt_json
+    from pyg_dynscale.data.synthetic import generate_dynamic_graph
+
+    from _shared import DATASETS as SHARED
+
+    if name == "chickenpox":
+        sig = load_pygt_json(str(SHARED / "pygt" / "chickenpox.json"), "chickenpox", lags=4)
+        return sig[0:60] if quick else sig
+    V, T = (200, 20) if quick else (2000, 200)
+    d0 = sorted_copy(generate_dynamic_graph(V, 4 * V, 1, presence=1.0, num_features=8, seed=0)).snapshot(0)
+    g = torch.Generator().manual_seed(1)
+    return DynamicGraphSignal([d0.edge_index] * T, [d0.edge_attr] * T, [torch.randn(V, 8, generator=g) for _ in range(T)],
+                              [torch.randn(V, generator=g) for _ in range(T)])
+
+
+def reuse_cell(name: str, F: int):
+    rec = import_pygt("bench_blackbox").nn.recurrent
+    torch.manual_seed(0)
+    return rec.TGCN(F, HIDDEN) if name == "TGCN" else getattr(rec, name)(F, HIDDEN, 2)
+
+
+def pygt_static_epoch(m, head, snaps: list, opt, lstm: bool) -> float:
+    """PyGT's example loop on a fixed vertex set: ``h`` (and ``c``) carried, cost averaged, one backward."""
+    opt.zero_grad()
+    cost, h, c = 0, None, None
+    for t, d in enumerate(snaps):
+        if lstm:
+            h, c = m(d.x, d.edge_index, d.edge_attr, h, c)
+        else:
+            h = m(d.x, d.edge_index, d.edge_attr, h)
+        cost = cost + torch.mean((head(h).squeeze(1) - d.y) ** 2)
+    cost = cost / (t + 1)
+    cost.backward()
+    opt.step()
+    return float(cost.detach())
+
+
+def section_reuse(quick: bool, epochs: int, datasets: tuple = ("chickenpox", "static2000"),
+                  cells: tuple = REUSE_CELLS) -> None:
+    from pyg_dynscale.runtime import FusedTrainer
+
+    print(f"\n== 5. ReInc's reuse on the black-box path: PyGT's loop vs FusedTrainer(reuse=False / True), one process, "
+          f"float32, {torch.get_num_threads()} thread(s); median epoch seconds of {epochs - 1} interleaved epochs ==")
+    print(f"{'dataset':<12}{'cell':<11}{'nodes':>6}{'T':>5} {'PyGT loop':>10} {'reuse off':>10} {'reuse on':>9} "
+          f"{'PyGT/off':>9} {'PyGT/on':>8} {'first-loss rel diff':>20}")
+    for data in datasets:
+        sig = reuse_dataset(data, quick)
+        snaps = list(sig)
+        F = sig.num_node_features
+        for cname in cells:
+            m, head = reuse_cell(cname, F), torch.nn.Linear(HIDDEN, 1)
+            opt = torch.optim.Adam(list(m.parameters()) + list(head.parameters()), lr=0.01)
+            runs = {"pygt": lambda: pygt_static_epoch(m, head, snaps, opt, cname in ("GConvLSTM", "GCLSTM"))}
+            for reuse in (False, True):
+                tr = FusedTrainer(reuse_cell(cname, F), sig, head=torch.nn.Linear(HIDDEN, 1), loss="mse", lr=0.01,
+                                  path="blackbox", reuse=reuse)
+                assert (tr.runner.reuse is not None) == reuse, (data, cname, reuse)
+                runs["on" if reuse else "off"] = tr.train_epoch
+            times: dict = {k: [] for k in runs}
+            first: dict = {}
+            for e in range(epochs):
+                for k in list(runs)[e % 3:] + list(runs)[:e % 3]:  # rotate the order: no column always runs first
+                    t0 = time.perf_counter()
+                    loss = runs[k]()
+                    times[k].append(time.perf_counter() - t0)
+                    first.setdefault(k, loss)
+            med = {k: median_tail(v) for k, v in times.items()}
+            rel = max(abs(first[k] - first["pygt"]) for k in first) / abs(first["pygt"])
+            print(f"{data:<12}{cname:<11}{int(sig.nodes_per_snapshot.max()):>6}{sig.num_snapshots:>5} "
+                  f"{med['pygt']:>10.3f} {med['off']:>10.3f} {med['on']:>9.3f} {med['pygt'] / med['off']:>8.2f}x "
+                  f"{med['pygt'] / med['on']:>7.2f}x {rel:>20.1e}")
+    print("(goal: PyGT/on >= 3x for GConvGRU, GConvLSTM and DCRNN; timings on a shared machine vary with its load)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--epochs", type=int, default=None)
-    ap.add_argument("--sections", default="1,2,3,4")
+    ap.add_argument("--sections", default="1,2,3,4,5")
     ap.add_argument("--datasets", default=",".join(DATASETS), help="section 1 datasets")
+    ap.add_argument("--reuse-datasets", default="chickenpox,static2000", help="section 5 datasets")
+    ap.add_argument("--reuse-cells", default=",".join(REUSE_CELLS), help="section 5 cells")
     ap.add_argument("--memory-child", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.memory_child:
@@ -415,6 +507,9 @@ def main() -> None:
         section_memory(a.quick, epochs, two_memory)
     if "4" in secs:
         section_length(a.quick, epochs)
+    if "5" in secs:
+        section_reuse(a.quick, epochs if a.quick else max(epochs, 5), tuple(a.reuse_datasets.split(",")),
+                      tuple(a.reuse_cells.split(",")))
     print(f"\ntotal {time.perf_counter() - t0:.0f} s")
 
 

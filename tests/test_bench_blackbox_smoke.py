@@ -18,7 +18,7 @@ def test_bench_blackbox_quick():
                          capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     text = out.stdout
-    for header in ("== 1.", "== 2.", "== 3.", "== 4."):
+    for header in ("== 1.", "== 2.", "== 3.", "== 4.", "== 5."):
         assert header in text, text
     # one row per dataset x cell in section 1, each with a positive 2-rank epoch time
     rows = [line for line in text.splitlines()
@@ -33,3 +33,10 @@ def test_bench_blackbox_quick():
     mem = [line for line in text.splitlines() if re.match(r"^(blackbox|decomposed)\s+\w+\s+[12]\s", line)]
     assert len(mem) == 8, text
     assert text.count("peak off / on") == 4
+    # reuse: PyGT's loop, reuse off and on for five cells on two graphs, the same first loss (float32)
+    reuse = [line.split() for line in text.splitlines()
+             if re.match(r"^(chickenpox|static2000)\s+(GConvGRU|GConvLSTM|DCRNN|GCLSTM|TGCN)\s", line)]
+    assert len(reuse) == 10, text
+    for r in reuse:
+        assert all(float(v) > 0 for v in r[4:7]) and r[7].endswith("x") and r[8].endswith("x"), r
+        assert float(r[9]) < 1e-4, r

@@ -71,6 +71,8 @@ class SnapshotEngine:
         link_pairs: ``(src, dst)`` gids of labelled pairs (``bce_link``).
         readout_width: elements of one output row after the head (or a
             function of the probed module giving it).
+        reuse: ReInc's reuse for the cells that have it
+            (:mod:`~pyg_dynscale.runtime.step_reuse`).
     """
 
     path = "blackbox"
@@ -82,7 +84,7 @@ class SnapshotEngine:
     def __init__(self, model: SnapshotModel, signal: Any, partition: Any, comm: Communicator, device: torch.device,
                  dtype: torch.dtype, *, check: bool = True, checkpoint_every: Optional[int] = None,
                  link_pairs: Optional[tuple] = None,
-                 readout_width: Union[int, Callable[[SnapshotModel], int]] = 1) -> None:
+                 readout_width: Union[int, Callable[[SnapshotModel], int]] = 1, reuse: bool = True) -> None:
         world = comm.world_size
         if model.spec.global_reason and world > 1:
             raise UnsupportedModelError(f"{model.spec.name} cannot be split across ranks on the black-box path: "
@@ -100,7 +102,7 @@ class SnapshotEngine:
                               link_pairs=link_pairs, readout_width=readout_width)
         self.runner = SnapshotRunner(model, signal, self.plan, exchange=comm.exchange,
                                      checkpoint_every=checkpoint_every, dtype=dtype, device=device,
-                                     edge_fields=fields)
+                                     edge_fields=fields, reuse=reuse)
         self.host_layout = self.layout = BlackBoxLayout(self.plan.owned_gids, signal.supergraph())
 
     @property

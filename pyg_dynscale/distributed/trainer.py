@@ -148,6 +148,14 @@ class DistributedTrainer:
             snapshots (``None``: off), both paths; on the decomposed path
             each window runs its own plan (:mod:`.time_windows`), and needs
             recurrent time encoders, no BatchNorm and ``fusion="full"``.
+        reuse: ReInc's reuse on the black-box path for PyGT's ``GConvGRU``,
+            ``GConvLSTM``, ``GCLSTM``, ``TGCN`` and ``DCRNN``
+            (:mod:`~pyg_dynscale.runtime.step_reuse`): per rank, the input
+            basis of every local subgraph once, the input projections of all
+            snapshots in one product per epoch, per snapshot only the
+            state-dependent part (the state exchanges are unchanged; equal to
+            calling the cell up to float rounding). ``False``: call the module
+            on every snapshot. No effect on the decomposed path.
 
     Example::
 
@@ -187,8 +195,11 @@ class DistributedTrainer:
         depth: Any = "auto",
         checkpoint_every: Optional[int] = None,
         backend: str = "auto",
+        reuse: bool = True,
     ) -> None:
         t_setup = time.perf_counter()
+        if not isinstance(reuse, bool):  # the same on every rank: raised before any collective
+            raise ModelInputError("reuse", f"is {reuse!r}.", "pass True or False.")
         if not dist.is_available() or not dist.is_initialized():
             raise ModelInputError("torch.distributed", "is not initialized.",
                                   "call torch.distributed.init_process_group first (torchrun does it for you), "
@@ -272,7 +283,8 @@ class DistributedTrainer:
             self.readout_width = 1
             self.engine: Union[DecomposedEngine, SnapshotEngine] = SnapshotEngine(
                 self.model, signal, partition, self.comm, self.device, self.dtype, check=check,
-                checkpoint_every=checkpoint_every, link_pairs=link_pairs, readout_width=self._blackbox_head_width)
+                checkpoint_every=checkpoint_every, link_pairs=link_pairs, readout_width=self._blackbox_head_width,
+                reuse=reuse)
             if loss == "bce_link":
                 self.readout_width = self._blackbox_head_width(self.model)
         else:

@@ -119,6 +119,14 @@ class FusedTrainer:
             larger than the GPU's memory; decomposed path, recurrent time
             encoders, built-in losses). :meth:`predict` then returns its rows
             on the host; :attr:`stream_stats` reports the bytes moved.
+        reuse: ReInc's reuse on the black-box path for PyGT's ``GConvGRU``,
+            ``GConvLSTM``, ``GCLSTM``, ``TGCN`` and ``DCRNN``
+            (:mod:`~pyg_dynscale.runtime.step_reuse`): the input basis of
+            every snapshot once, the input projections of all snapshots in
+            one product per epoch, per snapshot only the state-dependent part
+            (equal to calling the cell up to float rounding). ``False``: call
+            the module on every snapshot. No effect elsewhere (the decomposed
+            path fuses the input side already).
 
     Example::
 
@@ -149,7 +157,10 @@ class FusedTrainer:
         depth: Any = "auto",
         checkpoint_every: Optional[int] = None,
         stream: bool = False,
+        reuse: bool = True,
     ) -> None:
+        if not isinstance(reuse, bool):
+            raise ModelInputError("reuse", f"is {reuse!r}.", "pass True or False.")
         signal = as_signal(signal)
         self.model: Union[DecomposedModule, SnapshotModel] = resolve_model(model, path, depth, check)
         #: ``"decomposed"`` or ``"blackbox"``
@@ -198,7 +209,7 @@ class FusedTrainer:
             plan = StatePlan(host_signal, torch.zeros(host_signal.num_vertex_time_nodes, dtype=torch.long), 1,
                              self.model.depth, self.model.state_widths)
             self.runner = SnapshotRunner(self.model, host_signal, plan, checkpoint_every=checkpoint_every,
-                                         dtype=self._params_dtype(), device=device, edge_fields=fields)
+                                         dtype=self._params_dtype(), device=device, edge_fields=fields, reuse=reuse)
         elif h0 is not None:
             check_initial_state(h0, self.graph, self.model.state_width)
         self.h0 = h0

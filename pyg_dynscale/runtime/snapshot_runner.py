@@ -22,6 +22,16 @@ activation memory is that of one block instead of all :math:`T` snapshots
 (plus the carried state rows of every step). The rows a block received from
 other ranks are kept and reused by the recomputation, which therefore issues
 no collective.
+
+**Reuse** (ReInc §3.1, :mod:`~pyg_dynscale.runtime.step_reuse`): for
+PyGT's ``GConvGRU``, ``GConvLSTM``, ``GCLSTM``, ``TGCN`` and ``DCRNN``
+(``reuse=True``, the default) the module is not called: the runner computes
+the input basis of every step once, the input projections of all steps (of
+a block, under checkpointing) in one matrix product per forward, and per
+step only the state-dependent part of the cell, which is what the call
+computes up to float rounding. A module around one such cell (PyGT's
+``RecurrentGCN``) is called, and its cell's call on the step's inputs is
+answered the same way.
 """
 from __future__ import annotations
 
@@ -35,6 +45,7 @@ from ..data.placement import TensorMap, map_tensors, to_device
 from ..errors import ModelInputError
 from ..nn.snapshot_model import SnapshotModel
 from ..partition.halo_plan import StatePlan, state_phase
+from .step_reuse import StepReuse
 
 __all__ = ["SnapshotRunner"]
 
@@ -56,11 +67,16 @@ class SnapshotRunner:
         device: where the calls run.
         edge_fields: names of edge-level signal fields passed to the module
             (LRGCN's ``edge_type``).
+        reuse: ReInc's reuse where the module has an implementation
+            (:mod:`~pyg_dynscale.runtime.step_reuse`; ``False``: call the
+            module on every step).
     """
 
     def __init__(self, model: SnapshotModel, signal: Any, plan: StatePlan, exchange: Optional[Exchange] = None,
                  checkpoint_every: Optional[int] = None, dtype: torch.dtype = torch.float32,
-                 device: Optional[torch.device] = None, edge_fields: tuple = ()) -> None:
+                 device: Optional[torch.device] = None, edge_fields: tuple = (), reuse: bool = True) -> None:
+        if not isinstance(reuse, bool):
+            raise ModelInputError("reuse", f"is {reuse!r}.", "pass True or False.")
         if checkpoint_every is not None:
             if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) or checkpoint_every < 1:
                 raise ModelInputError("checkpoint_every", f"is {checkpoint_every!r}.", "give a number of snapshots >= 1, or None.")
@@ -85,6 +101,11 @@ class SnapshotRunner:
             ws = None if ew is None else (ew[e0:e1] if s.edges is None else ew[e0:e1].index_select(0, s.edges))
             fs = {k: (v[e0:e1] if s.edges is None else v[e0:e1].index_select(0, s.edges)) for k, v in fields.items()}
             self._host_inputs.append((xs, s.edge_index, ws, fs, s.owned, s.routes))
+        #: the reused input side (``None``: the module is called on every step)
+        self.reuse: Optional[StepReuse] = None
+        if reuse:
+            self.reuse = StepReuse.build(model, [(xs, ei, ws) for xs, ei, ws, *_ in self._host_inputs], dtype,
+                                         tuple(edge_fields))
         self.place(to_device(self.device))
         self._recv_cache: Optional[dict] = None
         #: wall seconds of the last :meth:`outputs` spent in the module calls
@@ -95,6 +116,9 @@ class SnapshotRunner:
         ``fn`` (:func:`~pyg_dynscale.data.placement.to_device`): moved once,
         so the step loop never copies an index from the host."""
         self.inputs = map_tensors(self._host_inputs, fn)
+        if self.reuse is not None:
+            self.reuse.place(fn)
+            self.reuse.track([inp[0] for inp in self.inputs])
 
     # ------------------------------------------------------------------ pieces
     def _exchange(self, t: int, c: int, kind: str, send: Tensor, route: Any) -> Tensor:
@@ -110,7 +134,10 @@ class SnapshotRunner:
             cache[key] = (recv.detach(), recv.requires_grad)
         return recv
 
-    def _step(self, i: int, history: Callable[[int, int], Tensor]) -> tuple[Tensor, tuple]:
+    def _step(self, i: int, history: Callable[[int, int], Tensor], proj: Optional[Tensor] = None,
+              weights: tuple = ()) -> tuple[Tensor, tuple]:
+        """Step ``i``; ``proj``, ``weights``: its rows of the reused input side and
+        the stacked weights (``reuse``)."""
         s = self.plan.steps[i]
         x, ei, ew, fs, owned, routes = self.inputs[i]
         states = []
@@ -135,7 +162,13 @@ class SnapshotRunner:
         if s.num_local == 0 and not self.model.spec.evolving:  # nothing to compute here
             y = x.new_zeros((0,) + tuple(self.model.output_shape))
             return y, tuple(x.new_zeros(0, w) for w in self.model.state_widths)
-        y, new = self.model.step(x, ei, ew, tuple(states), fs)
+        if proj is not None and self.reuse.inner is None:
+            y, new = self.reuse.step(i, proj, tuple(states), weights)
+        elif proj is not None:  # the module runs; its cell's calls on this step's inputs are answered by the reuse
+            with self.reuse.inside(i, x, ei, ew, proj, weights):
+                y, new = self.model.step(x, ei, ew, tuple(states), fs)
+        else:
+            y, new = self.model.step(x, ei, ew, tuple(states), fs)
         if owned is not None:
             y = y.index_select(0, owned)
             new = tuple(h.index_select(0, owned) for h in new)
@@ -152,16 +185,18 @@ class SnapshotRunner:
         B = self.checkpoint_every
         use_ckpt = B is not None and torch.is_grad_enabled()
         self._recv_cache = {} if use_ckpt else None
+        w = self.reuse.weights() if self.reuse is not None else ()
         if not use_ckpt:
+            projs = self.reuse.project(0, T, w) if self.reuse is not None else (None,) * T
             for i in range(T):
-                y, new = self._step(i, lambda t, c: kept[c][t])
+                y, new = self._step(i, lambda t, c: kept[c][t], projs[i], w)
                 ys.append(y)
                 for c in range(C):
                     kept[c][i] = new[c]
         else:
             for a in range(0, T, B):
                 b = min(a + B, T)
-                outs = checkpoint(self._block, a, b, kept, use_reentrant=False, preserve_rng_state=True)
+                outs = checkpoint(self._block, a, b, kept, w, use_reentrant=False, preserve_rng_state=True)
                 for i in range(a, b):
                     k = (i - a) * (C + 1)
                     ys.append(outs[k])
@@ -171,18 +206,21 @@ class SnapshotRunner:
             return torch.zeros((0,) + tuple(self.model.output_shape), dtype=self.dtype, device=self.device)
         return torch.cat(ys, 0) if len(ys) > 1 else ys[0]
 
-    def _block(self, a: int, b: int, kept: list) -> tuple:
+    def _block(self, a: int, b: int, kept: list, w: tuple) -> tuple:
         """Steps ``a..b-1``; earlier steps' states are read from ``kept``
         (finished blocks), this block's from its own list (so that the
-        recomputation does not depend on what the first pass stored)."""
+        recomputation does not depend on what the first pass stored). With
+        reuse the block's input projections are computed (and recomputed)
+        inside it: the activations kept are one block's."""
         own: dict = {}
+        projs = self.reuse.project(a, b, w) if self.reuse is not None else (None,) * (b - a)
 
         def history(t: int, c: int) -> Tensor:
             return own[(t, c)] if t >= a else kept[c][t]
 
         flat = []
         for i in range(a, b):
-            y, new = self._step(i, history)
+            y, new = self._step(i, history, projs[i - a], w)
             flat.append(y)
             for c, h in enumerate(new):
                 own[(i, c)] = h
