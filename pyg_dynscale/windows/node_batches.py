@@ -374,10 +374,6 @@ class NodeBatches:
             raise NotImplementedError(
                 "node_batch_size with a decoder (issue 26, item 2: the decoder's steps past the window would need "
                 "their own receptive fields) is not built yet; use decoder=None or node_batch_size=None.")
-        if trainer.world_size > 1:
-            raise NotImplementedError(
-                "node_batch_size under a process group (issue 26, item 2: node batches with the ranks' window "
-                "blocks and one gradient all-reduce per step) is not built yet; use one process or node_batch_size=None.")
         self.trainer = trainer
         self.size = int(node_batch_size)
         self.order = order
@@ -401,7 +397,8 @@ class NodeBatches:
 
     # ------------------------------------------------------------------ graphs and plans
     def _union(self, ts: list) -> tuple:
-        """``(edge_index, n, keys, node offsets, edge offsets)`` of the union of snapshots ``ts`` (CPU)."""
+        """``(edge_index, n, keys, node offsets, edge offsets)`` of the union of
+        snapshots ``ts`` (CPU; storage positions, see :meth:`_held`)."""
         t = torch.tensor(ts, dtype=_LONG)
         nc = self._nptr[t + 1] - self._nptr[t]
         ec = self._eptr[t + 1] - self._eptr[t]
@@ -414,6 +411,11 @@ class NodeBatches:
         ei = self._ei[:, edges] + noff[eb]
         return ei, int(nc.sum()), nb * self._V + self._node_id[rows], noff, eoff
 
+    def _held(self, ts: list) -> list:
+        """Storage positions of global snapshots ``ts`` (``placement="blocks"``
+        keeps a rank's snapshots only)."""
+        return self.trainer._loc(ts)
+
     def plan(self, starts: list, S: Tensor) -> list:
         """The :class:`StepPlan` of every step for windows starting at ``starts`` and node batch ``S``."""
         tr = self.trainer
@@ -425,7 +427,7 @@ class NodeBatches:
         targets = (torch.arange(B).unsqueeze(1) * self._V + S.unsqueeze(0)).flatten()
         graphs, keys = [], []
         for j in range(L):
-            ei, n, key, _, _ = self._union([s + j for s in starts])
+            ei, n, key, _, _ = self._union(self._held([s + j for s in starts]))
             graphs.append((ei, n))
             keys.append(key)
         sampler = None
@@ -470,7 +472,7 @@ class NodeBatches:
         ys, full_rows, wins = [], [], []
         base = 0
         for j, p in enumerate(plans):
-            ts = [s + j for s in starts]
+            ts = self._held([s + j for s in starts])
             if p.skip:
                 if j >= L - H:
                     base += int(sum(self._nptr[t + 1] - self._nptr[t] for t in ts))
@@ -507,7 +509,7 @@ class NodeBatches:
         """Signal rows of the targets of output rows at positions ``full_rows`` of the full order."""
         tr = self.trainer
         L, H = tr.view.lags, tr.view.horizon
-        snaps = torch.tensor([s + L - 1 + k for k in range(H) for s in starts], dtype=_LONG)
+        snaps = torch.tensor(self._held([s + L - 1 + k for k in range(H) for s in starts]), dtype=_LONG)
         nc = self._nptr[snaps + 1] - self._nptr[snaps]
         off = torch.cumsum(nc, 0) - nc
         b = torch.searchsorted(off, full_rows, right=True) - 1
@@ -516,11 +518,17 @@ class NodeBatches:
     def node_batch_loss(self, wins: Tensor, S: Tensor) -> Optional[Tensor]:
         r""":math:`\mathcal{L}_{\mathcal{B}, S}` of windows ``wins`` and node batch
         ``S`` (differentiable; ``None`` where no target row is in ``S``)."""
+        means = self.window_terms(wins, S)
+        return means.mean() if means.numel() else None
+
+    def window_terms(self, wins: Tensor, S: Tensor) -> Tensor:
+        r"""``[|B'_S|]`` each window's mean loss over its target rows in ``S``
+        (the windows of ``wins`` that have any, in order; differentiable)."""
         tr = self.trainer
         starts = tr.view.starts.index_select(0, wins).tolist()
         y, full_rows, win = self.outputs(starts, S)
         if full_rows.numel() == 0:
-            return None
+            return torch.zeros(0, device=tr.device, dtype=tr.dtype)
         pred = tr.head(y) if tr.head is not None else y
         tr._check_widths(pred)
         tgt = tr._y.index_select(0, self._targets(starts, full_rows).to(tr._y.device)).to(tr.device)
@@ -530,7 +538,7 @@ class NodeBatches:
         seg = win.to(tr.device)
         counts = torch.bincount(seg, minlength=len(starts))
         means, _ = tr._window_mean(per, seg, counts)
-        return means.mean()
+        return means
 
     def predict(self, wins: Tensor) -> tuple:
         """What the trainer's full-batch prediction returns (``(pred, target,
@@ -540,7 +548,7 @@ class NodeBatches:
         starts = tr.view.starts.index_select(0, wins).tolist()
         parts = [self.outputs(starts, S) for S in self.node_batches()]
         L, H = tr.view.lags, tr.view.horizon
-        snaps = [s + L - 1 + k for k in range(H) for s in starts]
+        snaps = self._held([s + L - 1 + k for k in range(H) for s in starts])
         total = sum(int(self._nptr[t + 1] - self._nptr[t]) for t in snaps)
         y0 = parts[0][0]
         y = y0.new_zeros((total,) + tuple(y0.shape[1:]))
@@ -561,15 +569,17 @@ class NodeBatches:
     def train_epoch(self) -> float:
         """One epoch: one optimizer step per (node batch, global batch) pair in
         :attr:`order`. Returns the mean step loss; the step losses are in the
-        trainer's ``batch_losses``."""
+        trainer's ``batch_losses``. Under a process group each rank computes
+        its blocks' windows of the pair and the trainer's
+        ``DistributedDataParallel`` sums the gradients (a step as
+        ``WindowTrainer``'s, with the node batch's loss)."""
         tr = self.trainer
         tr.model.train()
         if tr.head is not None:
             tr.head.train()
         e = tr.epoch
         g = torch.Generator().manual_seed(tr.seed + e) if tr.shuffle else None
-        batches = [torch.cat(parts) for parts in
-                   block_batch_parts(tr.view.split("train"), tr.batch_size, tr.blocks, tr.shuffle, g)]
+        batches = block_batch_parts(tr.view.split("train"), tr.batch_size, tr.blocks, tr.shuffle, g)
         nodes = self.node_batches(g)
         self.seed_stream(tr.seed * 1_000_003 + 2 * e + 1)
         if self.order == "seq-first":
@@ -577,9 +587,14 @@ class NodeBatches:
         else:
             pairs = [(S, w) for w in batches for S in nodes]
         tr.batch_losses = []
-        for S, wins in pairs:
+        for S, parts in pairs:
+            if tr.world_size > 1:
+                total = self._windows_with_rows(parts, S)
+                if total:
+                    tr.batch_losses.append(tr._step_distributed(parts, S, total))
+                continue
             tr.optimizer.zero_grad()
-            loss = self.node_batch_loss(wins, S)
+            loss = self.node_batch_loss(torch.cat(parts), S)
             if loss is None:
                 continue
             loss.backward()
@@ -587,6 +602,26 @@ class NodeBatches:
             tr.batch_losses.append(float(loss.detach()))
         tr.epoch += 1
         return sum(tr.batch_losses) / max(len(tr.batch_losses), 1)
+
+    def _windows_with_rows(self, parts: list, S: Tensor) -> int:
+        r""":math:`|\mathcal{B}'_S|` under a process group: each rank counts its
+        blocks' windows with a target row in ``S`` (it holds their
+        snapshots), one all-reduce sums the counts (8 bytes, counted as
+        ``traffic.loss``)."""
+        import torch.distributed as dist
+
+        tr = self.trainer
+        L = tr.view.lags
+        n = 0
+        for b in tr.my_blocks:
+            for s in tr.view.starts.index_select(0, parts[b]).tolist():
+                t = self._held([s + L - 1])[0]   # horizon > 1: fixed vertex sets, every row present
+                ids = self._node_id[self._nptr[t]:self._nptr[t + 1]]
+                n += int(bool(torch.isin(ids, S).any()))
+        count = torch.tensor([float(n)], dtype=torch.float64, device=tr.device)
+        tr.traffic.loss += count.numel() * count.element_size()
+        dist.all_reduce(count)
+        return int(count.item())
 
 
 def check_node_batch_args(node_batch_size: Optional[int], num_neighbors: Optional[Sequence[int]],

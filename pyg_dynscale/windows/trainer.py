@@ -597,31 +597,35 @@ class WindowTrainer:
             n += int(self._gptr[e + H] - self._gptr[e] > 0)
         return n
 
-    def _share(self, wins: Optional[Tensor], total: int) -> Tensor:
+    def _share(self, wins: Optional[Tensor], total: int, nodes: Optional[Tensor] = None) -> Tensor:
         r"""This rank's share :math:`\sum_{w \in \text{mine}} \ell_w / |\mathcal{B}'|`
         of a global batch loss (``wins``: this rank's windows, ``None`` if it
-        has none; ``total``: :math:`|\mathcal{B}'|` over all ranks). Plus
+        has none; ``total``: :math:`|\mathcal{B}'|` over all ranks; ``nodes``:
+        a node batch, :math:`\ell_w` over its target rows). Plus
         :math:`0 \cdot \sum p`: every parameter is in the graph on every rank,
         so DDP's backward runs everywhere, for a rank without windows too."""
         zero = sum(p.sum() for p in self._params if p.requires_grad) * 0.0
         if wins is None or not total:
             return zero
+        if nodes is not None:
+            return self._node_batches.window_terms(wins, nodes).sum() / total + zero
         pred, tgt, seg, counts = self._predict(wins)
         if pred.dim() == 2 and pred.shape[1] == 1 and tgt.dim() == 1 and self.loss_kind != "ce":
             pred = pred.squeeze(1)
         means, _ = self._window_mean(row_losses(self.loss_kind, pred, tgt), seg, counts)
         return means.sum() / total + zero
 
-    def _step_distributed(self, parts: list) -> float:
+    def _step_distributed(self, parts: list, nodes: Optional[Tensor] = None, total: Optional[int] = None) -> float:
         r"""One global batch under a process group: this rank's blocks' windows,
         its share of the batch loss through ``DistributedDataParallel`` (whose
-        comm hook sums the gradients), one all-reduce of the loss."""
+        comm hook sums the gradients), one all-reduce of the loss (``nodes``,
+        ``total``: a node batch and its windows with target rows)."""
         import torch.distributed as dist
 
         mine = [parts[b] for b in self.my_blocks if parts[b].numel()]
-        total = self._windows_with_rows(torch.cat(parts))
+        total = self._windows_with_rows(torch.cat(parts)) if total is None else total
         self.optimizer.zero_grad()
-        share = self._ddp(torch.cat(mine) if mine else None, total)
+        share = self._ddp(torch.cat(mine) if mine else None, total, nodes)
         share.backward()
         self.optimizer.step()
         value = share.detach().reshape(1).to(torch.float64)
@@ -736,5 +740,5 @@ class _RankShare(torch.nn.Module):
         # group is destroyed), not at a later garbage collection
         self._share = weakref.WeakMethod(trainer._share)
 
-    def forward(self, wins: Optional[Tensor], total: int) -> Tensor:
-        return self._share()(wins, total)
+    def forward(self, wins: Optional[Tensor], total: int, nodes: Optional[Tensor] = None) -> Tensor:
+        return self._share()(wins, total, nodes)

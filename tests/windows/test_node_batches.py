@@ -406,3 +406,41 @@ def test_bench_node_batches_quick(capsys):
     assert all(float(r[-2]) < 1.0 for r in rows if r[3] == "id")                    # a strip is a part of the grid
     assert "one node batch == full epoch loss: True" in out
     assert float(out.rsplit("node batch / full: ", 1)[1].split()[0]) < 1.0
+
+
+# ------------------------------------------------------------------ process group
+RANK_CASES = [("ring", 2, 4, "seq-first", "sgd", "blocks"), ("vertex_sets", 2, 2, "node-first", "adam", "replicated")]
+
+
+def _rank_run(kind, blocks, batch_size, order, optimizer, placement):
+    model, head = _model("GConvGRU", _signal(kind).x.shape[1])
+    tr = WindowTrainer(model, _signal(kind), lags=3, batch_size=batch_size, lr=LR, optimizer=optimizer, head=head,
+                       blocks=blocks, node_batch_size=5, node_order=order, placement=placement)
+    losses = [tr.train_epoch() for _ in range(2)]
+    return losses, tr.batch_losses, [p.detach().clone() for p in list(model.parameters()) + list(head.parameters())], \
+        tr.evaluate("test")
+
+
+def _ranks(rank, world, cases):
+    torch.set_num_threads(1)
+    return [_rank_run(*c) for c in cases]
+
+
+def test_two_ranks_equal_one_process_with_the_same_blocks():
+    """Under a gloo group each rank computes its blocks' windows of every (node batch, global
+    batch) step, DDP sums the gradients: one process with the same blocks, float64."""
+    from pyg_dynscale.distributed.launch import spawn
+
+    single = [_rank_run(*c[:5], None) for c in RANK_CASES]
+    per_rank = spawn(_ranks, 2, RANK_CASES, timeout=120)
+    for i, ref in enumerate(single):
+        r0, r1 = per_rank[0][i], per_rank[1][i]
+        assert r0[0] == r1[0] and r0[1] == r1[1]
+        for a, b in zip(r0[2], r1[2]):
+            assert torch.equal(a, b)
+        assert len(r0[1]) == len(ref[1]) >= 6
+        for a, b in zip(r0[0] + r0[1], ref[0] + ref[1]):
+            assert math.isclose(a, b, rel_tol=1e-9)
+        for a, b in zip(r0[2], ref[2]):
+            torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
+        assert all(math.isclose(r0[3][k], ref[3][k], rel_tol=1e-9) for k in ref[3])
