@@ -96,7 +96,7 @@ def run(name, data, epochs):
     t_mine = time.perf_counter() - t0
     val = trainer.evaluate("val")
     n = train_data.num_events * epochs
-    print(f"{name:<12} {train_data.num_events:>8} {n / t_ref:>12.0f} {n / t_mine:>12.0f} {t_ref / t_mine:>7.2f}x"
+    print(f"{name:<20} {train_data.num_events:>8} {n / t_ref:>12.0f} {n / t_mine:>12.0f} {t_ref / t_mine:>7.2f}x"
           f" {ref_loss:>9.4f} {loss:>9.4f} {val['ap']:>7.4f} {val['mrr']:>7.4f}", flush=True)
 
 
@@ -190,6 +190,9 @@ def main(argv=None):
                     help="only section 2: 1x1x1 vs 2x1x1 vs 1x2x1 vs 1x1x2 on 2 processes, and the 8-process projection")
     ap.add_argument("--batch-size", type=int, default=200, help="section 2's local batch (default: 200)")
     ap.add_argument("--lr", type=float, default=1e-4, help="section 2's learning rate (default: 1e-4)")
+    ap.add_argument("--events", type=int, default=100_000,
+                    help="events of section 1's synthetic stream (default: 100,000; the issue's large row: 1000000)")
+    ap.add_argument("--nodes", type=int, default=2000, help="nodes of section 1's synthetic stream (default: 2000)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.parallel:
@@ -197,7 +200,7 @@ def main(argv=None):
         return
     print(f"one process, CPU, {args.threads} thread(s), {args.epochs} epoch(s); the example's loss and the trainer's "
           "differ only in the random stream (the example here draws no DataLoader seed before the trainer)")
-    print(f"{'stream':<12} {'train ev':>8} {'example ev/s':>12} {'trainer ev/s':>12} {'ratio':>8} "
+    print(f"{'stream':<20} {'train ev':>8} {'example ev/s':>12} {'trainer ev/s':>12} {'ratio':>8} "
           f"{'ex. loss':>9} {'loss':>9} {'val AP':>7} {'val MRR':>7}")
     streams = []
     college = DATASETS / "snap" / "CollegeMsg.txt"
@@ -205,7 +208,8 @@ def main(argv=None):
         d = load_event_list(college)
         d.msg = torch.ones(d.num_events, 1)
         streams.append(("CollegeMsg", d[:10000] if args.quick else d))
-    streams.append(("synthetic", synthetic_events(5000 if args.quick else 100_000, 2000, msg_dim=16, seed=0)))
+    n_events = 5000 if args.quick else args.events
+    streams.append((f"synthetic {n_events:,}", synthetic_events(n_events, args.nodes, msg_dim=16, seed=0)))
     for name, d in streams:
         run(name, d, args.epochs)
 

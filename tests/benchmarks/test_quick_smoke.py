@@ -1,4 +1,4 @@
-"""Every benchmark runs: the ``--quick`` mode of the six without a smoke test
+"""Every benchmark runs: the ``--quick`` mode of the nine without a smoke test
 elsewhere, each checked for what its table must say (the others: bench_schemes,
 bench_blackbox, bench_gpu, bench_generator, bench_temporal_fusion,
 bench_transfer and bench_pgc_scale are run by the tests of their modules)."""
@@ -144,3 +144,31 @@ def test_bench_windows_quick():
         assert int(placed[0][5].replace(",", "")) < int(placed[1][5].replace(",", ""))  # blocks hold less
         if not features["bytes of vertex partitions"]:
             assert len(_md_rows(out, r"\| 8 \(projection\) \|")) >= 2
+
+
+def test_bench_incremental_quick():
+    out = _quick("bench_incremental")
+    rows = [ln.split() for ln in out.splitlines() if re.match(r"\s+0\.\d+\s+(sum|gcn|cheb)", ln)]
+    assert {r[1] for r in rows} == {"sum", "gcn", "cheb"} and len(rows) == 9
+    for r in rows:  # the incremental/scratch column is the ratio of the two time columns (printed to 1 ms)
+        scratch, inc, ratio = float(r[-5]), float(r[-4]), float(r[-2])
+        if scratch > 0.001:
+            assert (inc - 5e-4) / (scratch + 5e-4) - 0.01 <= ratio <= (inc + 5e-4) / (scratch - 5e-4) + 0.01
+    assert sum(ln.startswith("crossover") for ln in out.splitlines()) == 3
+
+
+def test_bench_node_batches_quick():
+    out = _quick("bench_node_batches")
+    assert "one node batch == full epoch loss: True" in out  # the exactness the table relies on
+    rows = [ln.split() for ln in out.splitlines() if re.match(r"(TGCN|GConv\w+\(K=2\))\s+\d", ln)]
+    assert rows and all(float(r[-2]) >= float(r[-1]) > 0 for r in rows)  # computed rows >= the exact need
+
+
+def test_bench_ctdg_quick():
+    out = _quick("bench_ctdg", "--epochs", "1")
+    rows = [ln.split() for ln in out.splitlines() if re.match(r"(CollegeMsg|synthetic)\b", ln)]
+    assert len(rows) == 2
+    for r in rows:
+        ex, mine, ratio, ex_loss, loss = float(r[-7]), float(r[-6]), float(r[-5].rstrip("x")), r[-4], r[-3]
+        assert abs(mine / ex - ratio) <= 0.011 * ratio + 0.01
+        assert ex_loss == loss  # the trainer reproduces the example's loss
