@@ -23,7 +23,8 @@ memory with and without gradient checkpointing -- side by side in one run.
 5. **ReInc's reuse** (``FusedTrainer(reuse=...)``, :mod:`pyg_dynscale.runtime.step_reuse`):
    PyGT's own loop vs the black-box path with reuse off (the cell called per
    snapshot) and on, one process, float32, for GConvGRU(K=2),
-   GConvLSTM(K=2), DCRNN(K=2), GCLSTM(K=2) and TGCN on Chickenpox (20
+   GConvLSTM(K=2), DCRNN(K=2), GCLSTM(K=2), TGCN and PyGT's example
+   ``RecurrentGCN`` (GConvGRU, ReLU, Linear) on Chickenpox (20
    nodes, 517 snapshots) and a static synthetic graph (2000 nodes, 8000
    edges, 200 snapshots). The three columns' epochs are interleaved so that
    the load of other processes hits them alike; the first epoch losses are
@@ -399,7 +400,20 @@ def section_length(quick: bool, epochs: int) -> None:
         print(f"{T:>9} {1e6 * base / T:>10.1f} {1e6 * bb / T:>10.1f} {base / bb:>6.2f}")
 
 
-REUSE_CELLS = ("GConvGRU", "GConvLSTM", "DCRNN", "GCLSTM", "TGCN")
+REUSE_CELLS = ("GConvGRU", "GConvLSTM", "DCRNN", "GCLSTM", "TGCN", "RecurrentGCN")
+
+
+class RecurrentGCN(torch.nn.Module):
+    """PyGT's example model (examples/recurrent/gconvgru_example.py): GConvGRU(K=2), ReLU, Linear."""
+
+    def __init__(self, F: int) -> None:
+        super().__init__()
+        self.recurrent = import_pygt("bench_blackbox").nn.recurrent.GConvGRU(F, HIDDEN, 2)
+        self.linear = torch.nn.Linear(HIDDEN, 1)
+
+    def forward(self, x, edge_index, edge_weight, prev_hidden_state):  # noqa: ANN001
+        h = self.recurrent(x, edge_index, edge_weight, prev_hidden_state)
+        return self.linear(torch.relu(h)), h
 
 
 def reuse_dataset(name: str, quick: bool) -> DynamicGraphSignal:
@@ -424,19 +438,25 @@ def reuse_dataset(name: str, quick: bool) -> DynamicGraphSignal:
 def reuse_cell(name: str, F: int):
     rec = import_pygt("bench_blackbox").nn.recurrent
     torch.manual_seed(0)
+    if name == "RecurrentGCN":
+        return RecurrentGCN(F)
     return rec.TGCN(F, HIDDEN) if name == "TGCN" else getattr(rec, name)(F, HIDDEN, 2)
 
 
 def pygt_static_epoch(m, head, snaps: list, opt, lstm: bool) -> float:
-    """PyGT's example loop on a fixed vertex set: ``h`` (and ``c``) carried, cost averaged, one backward."""
+    """PyGT's example loop on a fixed vertex set: ``h`` (and ``c``) carried, cost averaged, one backward
+    (``head=None``: the model returns ``(y, h)``, as PyGT's ``RecurrentGCN``)."""
     opt.zero_grad()
     cost, h, c = 0, None, None
     for t, d in enumerate(snaps):
         if lstm:
             h, c = m(d.x, d.edge_index, d.edge_attr, h, c)
+        elif head is None:
+            y, h = m(d.x, d.edge_index, d.edge_attr, h)
         else:
             h = m(d.x, d.edge_index, d.edge_attr, h)
-        cost = cost + torch.mean((head(h).squeeze(1) - d.y) ** 2)
+        y = head(h) if head is not None else y
+        cost = cost + torch.mean((y.squeeze(1) - d.y) ** 2)
     cost = cost / (t + 1)
     cost.backward()
     opt.step()
@@ -449,18 +469,23 @@ def section_reuse(quick: bool, epochs: int, datasets: tuple = ("chickenpox", "st
 
     print(f"\n== 5. ReInc's reuse on the black-box path: PyGT's loop vs FusedTrainer(reuse=False / True), one process, "
           f"float32, {torch.get_num_threads()} thread(s); median epoch seconds of {epochs - 1} interleaved epochs ==")
-    print(f"{'dataset':<12}{'cell':<11}{'nodes':>6}{'T':>5} {'PyGT loop':>10} {'reuse off':>10} {'reuse on':>9} "
+    print(f"{'dataset':<12}{'cell':<13}{'nodes':>6}{'T':>5} {'PyGT loop':>10} {'reuse off':>10} {'reuse on':>9} "
           f"{'PyGT/off':>9} {'PyGT/on':>8} {'first-loss rel diff':>20}")
     for data in datasets:
         sig = reuse_dataset(data, quick)
         snaps = list(sig)
         F = sig.num_node_features
         for cname in cells:
-            m, head = reuse_cell(cname, F), torch.nn.Linear(HIDDEN, 1)
-            opt = torch.optim.Adam(list(m.parameters()) + list(head.parameters()), lr=0.01)
+            wrapped = cname == "RecurrentGCN"  # PyGT's example model: its own Linear, no head
+
+            def new_head():
+                return None if wrapped else torch.nn.Linear(HIDDEN, 1)
+
+            m, head = reuse_cell(cname, F), new_head()
+            opt = torch.optim.Adam(list(m.parameters()) + (list(head.parameters()) if head is not None else []), lr=0.01)
             runs = {"pygt": lambda: pygt_static_epoch(m, head, snaps, opt, cname in ("GConvLSTM", "GCLSTM"))}
             for reuse in (False, True):
-                tr = FusedTrainer(reuse_cell(cname, F), sig, head=torch.nn.Linear(HIDDEN, 1), loss="mse", lr=0.01,
+                tr = FusedTrainer(reuse_cell(cname, F), sig, head=new_head(), loss="mse", lr=0.01,
                                   path="blackbox", reuse=reuse)
                 assert (tr.runner.reuse is not None) == reuse, (data, cname, reuse)
                 runs["on" if reuse else "off"] = tr.train_epoch
@@ -474,7 +499,7 @@ def section_reuse(quick: bool, epochs: int, datasets: tuple = ("chickenpox", "st
                     first.setdefault(k, loss)
             med = {k: median_tail(v) for k, v in times.items()}
             rel = max(abs(first[k] - first["pygt"]) for k in first) / abs(first["pygt"])
-            print(f"{data:<12}{cname:<11}{int(sig.nodes_per_snapshot.max()):>6}{sig.num_snapshots:>5} "
+            print(f"{data:<12}{cname:<13}{int(sig.nodes_per_snapshot.max()):>6}{sig.num_snapshots:>5} "
                   f"{med['pygt']:>10.3f} {med['off']:>10.3f} {med['on']:>9.3f} {med['pygt'] / med['off']:>8.2f}x "
                   f"{med['pygt'] / med['on']:>7.2f}x {rel:>20.1e}")
     print("(goal: PyGT/on >= 3x for GConvGRU, GConvLSTM and DCRNN; timings on a shared machine vary with its load)")

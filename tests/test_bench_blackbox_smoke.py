@@ -33,10 +33,10 @@ def test_bench_blackbox_quick():
     mem = [line for line in text.splitlines() if re.match(r"^(blackbox|decomposed)\s+\w+\s+[12]\s", line)]
     assert len(mem) == 8, text
     assert text.count("peak off / on") == 4
-    # reuse: PyGT's loop, reuse off and on for five cells on two graphs, the same first loss (float32)
+    # reuse: PyGT's loop, reuse off and on for five cells and RecurrentGCN on two graphs, the same first loss (float32)
     reuse = [line.split() for line in text.splitlines()
-             if re.match(r"^(chickenpox|static2000)\s+(GConvGRU|GConvLSTM|DCRNN|GCLSTM|TGCN)\s", line)]
-    assert len(reuse) == 10, text
+             if re.match(r"^(chickenpox|static2000)\s+(GConvGRU|GConvLSTM|DCRNN|GCLSTM|TGCN|RecurrentGCN)\s", line)]
+    assert len(reuse) == 12, text
     for r in reuse:
         assert all(float(v) > 0 for v in r[4:7]) and r[7].endswith("x") and r[8].endswith("x"), r
         assert float(r[9]) < 1e-4, r

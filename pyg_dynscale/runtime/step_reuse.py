@@ -86,6 +86,7 @@ class StepReuse:
         self.hits = 0
         #: ``_version`` of each step's ``x`` when placed (:meth:`track`): an in-place change disables the reuse
         self.versions: list = []
+        self._signature: Optional[inspect.Signature] = None
 
     @classmethod
     def build(cls, model: SnapshotModel, inputs: list, dtype: torch.dtype, edge_fields: tuple) -> Optional["StepReuse"]:
@@ -151,16 +152,22 @@ class StepReuse:
         answers a call on this step's own inputs with :meth:`step`."""
         cell = self.inner
         own = cell.forward
-        sig = inspect.signature(own)
-        names = [p for p in sig.parameters if p in ("H", "C")]
+        if self._signature is None:
+            self._signature = inspect.signature(own)
+        sig = self._signature
+        params = list(sig.parameters)
+        names = [p for p in params if p in ("H", "C")]
         n_states = self.impl.num_states
         ver = self.versions[i] if i < len(self.versions) else None
 
         def forward(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
-            try:
-                a = sig.bind(*args, **kwargs).arguments
-            except TypeError:
-                return own(*args, **kwargs)
+            if not kwargs and len(args) <= len(params):  # positional: no binding needed
+                a = dict(zip(params, args))
+            else:
+                try:
+                    a = sig.bind(*args, **kwargs).arguments
+                except TypeError:
+                    return own(*args, **kwargs)
             X = a.get("X")
             states = [a.get(n) for n in names]
             if (X is x and a.get("edge_index") is edge_index and a.get("edge_weight") is edge_weight

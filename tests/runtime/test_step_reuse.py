@@ -133,14 +133,32 @@ class XFirst(torch.nn.Module):
         return h, h
 
 
+class KeywordLSTM(torch.nn.Module):
+    """A GConvLSTM called with keyword arguments, returning ``(y, h, c)``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from torch_geometric_temporal.nn.recurrent import GConvLSTM
+
+        torch.manual_seed(7)
+        self.cell, self.lin = GConvLSTM(cases.F, cases.H, 2), torch.nn.Linear(cases.H, 1)
+
+    def forward(self, x, edge_index, edge_weight, h, c):  # noqa: ANN001
+        h, c = self.cell(x, edge_index, edge_weight=edge_weight, H=h, C=c)
+        return self.lin(h), h, c
+
+
 @pytest.mark.parametrize("cell_name,transform,every", [("GConvGRU", False, None), ("GConvGRU", True, 2),
-                                                        ("TGCN", True, None)])
+                                                        ("TGCN", True, None), ("keywords", False, None)])
 def test_a_module_around_a_cell_gets_the_reuse(cell_name, transform, every):
-    """PyGT's RecurrentGCN (cell, ReLU, Linear; optionally a transformed carried state): the module runs, its
-    cell's call on the snapshot's own inputs is answered by the reuse, and training equals reuse=False."""
+    """PyGT's RecurrentGCN (cell, ReLU, Linear; optionally a transformed carried state), and an LSTM cell
+    called with keywords: the module runs, its cell's call on the snapshot's own inputs is answered by the
+    reuse, and training equals reuse=False."""
     sig = cases.signal("plain")
 
     def make():
+        if cell_name == "keywords":
+            return KeywordLSTM().double(), torch.nn.Identity()
         return cases.RecurrentGCN(cell_name, transform).double(), torch.nn.Identity()
 
     ref = train(*make(), sig, reuse=False)
