@@ -51,11 +51,15 @@ class GCNInputReuse:
 
     def __init__(self, cell: torch.nn.Module, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor]) -> None:
         self.cell = cell
+        #: ``[N_all, 1, F]``: :math:`\hat A_t X_t` of every snapshot
+        self.basis = self.input_basis(x, edge_index, edge_weight)
+
+    def input_basis(self, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor]) -> Tensor:
+        r"""``[n, 1, F]``: :math:`\hat A x` on one graph (the first GCN's normalization, no grad)."""
         conv = self.first_conv()
         g = gcn_graph(conv, edge_index, x.shape[0], edge_weight, x.dtype)
         with torch.no_grad():
-            #: ``[N_all, 1, F]``: :math:`\hat A_t X_t` of every snapshot
-            self.basis = gcn_aggregate(conv, g, x).unsqueeze(1)
+            return gcn_aggregate(conv, g, x).unsqueeze(1)
 
     def first_conv(self) -> torch.nn.Module:
         return self.cell.convs[0]

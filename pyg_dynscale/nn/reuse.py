@@ -44,7 +44,7 @@ from torch import Tensor
 from .reinc_reuse import LAYER_REUSE
 
 __all__ = ["ChebReuse", "GConvGRUReuse", "GConvLSTMReuse", "GCLSTMReuse", "TGCNReuse", "DCRNNReuse", "reuse_for",
-           "spread", "Propagation"]
+           "spread", "Propagation", "static_basis"]
 
 
 def _is_pygt(module: torch.nn.Module, name: str) -> bool:
@@ -136,6 +136,49 @@ class Propagation:
 
     def apply_tensors(self, fn) -> "Propagation":  # noqa: ANN001
         return Propagation(fn(self.edge_index), fn(self.weight), self.num_nodes, self.fast)
+
+
+def static_basis(obj: object, x: Tensor, T: int, edge_index: Tensor, edge_weight: Optional[Tensor],
+                 chunk_bytes: int = 1 << 26) -> Tensor:
+    r"""``[T n, K', F]``: ``obj.input_basis`` of ``T`` snapshots that share one
+    graph, without their block-diagonal ``[2, T E]`` edge list.
+
+    Every input basis here (:math:`T_k(\hat L) X`, :math:`\hat A X`, the
+    forward and backward diffusions of ``DCRNN``) is linear and applies one
+    operator of the graph to each feature column alone, so the basis of
+    snapshots :math:`X_0 .. X_{T-1}` is that of :math:`[X_0 \| \dots \|
+    X_{T-1}]` (``[n, T F]``, column ``t F + f``) on the one graph: the graph
+    is normalized once per chunk of ``c`` snapshots and propagated over their
+    ``c F`` columns (``c`` such that a chunk's basis is about ``chunk_bytes``),
+    and the result is written back to the storage layout. Per entry the same
+    terms are summed as on the block-diagonal graph.
+
+    Args:
+        obj: a reuse object (its ``input_basis``; an object with
+            ``graph_free_input`` keeps ``x`` as it is).
+        x: ``[T n, F]`` the snapshots' features, snapshot-major.
+        T: snapshots.
+        edge_index: ``[2, E]`` the one graph (local rows ``< n``).
+        edge_weight: ``[E]`` or ``None``.
+        chunk_bytes: target size of one chunk's basis.
+    """
+    if getattr(obj, "graph_free_input", False):
+        return obj.input_basis(x, edge_index, edge_weight)
+    n, F = x.shape[0] // T, x.shape[1]
+    out: Optional[Tensor] = None
+    t, c = 0, 1
+    with torch.no_grad():
+        while t < T:
+            c = min(c, T - t)
+            xs = x[t * n:(t + c) * n].reshape(c, n, F).transpose(0, 1).reshape(n, c * F)
+            b = obj.input_basis(xs, edge_index, edge_weight)  # [n, K', c F]
+            K = b.shape[1]
+            if out is None:
+                out = b.new_empty(T * n, K, F)
+            out[t * n:(t + c) * n].view(c, n, K, F).copy_(b.reshape(n, K, c, F).permute(2, 0, 1, 3))
+            t += c
+            c = max(1, chunk_bytes // max(1, n * K * F * b.element_size()))
+    return out
 
 
 def cheb_basis(x: Tensor, prop, K: int) -> list:  # noqa: ANN001
@@ -328,6 +371,8 @@ class GCLSTMReuse(ChebReuse):
 
     hidden_conv = "conv_i"
     num_states = 2
+    #: the input basis is ``x`` itself (no graph operation): :func:`static_basis` keeps it a view
+    graph_free_input = True
 
     def __init__(self, cell: torch.nn.Module, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor]) -> None:
         self.cell = cell

@@ -54,10 +54,11 @@ import torch
 from torch import Tensor
 
 from ..errors import ModelInputError
+from ..nn.reuse import static_basis
 from ..nn.snapshot_model import default_dtype
 from .batching import block_batch_parts
 
-__all__ = ["GlobalCache", "LocalCache", "WindowCache", "POLICIES", "priority", "build_window_cache"]
+__all__ = ["GlobalCache", "LocalCache", "WindowCache", "POLICIES", "priority", "build_window_cache", "storage_graph"]
 
 #: eviction policies of :class:`GlobalCache`
 POLICIES = ("reinc", "lru", "fifo")
@@ -313,13 +314,36 @@ def planned_batches(trainer: object, epoch: int) -> list:
     return out
 
 
-def build_window_cache(trainer: object, impl: type, edge_index_all: Tensor, bound: Optional[int],
-                       policy: str = "reinc") -> tuple:
-    r"""``(reuse object, WindowCache)`` for a trainer: unbounded, the reuse
-    object's ``basis`` of the whole storage (computed here, once); bounded,
-    a reuse object built on one snapshot (its parameters, its methods; its
-    basis dropped) and entries computed per snapshot on demand."""
+def storage_graph(trainer: object) -> tuple:
+    r"""``(edge_index, edge_weight, n)``: the graph the reuse's input basis of
+    the trainer's storage is computed on. A static graph (``trainer._static``):
+    its one snapshot graph (``[2, E]``, local rows, ``n`` vertices;
+    :func:`~pyg_dynscale.nn.reuse.static_basis` lays the snapshots side by
+    side as feature columns); otherwise the block-diagonal union of all
+    snapshots (``[2, E_all]``, global rows, ``n = N_all``)."""
+    if trainer._static:
+        E = trainer._edge_ptr[1]
+        return trainer._ei[:, :E], None if trainer._ew is None else trainer._ew[:E], trainer._node_ptr[1]
+    counts_e = torch.as_tensor(trainer._edge_ptr, device=trainer._ei.device).diff()
+    starts = torch.as_tensor(trainer._node_ptr[:-1], device=trainer._ei.device)
+    off = torch.repeat_interleave(starts, counts_e, output_size=trainer._ei.shape[1])
+    return trainer._ei + off, trainer._ew, trainer._x.shape[0]
+
+
+def build_window_cache(trainer: object, impl: type, bound: Optional[int], policy: str = "reinc") -> tuple:
+    r"""``(reuse object, WindowCache)`` for a trainer (``(None, None)`` where
+    ``impl.applies`` rejects its graph): unbounded, the reuse object's
+    ``basis`` of the whole storage (computed here, once: on a static graph by
+    :func:`~pyg_dynscale.nn.reuse.static_basis` on the one graph, no ``T x
+    E`` tensor; otherwise on the block-diagonal graph of all snapshots);
+    bounded, a reuse object built on one snapshot (its parameters, its
+    methods; its basis dropped) and entries computed per snapshot on demand
+    (on a static graph from the one graph)."""
     cell = trainer.model.module
+    ei_all, ew_all, n_all = storage_graph(trainer)
+    applies = getattr(impl, "applies", None)
+    if applies is not None and not applies(ei_all, n_all, ew_all):
+        return None, None
 
     def rows(t: int) -> int:
         pos = getattr(trainer, "_pos", None)
@@ -327,18 +351,29 @@ def build_window_cache(trainer: object, impl: type, edge_index_all: Tensor, boun
         return trainer._node_ptr[p + 1] - trainer._node_ptr[p]
 
     if bound is None:
-        obj = impl(cell, trainer._x, edge_index_all, trainer._ew)
+        if trainer._static:
+            T = len(trainer._node_ptr) - 1
+            obj = impl(cell, trainer._x[:n_all], ei_all, ew_all)
+            obj.basis = static_basis(obj, trainer._x, T, ei_all, ew_all)
+        else:
+            obj = impl(cell, trainer._x, ei_all, ew_all)
         g = GlobalCache(full=obj.basis, gather=trainer._gather, full_count=len(trainer._node_ptr) - 1, policy=policy)
         return obj, WindowCache(obj, g, trainer.view.lags, rows)
 
     def compute(t: int) -> Tensor:
-        x, ei, ew, _, _ = trainer._union([t])
+        if trainer._static:
+            x, ei, ew = trainer._gather(trainer._x, [t]), ei_all, ew_all
+        else:
+            x, ei, ew, _, _ = trainer._union([t])
         with default_dtype(trainer.dtype):
             return impl(cell, x, ei, ew).basis
 
     L, starts = trainer.view.lags, trainer.view.starts.index_select(0, trainer.view.split("train")).tolist()
     first = next(s + j for s in starts for j in range(L) if rows(s + j) > 0)
-    x, ei, ew, _, _ = trainer._union([first])
+    if trainer._static:
+        x, ei, ew = trainer._gather(trainer._x, [first]), ei_all, ew_all
+    else:
+        x, ei, ew, _, _ = trainer._union([first])
     obj = impl(cell, x, ei, ew)
     obj.basis = None
     g = GlobalCache(compute, bound=bound, policy=policy)

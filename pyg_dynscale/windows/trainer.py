@@ -317,13 +317,9 @@ class WindowTrainer:
         self._incremental = self._incremental_basis(incremental, cache_bytes, sig)
         if impl is not None and self._incremental is not None:
             impl = incremental_reuse(impl, self._incremental)
-        if impl is not None and not self._ef:
-            counts_e = sig.edges_per_snapshot.to(self.device)
-            off = torch.repeat_interleave(sig.node_ptr[:-1].to(self.device), counts_e, output_size=self._ei.shape[1])
-            applies = getattr(impl, "applies", None)
-            if applies is None or applies(self._ei + off, self._x.shape[0], self._ew):
-                with default_dtype(self.dtype):
-                    self._reuse, self._cache = build_window_cache(self, impl, self._ei + off, cache_bytes, cache_policy)
+        if impl is not None and not self._ef:  # on a static graph from its one snapshot graph (no T x E tensor)
+            with default_dtype(self.dtype):
+                self._reuse, self._cache = build_window_cache(self, impl, cache_bytes, cache_policy)
         if self._seq2seq is not None:
             self._seq2seq.setup_reuse(self)
         self._params = params
