@@ -149,8 +149,10 @@ def static_basis(obj: object, x: Tensor, T: int, edge_index: Tensor, edge_weight
     snapshots :math:`X_0 .. X_{T-1}` is that of :math:`[X_0 \| \dots \|
     X_{T-1}]` (``[n, T F]``, column ``t F + f``) on the one graph: the graph
     is normalized once per chunk of ``c`` snapshots and propagated over their
-    ``c F`` columns (``c`` such that a chunk's basis is about ``chunk_bytes``),
-    and the result is written back to the storage layout. Per entry the same
+    ``c F`` columns, and the result is written back to the storage layout.
+    ``c`` keeps a chunk's temporaries near ``chunk_bytes``: its basis
+    (``n K' c F`` entries) and a propagation's gathered messages (``E c F``,
+    twice: :func:`spread` gathers, then weighs). Per entry the same
     terms are summed as on the block-diagonal graph.
 
     Args:
@@ -177,7 +179,7 @@ def static_basis(obj: object, x: Tensor, T: int, edge_index: Tensor, edge_weight
                 out = b.new_empty(T * n, K, F)
             out[t * n:(t + c) * n].view(c, n, K, F).copy_(b.reshape(n, K, c, F).permute(2, 0, 1, 3))
             t += c
-            c = max(1, chunk_bytes // max(1, n * K * F * b.element_size()))
+            c = max(1, chunk_bytes // max(1, (n * K + 2 * edge_index.shape[1]) * F * b.element_size()))
     return out
 
 

@@ -119,3 +119,13 @@ def test_static_basis_chunks():
     g = _cell("GCLSTM")
     b = static_basis(reuse_for(g)(g, sig.x[:N], ei, ew), sig.x, T, ei, ew)
     assert b.data_ptr() == sig.x.data_ptr() and b.shape == (T * N, 1, F)
+
+
+def test_one_changed_weight_is_not_static():
+    """A weight that differs in the last snapshot only: not static, the block-diagonal basis."""
+    sig, ei, ew = _signal()
+    sig.edge_weight[-1] += 1.0
+    cell = _cell("GConvGRU")
+    tr = WindowTrainer(cell, sig, lags=3, batch_size=4, head=torch.nn.Linear(H, F).double())
+    assert not tr._static
+    torch.testing.assert_close(tr._reuse.basis, _block_diagonal_basis(cell, sig), rtol=0, atol=1e-9)
