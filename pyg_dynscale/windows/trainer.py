@@ -54,6 +54,7 @@ from .cache import build_window_cache, planned_batches
 from .decoder import build_seq2seq
 from .view import WindowView
 from .node_batches import NodeBatches, check_node_batch_args
+from .window_model import WindowModelRunner, check_window_model_args, is_window_model
 
 __all__ = ["WindowTrainer", "OPTIMIZERS"]
 
@@ -89,7 +90,11 @@ class WindowTrainer:
             ``A3TGCN``, ...), or a module with PyGT's signature
             ``forward(x, edge_index, edge_weight[, h]) -> h | (y, h)``, or a
             :class:`~pyg_dynscale.nn.snapshot_model.SnapshotModel`. Its own
-            parameters are trained.
+            parameters are trained. PyGT's ``A3TGCN`` / ``A3TGCN2`` on a
+            signal of ``[n, F]`` features is a *window model*
+            (:mod:`~pyg_dynscale.windows.window_model`): its call on each
+            window's ``X [N, F, L]`` (``periods == lags``, static graph, ``horizon=1``);
+            on ``[n, F, periods]`` features it is called per snapshot.
         signal: a :class:`~pyg_dynscale.data.DynamicGraphSignal` or a PyGT
             signal object.
         lags: snapshots per window :math:`L`.
@@ -108,8 +113,9 @@ class WindowTrainer:
         reuse: ReInc's reuse (:mod:`~pyg_dynscale.nn.reuse`) where the
             model has one (PyGT's ``GConvGRU``, ``GConvLSTM``, ``GCLSTM``, ``TGCN``, ``DCRNN``): the
             input aggregation of every snapshot computed once, the hidden
-            basis once per step for all gates; other models are called as
-            they are.
+            basis once per step for all gates; for ``A3TGCN`` /
+            ``A3TGCN2`` as window models, each distinct snapshot's per-period
+            output once per batch; other models are called as they are.
             ``True`` computes what ``False`` computes (float rounding).
         blocks: consecutive window blocks (default: the world size, 1
             without a process group). Under a process group of :math:`R`
@@ -240,7 +246,12 @@ class WindowTrainer:
             raise ModelInputError(target, "is not a node-level field of the signal.", f"give the signal node targets '{target}'.")
         #: PyGT's BatchedDCRNN: called once per batch on ``[B, L, N, F]`` (a sequence model, not a cell)
         self.sequence_model = _is_sequence_model(model)
-        if self.sequence_model:
+        #: PyGT's A3TGCN / A3TGCN2 on [n, F] features: called per window on X [N, F, L] (windows/window_model.py)
+        self.window_model = is_window_model(model, sig.x)
+        if self.window_model:
+            check_window_model_args(model, self.view.lags, self.view.horizon, decoder, node_batch_size, cache_bytes,
+                                    incremental)
+        if self.sequence_model or self.window_model:
             self.model = model
         else:
             self.model = model if isinstance(model, SnapshotModel) else SnapshotModel(model, depth=None)
@@ -258,7 +269,7 @@ class WindowTrainer:
         fl = [p for p in params if p.is_floating_point()]
         self.dtype = fl[0].dtype if fl else sig.x.dtype
         self.device = fl[0].device if fl else sig.x.device
-        self._edge_fields = () if self.sequence_model else edge_fields_of(self.model, sig)
+        self._edge_fields = () if (self.sequence_model or self.window_model) else edge_fields_of(self.model, sig)
         #: global ``[T+1]`` vertex-time offsets (metadata: which windows of a batch have target rows)
         self._gptr = sig.node_ptr.tolist()
         counts = sig.nodes_per_snapshot
@@ -282,7 +293,7 @@ class WindowTrainer:
                 raise ModelInputError("model", f"{type(model).__name__} takes [B, L, N, F] windows of one static graph "
                                       "with a fixed vertex set; this signal's graph or vertex set changes.",
                                       "use its per-snapshot sibling (DCRNN) on a changing graph.")
-        else:
+        elif not self.window_model:
             ea, eb = int(sig.edge_ptr[first]), int(sig.edge_ptr[first + 1])
             self.model.probe(self.view.x_at(first), edge_weight=sig.edge_weight is not None,
                              edge_fields={k: sig.fields[k].values[ea:eb].to(self.device) for k in self._edge_fields})
@@ -312,7 +323,9 @@ class WindowTrainer:
             raise ModelInputError("cache_bytes", f"is {cache_bytes!r} but reuse=False.", "pass reuse=True, or cache_bytes=None.")
         #: ReInc's two-level cache (:mod:`~pyg_dynscale.windows.cache`) that serves ``self._reuse``
         self._cache = None
-        impl = None if (not reuse or self.sequence_model) else reuse_for(self.model.module)
+        impl = None if (not reuse or self.sequence_model or self.window_model) else reuse_for(self.model.module)
+        #: the window model's outputs (:mod:`~pyg_dynscale.windows.window_model`; ``None``: not one)
+        self._window_runner = WindowModelRunner(self, reuse) if self.window_model else None
         #: the storage's layout for incremental aggregation (``None``: off), its last run in ``.last``
         self._incremental = self._incremental_basis(incremental, cache_bytes, sig)
         if impl is not None and self._incremental is not None:
@@ -495,6 +508,8 @@ class WindowTrainer:
         B, L = len(starts), self.view.lags
         if self.sequence_model:
             return self._finish(starts, self._sequence_outputs(starts))
+        if self._window_runner is not None:
+            return self._finish(starts, self._window_runner.outputs(starts))
         widths = self.model.state_widths
         if self._cache is not None:
             self._cache.begin_batch(starts)
@@ -719,7 +734,7 @@ class WindowTrainer:
         return None if self._cache is None else self._cache.stats()
 
     def __repr__(self) -> str:
-        name = type(self.model).__name__ if self.sequence_model else self.model.spec.name
+        name = type(self.model).__name__ if (self.sequence_model or self.window_model) else self.model.spec.name
         return (f"WindowTrainer(model={name}, {self.view!r}, batch_size={self.batch_size}, "
                 f"blocks={self.blocks}, loss={self.loss_kind!r}, reuse={self.reuse})")
 
