@@ -13,8 +13,12 @@ and test AP / AUC / MRR (memory copy 0, DistTGL's evaluation), events per
 second and the memory bytes moved (``--json``: one JSON object, keys in
 ``docs/cli.md``).
 
-Not built: checkpoints (``--checkpoint-dir``, ``--resume``: the memory copies,
-message stores and neighbour loaders are not saved yet), refused with one line.
+``--checkpoint-dir DIR`` writes a checkpoint every ``--checkpoint-every``
+epochs and after the last (:mod:`~pyg_dynscale.commands.events_checkpoint`:
+modules, optimizer, every memory copy with its message stores and neighbour
+loader, the random state); ``--resume`` continues from the newest one, bit for
+bit, and refuses one written by another run naming the option; with
+``--max-restarts`` torchrun's restarted workers resume that way.
 """
 from __future__ import annotations
 
@@ -59,8 +63,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--nproc", type=int, default=None, metavar="N",
                    help="start N local processes through torch.distributed.run (omit under torchrun)")
     p.add_argument("--max-restarts", type=int, default=0, metavar="K",
-                   help="with --nproc: restart the workers up to K times after a failure (each restart trains "
-                        "from the start: no checkpoints)")
+                   help="with --nproc: restart the workers up to K times after a failure (default: 0; add "
+                        "--checkpoint-dir DIR --resume to continue from the newest checkpoint)")
     p.add_argument("--epochs", type=int, default=5, help="training epochs (default: 5)")
     p.add_argument("--batch-size", type=int, default=200, metavar="B", help="events per local batch (default: 200)")
     p.add_argument("--lr", type=float, default=1e-4, help="Adam learning rate (default: 1e-4, the example's)")
@@ -84,8 +88,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS",
                    help="collective timeout (default: 120)")
     p.add_argument("--checkpoint-dir", default=None, metavar="DIR",
-                   help="refused: event-stream checkpoints are missing")
-    p.add_argument("--resume", action="store_true", help="refused: event-stream checkpoints are missing")
+                   help="write checkpoints here (modules, optimizer, memory copies, message stores, neighbours)")
+    p.add_argument("--checkpoint-every", type=int, default=1, metavar="K",
+                   help="checkpoint every K epochs and after the last (default: 1)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue from the newest complete checkpoint in --checkpoint-dir (none: start fresh)")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout (rank 0) instead of text")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     return p
@@ -112,9 +119,9 @@ def check_args(args: argparse.Namespace) -> None:
     """Checks that need no data (the launcher and every rank)."""
     import torch
 
-    if args.checkpoint_dir is not None or args.resume:
-        fail("--checkpoint-dir / --resume are not built for event streams (the memory copies, message stores and "
-             "neighbour loaders are not saved yet); drop them.")
+    from .events_checkpoint import check_checkpoint_args
+
+    check_checkpoint_args(args)
     if os.path.isdir(args.path):
         fail(f"PATH '{args.path}' is a directory; give an events file.")
     if not os.path.exists(args.path):
@@ -195,7 +202,10 @@ def train_events(args: argparse.Namespace, rank: int, world: int, init: Callable
     import torch.distributed as dist
     from tqdm.auto import tqdm
 
+    from ..distributed.checkpoint import CheckpointDamagedError, load_checkpoint, save_checkpoint
     from ..errors import DynScaleError
+    from .events_checkpoint import events_record, find_resume
+    from .launch import attempt_note, restarts_so_far
 
     t_start = time.perf_counter()
     torch.set_num_threads(args.threads)
@@ -203,6 +213,8 @@ def train_events(args: argparse.Namespace, rank: int, world: int, init: Callable
         data = load_events(args)
     except DynScaleError as exc:
         fail(f"PATH '{args.path}': {exc}")
+    record = events_record(args, parse_parallelism(args.parallelism), data, world)
+    resume_from = find_resume(args, record, rank, PROG, attempt_note()) if args.checkpoint_dir else None
     init()
     try:
         trainer = build(args, data, device)
@@ -210,9 +222,24 @@ def train_events(args: argparse.Namespace, rank: int, world: int, init: Callable
         field = getattr(exc, "field", "")
         fail(f"--{field.replace('_', '-')}: {exc}" if field in ("parallelism", "batch_size") else str(exc))
     i, j, k = trainer.parallelism
-    bar = tqdm(range(args.epochs), total=args.epochs, desc=f"tgn {i}x{j}x{k} on {world} process(es)", unit="epoch",
+    progress: dict = {"losses": [], "epoch_seconds": [], "val_metrics": []}
+    start = 0
+    if resume_from is not None:
+        stream = trainer.stream_state()  # this rank's keys: DCP fills them in place
+        try:
+            progress = load_checkpoint(resume_from[1], trainer.modules, trainer.optimizer, record,
+                                       extra=stream)["progress"]
+        except CheckpointDamagedError as exc:
+            fail(f"--resume: {exc}")
+        trainer.load_stream_state(stream)
+        start = resume_from[0]
+        if rank == 0:
+            print(f"{PROG}: resumed from checkpoint epoch {start}{attempt_note()}", file=sys.stderr, flush=True)
+    losses, seconds, val = progress["losses"], progress["epoch_seconds"], progress["val_metrics"]
+    checkpoints = []
+    bar = tqdm(range(start, args.epochs), initial=start, total=args.epochs,
+               desc=f"tgn {i}x{j}x{k} on {world} process(es)", unit="epoch",
                disable=rank != 0 or args.no_progress, file=sys.stderr, mininterval=0.5)
-    losses, seconds, val = [], [], []
     for epoch in bar:
         t0 = time.perf_counter()
         loss = trainer.train_epoch()
@@ -226,6 +253,11 @@ def train_events(args: argparse.Namespace, rank: int, world: int, init: Callable
         seconds.append(float(took))
         val.append(trainer.evaluate("val"))
         bar.set_postfix(loss=f"{loss:.4f}", val_ap=f"{val[-1]['ap']:.4f}", refresh=False)
+        done = epoch + 1
+        if args.checkpoint_dir and (done % args.checkpoint_every == 0 or done == args.epochs):
+            # after the validation pass: it re-seeds the generator the next epoch draws from
+            checkpoints.append(save_checkpoint(args.checkpoint_dir, done, trainer.modules, trainer.optimizer, record,
+                                               progress, extra=trainer.stream_state()))
     bar.close()
     stats = trainer.stats()  # training only
     test = trainer.evaluate("test")
@@ -244,6 +276,8 @@ def train_events(args: argparse.Namespace, rank: int, world: int, init: Callable
         "events_per_second": trainer.val_start / (sum(seconds) / len(seconds)),
         "trained_events_per_second": steps_events / (sum(seconds) / len(seconds)),
         "bytes": stats, "total_seconds": time.perf_counter() - t_start,
+        "checkpoints": checkpoints, "resumed_from": resume_from[1] if resume_from else None,
+        "resumed_from_epoch": resume_from[0] if resume_from else None, "restarts": restarts_so_far(),
     }
 
 

@@ -19,6 +19,7 @@ import json
 import os
 import re
 import shutil
+import warnings
 from typing import Any, Optional
 
 import torch
@@ -91,7 +92,8 @@ def latest_checkpoint(directory: str) -> Optional[tuple[int, str]]:
 
 
 def save_checkpoint(directory: str, epoch: int, module: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                    run: dict, progress: dict, *, keep: int = 2, group: Optional[Any] = None) -> str:
+                    run: dict, progress: dict, *, keep: int = 2, group: Optional[Any] = None,
+                    extra: Optional[dict] = None) -> str:
     r"""Write the checkpoint of ``epoch`` (epochs done) on every rank.
 
     Args:
@@ -105,21 +107,33 @@ def save_checkpoint(directory: str, epoch: int, module: torch.nn.Module, optimiz
             :func:`load_checkpoint`.
         progress: JSON values restored on resume (losses so far, ...).
         keep: complete checkpoints kept (older ones are deleted; ``>= 1``).
+        extra: ``{key: Tensor}`` of state besides module and optimizer (e.g.
+            :meth:`MemoryTrainer.stream_state <pyg_dynscale.ctdg.MemoryTrainer.stream_state>`):
+            a key held by several ranks is written once (DCP's deduplication: its
+            holders must agree), a key held by one rank (``rank<r>/...``) by that
+            rank; :func:`load_checkpoint` fills each rank's own keys.
 
     Returns:
         The checkpoint's path.
     """
     if keep < 1:
         raise ValueError(f"keep is {keep}; keep at least one checkpoint.")
-    rank = dist.get_rank(group)
+    grouped = dist.is_initialized()  # one process without a group: DCP writes alone
+    rank = dist.get_rank(group) if grouped else 0
     final = os.path.join(directory, _name(epoch))
     partial = os.path.join(directory, ".partial-" + _name(epoch))
     if rank == 0:
         os.makedirs(directory, exist_ok=True)
         shutil.rmtree(partial, ignore_errors=True)  # left by a crash while writing this epoch
-    dist.barrier(group)
+    if grouped:
+        dist.barrier(group)
     model_state, optim_state = get_state_dict(module, optimizer)
-    dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=partial, process_group=group)
+    state = {"model": model_state, "optim": optim_state}
+    if extra:
+        state["extra"] = dict(extra)
+    with warnings.catch_warnings():  # one process without a group: DCP says it assumes so
+        warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
+        dcp.save(state, checkpoint_id=partial, process_group=group)
     if rank == 0:
         record = {"format": CHECKPOINT_FORMAT, "epoch": int(epoch), "run": run, "progress": progress}
         with open(os.path.join(partial, META_FILE), "w") as f:
@@ -131,7 +145,8 @@ def save_checkpoint(directory: str, epoch: int, module: torch.nn.Module, optimiz
         done = sorted((int(m.group(1)), e) for e in os.listdir(directory) if (m := _NAME.match(e)))
         for _, old in done[:-keep]:
             shutil.rmtree(os.path.join(directory, old), ignore_errors=True)
-    dist.barrier(group)
+    if grouped:
+        dist.barrier(group)
     return final
 
 
@@ -205,9 +220,11 @@ def check_run(path: str, run: dict, *, ignore: tuple = ()) -> dict:
 
 
 def load_checkpoint(path: str, module: torch.nn.Module, optimizer: torch.optim.Optimizer, run: dict,
-                    *, group: Optional[Any] = None) -> dict:
+                    *, group: Optional[Any] = None, extra: Optional[dict] = None) -> dict:
     r"""Restore ``module`` and ``optimizer`` from the checkpoint at ``path``
     (on every rank) and return its record (``epoch``, ``progress``).
+    ``extra``: ``{key: Tensor}`` filled in place with the saved ``extra`` of
+    :func:`save_checkpoint` (the keys this rank asks for, shapes as saved).
 
     Raises:
         CheckpointMismatchError: the checkpoint's ``run`` differs from this
@@ -217,8 +234,12 @@ def load_checkpoint(path: str, module: torch.nn.Module, optimizer: torch.optim.O
     record = check_run(path, run)
     model_state, optim_state = get_state_dict(module, optimizer)
     state = {"model": model_state, "optim": optim_state}
+    if extra:
+        state["extra"] = extra
     try:
-        dcp.load(state, checkpoint_id=path, process_group=group)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
+            dcp.load(state, checkpoint_id=path, process_group=group)
     except Exception as exc:  # shards changed or damaged after verify_checkpoint: DCP's own (long) message
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         raise _damaged(path, f"loading it failed ({type(exc).__name__}: {first[:300]})") from None

@@ -1,5 +1,7 @@
 """``pyg-dynscale train-events``: one 2-process job (--nproc 2, epoch parallelism 1,2,1, float64) equals the
-in-process MemoryTrainer emulation of the same schedule; refusals are one line naming the option."""
+in-process MemoryTrainer emulation of the same schedule; the same job with rank 1 killed at the start of epoch 2
+(``tests/fault_injection``) and ``--max-restarts 1 --checkpoint-dir --resume`` equals it bit for bit; refusals
+are one line naming the option."""
 from __future__ import annotations
 
 import argparse
@@ -33,15 +35,24 @@ def events_csv(tmp_path_factory) -> str:
     return str(path)
 
 
-def test_two_processes_equal_the_in_process_emulation(events_csv):
+def _two_processes(events_csv, *extra, **env_extra):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), **env_extra}
+    return subprocess.run([sys.executable, "-m", "pyg_dynscale", "train-events", events_csv, "--nproc", "2",
+                           "--parallelism", "1,2,1", "--json", "--no-progress", *ARGS, *extra],
+                          capture_output=True, text=True, timeout=240, env=env, cwd=ROOT)
+
+
+@pytest.fixture(scope="module")
+def two_process_run(events_csv) -> dict:
+    proc = _two_processes(events_csv)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
+def test_two_processes_equal_the_in_process_emulation(events_csv, two_process_run):
     from pyg_dynscale.commands.train_events import build, load_events
 
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-    proc = subprocess.run([sys.executable, "-m", "pyg_dynscale", "train-events", events_csv, "--nproc", "2",
-                           "--parallelism", "1,2,1", "--json", "--no-progress", *ARGS],
-                          capture_output=True, text=True, timeout=240, env=env, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    r = json.loads(proc.stdout)
+    r = two_process_run
     args = build_parser().parse_args(["train-events", events_csv, "--parallelism", "1,2,1", *ARGS])
     torch.set_num_threads(1)
     trainer = build(args, load_events(args))
@@ -58,11 +69,46 @@ def test_two_processes_equal_the_in_process_emulation(events_csv):
     assert r["bytes"]["memory_read"] > 0 and r["bytes"]["memory_write"] > 0
 
 
+def test_a_killed_rank_restarts_and_resumes_bit_for_bit(events_csv, two_process_run, tmp_path):
+    ck = str(tmp_path / "ck")
+    proc = _two_processes(events_csv, "--checkpoint-dir", ck, "--resume", "--max-restarts", "1",
+                          PYTHONPATH=f"{ROOT / 'tests' / 'fault_injection'}{os.pathsep}{ROOT}",
+                          PYG_DYNSCALE_TEST_FAULT="1:2:kill")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r, clean = json.loads(proc.stdout), two_process_run
+    err = proc.stderr.splitlines()
+    assert "pyg-dynscale train-events: resumed from checkpoint epoch 1 (attempt 2 of 2)" in err, proc.stderr[-3000:]
+    assert r["restarts"] == 1 and r["resumed_from_epoch"] == 1 and clean["resumed_from"] is None
+    assert r["resumed_from"] == os.path.join(ck, "epoch-000001")
+    assert r["checkpoints"] == [os.path.join(ck, "epoch-000002")]
+    # bit for bit: losses, validation and test metrics, the byte counters (restored from the checkpoint)
+    assert r["losses"] == clean["losses"] and r["val_metrics"] == clean["val_metrics"]
+    assert r["test_metrics"] == clean["test_metrics"] and r["bytes"] == clean["bytes"]
+
+
+def test_a_resume_with_other_settings_is_refused(events_csv, tmp_path, capsys):
+    ck = str(tmp_path / "ck")
+    one = ["--epochs", "1", "--batch-size", "40", "--memory-dim", "4", "--time-dim", "2", "--embedding-dim", "4",
+           "--no-progress", "--checkpoint-dir", ck]
+    assert main(["train-events", events_csv, *one]) == 0
+    assert os.path.isdir(os.path.join(ck, "epoch-000001"))
+    capsys.readouterr()
+    assert main(["train-events", events_csv, *one, "--resume", "--parallelism", "1,1,2"]) == 2
+    err = capsys.readouterr().err
+    assert "parallelism: checkpoint [1, 1, 1], this run [1, 1, 2] (--parallelism)" in err, err
+    assert "resume with --parallelism 1,1,1" in err and err.count("\n") == 1, err
+    assert main(["train-events", events_csv, *one, "--resume", "--lr", "0.5"]) == 2
+    assert "lr: checkpoint 0.0001, this run 0.5 (--lr)" in capsys.readouterr().err
+    # the same settings resume (nothing left to train: the report of the checkpoint's epoch)
+    assert main(["train-events", events_csv, *one, "--resume"]) == 0
+    assert "resumed from checkpoint epoch 1" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("argv,needle", [
     (["--parallelism", "2,1,1", "--nproc", "3"], "--parallelism 2,1,1: i*j*k = 2 trainers for --nproc 3"),
     (["--parallelism", "2,x"], "--parallelism must be I,J,K"),
-    (["--resume"], "--checkpoint-dir / --resume are not built"),
-    (["--checkpoint-dir", "ck"], "--checkpoint-dir / --resume are not built"),
+    (["--resume"], "--resume needs --checkpoint-dir DIR."),
+    (["--checkpoint-dir", "ck", "--checkpoint-every", "0"], "--checkpoint-every must be >= 1"),
     (["--parallelism", "1,2,1", "--memory-service"], "--memory-service serves one memory copy"),
     (["--epochs", "0"], "--epochs must be >= 1"),
 ])

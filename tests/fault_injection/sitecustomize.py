@@ -2,7 +2,8 @@
 
 Put this folder on ``PYTHONPATH`` and set ``PYG_DYNSCALE_TEST_FAULT`` to
 ``"<rank>:<epoch>"``: that rank raises ``RuntimeError("injected fault")`` at
-the start of that (1-based) epoch of this process, on torchrun's first attempt only (so a
+the start of that (1-based) epoch of this process (``DistributedTrainer``, ``MemoryTrainer``,
+``WindowTrainer``: ``train``, ``train-events``, ``train --windows``), on torchrun's first attempt only (so a
 restart with ``--resume`` recovers). ``"<rank>:<epoch>:kill"``: that rank ends itself with
 ``SIGKILL`` there instead (as a process killed from outside: no traceback, no published cause).
 Python imports ``sitecustomize`` at start-up, so every worker torchrun starts is patched; the
@@ -33,6 +34,27 @@ if _spec and os.environ.get("RANK") is not None and os.environ.get("TORCHELASTIC
             return _original(self)
 
         DistributedTrainer.train_epoch = _faulty
+
+        # train-events and train --windows: their trainers count the epochs they trained (restored on resume)
+        from pyg_dynscale.ctdg import MemoryTrainer
+        from pyg_dynscale.windows import WindowTrainer
+
+        def _counting(cls):
+            inner = cls.train_epoch
+
+            def faulty(self):
+                if self.epoch + 1 == _epoch:
+                    if _how == ["kill"]:
+                        import signal
+
+                        os.kill(os.getpid(), signal.SIGKILL)
+                    raise RuntimeError("injected fault")
+                return inner(self)
+
+            cls.train_epoch = faulty
+
+        _counting(MemoryTrainer)
+        _counting(WindowTrainer)
 
 _progress = os.environ.get("PYG_DYNSCALE_TEST_PROGRESS")
 if _progress and os.environ.get("RANK") is not None:

@@ -1,0 +1,121 @@
+r"""Checkpoints of ``pyg-dynscale train-events``: the run record a resume must
+match, the newest checkpoint to resume from, and one epoch boundary's save.
+
+A checkpoint is the DCP directory of :mod:`~pyg_dynscale.distributed.checkpoint`
+(the same as ``pyg-dynscale train``'s): the trained modules and Adam's state
+(replicated: written once), and
+:meth:`MemoryTrainer.stream_state <pyg_dynscale.ctdg.MemoryTrainer.stream_state>`
+-- every memory copy with its message stores and neighbour loader (keys
+``copy<c>/...``: the ranks of one copy write it once, each rank reads its own
+copy back, so the same world size resumes it), and per rank the epoch counter,
+the random state after the epoch's validation pass and the byte counters
+(``rank<r>/...``). It is written after each epoch's validation, so a resumed
+run draws and computes what the uninterrupted run does, bit for bit.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import sys
+from typing import Any, Optional
+
+from ..errors import CommandError
+
+__all__ = ["events_record", "find_resume", "events_mismatch_message", "RECORD_OPTIONS"]
+
+#: field of the run record -> the option that sets it (for messages)
+RECORD_OPTIONS = {"model": "--model", "data": "PATH", "parallelism": "--parallelism", "world_size": "--nproc",
+                  "dtype": "--dtype", "batch_size": "--batch-size", "lr": "--lr", "seed": "--seed",
+                  "memory_dim": "--memory-dim", "time_dim": "--time-dim", "embedding_dim": "--embedding-dim",
+                  "num_neighbors": "--num-neighbors", "static_memory": "--static-memory",
+                  "val_ratio": "--val-ratio", "test_ratio": "--test-ratio", "prefetch": "--prefetch"}
+
+
+def _fingerprint(data: Any) -> str:
+    """sha256 of the events (``src``, ``dst``, ``t``, ``msg``): the data a checkpoint was trained on."""
+    h = hashlib.sha256()
+    for name in ("src", "dst", "t", "msg"):
+        x = getattr(data, name).detach().cpu().contiguous()
+        h.update(f"{name}{tuple(x.shape)}{x.dtype}".encode())
+        h.update(x.numpy().tobytes())
+    return h.hexdigest()[:32]
+
+
+def events_record(args: argparse.Namespace, parallelism: tuple, data: Any, world: int) -> dict:
+    """What a checkpoint must have been written by to be resumed: the data, the
+    model and schedule, the hyperparameters (JSON values). ``--memory-service``
+    is not in it (the same numbers with and without)."""
+    return {"mode": "events", "model": args.model, "data": _fingerprint(data),
+            "parallelism": list(parallelism), "world_size": world, "dtype": args.dtype,
+            "batch_size": args.batch_size, "lr": args.lr, "optimizer": "adam", "seed": args.seed,
+            "memory_dim": args.memory_dim, "time_dim": args.time_dim, "embedding_dim": args.embedding_dim,
+            "num_neighbors": args.num_neighbors, "static_memory": args.static_memory, "val_ratio": args.val_ratio,
+            "test_ratio": args.test_ratio, "prefetch": bool(args.prefetch)}
+
+
+def _value(key: str, value: Any) -> str:
+    if key == "parallelism" and isinstance(value, list):
+        return ",".join(map(str, value))
+    if isinstance(value, bool):
+        return "" if value else "(off)"
+    return str(value)
+
+
+def events_mismatch_message(exc: Any, args: argparse.Namespace) -> str:
+    """One line naming every differing field, its option and the checkpoint's value."""
+    if not exc.fields:
+        return f"--resume: {exc}"
+    parts, fixes = [], []
+    for key, theirs, ours in exc.fields:
+        opt = RECORD_OPTIONS.get(key)
+        parts.append(f"{key}: checkpoint {theirs!r}, this run {ours!r}" + (f" ({opt})" if opt else ""))
+        if key == "data":
+            fixes.append("the same PATH and --format")
+        elif key == "world_size":
+            fixes.append(f"--nproc {theirs}")
+        elif opt and opt != "PATH":
+            fixes.append(f"{opt} {_value(key, theirs)}".strip())
+    fix = f"resume with {', '.join(fixes)}" if fixes else "resume with the checkpoint's settings"
+    return (f"--resume: the checkpoint {exc.path} was written by another run ({'; '.join(parts)}); {fix}, or use "
+            "a new --checkpoint-dir.")
+
+
+def find_resume(args: argparse.Namespace, record: dict, rank: int, prog: str, note: str = "") -> Optional[tuple]:
+    """``(epoch, path)`` of the newest complete checkpoint to resume from (``None``: start fresh), checked
+    against ``record`` and for missing files before the processes connect (the same error on every rank)."""
+    from ..distributed.checkpoint import (CheckpointDamagedError, CheckpointMismatchError, check_run,
+                                          latest_checkpoint, verify_checkpoint)
+
+    if not args.resume:
+        return None
+    found = latest_checkpoint(args.checkpoint_dir)
+    if found is None:
+        if rank == 0:
+            print(f"{prog}: --resume: no complete checkpoint in '{args.checkpoint_dir}' yet; starting fresh at epoch "
+                  f"1 of {args.epochs}{note}.", file=sys.stderr, flush=True)
+        return None
+    try:
+        check_run(found[1], record)
+        verify_checkpoint(found[1])
+    except CheckpointMismatchError as exc:
+        raise CommandError(events_mismatch_message(exc, args)) from None
+    except CheckpointDamagedError as exc:
+        raise CommandError(f"--resume: {exc}") from None
+    return found
+
+
+def check_checkpoint_args(args: argparse.Namespace) -> None:
+    """``--checkpoint-dir`` / ``--checkpoint-every`` / ``--resume`` (no data needed)."""
+    if args.checkpoint_every < 1:
+        raise CommandError(f"--checkpoint-every must be >= 1, got {args.checkpoint_every}.")
+    if args.resume and not args.checkpoint_dir:
+        raise CommandError("--resume needs --checkpoint-dir DIR.")
+    if args.checkpoint_dir is not None:
+        path = args.checkpoint_dir
+        if os.path.exists(path) and not os.path.isdir(path):
+            raise CommandError(f"--checkpoint-dir '{path}' is a file, not a directory; give a directory (it is "
+                               "created if missing), or move the file away.")
+        parent = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(parent):
+            raise CommandError(f"--checkpoint-dir: the folder '{parent}' does not exist; create it first.")
