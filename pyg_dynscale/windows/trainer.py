@@ -681,6 +681,57 @@ class WindowTrainer:
         self.epoch += 1
         return total / max(nb, 1)
 
+    # ---- checkpoints (pyg-dynscale train --windows --checkpoint-dir / --resume)
+    @property
+    def modules(self) -> torch.nn.ModuleDict:
+        """The trained modules in one container (``model``, ``head`` and ``decoder`` if any): their FQNs
+        name the optimizer's state in :meth:`state_dict` and in a checkpoint."""
+        mods = {"model": self.model}
+        if self.head is not None:
+            mods["head"] = self.head
+        if self.decoder is not None:
+            mods["decoder"] = self.decoder
+        return torch.nn.ModuleDict(mods)
+
+    def progress_state(self) -> dict:
+        """What a resumed run needs besides modules and optimizer, at an epoch boundary, as
+        ``{key: Tensor}`` (this rank's keys ``rank<r>/...``): the epoch counter (the shuffle and the
+        teacher-forcing draws are seeded from ``seed`` and it), the global random state (a model's
+        dropout draws from it) and the byte counters."""
+        t = self.traffic
+        return {f"rank{self.rank}/epoch": torch.tensor(self.epoch, dtype=torch.long),
+                f"rank{self.rank}/rng": torch.get_rng_state(),
+                f"rank{self.rank}/traffic": torch.tensor([t.features, t.gradients, t.loss, t.metrics, t.setup,
+                                                          t.steps], dtype=torch.long)}
+
+    def load_progress_state(self, state: dict) -> None:
+        """Restore :meth:`progress_state` (modules and optimizer are restored separately)."""
+        r = self.rank
+        for key in (f"rank{r}/epoch", f"rank{r}/rng", f"rank{r}/traffic"):
+            if key not in state:
+                raise ModelInputError("state", f"lacks {key!r}.", "give what WindowTrainer.progress_state() "
+                                      "returned on a trainer with the same world size.")
+        self.epoch = int(state[f"rank{r}/epoch"])
+        torch.set_rng_state(state[f"rank{r}/rng"].cpu())
+        t = self.traffic
+        t.features, t.gradients, t.loss, t.metrics, t.setup, t.steps = (int(v) for v in state[f"rank{r}/traffic"])
+
+    def state_dict(self) -> dict:
+        """``{"modules", "optimizer", "progress"}``: what :meth:`load_state_dict` needs to go on
+        at an epoch boundary bit for bit (references, as torch's)."""
+        return {"modules": self.modules.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "progress": self.progress_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict` (of a trainer built with the same model, data and settings)."""
+        for key in ("modules", "optimizer", "progress"):
+            if key not in state:
+                raise ModelInputError("state", f"lacks {key!r}.", "give what WindowTrainer.state_dict() returned.")
+        self.modules.load_state_dict(state["modules"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.load_progress_state(state["progress"])
+    # ---- end of checkpoints
+
     @torch.no_grad()
     def evaluate(self, split: str = "test") -> dict:
         r"""Metrics of the windows of ``split`` (in order, ``batch_size`` at a
