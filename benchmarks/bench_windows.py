@@ -12,11 +12,15 @@ benchmarks): epoch time and peak memory, in one run, interleaved repeats.
    ``L`` steps; Adam, ``lr=0.001``, ``shuffle=False``). Ours trains an
    identical copy of the same weights: ``BatchedDCRNN`` through
    ``WindowTrainer(..., horizon=L, loss="mae")`` as it is, and the
-   per-snapshot siblings ``DCRNN`` / ``TGCN`` (+ the same ReLU-Linear head) /
-   ``A3TGCN`` with ``reuse=True`` (and ``reuse=False``). The windows are
-   exactly ``IndexDataset``'s (``series_signal(D, edges, weights)``).
-   A3TGCN's per-snapshot form reads ``[N, F, L]`` per snapshot: its signal is
-   a strided view of the same ``D`` (no copy), ``lags=1``.
+   per-snapshot siblings ``DCRNN`` / ``TGCN`` (+ the same ReLU-Linear head)
+   with ``reuse=True`` (and ``reuse=False``). The windows are exactly
+   ``IndexDataset``'s (``series_signal(D, edges, weights)``). ``A3TGCN``
+   (+ the same head) is a window model of ``WindowTrainer``
+   (``windows/window_model.py``: called per window on ``X [N, F, L]``,
+   ``lags=L=periods``; ``reuse=True``: each distinct snapshot's per-period
+   TGCN output once per batch) on a signal over the same ``D``: ``x_t = D_t``,
+   ``y_t`` = feature 0 of ``D_{t+1..t+L}`` (a strided view, no copy), the
+   example's targets.
    Data: **Chickenpox** (PyGT's loader on the shared JSON, lags 4, as PyGT's
    ``DCRNN/chicken_pox_main.py``) and **road**, a synthetic static road-like
    graph of PeMS-Bay's size (325 sensors, each fed by its 7 nearest
@@ -230,7 +234,7 @@ class Data:
         self.edges, self.weights = edges, weights
         T, N, F = self.D.shape
         self.T, self.N, self.F = T, N, F
-        self._series = self._lagged = None
+        self._series = self._a3 = None
 
     def series(self, dtype: torch.dtype) -> DynamicGraphSignal:
         """``series_signal(D, edges, weights)``: windows == ``IndexDataset``'s."""
@@ -246,23 +250,23 @@ class Data:
             self.built.append((what, time.perf_counter() - t0, p))
         return sig
 
-    def lagged(self, dtype: torch.dtype) -> DynamicGraphSignal:
-        r"""A3TGCN's per-snapshot form: snapshot :math:`s` holds
-        :math:`x_s = D_{s..s+L-1}` as ``[N, F, L]`` and :math:`y_s` = feature 0
-        of :math:`D_{s+L..s+2L-1}` as ``[N, L]``: strided views of ``D``
-        (no copy), ``T - 2L + 1`` snapshots = PyGT's windows; unit weights
-        (the A3TGCN example passes none)."""
-        if self._lagged is None:
+    def a3tgcn_series(self, dtype: torch.dtype) -> DynamicGraphSignal:
+        r"""The A3TGCN example's data as a series: snapshot :math:`t < T - L`
+        holds :math:`x_t = D_t` ``[N, F]`` and :math:`y_t` = feature 0 of
+        :math:`D_{t+1..t+L}` as ``[N, L]`` (a strided view of ``D``, no
+        copy), so windows of ``lags=L`` are PyGT's ``T - 2L + 1`` windows with
+        the example's targets; no edge weights (the example passes none)."""
+        if self._a3 is None:
             L, N, F = self.lags, self.N, self.F
-            W = self.T - 2 * L + 1
+            S = self.T - L
             d = torch.as_tensor(self.D).to(dtype).contiguous().reshape(-1)
-            x = d.as_strided((W * N, F, L), (F, 1, N * F))
-            y = d.as_strided((W * N, L), (F, N * F), L * N * F)
+            x = d[:S * N * F].view(S * N, F)
+            y = d.as_strided((S * N, L), (F, N * F), N * F)
             E = int(self.edges.shape[1])
-            self._lagged = self._built("A3TGCN's lagged signal", lambda: DynamicGraphSignal.from_tensors(
-                node_ptr=torch.arange(W + 1) * N, edge_ptr=torch.arange(W + 1) * E,
-                edge_index=self.edges.repeat(1, W), x=x, y=y))
-        return self._lagged
+            self._a3 = self._built("A3TGCN's series signal", lambda: DynamicGraphSignal.from_tensors(
+                node_ptr=torch.arange(S + 1) * N, edge_ptr=torch.arange(S + 1) * E,
+                edge_index=self.edges.repeat(1, S), x=x, y=y))
+        return self._a3
 
 
 def load_chickenpox(batch_size: int, lags: int, weeks: Optional[int]) -> Data:
@@ -459,13 +463,13 @@ def family_rows(family: str, data: Data, args, device, dtype, skip_reuse_off: bo
     elif family == "A3TGCN":
         ref = TemporalGNN(F, L, B).to(device, dtype)
         rows.append(PygtRow(family, "PyGT loop, A3TGCN2 + Linear", copy.deepcopy(ref), data, a3tgcn_batch, device, dtype))
-        cell = A3TGCN(F, HIDDEN, L).to(device, dtype)
-        _load_weights(cell, ref, "tgnn.")
-        head = torch.nn.Sequential(torch.nn.ReLU(), torch.nn.Linear(HIDDEN, L)).to(device, dtype)
-        _load_weights(head[1], ref, "linear.")
-        rows.append(ours("WindowTrainer, A3TGCN + Linear (lags=1 over [N, F, L])", cell, data.lagged(dtype), True,
-                         lags=1, horizon=1, loss="mse", head=head))
-        rows[-1].note = "no reuse implementation for A3TGCN: called as it is"
+        for reuse in (True, False):
+            cell = A3TGCN(F, HIDDEN, L).to(device, dtype)
+            _load_weights(cell, ref, "tgnn.")
+            head = torch.nn.Sequential(torch.nn.ReLU(), torch.nn.Linear(HIDDEN, L)).to(device, dtype)
+            _load_weights(head[1], ref, "linear.")
+            rows.append(ours(f"WindowTrainer, A3TGCN + Linear, reuse={reuse}", cell, data.a3tgcn_series(dtype), reuse,
+                             horizon=1, loss="mse", head=head))
     else:
         raise SystemExit(f"unknown model family {family!r} (DCRNN, TGCN, A3TGCN)")
     return rows

@@ -65,7 +65,7 @@ def check_window_model_args(model: torch.nn.Module, lags: int, horizon: int, dec
                               "are its periods.", f"pass lags={model.periods}, or build {name} with periods={lags}.")
     if horizon != 1:
         raise ModelInputError("horizon", f"is {horizon}: {name} gives one output per window.",
-                              "use horizon=1 with targets holding the next steps (e.g. y [N, H]) and a head of width H.")
+                              "use horizon=1 with targets holding the next steps (y [N, H]) and a head of width H.")
     if decoder is not None:
         raise ModelInputError("decoder", f"is given for {name}, a whole-window model.", "pass decoder=None.")
     if node_batch_size is not None:
