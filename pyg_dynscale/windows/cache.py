@@ -5,7 +5,9 @@ of each snapshot (the reuse implementation's ``basis`` rows of snapshot
 :math:`t`, e.g. :math:`\hat A_t X_t` or :math:`T_k(\hat L_t) X_t`), kept for
 the whole run and read by every window, batch and epoch that contains
 :math:`t`. Unbounded (``cache_bytes=None``), every snapshot's entry is
-computed once before training (the whole storage at once). With a bound in
+computed once before training (the whole storage at once; on a static graph
+from its one snapshot graph, :func:`~pyg_dynscale.nn.reuse.static_basis`,
+with no ``T x E`` tensor). With a bound in
 bytes, an entry is computed on its first read (each snapshot alone, so the
 values do not depend on the bound), and after each batch step the cache keeps
 the entries of highest priority that fit, ReInc's Eq. (3):
