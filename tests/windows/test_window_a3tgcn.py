@@ -3,7 +3,8 @@ reuse on and off, every batch loss, the parameters after an epoch and the evalua
 plain PyGT loop that calls the module once per window on X [N, F, L] (float64, 1e-9); with
 reuse, each distinct snapshot's per-period TGCN output is computed once per batch (B + L - 1
 rows, not B L) and no GCNConv runs; without reuse the module runs once per batch (A3TGCN on the
-disjoint union of the windows' graphs); bad input raises typed errors."""
+disjoint union of the windows' graphs); 2 gloo ranks == one process; bad input raises typed
+errors."""
 from __future__ import annotations
 
 import copy
@@ -195,3 +196,36 @@ def test_cached_cell_is_called_as_it_is():
     assert trainer._window_runner.reuse is None
     trainer.train_epoch()
     assert trainer._window_runner.computed == len(_train_batches(trainer)[-1]) * LAGS
+
+
+def _ranked(reuse: bool):
+    sig = chickenpox(T=24)
+    torch.manual_seed(0)
+    model, head = _a3tgcn(sig.x.shape[1]), torch.nn.Linear(HIDDEN, 1).double()
+    tr = WindowTrainer(model, sig, lags=LAGS, batch_size=4, loss="mse", lr=LR, head=head, reuse=reuse, blocks=2)
+    losses = [tr.train_epoch() for _ in range(2)]
+    return losses, [p.detach().clone() for p in list(model.parameters()) + list(head.parameters())], tr.evaluate("test")
+
+
+def _ranks(rank, world):
+    torch.set_num_threads(1)
+    return [_ranked(r) for r in (True, False)]
+
+
+def test_two_ranks_equal_one_process():
+    """Under 2 gloo ranks (placement="blocks": each rank holds only its windows' snapshots, the
+    reuse basis of those) == one process with the same blocks, reuse on and off (float64)."""
+    from pyg_dynscale.distributed.launch import spawn
+
+    torch.set_num_threads(1)
+    single = [_ranked(r) for r in (True, False)]
+    per_rank = spawn(_ranks, 2, timeout=120)
+    for i, ref in enumerate(single):
+        r0, r1 = per_rank[0][i], per_rank[1][i]
+        assert r0[0] == r1[0]
+        for a, b in zip(r0[0], ref[0]):
+            assert math.isclose(a, b, rel_tol=1e-9)
+        for a, b, c in zip(r0[1], r1[1], ref[1]):
+            assert torch.equal(a, b)
+            torch.testing.assert_close(a, c, rtol=1e-9, atol=1e-12)
+        assert all(math.isclose(r0[2][k], ref[2][k], rel_tol=1e-9) for k in ref[2])
