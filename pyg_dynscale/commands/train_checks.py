@@ -112,8 +112,6 @@ _NOT_WINDOWED = (
     ("stale_kinds", None, "no embedding is exchanged"), ("stale_kind", [], "no embedding is exchanged"),
     ("stale_backward", "skip", "no embedding is exchanged"), ("stale_scope", "local", "no embedding is exchanged"),
     ("target", "node", "windows predict node targets (link prediction over windows is not built)"),
-    ("checkpoint_dir", None, "checkpoints of windowed training are not built yet"),
-    ("resume", False, "checkpoints of windowed training are not built yet"),
 )
 
 
@@ -329,7 +327,9 @@ def _check_resume(args: argparse.Namespace) -> None:
 #: The option behind each field of the run record, for messages.
 _RECORD_OPTIONS = {"model": "--model", "model_class": "--model", "model_args": "--model-args", "hidden": "--hidden", "target": "--target", "dtype": "--dtype",
                    "train_ratio": "--train-ratio", "scheme": "--scheme", "lr": "--lr", "stale": "--stale",
-                   "world_size": "--nproc", "signal": "PATH", "loss": "--target"}
+                   "world_size": "--nproc", "signal": "PATH", "loss": "--target", "mode": "--windows",
+                   "windows": "--windows", "horizon": "--horizon", "stride": "--stride", "batch_size": "--batch-size",
+                   "placement": "--placement"}
 
 
 def mismatch_message(exc: Any, args: argparse.Namespace) -> str:
@@ -340,7 +340,8 @@ def mismatch_message(exc: Any, args: argparse.Namespace) -> str:
     for key, theirs, ours in exc.fields:
         opt = _RECORD_OPTIONS.get(key)
         parts.append(f"{key}: checkpoint {theirs!r}, this run {ours!r}" + (f" ({opt})" if opt else ""))
-        if key in ("model", "hidden", "target", "dtype", "train_ratio", "scheme", "lr"):
+        if key in ("model", "hidden", "target", "dtype", "train_ratio", "scheme", "lr", "windows", "horizon", "stride",
+                   "batch_size", "placement"):
             fixes.append(f"{opt} {theirs}")
         elif key == "model_class" and not any(k == "model" for k, _, _ in exc.fields):
             fixes.append(f"a --model that resolves to {theirs}")
@@ -395,4 +396,7 @@ def run_record(args: argparse.Namespace, fingerprint: Optional[str], world: int,
     user = getattr(args, "user_model", None)
     if user is not None:  # a user's model: the spec as given, what it resolved to, its arguments
         record.update(model_class=user.target, model_args=user.args)
+    if getattr(args, "windows", None) is not None:  # windowed training: its windows and batches
+        record.update(mode="windows", windows=args.windows, horizon=args.horizon, stride=args.stride,
+                      batch_size=args.batch_size, placement=args.placement)
     return record

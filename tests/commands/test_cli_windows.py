@@ -1,10 +1,13 @@
 """``pyg-dynscale train --windows L``: one 2-process job (``--placement blocks``, float64) against the in-process
-:class:`~pyg_dynscale.windows.WindowTrainer` with the same ``blocks`` on one process; and the options it refuses."""
+:class:`~pyg_dynscale.windows.WindowTrainer` with the same ``blocks`` on one process; the same job with rank 1
+killed at the start of epoch 2 (``tests/fault_injection``) and ``--max-restarts 1 --checkpoint-dir --resume``
+equals it bit for bit; and the options it refuses."""
 from __future__ import annotations
 
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,14 +20,47 @@ ARGS = ["--windows", "4", "--batch-size", "8", "--train-ratio", "0.6", "--hidden
         "--lr", "0.02", "--seed", "3", "--dtype", "float64"]
 
 
+def _two_processes(*extra, **env_extra):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), **env_extra}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return subprocess.run([sys.executable, "-m", "pyg_dynscale", "train", "england_covid", *ARGS, "--nproc", "2",
+                           "--json", "--no-progress", *extra], capture_output=True, text=True, timeout=240, env=env,
+                          cwd=ROOT)
+
+
 @pytest.fixture(scope="module")
 def job() -> dict:
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    proc = subprocess.run([sys.executable, "-m", "pyg_dynscale", "train", "england_covid", *ARGS, "--nproc", "2",
-                           "--json", "--no-progress"], capture_output=True, text=True, timeout=240, env=env, cwd=ROOT)
+    proc = _two_processes()
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout)
+
+
+def test_a_killed_rank_restarts_and_resumes_bit_for_bit(job, tmp_path) -> None:
+    from pyg_dynscale.cli import build_parser
+    from pyg_dynscale.commands.train_checks import check_args
+    from pyg_dynscale.errors import CommandError
+
+    ck = str(tmp_path / "ck")
+    proc = _two_processes("--checkpoint-dir", ck, "--checkpoint-every", "1", "--resume", "--max-restarts", "1",
+                          PYTHONPATH=f"{ROOT / 'tests' / 'fault_injection'}{os.pathsep}{ROOT}",
+                          PYG_DYNSCALE_TEST_FAULT="1:2:kill")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = json.loads(proc.stdout)
+    assert "pyg-dynscale train: resumed from checkpoint epoch 1 (attempt 2 of 2)" in proc.stderr.splitlines(), \
+        proc.stderr[-3000:]
+    assert r["restarts"] == 1 and r["resumed_from_epoch"] == 1 and job["resumed_from"] is None
+    assert r["checkpoints"] == [os.path.join(ck, "epoch-000002")]
+    # bit for bit: losses, the last epoch's batch losses, test metrics, the byte counters (restored)
+    assert r["losses"] == job["losses"] and r["batch_losses"] == job["batch_losses"]
+    assert r["test_metrics"] == job["test_metrics"] and r["traffic"] == job["traffic"]
+    # a resume with other settings is refused before anything loads, naming the option
+    base = ["train", "england_covid", *ARGS, "--nproc", "2", "--checkpoint-dir", ck, "--resume"]
+    for extra, needle in ((["--stride", "2"], "stride: checkpoint 1, this run 2 (--stride)); resume with --stride 1"),
+                          (["--hidden", "8"], "hidden: checkpoint 4, this run 8 (--hidden)")):
+        with pytest.raises(CommandError, match=re.escape(needle)):
+            check_args(build_parser().parse_args(base + extra))
+    with pytest.raises(CommandError, match=re.escape("world_size: checkpoint 2, this run 1")):
+        check_args(build_parser().parse_args(["train", "england_covid", *ARGS, "--checkpoint-dir", ck, "--resume"]))
 
 
 def test_two_processes_equal_the_trainer_with_the_same_blocks(job) -> None:
@@ -59,7 +95,6 @@ def test_two_processes_equal_the_trainer_with_the_same_blocks(job) -> None:
     (["--placement", "replicated"], "--placement applies to windowed training: add --windows L"),
     (["--windows", "4", "--scheme", "pss"], "--scheme does not apply with --windows"),
     (["--windows", "4", "--stale", "adaptive"], "--stale does not apply with --windows"),
-    (["--windows", "4", "--checkpoint-dir", "ck"], "--checkpoint-dir does not apply with --windows"),
     (["--windows", "0"], "--windows must be >= 1"),
 ])
 def test_bad_window_options(extra, message) -> None:
