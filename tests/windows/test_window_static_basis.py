@@ -102,6 +102,7 @@ def test_static_basis_with_incremental(name):
     off, l0, p0 = _train(_cell(name), sig)
     on, l1, p1 = _train(_cell(name), sig, incremental=True)
     torch.testing.assert_close(on._reuse.basis, ref, rtol=0, atol=1e-9)
+    assert on._incremental is not None and on._incremental.last is None       # the one-graph pass ran instead
     for a, b in zip(l0, l1):
         assert math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-13)
     for a, b in zip(p0, p1):
