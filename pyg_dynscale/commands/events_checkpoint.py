@@ -54,12 +54,13 @@ def events_record(args: argparse.Namespace, parallelism: tuple, data: Any, world
             "test_ratio": args.test_ratio, "prefetch": bool(args.prefetch)}
 
 
-def _value(key: str, value: Any) -> str:
+def _fix(key: str, opt: str, value: Any) -> str:
+    """The option as it reproduces the checkpoint's ``value``."""
+    if isinstance(value, bool):  # a flag
+        return opt if value else f"no {opt}"
     if key == "parallelism" and isinstance(value, list):
-        return ",".join(map(str, value))
-    if isinstance(value, bool):
-        return "" if value else "(off)"
-    return str(value)
+        value = ",".join(map(str, value))
+    return f"{opt} {value}"
 
 
 def events_mismatch_message(exc: Any, args: argparse.Namespace) -> str:
@@ -75,7 +76,7 @@ def events_mismatch_message(exc: Any, args: argparse.Namespace) -> str:
         elif key == "world_size":
             fixes.append(f"--nproc {theirs}")
         elif opt and opt != "PATH":
-            fixes.append(f"{opt} {_value(key, theirs)}".strip())
+            fixes.append(_fix(key, opt, theirs))
     fix = f"resume with {', '.join(fixes)}" if fixes else "resume with the checkpoint's settings"
     return (f"--resume: the checkpoint {exc.path} was written by another run ({'; '.join(parts)}); {fix}, or use "
             "a new --checkpoint-dir.")

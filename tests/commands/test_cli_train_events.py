@@ -99,6 +99,10 @@ def test_a_resume_with_other_settings_is_refused(events_csv, tmp_path, capsys):
     assert "resume with --parallelism 1,1,1" in err and err.count("\n") == 1, err
     assert main(["train-events", events_csv, *one, "--resume", "--lr", "0.5"]) == 2
     assert "lr: checkpoint 0.0001, this run 0.5 (--lr)" in capsys.readouterr().err
+    assert main(["train-events", events_csv, *one, "--resume", "--prefetch", "--seed", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "prefetch: checkpoint False, this run True (--prefetch)" in err and "seed: checkpoint 0, this run 2" in err
+    assert "resume with no --prefetch, --seed 0, or use a new --checkpoint-dir" in err, err
     # the same settings resume (nothing left to train: the report of the checkpoint's epoch)
     assert main(["train-events", events_csv, *one, "--resume"]) == 0
     assert "resumed from checkpoint epoch 1" in capsys.readouterr().err
