@@ -14,12 +14,13 @@ from pyg_dynscale.ctdg import TGN, MemoryTrainer, synthetic_events
 from pyg_dynscale.errors import ModelInputError
 
 
-def _trainer(par, seed=1, static=None):
+def _trainer(par, seed=1, static=None, threads=False):
     d = synthetic_events(300, 30, msg_dim=3, seed=7, burst_length=15)
     d.msg = d.msg.double()
     torch.manual_seed(4 + seed)
     model = TGN(d.num_nodes, 3, memory_dim=6, time_dim=4, embedding_dim=6).double()  # dropout 0.1: drawn
-    return MemoryTrainer(model, d, batch_size=20, lr=0.01, parallelism=par, seed=seed, static_memory=static)
+    return MemoryTrainer(model, d, batch_size=20, lr=0.01, parallelism=par, seed=seed, static_memory=static,
+                         memory_service=threads, prefetch=threads)
 
 
 def _epoch(tr):
@@ -42,16 +43,20 @@ def _same(a, b):
     assert all(torch.equal(x[0], y[0]) and torch.equal(x[1], y[1]) for x, y in zip(ma, mb))
 
 
-@pytest.mark.parametrize("par,static", [((1, 1, 1), None), ((1, 1, 2), "learnable"), ((1, 2, 1), None)])
-def test_a_fresh_trainer_continues_bit_for_bit(par, static):
-    tr = _trainer(par, static=static)
+@pytest.mark.parametrize("par,static,threads", [((1, 1, 1), None, False), ((1, 1, 2), "learnable", False),
+                                                ((1, 2, 1), None, False), ((1, 1, 1), None, True)])
+def test_a_fresh_trainer_continues_bit_for_bit(par, static, threads):
+    """``threads``: the memory service and the neighbour prefetcher (their threads hold nothing across epochs)."""
+    tr = _trainer(par, static=static, threads=threads)
     _epoch(tr)
     state = copy.deepcopy(tr.state_dict())  # as torch's: references to the live tensors
     want = _continue(tr)  # first: the random stream is the process's global one
-    resumed = _trainer(par, seed=9, static=static)  # other parameters, other random stream
+    tr.close()
+    resumed = _trainer(par, seed=9, static=static, threads=threads)  # other parameters, other random stream
     resumed.seed = tr.seed  # the seed is the trainer's setting (the CLI checks it), not part of the state
     resumed.load_state_dict(state)
     _same(want, _continue(resumed))
+    resumed.close()
 
 
 def test_the_state_is_what_makes_it_exact():
