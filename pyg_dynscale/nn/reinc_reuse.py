@@ -89,6 +89,12 @@ class GCNInputReuse:
     def step_projected(self, proj: Tensor, graph: Optional[tuple], states: tuple, w: tuple) -> tuple:
         return self.step_encoded(proj, graph, states)
 
+    @staticmethod
+    def operators(graph: Optional[tuple], n: Optional[int] = None, fast: bool = False) -> Optional[tuple]:
+        """The step graph as :meth:`normalize` gives it (these layers aggregate with
+        :func:`~pyg_dynscale.nn.reinc_models.gcn_aggregate` on it directly)."""
+        return graph
+
 
 class _StackedLSTMReuse(GCNInputReuse):
     """Stacked GNN-LSTM pairs: ``encode`` is layer 0's GNN, ``gnn(l, ...)`` the others'."""
