@@ -240,3 +240,30 @@ def test_reuse_step_stays_on_the_device(name, K, every):
         assert not rec.copies, rec.copies
     finally:
         torch.set_default_dtype(torch.float32)
+
+
+class _AroundOwnTGCN(torch.nn.Module):
+    """A user's module around pyg_dynscale's own per-snapshot ``TGCN`` (its reuse: nn.reinc_reuse.TGCNLocalReuse)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from pyg_dynscale.nn import TGCN
+
+        torch.manual_seed(4)
+        self.recurrent = TGCN(cases.F, cases.H)
+        self.linear = torch.nn.Linear(cases.H, 1)
+
+    def forward(self, x, edge_index, edge_weight, h):
+        h = self.recurrent(x, edge_index, edge_weight, h)
+        return self.linear(torch.relu(h)), h
+
+
+def test_a_module_around_pyg_dynscale_tgcn_gets_the_reuse():
+    """The ReInc layers' reuse classes (batched-projection API, graph returned as is by ``operators``) serve
+    the black-box step runner too: equal to reuse=False, every cell call answered."""
+    sig = cases.signal("plain")
+    ref = train(_AroundOwnTGCN().double(), torch.nn.Identity(), sig, reuse=False)
+    got = train(_AroundOwnTGCN().double(), torch.nn.Identity(), sig, reuse=True, every=2)
+    assert got["reuse"] is not None and got["reuse"].inner is not None
+    assert got["hits"] >= (EPOCHS + 1) * sig.num_snapshots
+    assert_same(got, ref, "module around pyg_dynscale.nn.TGCN")
