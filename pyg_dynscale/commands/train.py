@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import os
 from datetime import timedelta
 from typing import Any
@@ -134,6 +135,7 @@ def _worker(args: argparse.Namespace) -> int:
     finally:
         args._stop_heartbeat()
         if dist.is_initialized():
+            gc.collect()  # objects holding collectives' threads (DDP's reducer) go while the group exists
             with contextlib.suppress(Exception):
                 dist.destroy_process_group()
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import math
 import os
@@ -360,5 +361,6 @@ def _worker(args: argparse.Namespace) -> int:
         return report_runtime_failure(rank, world, exc, args.timeout)
     finally:
         if dist.is_initialized():
+            gc.collect()  # objects holding collectives' threads (DDP's reducer) go while the group exists
             with contextlib.suppress(Exception):
                 dist.destroy_process_group()

@@ -140,6 +140,7 @@ def train_windows(args: argparse.Namespace, rank: int, world: int, init_process_
     else:
         every = [held]
     row_bytes = trainer._x[:1].numel() * trainer._x.element_size()
+    trainer.close()  # DDP's reducer released before the process group is destroyed
     return {
         "schema_version": SCHEMA_VERSION, "mode": "windows", "path": args.path, "model": args.model,
         "model_class": user.target if user else None, "model_args": user.args if user else None,

@@ -20,6 +20,7 @@ sync per batch).
 """
 from __future__ import annotations
 
+import gc
 import math
 from typing import Optional, Union
 
@@ -671,7 +672,12 @@ class MemoryTrainer:
         self.load_stream_state(state["stream"])
 
     def close(self) -> None:
-        """Stop the memory service's and the prefetcher's threads (if any)."""
+        """Stop the memory service's and the prefetcher's threads (if any) and
+        release the ``DistributedDataParallel`` wrapper while the process group
+        exists (not at a later garbage collection, possibly during interpreter
+        shutdown). The trainer cannot train afterwards."""
+        self._ddp = None
+        gc.collect()
         if self.service is not None:
             self.service.close()
             self.service = None

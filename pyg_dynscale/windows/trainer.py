@@ -34,6 +34,7 @@ its previous appearance *inside the window* (zeros at its first).
 """
 from __future__ import annotations
 
+import gc
 import warnings
 import weakref
 from typing import Any, Callable, Optional, Sequence, Union
@@ -783,6 +784,15 @@ class WindowTrainer:
         hits, misses, hit_rate, peak_bytes} or None}``, cumulative since
         construction; ``None`` without reuse."""
         return None if self._cache is None else self._cache.stats()
+
+    def close(self) -> None:
+        """Release the ``DistributedDataParallel`` wrapper (its reducer and the
+        threads it holds) now, while the process group exists; the trainer has
+        reference cycles, so without this the wrapper would go at a later garbage
+        collection, possibly after ``destroy_process_group`` or during interpreter
+        shutdown (a C++ abort at exit). The trainer cannot train afterwards."""
+        self._ddp = None
+        gc.collect()
 
     def __repr__(self) -> str:
         name = type(self.model).__name__ if (self.sequence_model or self.window_model) else self.model.spec.name
