@@ -22,6 +22,7 @@ by ``log2(8) / log2(2)`` (the latency steps of a tree all-reduce), steps per
 epoch from the schedule.
 
     python benchmarks/bench_ctdg.py --parallel [--epochs 5] [--quick]
+    python benchmarks/bench_ctdg.py --parallel --parallel-synthetic --events 1000000 --nodes 10000 --epochs 2
 """
 from __future__ import annotations
 
@@ -100,22 +101,24 @@ def run(name, data, epochs):
           f" {ref_loss:>9.4f} {loss:>9.4f} {val['ap']:>7.4f} {val['mrr']:>7.4f}", flush=True)
 
 
-def _stream(quick):
+def _stream(quick, events=0, nodes=0):
+    """Section 2's stream: CollegeMsg, or (``events > 0``, or no CollegeMsg file) a synthetic one."""
     college = DATASETS / "snap" / "CollegeMsg.txt"
-    if college.exists():
+    if college.exists() and events <= 0:
         d = load_event_list(college)
         d.msg = torch.ones(d.num_events, 1)
         return "CollegeMsg" + (" (first 6,000)" if quick else ""), (d[:6000] if quick else d)
-    return "synthetic", synthetic_events(6000 if quick else 60_000, 1000, msg_dim=16, seed=0)
+    n = 6000 if quick else (events if events > 0 else 60_000)
+    return f"synthetic ({n:,} events, {nodes or 1000:,} nodes)", synthetic_events(n, nodes or 1000, msg_dim=16, seed=0)
 
 
-def curve(rank, world, par, epochs, quick, batch_size, lr):
+def curve(rank, world, par, epochs, quick, batch_size, lr, events=0, nodes=0):
     """One run of ``par`` (on ``world`` processes, or emulated with ``world == 1`` for (1, 1, 1)): per epoch the
     cumulative training seconds (slowest rank), the validation AP and MRR, the loss; the steps per epoch."""
     import torch.distributed as dist
 
     torch.set_num_threads(1)
-    _, data = _stream(quick)
+    _, data = _stream(quick, events, nodes)
     torch.manual_seed(0)
     model = TGN(data.num_nodes, data.msg.size(-1), 100, 100, 100)
     trainer = MemoryTrainer(model, data, batch_size=batch_size, lr=lr, num_neighbors=10, seed=0, parallelism=par)
@@ -134,7 +137,8 @@ def curve(rank, world, par, epochs, quick, batch_size, lr):
 
 
 def parallel(args):
-    name, data = _stream(args.quick)
+    events, nodes = (args.events, args.nodes) if args.parallel_synthetic else (0, 0)
+    name, data = _stream(args.quick, events, nodes)
     b, lr = args.batch_size, args.lr
     print(f"\n== DistTGL parallelism on 2 processes (gloo, CPU, 1 thread each): {name}, {data.num_events} events, "
           f"local batch {b}, lr {lr}, memory/time/embedding 100 ==")
@@ -142,9 +146,12 @@ def parallel(args):
     for par in PARALLELISMS:
         world = par[0] * par[1] * par[2]
         if world == 1:
-            runs[par] = curve(0, 1, par, args.epochs, args.quick, b, lr)
+            runs[par] = curve(0, 1, par, args.epochs, args.quick, b, lr, events, nodes)
         else:
-            runs[par] = spawn(curve, world, par, args.epochs, args.quick, b, lr, timeout=3600)[0]
+            runs[par] = spawn(curve, world, par, args.epochs, args.quick, b, lr, events, nodes, timeout=4 * 3600)[0]
+        r = runs[par]
+        print(f"  {'x'.join(map(str, par))}: " + ", ".join(f"epoch {e + 1} {c:.1f}s AP {ap:.4f}"
+                                                          for e, (c, ap, _, _) in enumerate(r["rows"])), flush=True)
     label = {p: "x".join(map(str, p)) for p in PARALLELISMS}
     print("\nvalidation AP (MRR) after each epoch (memory copy 0)")
     print(f"{'epoch':>5} " + " ".join(f"{label[p]:>17}" for p in PARALLELISMS))
@@ -190,6 +197,8 @@ def main(argv=None):
                     help="only section 2: 1x1x1 vs 2x1x1 vs 1x2x1 vs 1x1x2 on 2 processes, and the 8-process projection")
     ap.add_argument("--batch-size", type=int, default=200, help="section 2's local batch (default: 200)")
     ap.add_argument("--lr", type=float, default=1e-4, help="section 2's learning rate (default: 1e-4)")
+    ap.add_argument("--parallel-synthetic", action="store_true",
+                    help="section 2 on the synthetic stream of --events / --nodes instead of CollegeMsg")
     ap.add_argument("--events", type=int, default=100_000,
                     help="events of section 1's synthetic stream (default: 100,000; the issue's large row: 1000000)")
     ap.add_argument("--nodes", type=int, default=2000, help="nodes of section 1's synthetic stream (default: 2000)")

@@ -21,6 +21,10 @@ module's own submodules (``msg_s_module``, ``msg_d_module``, ``aggr_module``,
 the messages in exactly the order the dict version concatenates them (nodes
 in the order requested, each node's messages in ``perm`` order), so every
 result is the module's own, bit for bit. The module's dict store is not used.
+PyG's ``LastAggregator`` runs as :func:`last_message`: the same rule with
+torch-scatter's arg-max (what PyG computes when torch-scatter is installed),
+on every device and without it (PyG's fallback is wrong for nodes with no
+message and device-dependent on CUDA).
 """
 from __future__ import annotations
 
@@ -28,9 +32,44 @@ from typing import Optional
 
 import torch
 from torch import Tensor
+from torch_geometric.nn.models.tgn import LastAggregator
 from torch_geometric.utils import scatter
 
-__all__ = ["MemoryState", "MessageStore"]
+__all__ = ["MemoryState", "MessageStore", "last_message"]
+
+
+def last_message(msg: Tensor, index: Tensor, t: Tensor, dim_size: int) -> Tensor:
+    r"""PyG's ``LastAggregator`` with torch-scatter's arg-max on every device: row :math:`i`
+    of the output is the message with the largest ``t`` among those with ``index == i``
+    (the first such row on ties), zeros where there is none.
+
+    PyG computes it with ``scatter_argmax``; without torch-scatter its fallback gives
+    a row with no message the message at position ``dim_size - 1`` (not zeros), and on
+    CUDA ties (and that position, after an unstable sort) depend on the device.
+
+    Args:
+        msg: ``[M, F]`` messages; index: ``[M]`` output rows; t: ``[M]`` their times.
+    Returns:
+        ``[dim_size, F]``.
+    """
+    out = msg.new_zeros((dim_size, msg.size(-1)))
+    if index.numel() == 0:
+        return out
+    newest = t.new_empty(dim_size).scatter_reduce_(0, index, t, reduce="amax", include_self=False)
+    rows = torch.arange(index.numel(), device=index.device)
+    cand = t == newest[index]
+    first = torch.full((dim_size,), index.numel(), dtype=torch.long, device=index.device)
+    first.scatter_reduce_(0, index[cand], rows[cand], reduce="amin", include_self=True)
+    has = first < index.numel()
+    out[has] = msg[first[has]]
+    return out
+
+
+def _aggregate(module: torch.nn.Module, msg: Tensor, index: Tensor, t: Tensor, dim_size: int) -> Tensor:
+    """The memory's ``aggr_module``; PyG's ``LastAggregator`` as :func:`last_message`."""
+    if type(module) is LastAggregator:
+        return last_message(msg, index, t, dim_size)
+    return module(msg, index, t, dim_size)
 
 
 class MessageStore:
@@ -116,7 +155,7 @@ class MemoryState:
         idx = torch.cat([src_s, src_d], dim=0)
         msg = torch.cat([msg_s, msg_d], dim=0)
         t = torch.cat([t_s, t_d], dim=0)
-        aggr = m.aggr_module(msg, self.assoc[idx], t, n_id.size(0))
+        aggr = _aggregate(m.aggr_module, msg, self.assoc[idx], t, n_id.size(0))
         memory = m.gru(aggr, m.memory[n_id])
         last_update = scatter(t, idx, 0, m.last_update.size(0), reduce="max")[n_id]
         return memory, last_update

@@ -8,7 +8,9 @@ split (``TemporalData.train_val_test_split(0.15, 0.15)``), the same batches
 stream (``torch.manual_seed(seed)`` once at construction; per pass the one
 ``int64`` draw with which a ``DataLoader`` iterator seeds itself; per batch
 ``torch.randint(min_dst, max_dst + 1, (B,))`` with the bounds of the split
-being walked; the attention dropout), memory and neighbour loader reset at
+being walked, drawn from the CPU generator and moved to the device so that
+one seed gives the same negatives on any device (the example draws them on
+the device); the attention dropout), memory and neighbour loader reset at
 each epoch, the same loss (``BCEWithLogits`` on positives plus negatives) and
 the same epoch loss :math:`\sum_b \ell_b |b| / E_{train}`.
 
@@ -70,6 +72,13 @@ def _unflat_snapshot(prefix: str, state: dict) -> dict:
                        "d": tuple(g(f"store_d/{n}") for n in ("order", "lo", "hi"))},
             "neighbors": g("neighbors"), "e_id": g("e_id"), "cur_e_id": int(g("cur_e_id")),
             "training": bool(g("training"))}
+
+
+def _negatives(lo: int, hi: int, size: int, device: torch.device) -> Tensor:
+    """``size`` destinations uniform in ``[lo, hi]``, drawn from the CPU generator (the same
+    numbers on every device, so a CUDA run can be checked against a CPU one)."""
+    neg = torch.randint(lo, hi + 1, (size,), dtype=torch.long)
+    return neg if device.type == "cpu" else neg.to(device, non_blocking=True)
 
 
 class MemoryTrainer:
@@ -453,8 +462,7 @@ class MemoryTrainer:
         """Every copy's negatives of ``step``: ``j`` sets per global batch from the global stream."""
         j = self.parallelism[1]
         for c, q, _, a, b in step.fresh:  # every process draws every copy's negatives: one stream
-            self._ctx["negs"][(c, q)] = torch.randint(lo, hi + 1, (j * (b - a),), dtype=torch.long,
-                                                      device=self.src.device).view(j, b - a)
+            self._ctx["negs"][(c, q)] = _negatives(lo, hi, j * (b - a), self.src.device).view(j, b - a)
 
     def _prefetch(self, step) -> None:
         """Queue the neighbour lookups of ``step``'s local batches (its negatives drawn, the events
@@ -703,7 +711,7 @@ class MemoryTrainer:
         aps, aucs, rr_sum, n = [], [], 0.0, 0
         for x, y in self.schedule.eval_batches(a, b):
             if score:
-                neg = torch.randint(lo, hi + 1, (y - x,), dtype=torch.long, device=self.src.device)
+                neg = _negatives(lo, hi, y - x, self.src.device)
                 pos_out, neg_out, z = self._scores(x, y, neg, False)
                 y_pred = torch.cat([pos_out, neg_out], dim=0).sigmoid().view(-1)
                 y_true = torch.cat([torch.ones(pos_out.size(0)), torch.zeros(neg_out.size(0))]).to(y_pred.device)

@@ -458,7 +458,7 @@ class IncrementalBasis:
 
     def __call__(self, x: Tensor, edge_weight: Optional[Tensor], aggr: str, K: int = 1, *, improved: bool = False,
                  add_self_loops: bool = True) -> Optional[Tensor]:
-        """The aggregation of the storage ``x``, or ``None`` where it does not
+        r"""The aggregation of the storage ``x``, or ``None`` where it does not
         apply: ``x`` is not the storage (other rows), or ``"cheb"`` with a
         negative weight (PyG's :math:`\lambda_{max} = 2 \max_e \hat L_e`
         is then not 2)."""

@@ -374,7 +374,7 @@ class WindowTrainer:
         trainer's device and dtype (the signal's own tensors when they agree),
         local offsets, and the global-to-local snapshot map."""
         self._x = self.view.x.to(self.device, self.dtype)
-        self._y = sig.fields[target].values
+        self._y = sig.fields[target].values.to(self.device)
         self._ew = None if sig.edge_weight is None else sig.edge_weight.to(self.device, self.dtype)
         self._ei = sig.edge_index.to(self.device)
         self._ef = {k: sig.fields[k].values.to(self.device) for k in self._edge_fields}
