@@ -31,6 +31,7 @@ from ..errors import ModelInputError
 from ..nn.decomposed import DecomposedModule, FusedGraph, check_initial_state
 from ..nn.snapshot_model import SnapshotModel
 from ..partition.halo_plan import StatePlan
+from .evaluation import carry_initial_state, check_positions, joined_window
 from .losses import LOSSES, SnapshotMean, Targets, check_loss, link_row_losses, resolve_targets, row_losses
 from .paths import as_signal, edge_fields_of, prepare_snapshot_model, resolve_model
 from .snapshot_runner import SnapshotRunner
@@ -181,6 +182,11 @@ class FusedTrainer:
                 )
         self.device = device
         self.transfer_stats: Any = None
+        # what an evaluator of a later window is built with (evaluate(signal))
+        self._options = dict(target=target, link_index=link_index, link_label=link_label, transfer=transfer,
+                             snapshot_reduction=snapshot_reduction, depth=depth, checkpoint_every=checkpoint_every,
+                             reuse=reuse)
+        self._evaluators: dict = {}
         #: the streamed windows (``stream=True``), else ``None``
         self.streamed: Optional[StreamedRun] = None
         if stream:
@@ -350,16 +356,71 @@ class FusedTrainer:
         return float(loss.detach())
 
     @torch.no_grad()
-    def evaluate(self) -> float:
-        """The loss in eval mode, without gradients."""
-        with eval_mode(self.model, self.head):
-            return float(self.compute_loss())
+    def evaluate(self, signal: Any = None, *, continue_state: bool = True) -> float:
+        r"""The loss in eval mode, without gradients.
+
+        Args:
+            signal: ``None`` -- the training signal's loss (from ``h0``); or a
+                later window (the test split: the snapshots right after the
+                training signal, a :class:`~pyg_dynscale.data.DynamicGraphSignal`
+                or a PyGT signal) -- its loss with the same loss, targets and
+                reduction.
+            continue_state: with ``signal``: ``True`` -- each vertex starts
+                ``signal`` from the state it reached at the end of the
+                training signal, recomputed with the current parameters
+                (PyGT's loop running the training then the test snapshots
+                carrying ``h``; :mod:`~pyg_dynscale.runtime.evaluation`);
+                ``False`` -- from a zero state.
+        """
+        if signal is None:
+            with eval_mode(self.model, self.head):
+                return float(self.compute_loss())
+        ev, _, _ = self._evaluator(signal, continue_state)
+        return ev.evaluate()
 
     @torch.no_grad()
-    def predict(self) -> Tensor:
+    def predict(self, signal: Any = None, *, continue_state: bool = True) -> Tensor:
         """Eval-mode outputs (after the head) of all vertex-time nodes, ``[N, *]``
-        in vertex-time node order (``signal.node_ptr`` splits them by snapshot)."""
+        in vertex-time node order (``signal.node_ptr`` splits them by snapshot);
+        with ``signal``, those of that later window (``continue_state`` as
+        :meth:`evaluate`)."""
+        if signal is not None:
+            ev, _, first_node = self._evaluator(signal, continue_state)
+            return ev.predict()[first_node:]
         with eval_mode(self.model, self.head):
             if self.streamed is not None:
                 return self.streamed.predict()
             return self._apply_head(self.outputs())
+
+    def _evaluator(self, signal: Any, continue_state: bool) -> tuple["FusedTrainer", int, int]:
+        """``(trainer, first snapshot, first node)``: a trainer sharing the
+        model and head over the joined signal of a continued evaluation (or
+        over ``signal`` alone), whose loss counts ``signal``'s snapshots only;
+        kept for the last signal asked for."""
+        key = (id(signal), continue_state)
+        hit = self._evaluators.get(key)
+        if hit is not None and hit[0] is signal:
+            return hit[1]
+        if self.streamed is not None:
+            raise NotImplementedError("evaluate(signal) / predict(signal) on a streamed trainer (stream=True) is not "
+                                      "built: build a FusedTrainer for the later window.")
+        if continue_state and callable(self.loss_kind):
+            raise ModelInputError("loss", "is a callable: it would see the rows of the training window too.",
+                                  "use one of the built-in losses, or continue_state=False.")
+        later = as_signal(signal)
+        train = self.signal.to("cpu") if self.signal.device.type != "cpu" else self.signal
+        joined, first = joined_window(train, later.to("cpu") if later.device.type != "cpu" else later,
+                                      continue_state)
+        h0 = None
+        if first and self.h0 is not None:
+            h0 = carry_initial_state(self.h0, self.graph.sequence_vertex, joined.supergraph().sequence_vertex,
+                                     joined.num_vertices)
+        check_positions(self.model, joined)
+        opts = dict(self._options, checkpoint_every=None)  # no gradients: nothing to recompute
+        ev = FusedTrainer(self.model, joined, head=self.head, loss=self.loss_kind, device=self.device, h0=h0,
+                          path=self.path, check=False, **opts)
+        if first and ev.mean is not None:
+            ev.mean = ev.mean.from_snapshot(first)
+        out = (ev, first, int(joined.node_ptr[first]))
+        self._evaluators = {key: (signal, out)}
+        return out

@@ -107,6 +107,19 @@ class SnapshotMean:
         out.seg = seg
         return out
 
+    def from_snapshot(self, first: int) -> "SnapshotMean":
+        r"""The reduction over snapshots ``first ..`` only: rows of earlier
+        snapshots are dropped and :math:`T'` counts the later snapshots with
+        rows -- the loss of the window ``[first, T)`` when the earlier
+        snapshots only build the recurrent state (a continued evaluation).
+        It reads the snapshot indices: one synchronization on a device copy."""
+        out = object.__new__(SnapshotMean)
+        out.__dict__.update(self.__dict__)
+        keep = (self.has >= first).nonzero().flatten()
+        out.has, out.counts = self.has.index_select(0, keep), self.counts.index_select(0, keep)
+        out.divisor = max(int(keep.numel()), 1) if self.reduction == "mean" else 1
+        return out
+
     def __call__(self, values: Tensor) -> Tensor:
         sums = values.new_zeros(self.num_segments).index_add_(0, self.seg, values)
         part = (sums.index_select(0, self.has) / self.counts.to(values.dtype)).sum()
