@@ -47,6 +47,7 @@ from ..runtime.losses import SnapshotMean, check_loss, link_row_losses, row_loss
 from ..runtime.paths import as_signal, resolve_model
 from ..runtime.time_blocks import check_windowable
 from .decomposed_engine import DecomposedEngine
+from .evaluation import LaterWindow, later_window_evaluator, window_link_scores
 from .exchange import Communicator
 from .local import ExchangeMap, halo_keys, positions_in
 from .setup_checks import agree, check_one_gpu_per_rank, check_pattern, resolve_device, setup_summary
@@ -198,6 +199,11 @@ class DistributedTrainer:
         reuse: bool = True,
     ) -> None:
         t_setup = time.perf_counter()
+        # what the evaluator of a later window is built with (evaluate(signal, partition): .evaluation)
+        self._options = dict(fusion=fusion, input_halo=input_halo, target=target, link_index=link_index,
+                             link_label=link_label, h0=h0, snapshot_reduction=snapshot_reduction, group=group,
+                             depth=depth, backend=backend, reuse=reuse)
+        self._later: Optional[tuple] = None
         if not isinstance(reuse, bool):  # the same on every rank: raised before any collective
             raise ModelInputError("reuse", f"is {reuse!r}.", "pass True or False.")
         if not dist.is_available() or not dist.is_initialized():
@@ -485,29 +491,65 @@ class DistributedTrainer:
             self.stale.end_epoch(total)
         return total
 
+    def _later_window(self, signal: Any, partition: Any, continue_state: bool) -> LaterWindow:
+        """The evaluator of a later window (:mod:`.evaluation`), kept for the
+        last (signal, partition) asked for."""
+        key = (signal, partition, continue_state)
+        if self._later is None or any(a is not b for a, b in zip(self._later[0], key)):
+            self._later = (key, later_window_evaluator(self, signal, partition, continue_state))
+        return self._later[1]
+
     @torch.no_grad()
-    def evaluate(self) -> float:
-        """The global loss in eval mode (BatchNorm running statistics), no
-        gradients."""
+    def evaluate(self, signal: Any = None, partition: Any = None, *, continue_state: bool = True) -> float:
+        r"""The global loss in eval mode (BatchNorm running statistics), no
+        gradients (a collective: call it on every rank).
+
+        Args:
+            signal: ``None`` -- the training signal's loss; or a later window
+                (the test split: the snapshots right after the training
+                signal) -- its loss.
+            partition: ``signal``'s partition into the world size (needed
+                with ``signal``).
+            continue_state: with ``signal``: ``True`` -- each vertex starts
+                ``signal`` from the state it reached at the end of the
+                training signal (one eval pass over both with the current
+                parameters; every rank keeps its training rows and the
+                states cross ranks through the runtime's temporal exchange:
+                :mod:`.evaluation`); ``False`` -- from a zero state. Equal to
+                :meth:`FusedTrainer.evaluate(signal, continue_state=...)
+                <pyg_dynscale.runtime.FusedTrainer.evaluate>`.
+        """
+        if signal is not None:
+            return self._later_window(signal, partition, continue_state).trainer.evaluate()
         with eval_mode(self.model, self.head):
             loss = self.compute_loss().detach().reshape(1)
         return float(self.transport.all_reduce(loss))
 
     @torch.no_grad()
-    def link_scores(self) -> tuple[Tensor, Tensor]:
+    def link_scores(self, signal: Any = None, partition: Any = None, *,
+                    continue_state: bool = True) -> tuple[Tensor, Tensor]:
         """Eval-mode logits and labels of the labelled pairs whose source this
         rank computes (``loss="bce_link"``): ``([L_r], [L_r])``. Every pair
-        is on exactly one rank; gather them for a global metric such as AUC."""
+        is on exactly one rank; gather them for a global metric such as AUC.
+        With ``signal`` (and its ``partition``), the pairs of that later
+        window (``continue_state`` as :meth:`evaluate`)."""
         if self.loss_kind != "bce_link":
             raise ModelInputError("loss", f"is {self.loss_kind!r}.", "link_scores needs loss='bce_link'.")
+        if signal is not None:
+            return window_link_scores(self._later_window(signal, partition, continue_state))
         with eval_mode(self.model, self.head):
             logits = self._link_logits(self._apply_head(self.outputs()))
         return logits, self.targets.label.to(logits.dtype)
 
     @torch.no_grad()
-    def predict(self) -> Tensor:
+    def predict(self, signal: Any = None, partition: Any = None, *, continue_state: bool = True) -> Tensor:
         """Eval-mode outputs (after the head) of *all* vertex-time nodes,
-        ``[N, *]`` in vertex-time node order, the same on every rank."""
+        ``[N, *]`` in vertex-time node order, the same on every rank; with
+        ``signal`` (and its ``partition``), those of that later window
+        (``continue_state`` as :meth:`evaluate`)."""
+        if signal is not None:
+            window = self._later_window(signal, partition, continue_state)
+            return window.trainer.predict()[window.first_node:]
         with eval_mode(self.model, self.head):
             pred = self._apply_head(self.outputs())
         full = pred.new_zeros((self.engine.host_layout.sg.num_nodes,) + tuple(pred.shape[1:]))

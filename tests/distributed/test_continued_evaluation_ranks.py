@@ -1,0 +1,89 @@
+"""DistributedTrainer.evaluate(test, partition) continues each vertex's state
+from the training window exactly as FusedTrainer.evaluate(test) does (float64,
+2-3 gloo ranks, PTS and PGC, decomposed and black-box paths, h0, link scores);
+a zero state at evaluation is another number; the evaluation pass moves what
+the joined plan predicts."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pyg_dynscale.distributed import DistributedTrainer, spawn
+from pyg_dynscale.nn import adapt
+from pyg_dynscale.partition import DependencyPattern
+from pyg_dynscale.runtime import FusedTrainer
+from tests import blackbox_cases as bc
+from tests import distributed_cases as cases
+
+pytestmark = pytest.mark.skipif(not bc.HAVE_PYGT, reason="needs torch_geometric_temporal")
+
+#: (model case, scheme): decomposed cases from distributed_cases, "gconvgru" on the black-box path
+CONFIGS = [("tgcn1", "pts"), ("tgcn2_h0", "pgc"), ("dysat_link", "pgc"), ("gconvgru", "pts"), ("gconvgru", "pgc")]
+
+
+def _case(name: str):
+    """(signal, model, head, loss, h0, pattern)."""
+    if name == "gconvgru":
+        sig = bc.signal("plain", seed=9)
+        m, head = bc.cell("GConvGRU")
+        return sig, m, head, "mse", None, DependencyPattern.preset("tgcn", bc.F, bc.H)
+    sig = cases.signal()
+    m, head, loss = cases.model(name)
+    train = sig.split(0.5)[0]
+    return sig, m, head, loss, cases.initial_state(name, train), adapt(m, check=False).dependency_pattern(8)
+
+
+def _run(rank: int, world: int) -> list:
+    from pyg_dynscale.partition import partition
+
+    out = []
+    for name, scheme in CONFIGS:
+        sig, m, head, loss, h0, pattern = _case(name)
+        train, test = sig.split(0.5)
+        part = partition(train, scheme, world, pattern, seed=0)
+        tpart = partition(test, scheme, world, pattern, seed=0)
+        tr = DistributedTrainer(m, train, part, head=head, loss=loss, h0=h0, optimizer=lambda p: torch.optim.SGD(p, lr=0.1))
+        for _ in range(2):
+            tr.train_epoch()
+        res = {"cont": tr.evaluate(test, tpart)}
+        t = tr._later_window(test, tpart, True).trainer.traffic()  # of the evaluation pass just run
+        res["fwd"] = [(e["measured_forward"], e["predicted_forward"]) for e in t["exchanges"]]
+        res["temporal"] = t["measured"]["temporal"]
+        res["zero"] = tr.evaluate(test, tpart, continue_state=False)
+        res["pred"] = tr.predict(test, tpart)
+        if loss == "bce_link":
+            logits, labels = tr.link_scores(test, tpart)
+            everyone = [None] * world
+            torch.distributed.all_gather_object(everyone, (logits.tolist(), labels.tolist()))
+            res["scores"] = sorted(sum((e[0] for e in everyone), []))
+        # the single-process reference, with the parameters this rank trained
+        ref = FusedTrainer(m, train, head=head, loss=loss, h0=h0)
+        res["ref"] = ref.evaluate(test)
+        res["ref_zero"] = ref.evaluate(test, continue_state=False)
+        res["ref_pred"] = ref.predict(test)
+        if loss == "bce_link":
+            fe, first, _ = ref._evaluator(test, True)
+            with torch.no_grad():
+                lg = fe.link_logits(fe.outputs())
+            res["ref_scores"] = sorted(lg[fe.label_time >= first].tolist())
+            res["num_test_pairs"] = int(test.fields["edge_label"].values.numel())
+        out.append(res)
+    return out
+
+
+@pytest.mark.parametrize("R", [2, 3])
+def test_distributed_continued_evaluation_equals_fused(R):
+    results = spawn(_run, R, timeout=240)
+    for i, (name, scheme) in enumerate(CONFIGS):
+        tag = f"{name}/{scheme}/R={R}"
+        r = results[0][i]
+        for other in results[1:]:
+            assert other[i]["cont"] == r["cont"], tag
+        assert abs(r["cont"] - r["ref"]) <= 1e-9, (tag, r["cont"], r["ref"])
+        assert abs(r["zero"] - r["ref_zero"]) <= 1e-9, (tag, r["zero"], r["ref_zero"])
+        assert abs(r["cont"] - r["zero"]) > 1e-6, f"{tag}: the continued state changed nothing"
+        assert float((r["pred"] - r["ref_pred"]).abs().max()) <= 1e-9, tag
+        assert all(a == b for a, b in r["fwd"]), (tag, r["fwd"])
+        if "scores" in r:
+            assert len(r["scores"]) == r["num_test_pairs"], tag
+            assert max(abs(a - b) for a, b in zip(r["scores"], r["ref_scores"])) <= 1e-9, tag
