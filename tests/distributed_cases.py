@@ -7,7 +7,7 @@ import importlib.util
 import torch
 
 from pyg_dynscale import DynamicGraphSignal
-from pyg_dynscale.nn import DySAT, MPNNLSTM, MPNNLSTMDGC, TGCN
+from pyg_dynscale.nn import DySAT, MPNNLSTM, MPNNLSTMDGC, TGCN, TMGCN
 from pyg_dynscale.nn.decomposed import DecomposedModule
 from pyg_dynscale.partition import BlockPattern, DependencyPattern, Partition, partition
 from tests.conftest import make_dynamic_signal
@@ -83,6 +83,8 @@ def model(name: str):
         m, head, loss = DySAT(F, H, T, structural_heads=2, temporal_heads=2, num_blocks=2), None, "bce_link"
     elif name == "mpnn":
         m, head, loss = MPNNLSTM(F, H, 1, 1, 0.0), torch.nn.Linear(2 * H + F, 1), "mse"
+    elif name == "tmgcn":  # banded M-transform windows (band 3 of T = 6) in three of its four blocks
+        m, head, loss = TMGCN(F, H, band=3, num_layers=2), torch.nn.Linear(H, 1), "mse"
     elif name == "mpnn_dgc":
         m, head, loss = MPNNLSTMDGC(F, H), torch.nn.Linear(2 * H, 1), "mae"
     else:
@@ -101,7 +103,7 @@ def initial_state(name: str, sig: DynamicGraphSignal):
     return torch.randn(S, 4, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
 
 
-MODELS = ["tgcn1", "tgcn2", "tgcn2_h0", "stacked_h0", "dysat_mse", "dysat_link", "mpnn", "mpnn_dgc"] + (["pygt_tgcn"] if HAVE_PYGT else [])
+MODELS = ["tgcn1", "tgcn2", "tgcn2_h0", "stacked_h0", "dysat_mse", "dysat_link", "mpnn", "mpnn_dgc", "tmgcn"] + (["pygt_tgcn"] if HAVE_PYGT else [])
 SCHEMES = ["pss", "pts", "pss-ts", "pgc", "random", "empty_rank"]
 
 

@@ -15,7 +15,8 @@ Rank :math:`r` holds
 * the **time set** :math:`Q_r = \{v : \tau(v) = r\}` (:math:`= S_r`'s owned
   rows unless PSS-TS), split into recurrent rounds (pieces of sequences at
   each depth, :func:`~pyg_dynscale.partition.plan.segment_depth`) or merged
-  with the attention rows received from other ranks, sequences in time order;
+  with the attention (or banded window) rows received from other ranks,
+  sequences in time order;
 * for every exchange, the local rows it sends (``send_idx``, in the order of
   the plan's ``send_list``) and where the received rows go (``recv_idx``).
 
@@ -162,9 +163,10 @@ class RecurrentRound(_ByName):
 
 @dataclass
 class AttentionMerge(_ByName):
-    r"""An attention block on one rank: :math:`M_r = Q_r \cup` the rows its
-    exchange brings (every earlier appearance of a local vertex owned
-    elsewhere), sequences in time order.
+    r"""An attention (or window) block on one rank: :math:`M_r = Q_r \cup`
+    the rows its exchange brings (every earlier appearance of a local vertex
+    owned elsewhere; a window: those inside the band), sequences in time
+    order, global snapshot indices as :attr:`FusedGraph.time`.
 
     Attributes:
         exchange (ExchangeMap): the rows received (written at ``recv_idx`` of :math:`M_r`).
@@ -348,7 +350,7 @@ class RankLayout:
         for b, blk in enumerate(pattern.blocks):
             if blk.time_kind == "recurrent":
                 self.recurrent_rounds(b)
-            elif blk.time_kind == "attention":
+            elif blk.time_kind in ("attention", "window"):  # a window merges its banded rows the same way
                 self.attention(b)
         return self
 

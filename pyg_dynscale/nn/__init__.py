@@ -18,9 +18,12 @@ from .mpnn_lstm_dgc import MPNNLSTMDGC
 from .packing import SequencePacking, pack_sequences
 from .temporal_fusion import MaskedGRU, MaskedLSTM, MaskedTemporalAttention, masked_recurrent_scan
 from .tgcn import TGCN
+from .tmgcn import TMGCN, m_transform
 
 __all__ = [
     "TGCN",
+    "TMGCN",
+    "m_transform",
     "MPNNLSTM",
     "MPNNLSTMDGC",
     "Halo",

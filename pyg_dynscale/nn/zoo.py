@@ -11,6 +11,7 @@ name               model                                           state / outpu
 ``dysat``          :class:`DySAT`, 2 blocks, 2+2 heads (DGC)       -- / :math:`H`
 ``mpnnlstm``       :class:`MPNNLSTM` (PyGT's MPNN-LSTM)            -- / :math:`2H+F`
 ``mpnnlstm-dgc``   :class:`MPNNLSTMDGC` (DGC's MPNN-LSTM)          :math:`4H` / :math:`2H`
+``tmgcn``          :class:`TMGCN`, 2 layers, band 3 (SC'21)        -- / :math:`H`
 ``gconvgru``       PyGT's ``GConvGRU(F, H, K=2)``, black-box path  :math:`H` / :math:`H`
 ``gclstm``         PyGT's ``GCLSTM(F, H, K=2)``, black-box path    :math:`(H, H)` / :math:`H`
 ``dcrnn``          PyGT's ``DCRNN(F, H, K=2)``, black-box path     :math:`H` / :math:`H`
@@ -37,14 +38,16 @@ from .dysat import DySAT
 from .mpnn_lstm import MPNNLSTM
 from .mpnn_lstm_dgc import MPNNLSTMDGC
 from .tgcn import TGCN
+from .tmgcn import TMGCN
 
 __all__ = ["MODEL_NAMES", "BLACK_BOX_MODELS", "RECOMPUTABLE_MODELS", "TARGETS", "build_model", "partition_pattern"]
 
 #: models built from PyGT classes that run on the black-box path
 BLACK_BOX_MODELS = ("gconvgru", "gclstm", "dcrnn")
-MODEL_NAMES = ("tgcn", "tgcn-deep", "dysat", "mpnnlstm", "mpnnlstm-dgc") + BLACK_BOX_MODELS
+MODEL_NAMES = ("tgcn", "tgcn-deep", "dysat", "mpnnlstm", "mpnnlstm-dgc", "tmgcn") + BLACK_BOX_MODELS
 #: models gradient checkpointing over windows of snapshots runs (DySAT's attention reads every earlier
-#: appearance; the MPNN-LSTMs' BatchNorm statistics would be updated twice by the recomputation)
+#: appearance, TM-GCN's M-transform the earlier ones in its band; the MPNN-LSTMs' BatchNorm statistics
+#: would be updated twice by the recomputation)
 RECOMPUTABLE_MODELS = ("tgcn", "tgcn-deep") + BLACK_BOX_MODELS
 TARGETS = ("node", "link")
 
@@ -89,6 +92,8 @@ def build_model(
             raise ValueError(f"hidden is {hidden}; dysat needs an even hidden width (2 attention heads).")
         model = DySAT(in_channels, hidden, num_snapshots, structural_heads=2, temporal_heads=2, num_blocks=2)
         width = hidden
+    elif name == "tmgcn":
+        model, width = TMGCN(in_channels, hidden, band=3, num_layers=2), hidden
     elif name == "mpnnlstm":
         model = MPNNLSTM(in_channels, hidden, num_vertices, 1, 0.0)
         width = int(model.out_channels)

@@ -12,8 +12,11 @@ that has to cross ranks (:class:`~pyg_dynscale.partition.CommunicationPlan`):
 * time encoder, ``time_kind="recurrent"`` (GRU/LSTM): :math:`(i,t)` needs the
   state of the previous appearance :math:`(i,t')`, ``time_width`` elements;
   ``time_kind="attention"`` (DySAT): :math:`(i,t)` needs the rows of *all*
-  earlier appearances of :math:`i`; ``time_kind="none"`` (PyGT's MPNN-LSTM,
-  whose LSTM runs inside one snapshot): no temporal dependency at all;
+  earlier appearances of :math:`i`; ``time_kind="window"`` (TM-GCN's banded
+  M-transform, band :math:`b` = ``time_band``): the rows of the earlier
+  appearances :math:`(i,t')` with :math:`t - t' < b` (at most :math:`b-1`);
+  ``time_kind="none"`` (PyGT's MPNN-LSTM, whose LSTM runs inside one
+  snapshot): no temporal dependency at all;
 * PSS-TS only: the structure-encoder output row (``output_width``) moves from
   the structure owner to the time owner, and for blocks after the first the
   block input row (:attr:`BlockPattern.input_width`) moves back.
@@ -32,8 +35,8 @@ from typing import Any, Literal, Optional
 
 from ..errors import PartitionError
 
-TIME_KINDS = ("recurrent", "attention", "none")
-MODELS = ("tgcn", "mpnnlstm", "mpnnlstmpygt", "dysat", "gconvgru")
+TIME_KINDS = ("recurrent", "attention", "window", "none")
+MODELS = ("tgcn", "mpnnlstm", "mpnnlstmpygt", "dysat", "gconvgru", "tmgcn")
 
 
 def _check_width(field: str, value: int) -> None:
@@ -54,19 +57,25 @@ class BlockPattern:
             its in-neighbours (the layer's *input* rows). May be empty (a block
             without spatial aggregation).
         time_kind (str): ``"recurrent"`` (needs the previous appearance's state),
-            ``"attention"`` (needs every earlier appearance) or ``"none"`` (no
-            dependency across snapshots: no temporal exchange).
+            ``"attention"`` (needs every earlier appearance), ``"window"``
+            (needs the earlier appearances less than ``time_band`` snapshots
+            back) or ``"none"`` (no dependency across snapshots: no temporal
+            exchange).
         time_width (int): width of the exchanged time-encoder row (hidden state,
             or the row keys/values are computed from); ``0`` for ``"none"``.
         output_width (int, optional): width of the structure encoder's output
             row, i.e. the time encoder's input; this is what PSS-TS
             redistributes. Defaults to ``time_width``.
+        time_band (int): ``"window"`` only: the band :math:`b \ge 1` in
+            snapshots (node :math:`(i,t)` reads :math:`(i,t')` for
+            :math:`t-b < t' \le t`); ``0`` for the other kinds.
     """
 
     spatial_widths: tuple[int, ...]
-    time_kind: Literal["recurrent", "attention", "none"]
+    time_kind: Literal["recurrent", "attention", "window", "none"]
     time_width: int
     output_width: Optional[int] = None
+    time_band: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.spatial_widths, tuple):
@@ -87,6 +96,11 @@ class BlockPattern:
             _check_width("time_width", self.time_width)
         if self.output_width is not None:
             _check_width("output_width", self.output_width)
+        if self.time_kind == "window":
+            _check_width("time_band", self.time_band)
+        elif self.time_band != 0:
+            raise PartitionError("time_band", f"is {self.time_band!r} for time_kind={self.time_kind!r}.",
+                                 "give a band only with time_kind='window' (leave it 0 otherwise).")
 
     @property
     def spatial_hops(self) -> int:
@@ -178,12 +192,13 @@ class DependencyPattern:
                 a cut after position :math:`j` of a sequence moves up to
                 :math:`j` rows; about half the mean sequence length is a fair
                 estimate. Default ``1`` (only the row on the edge itself).
+                A window block (band :math:`b`) counts
+                :math:`\min(\text{attention\_rows}, b-1)` rows.
         """
         if not attention_rows > 0:
             raise PartitionError("attention_rows", f"must be > 0, got {attention_rows!r}.")
-        return float(2 * self.bytes_per_element * sum(
-            b.time_width * (attention_rows if b.time_kind == "attention" else 1.0) for b in self.blocks
-            if b.time_kind != "none"))
+        return float(2 * self.bytes_per_element * sum(b.time_width * _rows_per_cut(b, attention_rows)
+                                                      for b in self.blocks if b.time_kind != "none"))
 
     def to_dict(self) -> dict:
         return {
@@ -191,7 +206,8 @@ class DependencyPattern:
             "bytes_per_element": self.bytes_per_element,
             "blocks": [
                 {"spatial_widths": list(b.spatial_widths), "time_kind": b.time_kind,
-                 "time_width": b.time_width, "output_width": b.output_width}
+                 "time_width": b.time_width, "output_width": b.output_width,
+                 **({"time_band": b.time_band} if b.time_kind == "window" else {})}
                 for b in self.blocks
             ],
         }
@@ -200,7 +216,8 @@ class DependencyPattern:
     def from_dict(cls, d: dict) -> "DependencyPattern":
         blocks = tuple(
             BlockPattern(tuple(int(w) for w in b["spatial_widths"]), b["time_kind"], int(b["time_width"]),
-                         None if b.get("output_width") is None else int(b["output_width"]))
+                         None if b.get("output_width") is None else int(b["output_width"]),
+                         int(b.get("time_band", 0)))
             for b in d["blocks"]
         )
         return cls(blocks, int(d.get("bytes_per_element", 4)), str(d.get("name", "custom")))
@@ -217,6 +234,7 @@ class DependencyPattern:
         lstm_layers: int = 2,
         gat_layers: int = 1,
         K: int = 2,
+        band: int = 3,
         bytes_per_element: int = 4,
     ) -> "DependencyPattern":
         r"""The pattern of a built-in model. Blocks after the first take the
@@ -248,6 +266,12 @@ class DependencyPattern:
           (``K-1`` propagation hops) to ``X`` (3 gates, shared input: ``in``), to
           ``H`` (gates z, r: ``hidden``) and to ``H*R`` (candidate: ``hidden``),
           so each hop exchanges ``in + 2*hidden``; the recurrent state is ``H``.
+        * ``"tmgcn"`` -- TM-GCN (:class:`~pyg_dynscale.nn.TMGCN` with
+          ``num_layers = num_blocks`` GCN layers, all ``hidden`` wide, and
+          band ``band``): ``num_blocks + 1`` blocks -- the M-transform of the
+          input (no spatial layer, ``time_kind="window"``, rows ``in``), then
+          per layer a GCN followed by the next layer's M-transform (rows
+          ``hidden``), the last GCN without one (``"none"``).
 
         Raises:
             PartitionError: unknown ``model`` (the message lists the valid
@@ -257,8 +281,15 @@ class DependencyPattern:
         if key not in MODELS:
             raise PartitionError("model", f"unknown model {model!r}.", f"Use one of {list(MODELS)} or declare a DependencyPattern.")
         for f, v in (("in_channels", in_channels), ("hidden", hidden), ("num_blocks", num_blocks),
-                     ("gcn_layers", gcn_layers), ("lstm_layers", lstm_layers), ("gat_layers", gat_layers), ("K", K)):
+                     ("gcn_layers", gcn_layers), ("lstm_layers", lstm_layers), ("gat_layers", gat_layers), ("K", K),
+                     ("band", band)):
             _check_width(f, v)
+        if key == "tmgcn":
+            widths = (in_channels,) + (hidden,) * num_blocks
+            tm = [BlockPattern((), "window", in_channels, in_channels, band)]
+            tm += [BlockPattern((widths[l - 1],), "window", widths[l], widths[l], band) for l in range(1, num_blocks)]
+            tm.append(BlockPattern((widths[-2],), "none", 0, widths[-1]))
+            return cls(tuple(tm), bytes_per_element, key)
         blocks = []
         inp = in_channels
         for _ in range(num_blocks):
@@ -280,6 +311,16 @@ class DependencyPattern:
             blocks.append(b)
             inp = nxt
         return cls(tuple(blocks), bytes_per_element, key)
+
+
+def _rows_per_cut(block: BlockPattern, attention_rows: float) -> float:
+    """Rows that cross one cut temporal edge of ``block`` (see
+    :meth:`DependencyPattern.temporal_edge_weight`)."""
+    if block.time_kind == "attention":
+        return attention_rows
+    if block.time_kind == "window":
+        return min(attention_rows, float(block.time_band - 1))
+    return 1.0
 
 
 def edge_weights(pattern: Any) -> tuple[float, float]:

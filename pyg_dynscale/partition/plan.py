@@ -23,7 +23,9 @@ For a supergraph with structure owner :math:`o`, time owner :math:`\tau`
   :math:`\tau(u) \ne \tau(v)`, row :math:`u` goes from :math:`\tau(u)` to
   :math:`\tau(v)`; attention -- row :math:`u` goes to every rank
   :math:`r \ne \tau(u)` that owns a *later* appearance of the same vertex
-  (deduplicated per destination rank). ``time_width`` wide. Blocks with
+  (deduplicated per destination rank); window (band :math:`b`) -- the same,
+  restricted to later appearances :math:`(i,t)` of :math:`u = (i,t')` with
+  :math:`t - t' < b`. ``time_width`` wide. Blocks with
   ``time_kind="none"`` have no temporal phase.
 
 After the last block, when link-label pairs are given (``link_pairs``), a
@@ -208,6 +210,30 @@ def _attention_rows(seq_order: Tensor, seq_ptr: Tensor, towner: Tensor, R: int) 
     return torch.cat(dsts), torch.cat(gids)
 
 
+def _window_rows(seq_order: Tensor, seq_ptr: Tensor, time: Tensor, towner: Tensor,
+                 band: int) -> tuple[Tensor, Tensor]:
+    """(dst rank, gid) for a banded temporal window: gid :math:`(i,t')` goes
+    to the owner of every later appearance :math:`(i,t)` with
+    :math:`t - t' < b` owned by another rank (duplicates are removed by
+    :meth:`Exchange.from_rows`). Appearance times strictly increase along a
+    sequence, so only the next ``band - 1`` positions can qualify."""
+    N = seq_order.numel()
+    dev = seq_order.device
+    S = seq_ptr.numel() - 1
+    seq_id = torch.repeat_interleave(torch.arange(S, device=dev), seq_ptr[1:] - seq_ptr[:-1], output_size=N)
+    t = time[seq_order]
+    o = towner[seq_order]
+    dsts, gids = [], []
+    for j in range(1, min(band, N)):  # loop over the band only
+        ok = (seq_id[j:] == seq_id[:-j]) & (t[j:] - t[:-j] < band) & (o[j:] != o[:-j])
+        gids.append(seq_order[:-j][ok])
+        dsts.append(o[j:][ok])
+    if not gids:
+        e = torch.zeros(0, dtype=torch.long, device=dev)
+        return e, e
+    return torch.cat(dsts), torch.cat(gids)
+
+
 def segment_depth(seq_order: Tensor, seq_ptr: Tensor, towner: Tensor) -> Tensor:
     r"""``[N]`` (gid order) the recurrent round of every vertex-time node.
 
@@ -305,6 +331,9 @@ class CommunicationPlan:
         if "attention" in kinds:
             dst, g = _attention_rows(supergraph.sequence_order, supergraph.sequence_ptr, town, R)
             tmp["attention"] = (town[g], dst, g)
+        for band in sorted({b.time_band for b in pattern.blocks if b.time_kind == "window"}):
+            dst, g = _window_rows(supergraph.sequence_order, supergraph.sequence_ptr, supergraph.time, town, band)
+            tmp[f"window:{band}"] = (town[g], dst, g)
         # redistribution rows (PSS-TS)
         moved = (own != town).nonzero().flatten()
         has_redis = partition.time_owner is not None
@@ -330,7 +359,8 @@ class CommunicationPlan:
                 exchanges.append(make(b, "redistribution", "redistribution", blk.redistribution_width,
                                       (own[moved], town[moved], moved), "redis"))
             if blk.time_kind != "none":
-                exchanges.append(make(b, "temporal", "temporal", blk.time_width, tmp[blk.time_kind], blk.time_kind))
+                tk = f"window:{blk.time_band}" if blk.time_kind == "window" else blk.time_kind
+                exchanges.append(make(b, "temporal", "temporal", blk.time_width, tmp[tk], tk))
         if link_pairs is not None:
             ls, ld = (torch.as_tensor(t, dtype=torch.long, device=dev) for t in link_pairs)
             if ls.shape != ld.shape or ls.dim() != 1 or (ls.numel() and (int(torch.minimum(ls, ld).min()) < 0 or int(torch.maximum(ls, ld).max()) >= N)):

@@ -112,7 +112,8 @@ def plan_bytes(supergraph: Any, owner: Tensor, num_parts: int, pattern: Dependen
     the owner array ``owner`` (``[N]``, no separate time owner) -- equal to
     ``CommunicationPlan.build(supergraph, Partition(..., owner), pattern)
     .bytes_by_kind()["total"]``, counted (module doc) when the numba backend
-    is active and ``num_parts <= MAX_PARTS``, else from the built plan.
+    is active, ``num_parts <= MAX_PARTS`` and no block is a banded window
+    (TM-GCN), else from the built plan.
 
     Args:
         supergraph: a :class:`~pyg_dynscale.data.Supergraph` (or a signal).
@@ -126,7 +127,8 @@ def plan_bytes(supergraph: Any, owner: Tensor, num_parts: int, pattern: Dependen
         raise PartitionError("owner", f"must have shape [{supergraph.num_nodes}], got {list(owner.shape)}.")
     if owner.numel() and (int(owner.min()) < 0 or int(owner.max()) >= num_parts):
         raise PartitionError("owner", f"values must lie in [0, {num_parts}).")
-    if kernels.backend() != "numba" or num_parts > MAX_PARTS or owner.device.type != "cpu":
+    windowed = any(b.time_kind == "window" for b in pattern.blocks)  # banded rows: counted by the plan itself
+    if kernels.backend() != "numba" or num_parts > MAX_PARTS or owner.device.type != "cpu" or windowed:
 
         part = Partition("pgc", num_parts, owner)
         return int(CommunicationPlan.build(supergraph, part, pattern).bytes_by_kind()["total"])
