@@ -27,7 +27,7 @@ before its optimizer step (and in training mode).
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -52,14 +52,17 @@ def joined_window(train: Any, later: Any, continue_state: bool) -> tuple[Any, in
     return concat_signals(train, later), train.num_snapshots
 
 
-def carry_initial_state(h0: Optional[Tensor], train_sequence_vertex: Tensor, joined_sequence_vertex: Tensor,
-                        num_vertices: int) -> Optional[Tensor]:
+def carry_initial_state(h0: Any, train_sequence_vertex: Tensor, joined_sequence_vertex: Tensor,
+                        num_vertices: int) -> Any:
     """The training window's ``h0`` (``[S_train, W]``, row ``s`` for vertex
-    ``train_sequence_vertex[s]``) as the ``h0`` of the joined signal's
-    sequences (zeros for vertices that first appear after the training
-    window); ``None`` stays ``None``."""
+    ``train_sequence_vertex[s]``; or a tuple of such, one per state
+    component) as the ``h0`` of the joined signal's sequences (zeros for
+    vertices that first appear after the training window); ``None`` stays
+    ``None``."""
     if h0 is None:
         return None
+    if isinstance(h0, (tuple, list)):
+        return tuple(carry_initial_state(h, train_sequence_vertex, joined_sequence_vertex, num_vertices) for h in h0)
     table = h0.new_zeros(num_vertices, h0.shape[1]).index_copy(0, train_sequence_vertex.to(h0.device), h0)
     return table.index_select(0, joined_sequence_vertex.to(h0.device))
 

@@ -34,7 +34,7 @@ from ..partition.halo_plan import StatePlan
 from .evaluation import carry_initial_state, check_positions, joined_window
 from .losses import LOSSES, SnapshotMean, Targets, check_loss, link_row_losses, resolve_targets, row_losses
 from .paths import as_signal, edge_fields_of, prepare_snapshot_model, resolve_model
-from .snapshot_runner import SnapshotRunner
+from .snapshot_runner import SnapshotRunner, initial_states
 from .streaming import StreamedRun
 from .time_blocks import TimeBlockCheckpoint, check_windowable
 
@@ -101,7 +101,10 @@ class FusedTrainer:
             :func:`~pyg_dynscale.data.transfer.transfer_to_device`
             (``method=transfer``, graph-difference transfer by default).
         h0: ``[S, state_width]`` initial state per temporal sequence (e.g.
-            carried from a previous window), default zeros.
+            carried from a previous window), default zeros; on the black-box
+            path one ``[S, W_c]`` tensor per state component of the module (a
+            tensor for one state, a tuple such as ``(h, c)`` for several;
+            :func:`~pyg_dynscale.runtime.snapshot_runner.initial_states`).
         snapshot_reduction: ``"mean"`` (PyGT's ``cost / (time + 1)``) or ``"sum"``.
         check: self-check PyGT adapters at wrap time.
         path: ``"auto"`` (decomposed when an adapter exists, else black-box),
@@ -207,15 +210,15 @@ class FusedTrainer:
             raise ModelInputError("signal.x", "is missing.", "give the signal node features.")
         self.runner: Optional[SnapshotRunner] = None
         if self.path == "blackbox":
-            if h0 is not None:
-                raise NotImplementedError("h0 on the black-box path is not built yet: states start at zero.")
             # the step plan and inputs are built on the host and moved once (SnapshotRunner.place)
             fields = edge_fields_of(self.model, host_signal)
             prepare_snapshot_model(self.model, host_signal, False, fields)  # one process: no halo to check
+            h0 = initial_states(h0, self.graph.num_sequences, self.model.state_widths)
             plan = StatePlan(host_signal, torch.zeros(host_signal.num_vertex_time_nodes, dtype=torch.long), 1,
                              self.model.depth, self.model.state_widths)
             self.runner = SnapshotRunner(self.model, host_signal, plan, checkpoint_every=checkpoint_every,
-                                         dtype=self._params_dtype(), device=device, edge_fields=fields, reuse=reuse)
+                                         dtype=self._params_dtype(), device=device, edge_fields=fields, reuse=reuse,
+                                         h0=h0)
         elif h0 is not None:
             check_initial_state(h0, self.graph, self.model.state_width)
         self.h0 = h0
@@ -269,7 +272,7 @@ class FusedTrainer:
         for name in ("target", "label_src", "label_dst", "label_time", "label", "h0"):
             v = getattr(self, name)
             if v is not None:
-                setattr(self, name, fn(v))
+                setattr(self, name, tuple(fn(h) for h in v) if isinstance(v, tuple) else fn(v))
         if self.mean is not None:
             self.mean = self.mean.apply_tensors(fn)
         if self.time_blocks is not None:
@@ -415,7 +418,8 @@ class FusedTrainer:
         if first and self.h0 is not None:
             h0 = carry_initial_state(self.h0, self.graph.sequence_vertex, joined.supergraph().sequence_vertex,
                                      joined.num_vertices)
-        check_positions(self.model, joined)
+        if first:
+            check_positions(self.model, joined)
         opts = dict(self._options, checkpoint_every=None)  # no gradients: nothing to recompute
         ev = FusedTrainer(self.model, joined, head=self.head, loss=self.loss_kind, device=self.device, h0=h0,
                           path=self.path, check=False, **opts)

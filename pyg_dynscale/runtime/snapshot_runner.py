@@ -47,9 +47,28 @@ from ..nn.snapshot_model import SnapshotModel
 from ..partition.halo_plan import StatePlan, state_phase
 from .step_reuse import StepReuse
 
-__all__ = ["SnapshotRunner"]
+__all__ = ["SnapshotRunner", "initial_states"]
 
 Exchange = Callable[[tuple, Tensor, list, list], Tensor]
+
+
+def initial_states(h0: Any, num_sequences: int, widths: tuple, name: str = "h0") -> Optional[tuple]:
+    """``h0`` of a black-box module as one ``[S, W_c]`` tensor per state
+    component: a tensor for a module with one state, a tuple or list (e.g.
+    ``(h, c)`` for ``GConvLSTM``) for several; ``None`` stays ``None``.
+    Raises :class:`ModelInputError` naming the expected shapes."""
+    if h0 is None:
+        return None
+    parts = tuple(h0) if isinstance(h0, (tuple, list)) else (h0,)
+    want = [[int(num_sequences), int(w)] for w in widths]
+    got = [list(p.shape) if isinstance(p, Tensor) else type(p).__name__ for p in parts]
+    if len(parts) != len(widths) or any(g != w for g, w in zip(got, want)):
+        form = "a tensor" if len(widths) == 1 else f"a tuple of {len(widths)} tensors"
+        raise ModelInputError(name, f"is {got} but the module carries {len(widths)} state component(s) of widths "
+                              f"{list(widths)} over {num_sequences} temporal sequences.",
+                              f"pass {form} of shape(s) {want} (row s: vertex signal.supergraph().sequence_vertex[s]), "
+                              "or None for zeros.")
+    return parts
 
 
 class SnapshotRunner:
@@ -70,11 +89,18 @@ class SnapshotRunner:
         reuse: ReInc's reuse where the module has an implementation
             (:mod:`~pyg_dynscale.runtime.step_reuse`; ``False``: call the
             module on every step).
+        h0: one ``[S, W_c]`` tensor per state component
+            (:func:`initial_states`): the state each temporal sequence of
+            ``signal`` starts with (row ``s``: vertex
+            ``signal.supergraph().sequence_vertex[s]``), given to every local
+            node at its vertex's first appearance (owned or halo: every rank
+            holds all rows, no exchange); ``None``: zeros.
     """
 
     def __init__(self, model: SnapshotModel, signal: Any, plan: StatePlan, exchange: Optional[Exchange] = None,
                  checkpoint_every: Optional[int] = None, dtype: torch.dtype = torch.float32,
-                 device: Optional[torch.device] = None, edge_fields: tuple = (), reuse: bool = True) -> None:
+                 device: Optional[torch.device] = None, edge_fields: tuple = (), reuse: bool = True,
+                 h0: Optional[tuple] = None) -> None:
         if not isinstance(reuse, bool):
             raise ModelInputError("reuse", f"is {reuse!r}.", "pass True or False.")
         if checkpoint_every is not None:
@@ -101,6 +127,18 @@ class SnapshotRunner:
             ws = None if ew is None else (ew[e0:e1] if s.edges is None else ew[e0:e1].index_select(0, s.edges))
             fs = {k: (v[e0:e1] if s.edges is None else v[e0:e1].index_select(0, s.edges)) for k, v in fields.items()}
             self._host_inputs.append((xs, s.edge_index, ws, fs, s.owned, s.routes))
+        self._host_h0 = None if h0 is None else tuple(h.detach().to("cpu", dtype) for h in h0)
+        #: per step, ``(local rows, sequence ids)`` of the nodes at their vertex's first appearance (``h0``)
+        self._host_first: list = []
+        if h0 is not None:
+            sg = signal.supergraph()
+            seq_of = torch.full((sg.num_nodes,), -1, dtype=torch.long)
+            seq_of[sg.sequence_order.index_select(0, sg.sequence_ptr[:-1])] = torch.arange(sg.sequence_ptr.numel() - 1)
+            for s in plan.steps:
+                n = node_ptr[s.t + 1] - node_ptr[s.t]
+                seq = seq_of[node_ptr[s.t] + (torch.arange(n) if s.nodes is None else s.nodes)]
+                pos = (seq >= 0).nonzero().flatten()
+                self._host_first.append((pos, seq.index_select(0, pos)) if pos.numel() else None)
         #: the reused input side (``None``: the module is called on every step)
         self.reuse: Optional[StepReuse] = None
         if reuse:
@@ -116,6 +154,8 @@ class SnapshotRunner:
         ``fn`` (:func:`~pyg_dynscale.data.placement.to_device`): moved once,
         so the step loop never copies an index from the host."""
         self.inputs = map_tensors(self._host_inputs, fn)
+        self.h0 = None if self._host_h0 is None else map_tensors(self._host_h0, fn)
+        self.first = map_tensors(self._host_first, fn)
         if self.reuse is not None:
             self.reuse.place(fn)
             self.reuse.track([inp[0] for inp in self.inputs])
@@ -159,6 +199,9 @@ class SnapshotRunner:
             src = torch.cat(srcs, 0) if len(srcs) > 1 else srcs[0]
             dst = torch.cat(dsts, 0) if len(dsts) > 1 else dsts[0]
             states.append(x.new_zeros(s.num_local, w).index_copy(0, dst, src))
+        if self.h0 is not None and self.first[i] is not None:  # first appearances: h0 instead of zeros
+            pos, seq = self.first[i]
+            states = [st.index_copy(0, pos, h.index_select(0, seq).to(st.dtype)) for st, h in zip(states, self.h0)]
         if s.num_local == 0 and not self.model.spec.evolving:  # nothing to compute here
             y = x.new_zeros((0,) + tuple(self.model.output_shape))
             return y, tuple(x.new_zeros(0, w) for w in self.model.state_widths)

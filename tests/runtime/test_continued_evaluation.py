@@ -25,8 +25,8 @@ def pygt_loop(name: str, m, head, train, test, h0_table=None) -> tuple[float, to
     returns the test loss (mean over test snapshots of the MSE) and the test
     predictions in vertex-time node order."""
     tables = [torch.zeros(train.num_vertices, w, dtype=torch.float64) for w in WIDTHS[name]]
-    if h0_table is not None:
-        tables[0] = h0_table.clone()
+    if h0_table is not None:  # a table, or one per state component
+        tables = [t.clone() for t in (h0_table if isinstance(h0_table, list) else [h0_table])]
     m.eval()
     losses, preds = [], []
     for k, d in enumerate(list(train) + list(test)):
@@ -98,3 +98,34 @@ def test_window_loss_and_errors():
     custom = FusedTrainer(m, train, head=head, loss=lambda t, out: out.sum())
     with pytest.raises(ModelInputError, match="callable"):
         custom.evaluate(test)
+
+
+@pytest.mark.parametrize("name", ["GConvGRU", "GConvLSTM"])
+def test_blackbox_h0_is_the_loop_started_from_it(name):
+    """h0 on the black-box path: every vertex's first appearance starts from
+    its row (one tensor per state component), in training and in the
+    continued evaluation; the training loss equals PyGT's loop started there."""
+    sig = bc.signal("plain", seed=9)
+    train, test = sig.split(0.6)
+    m, head = bc.cell(name)
+    seq_vertex = train.supergraph().sequence_vertex
+    g = torch.Generator().manual_seed(2)
+    h0 = tuple(torch.randn(seq_vertex.numel(), w, generator=g, dtype=torch.float64) for w in WIDTHS[name])
+    tr = FusedTrainer(m, train, head=head, loss="mse", lr=0.05, h0=h0 if len(h0) > 1 else h0[0])
+    tables = [torch.zeros(sig.num_vertices, w, dtype=torch.float64).index_copy(0, seq_vertex, h) for h, w in
+              zip(h0, WIDTHS[name])]
+    with torch.no_grad():  # the training window's loss from h0, as PyGT's loop computes it
+        losses = []
+        for d in train:
+            y, new = bc.call(name, m, d, [t[d.n_id] for t in tables])
+            for t, s in zip(tables, new):
+                t[d.n_id] = s
+            losses.append(((head(y).squeeze(-1) - d.y) ** 2).mean())
+    assert tr.evaluate() == pytest.approx(float(torch.stack(losses).mean()), abs=1e-9)
+    assert abs(tr.evaluate() - FusedTrainer(m, train, head=head, loss="mse").evaluate()) > 1e-6
+    tr.train_epoch()
+    start = [torch.zeros(sig.num_vertices, w, dtype=torch.float64).index_copy(0, seq_vertex, h) for h, w in
+             zip(h0, WIDTHS[name])]
+    assert tr.evaluate(test) == pytest.approx(pygt_loop(name, m, head, train, test, start)[0], abs=1e-9)
+    with pytest.raises(ModelInputError, match="h0"):
+        FusedTrainer(m, train, head=head, loss="mse", h0=h0[0][:, :2])
