@@ -69,7 +69,7 @@ def _configs(R: int) -> list:
                 continue
             out.append((name, scheme, cases.make_partition(sig, scheme, R, pattern), "full"))
     # unfused execution (one structure call per snapshot) and a memory budget (snapshot ranges)
-    for name in ("tgcn2", "mpnn", "dysat_mse"):
+    for name in ("tgcn2", "mpnn", "dysat_mse", "tmgcn"):
         m, _, _ = cases.model(name)
         pattern = m.dependency_pattern(bytes_per_element=8)
         for fusion in ("none", 3000.0):
