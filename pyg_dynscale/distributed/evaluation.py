@@ -67,7 +67,8 @@ def later_window_evaluator(trainer: Any, signal: Any, partition: Any, continue_s
         check_positions(trainer.model, joined)
         part = concat_partitions(trainer.partition, partition)
         if h0 is not None:
-            h0 = carry_initial_state(h0.detach().cpu(), trainer.signal.supergraph().sequence_vertex,
+            host = tuple(h.detach().cpu() for h in h0) if isinstance(h0, (tuple, list)) else h0.detach().cpu()
+            h0 = carry_initial_state(host, trainer.signal.supergraph().sequence_vertex,
                                      joined.supergraph().sequence_vertex, joined.num_vertices)
     else:
         part, h0 = partition, None

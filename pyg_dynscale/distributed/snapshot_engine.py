@@ -22,7 +22,7 @@ from ..errors import ModelInputError, UnsupportedModelError
 from ..nn.snapshot_model import SnapshotModel
 from ..partition.halo_plan import StatePlan
 from ..runtime.paths import edge_fields_of, prepare_snapshot_model
-from ..runtime.snapshot_runner import SnapshotRunner
+from ..runtime.snapshot_runner import SnapshotRunner, initial_states
 from .exchange import Communicator
 
 __all__ = ["SnapshotEngine", "BlackBoxLayout", "check_dcrnn_edge_order"]
@@ -73,6 +73,9 @@ class SnapshotEngine:
             function of the probed module giving it).
         reuse: ReInc's reuse for the cells that have it
             (:mod:`~pyg_dynscale.runtime.step_reuse`).
+        h0: the initial state of every temporal sequence, one ``[S, W_c]``
+            tensor per state component (or one tensor for one state; the
+            same on every rank: :func:`~pyg_dynscale.runtime.snapshot_runner.initial_states`).
     """
 
     path = "blackbox"
@@ -84,7 +87,8 @@ class SnapshotEngine:
     def __init__(self, model: SnapshotModel, signal: Any, partition: Any, comm: Communicator, device: torch.device,
                  dtype: torch.dtype, *, check: bool = True, checkpoint_every: Optional[int] = None,
                  link_pairs: Optional[tuple] = None,
-                 readout_width: Union[int, Callable[[SnapshotModel], int]] = 1, reuse: bool = True) -> None:
+                 readout_width: Union[int, Callable[[SnapshotModel], int]] = 1, reuse: bool = True,
+                 h0: Any = None) -> None:
         world = comm.world_size
         if model.spec.global_reason and world > 1:
             raise UnsupportedModelError(f"{model.spec.name} cannot be split across ranks on the black-box path: "
@@ -93,6 +97,7 @@ class SnapshotEngine:
         self.stale_active = False
         fields = edge_fields_of(model, signal)
         prepare_snapshot_model(model, signal, check and world > 1, fields)
+        h0 = initial_states(h0, signal.supergraph().sequence_ptr.numel() - 1, model.state_widths)
         if world > 1 and model.spec.name == "DCRNN":
             check_dcrnn_edge_order(signal)
         bpe = torch.empty((), dtype=dtype).element_size()
@@ -102,7 +107,7 @@ class SnapshotEngine:
                               link_pairs=link_pairs, readout_width=readout_width)
         self.runner = SnapshotRunner(model, signal, self.plan, exchange=comm.exchange,
                                      checkpoint_every=checkpoint_every, dtype=dtype, device=device,
-                                     edge_fields=fields, reuse=reuse)
+                                     edge_fields=fields, reuse=reuse, h0=h0)
         self.host_layout = self.layout = BlackBoxLayout(self.plan.owned_gids, signal.supergraph())
 
     @property

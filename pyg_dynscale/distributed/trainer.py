@@ -129,7 +129,10 @@ class DistributedTrainer:
             rank, so halo dependencies line up).
         input_halo: ``"load"`` -- block 0's raw-feature halo moved once at
             set-up; ``"exchange"`` -- every epoch.
-        h0: ``[S, state_width]`` initial state per temporal sequence.
+        h0: ``[S, state_width]`` initial state per temporal sequence; on
+            the black-box path one ``[S, W_c]`` tensor per state component
+            of the module (a tensor for one state, a tuple such as
+            ``(h, c)`` for several).
         snapshot_reduction: ``"mean"`` or ``"sum"`` over snapshots.
         group: process group (default: the world).
         check: self-check PyGT adapters at wrap time.
@@ -231,8 +234,6 @@ class DistributedTrainer:
                                       "snapshot.", "leave fusion and input_halo at their defaults.")
             if config.enabled:
                 raise NotImplementedError("the stale cache works on the decomposed path only; pass stale=None.")
-            if h0 is not None:
-                raise NotImplementedError("h0 on the black-box path is not built yet: states start at zero.")
             fusion = "blackbox"
         else:
             if checkpoint_every is not None:
@@ -290,7 +291,7 @@ class DistributedTrainer:
             self.engine: Union[DecomposedEngine, SnapshotEngine] = SnapshotEngine(
                 self.model, signal, partition, self.comm, self.device, self.dtype, check=check,
                 checkpoint_every=checkpoint_every, link_pairs=link_pairs, readout_width=self._blackbox_head_width,
-                reuse=reuse)
+                reuse=reuse, h0=h0)
             if loss == "bce_link":
                 self.readout_width = self._blackbox_head_width(self.model)
         else:

@@ -1,6 +1,6 @@
 """DistributedTrainer.evaluate(test, partition) continues each vertex's state
 from the training window exactly as FusedTrainer.evaluate(test) does (float64,
-2-3 gloo ranks, PTS and PGC, decomposed and black-box paths, h0, link scores);
+2-3 gloo ranks, PTS and PGC, decomposed and black-box paths, h0 on both, link scores);
 a zero state at evaluation is another number; the evaluation pass moves what
 the joined plan predicts."""
 from __future__ import annotations
@@ -18,15 +18,21 @@ from tests import distributed_cases as cases
 pytestmark = pytest.mark.skipif(not bc.HAVE_PYGT, reason="needs torch_geometric_temporal")
 
 #: (model case, scheme): decomposed cases from distributed_cases, "gconvgru" on the black-box path
-CONFIGS = [("tgcn1", "pts"), ("tgcn2_h0", "pgc"), ("dysat_link", "pgc"), ("gconvgru", "pts"), ("gconvgru", "pgc")]
+CONFIGS = [("tgcn1", "pts"), ("tgcn2_h0", "pgc"), ("dysat_link", "pgc"), ("gconvgru", "pts"), ("gconvgru", "pgc"),
+           ("gconvlstm_h0", "pts")]
 
 
 def _case(name: str):
     """(signal, model, head, loss, h0, pattern)."""
-    if name == "gconvgru":
+    if name in ("gconvgru", "gconvlstm_h0"):
         sig = bc.signal("plain", seed=9)
-        m, head = bc.cell("GConvGRU")
-        return sig, m, head, "mse", None, DependencyPattern.preset("tgcn", bc.F, bc.H)
+        m, head = bc.cell("GConvGRU" if name == "gconvgru" else "GConvLSTM")
+        h0 = None
+        if name.endswith("_h0"):  # (h, c) of every training sequence
+            S = sig.split(0.5)[0].supergraph().sequence_ptr.numel() - 1
+            g = torch.Generator().manual_seed(4)
+            h0 = tuple(torch.randn(S, bc.H, generator=g, dtype=torch.float64) for _ in range(2))
+        return sig, m, head, "mse", h0, DependencyPattern.preset("tgcn", bc.F, bc.H)
     sig = cases.signal()
     m, head, loss = cases.model(name)
     train = sig.split(0.5)[0]
@@ -59,6 +65,7 @@ def _run(rank: int, world: int) -> list:
         # the single-process reference, with the parameters this rank trained
         ref = FusedTrainer(m, train, head=head, loss=loss, h0=h0)
         res["ref"] = ref.evaluate(test)
+        res["own"], res["ref_own"] = tr.evaluate(), ref.evaluate()  # the training window, from h0
         res["ref_zero"] = ref.evaluate(test, continue_state=False)
         res["ref_pred"] = ref.predict(test)
         if loss == "bce_link":
@@ -80,6 +87,7 @@ def test_distributed_continued_evaluation_equals_fused(R):
         for other in results[1:]:
             assert other[i]["cont"] == r["cont"], tag
         assert abs(r["cont"] - r["ref"]) <= 1e-9, (tag, r["cont"], r["ref"])
+        assert abs(r["own"] - r["ref_own"]) <= 1e-9, (tag, r["own"], r["ref_own"])
         assert abs(r["zero"] - r["ref_zero"]) <= 1e-9, (tag, r["zero"], r["ref_zero"])
         assert abs(r["cont"] - r["zero"]) > 1e-6, f"{tag}: the continued state changed nothing"
         assert float((r["pred"] - r["ref_pred"]).abs().max()) <= 1e-9, tag
