@@ -37,7 +37,8 @@ def check_windowable(model: DecomposedModule) -> None:
     kinds = {b.time_kind for b in model.dependency_pattern().blocks}
     if kinds != {"recurrent"} or not model.state_width:
         why = ("attention reads every earlier appearance, not one window" if "attention" in kinds
-               else "windows carry a recurrent state from one window to the next")
+               else "TM-GCN's M-transform reads the earlier snapshots of its band, across window boundaries"
+               if "window" in kinds else "windows carry a recurrent state from one window to the next")
         raise NotImplementedError(
             f"checkpoint_every on the decomposed path needs a recurrent time encoder in every block; "
             f"{type(model).__name__} has time kinds {sorted(kinds)} ({why}); use path='blackbox' or train without "

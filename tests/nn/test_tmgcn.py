@@ -189,3 +189,10 @@ def test_fused_trainer_trains_tmgcn_and_the_zoo_builds_it():
     tr = FusedTrainer(model, sig, head=head, loss=loss, lr=0.02)
     losses = [tr.train_epoch() for _ in range(15)]
     assert losses[-1] < losses[0]
+
+
+def test_checkpointing_over_windows_is_refused_with_the_reason():
+    sig = _signal()
+    m = _model(2, 3, 5)
+    with pytest.raises(NotImplementedError, match="band"):
+        FusedTrainer(m, sig, head=torch.nn.Linear(4, 1).double(), loss="mse", checkpoint_every=2)
