@@ -124,4 +124,6 @@ def test_distributed_equals_single_process(R):
             assert e["measured_backward"] == e["predicted_backward"], (tag, e)
         assert t["load"]["measured"] == t["load"]["predicted"], (tag, t["load"])
         if R > 1 and scheme == "random":  # a random owner array cuts spatial and temporal edges here
-            assert t["measured"]["total"] > 0 and t["load"]["measured"] > 0, tag
+            assert t["measured"]["total"] > 0, tag
+            # TM-GCN's block 0 has no spatial layer: its raw rows move in the window exchange, none is loaded once
+            assert (t["load"]["measured"] > 0) == (name != "tmgcn"), tag
