@@ -37,6 +37,8 @@ from ..data.placement import TensorMap, map_tensors
 from ..errors import DecompositionMismatchError
 from ..nn.decomposed import FusedGraph, Halo
 from .exchange import Communicator
+from .fusion_groups import GroupCost, activation_row_width, halo_rows_loaded, plan_per_unit, plan_time_order
+from .layerwise import LayerwiseGroups
 from .local import ExchangeMap, RankLayout, halo_keys, node_subset_graph
 from .stale import StaleCache
 from .time_windows import RankWindow, build_windows
@@ -106,8 +108,7 @@ def snapshot_groups(signal: Any, partition: Any, pattern: Any, world_size: int, 
     rows = torch.bincount(key_n, minlength=R * T) + torch.bincount(hr * T + sg.time[hg], minlength=R * T)
     edges = torch.bincount(own[d] * T + sg.time[d], minlength=R * T)
     bpe = torch.empty((), dtype=dtype).element_size()
-    width = max(sum(b.spatial_widths) + b.redistribution_width + (b.spatial_widths[0] if b.spatial_widths else 0)
-                for b in pattern.blocks)
+    width = activation_row_width(pattern)
     cost = (rows.view(R, T).double() * width + 2 * edges.view(R, T).double()) * bpe  # [R, T]
     groups, t0 = [], 0
     acc = torch.zeros(R, dtype=torch.float64)
@@ -134,6 +135,9 @@ class DecomposedEngine:
             sliced from it).
         dtype: the floating dtype of the rows.
         fusion: ``"full"``, ``"none"`` or ``"budget"`` (with ``budget`` bytes).
+        fusion_groups: under a budget, ``"snapshots"`` (snapshot ranges, one
+            call each) or a layer-by-layer policy of
+            :data:`~.fusion_groups.POLICIES` (:mod:`.layerwise`).
         input_halo: ``"load"`` or ``"exchange"``.
         h0: ``[S, W]`` initial state per sequence (host or device; moved by
             :meth:`place`, which keeps its autograd history), or ``None``.
@@ -145,7 +149,8 @@ class DecomposedEngine:
 
     def __init__(self, model: Any, signal: Any, partition: Any, pattern: Any, plan: Any, comm: Communicator,
                  global_graph: FusedGraph, dtype: torch.dtype, *, fusion: str = "full",
-                 budget: Optional[float] = None, input_halo: str = "load", h0: Optional[Tensor] = None,
+                 budget: Optional[float] = None, fusion_groups: str = "snapshots", input_halo: str = "load",
+                 h0: Optional[Tensor] = None,
                  checkpoint_every: Optional[int] = None, stale: Optional[StaleCache] = None) -> None:
         self.model, self.signal, self.partition, self.pattern, self.plan = model, signal, partition, pattern, plan
         self.comm = comm
@@ -170,7 +175,14 @@ class DecomposedEngine:
         #: the snapshot ranges each structure-encoder call covers (``None``: one call for everything)
         self.groups: Optional[list] = None
         self._host_groups: Optional[list[SnapshotGroup]] = None
-        if fusion != "full":
+        #: budgeted layer-by-layer groups of chunk pieces (host), or ``None``
+        self.layered: Optional[LayerwiseGroups] = None
+        if fusion == "budget" and fusion_groups != "snapshots":
+            self._cost = GroupCost(activation_row_width(pattern) * torch.empty((), dtype=dtype).element_size(),
+                                   2.0 * torch.empty((), dtype=dtype).element_size())
+            self._budget = float(budget)
+            self.layered = LayerwiseGroups(self.host_layout, partition.chunk, fusion_groups, self._budget, self._cost)
+        elif fusion != "full":
             self.groups = snapshot_groups(signal, partition, pattern, self.world_size, dtype, budget)
             self._host_groups = self._build_groups(self.groups)
         self._host_h0 = h0
@@ -200,6 +212,7 @@ class DecomposedEngine:
             self._window_halos = [RankHalo(self, w.layout.maps, w.layout.S_owned, seg_counts(w.t0, w.t1))
                                   for w in self.windows]
         self._snap: list[tuple[int, int, FusedGraph, RankHalo]] = []
+        self._layered = None if self.layered is None else self.layered.apply_tensors(fn, self.layout.maps)
         if self._host_groups is not None:
             for grp, (t0, t1) in zip(self._host_groups, self.groups):
                 g = grp.graph.apply_tensors(fn)
@@ -228,6 +241,20 @@ class DecomposedEngine:
     def Q(self) -> Tensor:
         """Host gids of the rows whose outputs this rank computes (its time set, gid order)."""
         return self.host_layout.Q
+
+    def fusion_loads(self) -> dict:
+        r"""This rank's budgeted layer-by-layer fusion (``fusion_groups``):
+        ``groups``, ``halo_rows`` its groups load per spatial layer, the same
+        for ``per_chunk`` (every chunk piece alone: no fusion) and
+        ``time_order`` (whole snapshots in time order under the same budget),
+        and ``load_seconds`` spent gathering group rows so far."""
+        lw = self.layered
+        if lw is None:
+            raise ValueError("fusion_loads() needs fusion=<bytes> and a layer-by-layer fusion_groups policy.")
+        return {"groups": len(lw.groups), "halo_rows": lw.halo_rows,
+                "per_chunk": halo_rows_loaded(lw.units, plan_per_unit(lw.units)),
+                "time_order": halo_rows_loaded(lw.units, plan_time_order(lw.units, self._budget, self._cost)),
+                "load_seconds": self._layered.load_seconds}
 
     def after_backward(self) -> None:
         self._recv_store = {}  # every checkpointed window has been recomputed
@@ -414,6 +441,9 @@ class DecomposedEngine:
     def _structure(self, b: int, h_S: Tensor, lay: Optional[RankLayout] = None, halo: Optional[Halo] = None) -> Tensor:
         if lay is not None:  # a checkpointed window: one fused call
             return self.model.structure_encoder(lay.structure, h_S, block=b, halo=halo)
+        if self._layered is not None:
+            return self._layered.run(lambda g, x, hk: self.model.structure_encoder(g, x, block=b, halo=hk), h_S,
+                                     lambda m, X: self.exchange_into(m, X, X), self.halo.segment_counts)
         if self._host_groups is None:
             return self.model.structure_encoder(self.layout.structure, h_S, block=b, halo=self.halo)
         outs = [self.model.structure_encoder(g, h_S[lo:hi], block=b, halo=halo) for lo, hi, g, halo in self._snap]

@@ -49,6 +49,7 @@ from ..runtime.time_blocks import check_windowable
 from .decomposed_engine import DecomposedEngine
 from .evaluation import LaterWindow, later_window_evaluator, window_link_scores
 from .exchange import Communicator
+from .fusion_groups import check_fusion_groups
 from .local import ExchangeMap, halo_keys, positions_in
 from .setup_checks import agree, check_one_gpu_per_rank, check_pattern, resolve_device, setup_summary
 from .snapshot_engine import SnapshotEngine
@@ -127,6 +128,16 @@ class DistributedTrainer:
             call while the largest rank's estimated activation memory stays
             within it (:func:`.decomposed_engine.snapshot_groups`; ranges are the same on every
             rank, so halo dependencies line up).
+        fusion_groups: what a memory budget groups: ``"snapshots"`` (the
+            ranges above); ``"shared-halo"`` -- the rank's chunk pieces
+            (partial snapshots), fused greedily by most shared halo rows
+            while a group fits the budget (DGC §5.1.1,
+            :func:`.fusion_groups.plan_shared_halo`), the structure encoders
+            run group by group, layer by layer (:mod:`.layerwise`);
+            ``"time-order"`` and ``"per-chunk"`` -- the same execution with
+            the baselines' groups (whole snapshots in time order; every
+            chunk piece alone), for measurements. Needs ``fusion=<bytes>``;
+            models with BatchNorm are refused.
         input_halo: ``"load"`` -- block 0's raw-feature halo moved once at
             set-up; ``"exchange"`` -- every epoch.
         h0: ``[S, state_width]`` initial state per temporal sequence; on
@@ -186,6 +197,7 @@ class DistributedTrainer:
         lr: float = 0.01,
         device: Union[str, torch.device, None] = None,
         fusion: str = "full",
+        fusion_groups: str = "snapshots",
         input_halo: str = "load",
         target: str = "y",
         link_index: str = "edge_label_index",
@@ -225,6 +237,7 @@ class DistributedTrainer:
         self.loss_kind, self.snapshot_reduction = loss, snapshot_reduction
         # ---------------- options of one path only
         config = StaleConfig.parse(stale)
+        check_fusion_groups(fusion_groups, fusion, self.model)
         budget = None
         if self.path == "blackbox":
             if fusion != "full" or input_halo != "load":
@@ -273,7 +286,8 @@ class DistributedTrainer:
         except DynScaleError as exc:
             error = exc
         summary = None if error is not None else setup_summary(
-            signal, partition, [self.model, head], loss=self.loss_kind, fusion=f"{self.fusion}:{self.fusion_budget}",
+            signal, partition, [self.model, head], loss=self.loss_kind,
+            fusion=f"{self.fusion}:{self.fusion_budget}:{fusion_groups}",
             dtype=self.dtype, stale=self.stale.config.describe() if self.stale is not None else "off",
             device=self.device, transport=self.transport)
         agree(error, summary, group)
@@ -303,6 +317,7 @@ class DistributedTrainer:
                 check_initial_state(h0.detach().cpu(), self.global_graph, self.model.state_width)
             self.engine = DecomposedEngine(self.model, signal, partition, self.pattern, self.plan, self.comm,
                                            self.global_graph, self.dtype, fusion=fusion, budget=budget,
+                                           fusion_groups=fusion_groups,
                                            input_halo=input_halo, h0=h0,
                                            checkpoint_every=checkpoint_every, stale=self.stale)
         if self.path == "blackbox":
