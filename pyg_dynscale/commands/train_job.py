@@ -268,11 +268,12 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
             checkpoints.append(save_checkpoint(args.checkpoint_dir, done, modules, trainer.optimizer, record, progress))
     bar.close()
     cuda_peak = _peak_memory_per_rank(trainer.transport, trainer.device, rank, world)
-    # ---- test metric on the later snapshots (from a zero state, as FusedTrainer.evaluate)
-    evaluator = DistributedTrainer(model, test_sig, test_part, head=head, loss=loss, fusion=args.fusion,
-                                   device=device, backend="auto")
+    # ---- test metric on the later snapshots, each vertex's state continued from the end of the training
+    # snapshots (DistributedTrainer.evaluate(test, partition)); an attention time encoder (DySAT: position
+    # embeddings of the training snapshots only) is evaluated on the test snapshots alone, from position 0
+    continued = trainer.path == "blackbox" or "attention" not in {b.time_kind for b in trainer.pattern.blocks}
     if loss == "bce_link":
-        scores, labels = evaluator.link_scores()  # on the device
+        scores, labels = trainer.link_scores(test_sig, test_part, continue_state=continued)  # on the device
         everyone: list = [None] * world
         dist.all_gather_object(everyone, (scores.detach().cpu().double().tolist(),
                                           labels.detach().cpu().double().tolist()))
@@ -280,7 +281,7 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
         test_metric = roc_auc(torch.tensor(sum((e[0] for e in everyone), [])),
                               torch.tensor(sum((e[1] for e in everyone), [])))
     else:
-        metric_name, test_metric = "mse", evaluator.evaluate()
+        metric_name, test_metric = "mse", trainer.evaluate(test_sig, test_part, continue_state=continued)
     final = trainer.traffic()
     return {
         "schema_version": SCHEMA_VERSION, "path": args.path, "model": args.model,
@@ -299,6 +300,7 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
         "snapshots": {"train": train_sig.num_snapshots, "test": test_sig.num_snapshots},
         "vertex_time_nodes": train_sig.num_vertex_time_nodes,
         "losses": progress["losses"], "test_metric": test_metric, "test_metric_name": metric_name,
+        "test_state": "continued" if continued else "zero",
         "epoch_seconds": progress["epoch_seconds"],
         "bytes_measured": progress["bytes_measured"], "bytes_predicted": progress["bytes_predicted"],
         "load_bytes": final["load"], "partition_seconds": float(part.seconds),

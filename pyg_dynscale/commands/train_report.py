@@ -33,7 +33,9 @@ def print_report(args: argparse.Namespace, r: dict, plan: Optional[DevicePlan] =
         f"  device            {r['device']} (rank 0), "
         + (plan.describe() if plan is not None else f"exchange: {r['exchange']} over {r['backend']}"),
         f"  final train loss  {r['losses'][-1]:.6f}",
-        f"  test {r['test_metric_name'].upper():<12} {r['test_metric']:.6f}   (later {r['snapshots']['test']} snapshots)",
+        f"  test {r['test_metric_name'].upper():<12} {r['test_metric']:.6f}   (later {r['snapshots']['test']} snapshots, "
+        + ("state continued from the training snapshots)" if r.get("test_state") == "continued" else
+           "from a zero state: attention over the test snapshots alone)"),
         f"  epoch time        {sum(steady) / len(steady) * 1e3:.1f} ms (mean after the first; slowest rank)",
         f"  partitioning      {r['partition_seconds']:.3f} s",
         *(["  " + line for line in describe_auto(r).splitlines()] if r.get("auto") else []),
