@@ -85,7 +85,7 @@ def test_json_report_keys_and_traffic_equals_plan(uninterrupted) -> None:
         assert key in r, key
     assert r["world_size"] == 2 and r["scheme"] == "pgc" and r["model"] == "mpnnlstm-dgc"
     assert len(r["losses"]) == len(r["epoch_seconds"]) == 6 and r["losses"][-1] < r["losses"][0]
-    assert r["test_metric_name"] == "mse" and r["test_metric"] > 0
+    assert r["test_metric_name"] == "mse" and r["test_metric"] > 0 and r["test_state"] == "continued"
     for kind in ("spatial", "temporal", "redistribution", "readout", "total"):
         assert r["bytes_measured"][kind] == r["bytes_predicted"][kind], kind
         assert len(r["bytes_measured"][kind]) == 6
@@ -301,6 +301,7 @@ def test_link_target_reports_auc(tmp_path, capsys) -> None:
                  "--epochs", "3", "--json", "--no-progress"]) == 0
     r = json.loads(capsys.readouterr().out)
     assert r["test_metric_name"] == "auc" and 0.0 <= r["test_metric"] <= 1.0
+    assert r["test_state"] == "zero"  # DySAT's position embeddings cover the training snapshots only
     assert r["bytes_measured"]["readout"] == r["bytes_predicted"]["readout"]
 
 
