@@ -37,10 +37,9 @@ def train(rank: int, world_size: int, epochs: int) -> dict:
         if rank == 0 and (epoch % 10 == 0 or epoch == epochs - 1):
             print(f"epoch {epoch:3d}  train MSE {loss:.4f}", flush=True)
     traffic = trainer.traffic()
-    # test: the trained model on the test window (one process suffices for evaluation)
-    from pyg_dynscale.runtime import FusedTrainer
-
-    test_mse = FusedTrainer(model, test_sig, head=head, loss="mse").evaluate()
+    # test: the trained model on the test window, each vertex's state continued from the training window
+    test_part = partition(test_sig, "pgc", world_size, model.dependency_pattern(), seed=0)
+    test_mse = trainer.evaluate(test_sig, test_part)
     return {"loss": loss, "test_mse": test_mse, "traffic": traffic, "epoch_s": sum(trainer.epoch_seconds) / epochs}
 
 
