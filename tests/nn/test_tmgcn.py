@@ -196,3 +196,17 @@ def test_checkpointing_over_windows_is_refused_with_the_reason():
     m = _model(2, 3, 5)
     with pytest.raises(NotImplementedError, match="band"):
         FusedTrainer(m, sig, head=torch.nn.Linear(4, 1).double(), loss="mse", checkpoint_every=2)
+
+
+def test_pgc_temporal_edge_weights_stop_at_the_band():
+    from pyg_dynscale.partition.algorithms.coarsen import sequence_positions, temporal_edge_weights
+
+    sig = _signal(fixed=True)  # every sequence as long as the signal: edges leave positions 0 .. T-2
+    sg = sig.supergraph()
+    p = DependencyPattern.preset("tmgcn", F, 4, num_blocks=2, band=3, bytes_per_element=4)
+    w = temporal_edge_weights(sg, p)
+    _, pos_in_seq = sequence_positions(sg)  # entries of sequence_order
+    pos = torch.empty_like(pos_in_seq).index_copy_(0, sg.sequence_order, pos_in_seq)  # node order
+    src_pos = pos[sg.temporal_edge_index[0]]
+    want = torch.tensor([p.temporal_edge_weight(float(min(j + 1, 2))) for j in src_pos.tolist()], dtype=torch.float64)
+    assert torch.equal(w, want) and float(w.max()) == p.temporal_edge_weight(2.0)  # band 3: at most 2 rows per cut

@@ -37,6 +37,8 @@ moves one state row per cut temporal edge. An attention block (DySAT) needs
 :math:`j` and :math:`j + 1` (0-based) moves the :math:`j + 1` earlier rows to
 the later owner (the communication plan sends each row once per destination
 rank), so that edge weighs :math:`w_\text{rec} + (j + 1)\, w_\text{att}`.
+A window block (TM-GCN, band :math:`b`) moves :math:`\min(j + 1, b - 1)`
+rows there (``pattern.temporal_edge_weight(j + 1)``).
 """
 from __future__ import annotations
 
@@ -126,7 +128,14 @@ def temporal_edge_weights(supergraph: "Supergraph", pattern: Any) -> Tensor:
     # temporal edges leave every position except the last of each sequence, in order
     not_last = torch.ones(supergraph.num_nodes, dtype=torch.bool, device=dev)
     not_last[ptr[1:] - 1] = False
-    return w_rec + (pos[not_last] + 1).to(torch.float64) * w_att
+    rows = pos[not_last] + 1
+    if any(getattr(b, "time_kind", None) == "window" for b in getattr(pattern, "blocks", ())):
+        # a window block's rows stop growing at its band: the pattern's weight of every row count present
+        table = torch.tensor([0.0] + [float(pattern.temporal_edge_weight(float(k)))
+                                      for k in range(1, int(rows.max()) + 1 if rows.numel() else 1)],
+                             dtype=torch.float64, device=dev)
+        return table.index_select(0, rows)
+    return w_rec + rows.to(torch.float64) * w_att
 
 
 def segment_sequences(supergraph: "Supergraph", node_w: Tensor, segment_cap: float) -> tuple[Tensor, int]:
