@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from pyg_dynscale.distributed import DistributedTrainer, spawn
+from pyg_dynscale.errors import ModelInputError
 from pyg_dynscale.nn import adapt
 from pyg_dynscale.partition import DependencyPattern
 from pyg_dynscale.runtime import FusedTrainer
@@ -75,12 +76,18 @@ def _run(rank: int, world: int) -> list:
             res["ref_scores"] = sorted(lg[fe.label_time >= first].tolist())
             res["num_test_pairs"] = int(test.fields["edge_label"].values.numel())
         out.append(res)
-    return out
+    try:  # every rank refuses a later window without its partition, before any collective
+        tr.evaluate(test)
+        refused = None
+    except ModelInputError as exc:
+        refused = str(exc)
+    return out, refused
 
 
 @pytest.mark.parametrize("R", [2, 3])
 def test_distributed_continued_evaluation_equals_fused(R):
-    results = spawn(_run, R, timeout=240)
+    results, refused = zip(*spawn(_run, R, timeout=240))
+    assert all(r is not None and "partition" in r for r in refused), refused
     for i, (name, scheme) in enumerate(CONFIGS):
         tag = f"{name}/{scheme}/R={R}"
         r = results[0][i]

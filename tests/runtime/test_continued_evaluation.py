@@ -129,3 +129,23 @@ def test_blackbox_h0_is_the_loop_started_from_it(name):
     assert tr.evaluate(test) == pytest.approx(pygt_loop(name, m, head, train, test, start)[0], abs=1e-9)
     with pytest.raises(ModelInputError, match="h0"):
         FusedTrainer(m, train, head=head, loss="mse", h0=h0[0][:, :2])
+
+
+def test_refusals_name_the_fix():
+    """DySAT's positions must cover the joined snapshots; a streamed trainer
+    does not build the joined evaluation (NotImplementedError)."""
+    from pyg_dynscale.nn import DySAT, TGCN
+
+    sig = bc.signal("plain", seed=9)
+    train, test = sig.split(0.6)
+    torch.manual_seed(0)
+    short = DySAT(bc.F, bc.H, train.num_snapshots, structural_heads=2, temporal_heads=2).double()
+    tr = FusedTrainer(short, train, head=torch.nn.Linear(bc.H, 1).double(), loss="mse")
+    with pytest.raises(ModelInputError, match="num_time_steps >= 5"):
+        tr.evaluate(test)
+    assert tr.evaluate(test, continue_state=False) > 0
+    full = DySAT(bc.F, bc.H, sig.num_snapshots, structural_heads=2, temporal_heads=2).double()
+    assert FusedTrainer(full, train, loss="mse", head=torch.nn.Linear(bc.H, 1).double()).evaluate(test) > 0
+    streamed = FusedTrainer(TGCN(bc.F, bc.H).double(), train, loss="mse", stream=True, checkpoint_every=2)
+    with pytest.raises(NotImplementedError, match="streamed"):
+        streamed.evaluate(test)
