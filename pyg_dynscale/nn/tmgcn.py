@@ -126,7 +126,8 @@ class TMGCN(DecomposedModule):
                  hidden_channels: Optional[int] = None, improved: bool = False, add_self_loops: bool = True,
                  bias: bool = True) -> None:
         super().__init__()
-        for name, v in (("in_channels", in_channels), ("out_channels", out_channels), ("num_layers", num_layers)):
+        for name, v in (("in_channels", in_channels), ("out_channels", out_channels), ("num_layers", num_layers),
+                        ("hidden_channels", 1 if hidden_channels is None else hidden_channels)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ModelInputError(name, f"is {v!r}.", "give an int >= 1.")
         self.band = _check_band(band)

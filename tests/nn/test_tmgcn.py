@@ -120,6 +120,10 @@ def test_m_transform_on_a_window_restarts_the_band_and_validates():
     for bad in (0, -1, 2.0, True):
         with pytest.raises(ModelInputError, match="band"):
             TMGCN(F, 4, band=bad)
+    for field, kw in (("num_layers", {"num_layers": 0}), ("hidden_channels", {"hidden_channels": 0}),
+                      ("out_channels", {"out_channels": 0})):
+        with pytest.raises(ModelInputError, match=field):
+            TMGCN(**{"in_channels": F, "out_channels": 4, **kw})
     with pytest.raises(ModelInputError, match="h0"):
         TMGCN(F, 4).forward_fused(FusedGraph.from_signal(sig), h0=torch.zeros(V, 4))
 
