@@ -4,9 +4,10 @@ For every dataset x model, the same initial parameters are trained for
 ``--epochs`` epochs on ``--ranks`` gloo processes with PGC and fusion, once per
 policy: no stale (exact), static theta = 0.3 D / 0.5 D / 0.7 D, Eq. 6 as
 printed, Eq. 6 with the sign the paper's intent needs, ``ramp`` and
-``adaptive`` (the policy the package recommends), plus two variants of the
-recommended one that measure the two unspecified choices: gradients of cached
-rows sent back (``backward=send``) and one global D (``scope=global``).
+``drift`` (the error budget the package recommends), plus ``drift`` with
+gradients of cached rows sent back (``backward=send``). ``--policies drift``
+runs the exact path and ``drift`` only, ``drift-before`` adds the former
+``adaptive`` (0.9 D over every kind), ``drift-sweep`` sweeps its budget.
 
 Reported per row: traffic reduction (all exchanges, forward + backward, the
 cache's masks included, over the whole run, vs the exact run's measured
@@ -43,22 +44,28 @@ from pyg_dynscale.runtime.metrics import roc_auc  # noqa: E402
 DAY = 86400.0
 POLICIES = [("no stale", "off", {}), ("0.3D", "static:0.3", {}), ("0.5D", "static:0.5", {}), ("0.7D", "static:0.7", {}), ("0.9D", "static:0.9", {}),
             ("Eq.6 printed", "printed", {}), ("Eq.6 intent", "intent", {}), ("ramp", "ramp", {}),
-            ("adaptive", "adaptive", {}), ("adaptive, bwd send", "adaptive", {"backward": "send"}),
-            ("adaptive, global D", "adaptive", {"scope": "global"})]
+            ("drift", "drift", {}), ("drift, bwd send", "drift", {"backward": "send"})]
 ALL_KINDS = {"kinds": ("spatial", "temporal", "redistribution", "readout")}
 #: Variants that also cache the link readout (the far endpoints of labelled pairs): ``--policies extra``.
 EXTRA = [("no stale", "off", {}), ("0.7D +readout", "static:0.7", ALL_KINDS), ("0.9D +readout", "static:0.9", ALL_KINDS),
          ("rise", "rise", {}), ("rise +readout", "rise", ALL_KINDS)]
 #: Table 3's core policies and the recommended one, for the larger graphs and for repeated seeds: ``--policies headline``.
-HEADLINE = [p for p in POLICIES if p[0] in ("no stale", "0.3D", "0.5D", "0.7D", "Eq.6 printed", "Eq.6 intent", "adaptive")]
+HEADLINE = [p for p in POLICIES if p[0] in ("no stale", "0.3D", "0.5D", "0.7D", "Eq.6 printed", "Eq.6 intent", "drift")]
 #: Snapshot windows: 7 days as in DGC; 14 days on bitcoin-otc and 30 days on
 #: mathoverflow (sparse early years; 30 days keeps it at 105k vertex-time nodes).
 DATA = {"CollegeMsg": ("snap/CollegeMsg.txt", 7 * DAY), "email-Eu": ("snap/email-Eu-core-temporal.txt.gz", 7 * DAY),
         "bitcoin-otc": ("snap/soc-sign-bitcoinotc.csv.gz", 14 * DAY),
         "mathoverflow": ("snap/sx-mathoverflow.txt.gz", 30 * DAY), "england_covid": (None, None)}
-#: Exact, Eq. 6 (intent) and adaptive: for repeated seeds (``--policies compare --seeds 3``).
-COMPARE = [p for p in POLICIES if p[0] in ("no stale", "Eq.6 intent", "adaptive")]
-POLICY_SETS = {"table": POLICIES, "extra": EXTRA, "headline": HEADLINE, "compare": COMPARE}
+#: Exact, Eq. 6 (intent) and drift: for repeated seeds (``--policies compare --seeds 3``).
+COMPARE = [p for p in POLICIES if p[0] in ("no stale", "Eq.6 intent", "drift")]
+#: Exact and the error-budget ``drift`` (default budget, every kind): ``--policies drift``.
+DRIFT = [("no stale", "off", {}), ("drift", "drift", {})]
+#: The same and the former ``adaptive`` (0.9 D over every kind): ``--policies drift-before``.
+DRIFT_BEFORE = DRIFT + [("0.9D +readout", "static:0.9", ALL_KINDS)]
+#: ``drift``'s error budget swept: ``--policies drift-sweep``.
+DRIFT_SWEEP = [("no stale", "off", {})] + [(f"drift:{e:g}", f"drift:{e:g}", {}) for e in (0.02, 0.05, 0.1, 0.2)]
+POLICY_SETS = {"table": POLICIES, "extra": EXTRA, "headline": HEADLINE, "compare": COMPARE, "drift": DRIFT,
+               "drift-before": DRIFT_BEFORE, "drift-sweep": DRIFT_SWEEP}
 MODELS = {"T-GCN": "tgcn-deep", "DySAT": "dysat", "MPNN-LSTM": "mpnnlstm-dgc"}
 
 
@@ -124,8 +131,10 @@ def main() -> None:
     ap.add_argument("--hidden", type=int, default=32)
     ap.add_argument("--lr", type=float, default=0.01)
     ap.add_argument("--policies", choices=tuple(POLICY_SETS), default="table",
-                    help="table: DGC's Table 3 policies and the two measured choices; extra: readout-caching variants; "
-                         "headline: exact, 0.3/0.5/0.7 D, both Eq. 6 forms and adaptive; compare: exact, Eq. 6 intent, adaptive")
+                    help="table: DGC's Table 3 policies and drift (also with backward=send); extra: readout-caching "
+                         "variants; headline: exact, 0.3/0.5/0.7 D, both Eq. 6 forms and drift; compare: exact, Eq. 6 "
+                         "intent, drift; drift: exact and drift; drift-before: also the former adaptive (0.9 D, every "
+                         "kind); drift-sweep: drift's budget 0.02-0.2")
     ap.add_argument("--seeds", type=int, default=1,
                     help="train every policy from this many initial parameter seeds (0..N-1) and report mean +- std")
     ap.add_argument("--quick", action="store_true", help="2 ranks, 10 epochs, England COVID and T-GCN only")

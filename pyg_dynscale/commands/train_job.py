@@ -127,7 +127,7 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
 
     from ..distributed import DistributedTrainer
     from ..distributed.checkpoint import (CheckpointDamagedError, CheckpointMismatchError, check_run,
-                                          latest_checkpoint, load_checkpoint, save_checkpoint)
+                                          latest_checkpoint, load_checkpoint, save_checkpoint, saved_extra)
     from ..errors import PartitionError, SignalValidationError
     from ..nn.zoo import build_model, partition_pattern
     from ..partition.io import save_partition
@@ -232,10 +232,16 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
     if resume_from is not None:
         # DCP loads into the state dict's existing tensors, on the model's device: a checkpoint written on
         # another device (CPU <-> CUDA) resumes here too
+        # the stale cache goes on with what it held (a checkpoint written without one leaves it empty)
+        stale_prefix = f"rank{rank}/stale/"
         try:
-            progress = load_checkpoint(resume_from[1], modules, trainer.optimizer, record)["progress"]
+            stale_state = saved_extra(resume_from[1], stale_prefix) if trainer.stale is not None else {}
+            progress = load_checkpoint(resume_from[1], modules, trainer.optimizer, record,
+                                       extra=stale_state or None)["progress"]
         except CheckpointDamagedError as exc:
             fail(f"--resume: {exc}")
+        if trainer.stale is not None:
+            trainer.stale.load_state_dict({k[len(stale_prefix):]: v for k, v in stale_state.items()})
         start = resume_from[0]
         # the optimizer state carries its learning rate: a record written before it held "lr" is checked here
         restored = trainer.optimizer.param_groups[0]["lr"]
@@ -265,7 +271,10 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
         bar.set_postfix(loss=f"{loss_value:.4f}", refresh=False)
         done = epoch + 1
         if args.checkpoint_dir and (done % args.checkpoint_every == 0 or done == args.epochs):
-            checkpoints.append(save_checkpoint(args.checkpoint_dir, done, modules, trainer.optimizer, record, progress))
+            stale_state = None if trainer.stale is None else \
+                {f"rank{rank}/stale/{k}": v for k, v in trainer.stale.state_dict().items()}
+            checkpoints.append(save_checkpoint(args.checkpoint_dir, done, modules, trainer.optimizer, record, progress,
+                                               extra=stale_state))
     bar.close()
     cuda_peak = _peak_memory_per_rank(trainer.transport, trainer.device, rank, world)
     # ---- test metric on the later snapshots, each vertex's state continued from the end of the training

@@ -78,11 +78,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--fusion", choices=("full", "none"), default="full",
                    help="full: one fused call per rank; none: one call and halo exchange per snapshot")
     p.add_argument("--stale", default="off", metavar="POLICY",
-                   help="stale embedding cache (DGC 5.2): off (exact, default), static:<c> (theta = c*D), printed "
-                        "(Eq. 6 as printed), intent (Eq. 6 sign-corrected), ramp, adaptive (the recommended one)")
+                   help="stale embedding cache (DGC 5.2): off (exact, default), drift or drift:<eps> (the recommended "
+                        "one: send the most drifted rows until each receiver's copy is within eps, default 0.2, of the "
+                        "current rows in relative norm), static:<c> (theta = c*D), printed (Eq. 6 as printed), intent "
+                        "(Eq. 6 sign-corrected), ramp, rise, adaptive (deprecated: static:0.9 over every kind)")
     p.add_argument("--stale-kinds", default=None, metavar="KINDS",
                    help="exchange kinds the cache covers, comma-separated (default: spatial,temporal,redistribution; "
-                        "adaptive: also readout)")
+                        "drift and adaptive: also readout)")
     p.add_argument("--stale-kind", action="append", default=[], metavar="KIND=POLICY",
                    help="a policy for one exchange kind, overriding --stale there (repeatable), e.g. temporal=static:0.3")
     p.add_argument("--stale-backward", choices=("skip", "send"), default="skip",

@@ -30,7 +30,7 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 from ..errors import DynScaleError
 
 __all__ = ["CheckpointMismatchError", "CheckpointDamagedError", "save_checkpoint", "load_checkpoint",
-           "latest_checkpoint", "check_run", "read_record", "verify_checkpoint", "CHECKPOINT_FORMAT",
+           "latest_checkpoint", "check_run", "read_record", "verify_checkpoint", "saved_extra", "CHECKPOINT_FORMAT",
            "LATER_FIELDS"]
 
 #: Version of the ``pyg_dynscale.json`` record.
@@ -195,6 +195,27 @@ def verify_checkpoint(path: str) -> None:
         size = os.path.getsize(file)
         if size < end:
             raise _damaged(path, f"its shard {file} is truncated ({size} bytes, the metadata needs {end})")
+
+
+def saved_extra(path: str, prefix: str) -> dict:
+    """Empty tensors, shaped and typed as saved, for every ``extra`` key of
+    the checkpoint at ``path`` that starts with ``prefix`` (e.g. one rank's
+    stale cache, ``"rank0/stale/"``, whose shapes only the checkpoint knows):
+    pass them as :func:`load_checkpoint`'s ``extra`` to have them filled.
+
+    Raises:
+        CheckpointDamagedError: DCP's metadata cannot be read.
+    """
+    try:
+        metadata = dcp.FileSystemReader(path).read_metadata()
+    except Exception as exc:
+        raise _damaged(path, f"its DCP metadata {os.path.join(path, '.metadata')} cannot be read "
+                             f"({type(exc).__name__})") from None
+    out = {}
+    for fqn, info in metadata.state_dict_metadata.items():
+        if fqn.startswith("extra.") and fqn[len("extra."):].startswith(prefix) and hasattr(info, "size"):
+            out[fqn[len("extra."):]] = torch.empty(tuple(info.size), dtype=info.properties.dtype)
+    return out
 
 
 def check_run(path: str, run: dict, *, ignore: tuple = ()) -> dict:

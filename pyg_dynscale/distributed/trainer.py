@@ -148,8 +148,9 @@ class DistributedTrainer:
         group: process group (default: the world).
         check: self-check PyGT adapters at wrap time.
         stale: the stale embedding cache (DGC §5.2) used while training:
-            ``None``/``"off"`` (exact), ``"static:<c>"``, ``"printed"``,
-            ``"intent"``, ``"ramp"``, ``"adaptive"`` or a
+            ``None``/``"off"`` (exact), ``"drift"`` / ``"drift:<eps>"`` (the
+            recommended error budget), ``"static:<c>"``, ``"printed"``,
+            ``"intent"``, ``"ramp"``, ``"rise"``, ``"adaptive"`` (deprecated) or a
             :class:`~pyg_dynscale.distributed.stale.StaleConfig` (kinds,
             backward, scope). Evaluation and prediction stay exact.
             Decomposed path only.

@@ -36,8 +36,8 @@ def test_bench_stale_quick():
     out = _quick("bench_stale")
     exact = next(ln for ln in out.splitlines() if ln.strip().startswith("no stale"))
     assert exact.split()[2] == "0.00"  # the exact path saves no traffic
-    adaptive = next(ln for ln in out.splitlines() if ln.strip().startswith("adaptive ") and "%" not in ln)
-    assert float(adaptive.split()[1]) > 50  # the cache saves traffic
+    drift = next(ln for ln in out.splitlines() if ln.strip().startswith("drift ") and "%" not in ln)
+    assert float(drift.split()[1]) > 50  # the cache saves traffic
     assert "Average over rows" in out
 
 

@@ -54,3 +54,17 @@ def test_stale_backward_and_scope_change_what_moves(runs):
         assert b["spatial"][e] + b["temporal"][e] > a["spatial"][e] + a["temporal"][e], e
         # global D: one all-reduce of D per exchange besides the masks
         assert b["stale_meta"][e] > a["stale_meta"][e], e
+
+
+def test_resume_continues_with_the_stale_cache(runs, tmp_path):
+    """A job stopped after 2 epochs and resumed (--resume) goes on with the cache it checkpointed: epochs 3-4
+    send the same share of rows and reach the same losses as the uninterrupted job (runs[0]); with an empty cache
+    epoch 3 would send every row."""
+    whole = runs[0]
+    ck = str(tmp_path / "ck")
+    _run("--epochs", "2", "--checkpoint-dir", ck)
+    resumed = _run("--checkpoint-dir", ck, "--resume")
+    assert resumed["resumed_from_epoch"] == 2
+    assert resumed["stale_fresh_fraction"][2:] == whole["stale_fresh_fraction"][2:]
+    assert resumed["stale_fresh_fraction"][2] < 1.0
+    assert resumed["losses"] == whole["losses"]

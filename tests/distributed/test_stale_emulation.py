@@ -12,7 +12,10 @@ last transmitted, :math:`D` the largest such distance over the sender's rows
 policy's factor of the loss progress :math:`(L_1 - L_{e-1}) / L_1` (Eq. 7,
 global losses) -- else the receiver's cached copy, a constant (``backward=
 "skip"``) or a straight-through value whose gradient reaches the current row
-(``"send"``). Each configuration below also fails under a plausible bug:
+(``"send"``). ``drift:eps`` instead keeps, per sender and receiver, the
+rows of smallest distance in the cache while the square root of their summed
+squared distances stays within ``eps`` times the Frobenius norm of the rows
+it would send. Each configuration below also fails under a plausible bug:
 the adaptive factor read as 0, ``D`` summed instead of maxed over ranks, Eq. 7
 fed a rank's own share of the loss, ``"send"`` behaving as ``"skip"``.
 """
@@ -33,9 +36,10 @@ from tests import distributed_cases as cases
 EPOCHS, R, NAME, SCHEME = 7, 2, "tgcn2", "pts"
 #: the policies' factors theta / D as functions of the loss progress (docs/stale.md), written out here
 FACTORS = {"static:0.5": lambda n: 0.5, "intent": lambda n: 1 / (1 + math.exp(-n)), "adaptive": lambda n: 0.9,
-           "printed": lambda n: 1 / (1 + math.exp(n))}
+           "printed": lambda n: 1 / (1 + math.exp(n)), "drift:0.05": 0.05, "drift:0.1": 0.1}
 CONFIGS = [("static:0.5", "local", "skip"), ("intent", "global", "skip"), ("adaptive", "local", "skip"),
-           ("static:0.5", "global", "send"), ("printed", "local", "send")]
+           ("static:0.5", "global", "send"), ("printed", "local", "send"), ("drift:0.05", "local", "skip"),
+           ("drift:0.1", "local", "send")]
 
 
 def _config(policy: str, scope: str, backward: str) -> StaleConfig:
@@ -114,6 +118,18 @@ class _Emulation(FusedTrainer):
         for s, (gids, dest) in self.send.items():
             if first:
                 fresh = torch.ones(gids.numel(), dtype=torch.bool)
+            elif not callable(self.factor):  # drift: an error budget per sender and receiver
+                d = (flat[gids] - self.sent[s]).norm(dim=1)
+                fresh = torch.ones(gids.numel(), dtype=torch.bool)
+                for r in range(R):
+                    rows = (dest == r).nonzero().flatten().tolist()
+                    budget = (self.factor * flat[gids[rows]].norm()) ** 2 if rows else 0.0
+                    spent = 0.0
+                    for i in sorted(rows, key=lambda i: (float(d[i]), i)):  # least drifted first
+                        if spent + float(d[i]) ** 2 > budget:
+                            break
+                        spent += float(d[i]) ** 2
+                        fresh[i] = False
             else:
                 theta = self.factor(progress) * D[s]
                 d = (flat[gids] - self.sent[s]).norm(dim=1)

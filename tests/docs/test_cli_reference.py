@@ -359,7 +359,7 @@ def _report(argv: list) -> dict:
 RUNS = {
     "train": [
         ["england_covid", "--scheme", "auto"],                    # auto's block
-        ["england_covid", "--scheme", "pgc", "--stale", "adaptive"],  # PGC's meta, the stale cache's keys
+        ["england_covid", "--scheme", "pgc", "--stale", "drift"],  # PGC's meta, the stale cache's keys
         ["england_covid", "--windows", "4"],                          # --windows' report
     ],
     "partition": [
