@@ -165,7 +165,20 @@ def main() -> None:
     ap.add_argument("--bandwidth", type=float, default=12e9, help="projection: bytes/s per rank (PCIe 3 x16 ~ 12 GB/s)")
     ap.add_argument("--latency", type=float, default=20e-6, help="projection: seconds per collective")
     ap.add_argument("--json", default="", help="write all rows to this JSON file")
+    ap.add_argument("--budget-sweep", action="store_true",
+                    help="budgeted fusion of partial snapshots instead (DGC §5.1.1; benchmarks/_fusion_sweep.py)")
+    ap.add_argument("--sweep-datasets", default="CollegeMsg,bitcoinotc,email-Eu")
+    ap.add_argument("--fractions", default="0.001,0.004,0.016,0.0625,0.25",
+                    help="--budget-sweep: budgets as fractions of a rank's activations with all chunks fused")
     args = ap.parse_args()
+    if args.budget_sweep:
+        from _fusion_sweep import budget_sweep
+
+        rows = budget_sweep(args)
+        if args.json:
+            with open(args.json, "w") as fh:
+                json.dump(rows, fh, indent=1)
+        return
     if args.quick:
         args.datasets, args.models, args.ranks, args.epochs = "synth-high", "tgcn", "2", 2
     rows, projections = [], []
