@@ -83,6 +83,7 @@ from .label_propagation import CSRGraph, compact_labels, label_propagation
 from ..partition import Partition, check_num_parts
 from ..pattern import DependencyPattern, edge_weights
 from .plan_count import plan_bytes
+from .round_balance import BALANCE_OBJECTIVES, rebalance_partition
 from .schemes import pss_snapshot_ranks, pts_sequence_ranks
 from .workload import WorkloadModel, resolve_workload
 
@@ -278,6 +279,8 @@ def partition_pgc(
     start_margin: Optional[float] = START_MARGIN,
     backend: Optional[str] = None,
     progress: bool = False,
+    balance: str = "nodes",
+    round_model: Any = None,
 ) -> "Partition":
     r"""Partition a dynamic graph by graph chunks (DGC §4; pipeline in the
     module docstring).
@@ -360,6 +363,16 @@ def partition_pgc(
             ``"auto"`` compiles only graphs above
             :data:`.kernels.AUTO_NUMBA_ABOVE` nodes plus edges.
         progress (bool): print per-round progress.
+        balance (str): the balance objective. ``"nodes"`` (default): the
+            additive node cost of ``workload``; ``"rounds"``: then move
+            snapshot blocks off the ranks the round-aware model
+            (:class:`~pyg_dynscale.partition.algorithms.round_workload.RoundWorkload`:
+            recurrent rounds, scan steps, halo rows) predicts slowest, with
+            plan bytes at most 10% above PGC's
+            (:func:`~pyg_dynscale.partition.algorithms.round_balance.balance_rounds`;
+            ``meta["round_balance"]`` holds the predictions before / after).
+        round_model (RoundWorkload, optional): the constants of
+            ``balance="rounds"`` (default: the fitted defaults).
 
     Returns:
         :class:`~pyg_dynscale.partition.partition.Partition` with
@@ -403,6 +416,9 @@ def partition_pgc(
     _check_numbers(slack=slack, tol=tol, gain_tol=gain_tol, refine_tol=refine_tol, chunks_per_part=chunks_per_part,
                    max_chunks=max_chunks, max_rounds=max_rounds, coarse_rounds=coarse_rounds, max_levels=max_levels,
                    refine_rounds=refine_rounds)
+    if balance not in BALANCE_OBJECTIVES:
+        raise PartitionError("balance", f"must be one of {BALANCE_OBJECTIVES}, not {balance!r}.",
+                             "use 'nodes' (additive node cost) or 'rounds' (round-aware runtime cost).")
     if signal.device.type != "cpu":  # the kernels run on the host: partition a host copy, same fingerprint
         signal = signal.to("cpu")
     n_threads = int(threads) if threads is not None else DEFAULT_THREADS
@@ -421,6 +437,9 @@ def partition_pgc(
                 segment_fraction=float(segment_fraction), workload=workload, starts=starts,
                 max_divergence=max_divergence, start_margin=start_margin, progress=progress)
             part = _partition_pgc(signal, P, pattern, settings)
+            if balance == "rounds":
+                part = rebalance_partition(signal, part, pattern, round_model)
+            part.meta["balance"] = balance
             part.meta["threads"] = kernel_threads if used_backend == "numba" else torch.get_num_threads()
             part.meta["backend"] = used_backend
             return part
