@@ -57,10 +57,13 @@ from _shared import DATASETS  # noqa: E402
 from pyg_dynscale.distributed import DistributedTrainer, spawn  # noqa: E402
 from pyg_dynscale.nn import DySAT, MPNNLSTMDGC, TGCN  # noqa: E402
 from pyg_dynscale.partition import CommunicationPlan, partition  # noqa: E402
+from pyg_dynscale.partition.algorithms.round_workload import predict_round_times  # noqa: E402
 
 DAY = 86400.0
 CONFIGS = [("PyGT-PSS", "pss", "none"), ("PyGT-PTS", "pts", "none"), ("PyGT-PSS-TS", "pss-ts", "none"),
-           ("PGC", "pgc", "none"), ("PGC+fusion", "pgc", "full")]
+           ("PGC", "pgc", "none"), ("PGC+fusion", "pgc", "full"), ("PGC+fusion+rounds", "pgc", "full")]
+#: per configuration: partition options (the round-aware balance objective, docs/pgc.md)
+OPTIONS = {"PGC+fusion+rounds": {"balance": "rounds"}}
 BASELINES = ("PyGT-PSS", "PyGT-PTS", "PyGT-PSS-TS")
 
 
@@ -128,8 +131,9 @@ def _rank_workloads(sig: Any, part: Any) -> torch.Tensor:
             + torch.bincount(town, minlength=R)).double()
 
 
-def _partitions(sig: Any, model: str, R: int, pattern: Any) -> list:
-    return [(label, partition(sig, scheme, R, pattern, seed=0), fusion) for label, scheme, fusion in CONFIGS]
+def _partitions(sig: Any, model: str, R: int, pattern: Any, configs: Any = None) -> list:
+    return [(label, partition(sig, scheme, R, pattern, seed=0, **OPTIONS.get(label, {})), fusion)
+            for label, scheme, fusion in CONFIGS if configs is None or label in configs]
 
 
 def projection(sig: Any, model: str, pattern: Any, rate: dict, bw: float, lat: float, R: int = 8) -> dict:
@@ -137,7 +141,7 @@ def projection(sig: Any, model: str, pattern: Any, rate: dict, bw: float, lat: f
     out = {}
     sg = sig.supergraph()
     for label, scheme, fusion in CONFIGS:
-        part = partition(sig, scheme, R, pattern, seed=0)
+        part = partition(sig, scheme, R, pattern, seed=0, **OPTIONS.get(label, {}))
         plan = CommunicationPlan.build(sig, part, pattern)
         w = _rank_workloads(sig, part)
         comm = 0.0
@@ -165,6 +169,8 @@ def main() -> None:
     ap.add_argument("--bandwidth", type=float, default=12e9, help="projection: bytes/s per rank (PCIe 3 x16 ~ 12 GB/s)")
     ap.add_argument("--latency", type=float, default=20e-6, help="projection: seconds per collective")
     ap.add_argument("--json", default="", help="write all rows to this JSON file")
+    ap.add_argument("--configs", default="", help="comma-separated subset of the configurations "
+                    "(e.g. PGC+fusion,PGC+fusion+rounds: the balance objectives side by side); no projection then")
     ap.add_argument("--budget-sweep", action="store_true",
                     help="budgeted fusion of partial snapshots instead (DGC §5.1.1; benchmarks/_fusion_sweep.py)")
     ap.add_argument("--sweep-datasets", default="CollegeMsg,bitcoinotc,email-Eu")
@@ -190,7 +196,7 @@ def main() -> None:
             pattern = m.dependency_pattern(bytes_per_element=4)
             rate: dict = {}
             for R in [int(r) for r in args.ranks.split(",")]:
-                parts = _partitions(sig, model, R, pattern)
+                parts = _partitions(sig, model, R, pattern, args.configs.split(",") if args.configs else None)
                 job = {"signal": sig, "model": model, "hidden": args.hidden, "parts": parts,
                        "epochs": args.epochs, "warmup": args.warmup}
                 res = spawn(_worker, R, job, timeout=1800)
@@ -208,11 +214,14 @@ def main() -> None:
                            "bytes_by_kind": t["measured"], "rounds": t["temporal_rounds"],
                            "collectives": t["collectives"], "halo_fused": per[0]["halo"]["fused"],
                            "halo_per_chunk": per[0]["halo"]["per_chunk"], "load_s": max(r["load_seconds"] for r in per),
-                           "partition_s": part.seconds, "final_loss": per[0]["losses"][-1]}
+                           "partition_s": part.seconds, "final_loss": per[0]["losses"][-1],
+                           "lambda_predicted": predict_round_times(sig, part, pattern).divergence}
                     rows.append(row)
                     wsum = sum(r["workload"] for r in per)
                     rate[label] = sum(compute) / max(wsum, 1.0)
                 _print_block([r for r in rows if r["dataset"] == name and r["model"] == model and r["ranks"] == R])
+            if args.configs:
+                continue
             proj = projection(sig, model, pattern, rate, args.bandwidth, args.latency)
             best = min(proj[b] for b in BASELINES)
             projections.append({"dataset": name, "model": model, **proj, "speedup": best / proj["PGC+fusion"]})
@@ -220,6 +229,18 @@ def main() -> None:
                   + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in proj.items())
                   + f"; PGC+fusion vs best baseline {best / proj['PGC+fusion']:.2f}x", flush=True)
     print(f"\nSummary (measured, mean epoch of the slowest rank; {time.perf_counter() - t_all:.0f} s in all)")
+    if args.configs:
+        print(f"{'dataset':12s} {'model':9s} {'R':>2s} " + " ".join(f"{c:>34s}" for c in args.configs.split(",")))
+        for key in sorted({(r["dataset"], r["model"], r["ranks"]) for r in rows}):
+            rs = {r["config"]: r for r in rows if (r["dataset"], r["model"], r["ranks"]) == key}
+            print(f"{key[0]:12s} {key[1]:9s} {key[2]:2d} " + " ".join(
+                f"{'lambda %.2f (pred %.2f) %.0f ms %.3f MB' % (rs[c]['lambda'], rs[c]['lambda_predicted'], rs[c]['epoch_s'] * 1e3, rs[c]['bytes_measured'] / 1e6):>34s}"
+                for c in args.configs.split(",")))
+        rows_out = {"rows": rows, "args": vars(args)}
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(rows_out, f, indent=1)
+        return
     print(f"{'dataset':12s} {'model':9s} {'R':>2s} {'best baseline':>22s} {'PGC':>9s} {'PGC+fusion':>11s} {'speed-up':>9s}")
     for key in sorted({(r["dataset"], r["model"], r["ranks"]) for r in rows}, key=lambda k: (k[0], k[1], k[2])):
         rs = {r["config"]: r for r in rows if (r["dataset"], r["model"], r["ranks"]) == key}
@@ -236,13 +257,13 @@ def main() -> None:
 def _print_block(rows: list) -> None:
     r0 = rows[0]
     print(f"\n{r0['dataset']} (N={r0['N']}, T={r0['T']}) {r0['model']} R={r0['ranks']}", flush=True)
-    print(f"  {'config':12s} {'epoch ms':>9s} {'compute ms (per rank)':>24s} {'comm ms':>16s} {'lambda':>6s} "
+    print(f"  {'config':17s} {'epoch ms':>9s} {'compute ms (per rank)':>24s} {'comm ms':>16s} {'lambda':>6s} {'pred':>5s} "
           f"{'MB/epoch':>9s} {'= plan':>6s} {'rounds':>6s} {'halo rank/chunk':>16s} {'load ms':>7s} {'loss':>8s}")
     for r in rows:
         comp = "/".join(f"{c * 1e3:.0f}" for c in r["compute_s"])
         comm = "/".join(f"{c * 1e3:.0f}" for c in r["comm_s"])
         halo = f"{r['halo_fused']}/{r['halo_per_chunk'] if r['halo_per_chunk'] is not None else '-'}"
-        print(f"  {r['config']:12s} {r['epoch_s'] * 1e3:9.1f} {comp:>24s} {comm:>16s} {r['lambda']:6.2f} "
+        print(f"  {r['config']:17s} {r['epoch_s'] * 1e3:9.1f} {comp:>24s} {comm:>16s} {r['lambda']:6.2f} {r['lambda_predicted']:5.2f} "
               f"{r['bytes_measured'] / 1e6:9.2f} {str(r['bytes_measured'] == r['bytes_plan']):>6s} {r['rounds']:6d} "
               f"{halo:>16s} {r['load_s'] * 1e3:7.1f} {r['final_loss']:8.4f}", flush=True)
 
