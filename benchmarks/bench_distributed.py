@@ -157,6 +157,55 @@ def projection(sig: Any, model: str, pattern: Any, rate: dict, bw: float, lat: f
     return out
 
 
+#: partitions whose per-rank compute --profile-rounds measures (all fused, so the
+#: structure encoder runs as the round-aware model assumes)
+PROFILE_SCHEMES = [("pgc", {}), ("pss", {"balanced": True}), ("pts", {"balanced": True}), ("pss", {}), ("pts", {}),
+                   ("pss-ts", {})]
+
+
+def profile_rounds(args: Any) -> list:
+    """Per-rank compute of six fused partitions per dataset x model, with the
+    round-aware model's operation counts, and a per-model and joint
+    :meth:`RoundWorkload.fit` (the source of ``DEFAULT_CONSTANTS``)."""
+    from pyg_dynscale.partition.algorithms.round_workload import RoundFeatures, RoundWorkload, round_features
+
+    rows = []
+    for name in args.datasets.split(","):
+        for model in args.models.split(","):
+            sig = load(name, model, args.quick)
+            m, _, _ = make_model(model, sig.num_node_features, sig.num_snapshots, args.hidden)
+            pattern = m.dependency_pattern(bytes_per_element=4)
+            for R in [int(r) for r in args.ranks.split(",")]:
+                parts = [(f"{sch}{'-balanced' if kw else ''}", partition(sig, sch, R, pattern, seed=0, **kw), "full")
+                         for sch, kw in PROFILE_SCHEMES]
+                job = {"signal": sig, "model": model, "hidden": args.hidden, "parts": parts,
+                       "epochs": args.epochs, "warmup": args.warmup}
+                res = spawn(_worker, R, job, timeout=1800)
+                for i, (label, part, _) in enumerate(parts):
+                    per = [r[i] for r in res]
+                    comp = [(sum(r["epoch"]) - sum(r["comm"])) / args.epochs for r in per]
+                    f = round_features(sig, part, pattern)
+                    rows.append({"dataset": name, "model": model, "ranks": R, "partition": label, "compute_s": comp,
+                                 "structure": f.structure.tolist(), "rounds": f.rounds.tolist()})
+                    print(f"{name:12s} {model:9s} R={R} {label:14s} compute ms "
+                          + "/".join(f"{c * 1e3:.0f}" for c in comp), flush=True)
+
+    def feats(r: dict) -> Any:
+        return RoundFeatures(torch.tensor(r["structure"], dtype=torch.float64),
+                         torch.tensor(r["rounds"], dtype=torch.float64).view(-1, r["ranks"], 3))
+
+    groups = {m: [r for r in rows if r["model"] == m] for m in sorted({r["model"] for r in rows})}
+    groups["joint"] = rows
+    for key, sub in groups.items():
+        fs, ts = [feats(r) for r in sub], [torch.tensor(r["compute_s"]) for r in sub]
+        fit = RoundWorkload.fit(fs, ts)
+        flat = RoundWorkload.fit([RoundFeatures(f.structure, f.rounds * torch.tensor([1.0, 0.0, 0.0])) for f in fs], ts)
+        print(f"fit {key:9s} " + ", ".join(f"{n}={getattr(fit, n):.4g}" for n in fit.NAMES)
+              + f"; MAPE {fit.meta['mape']:.1%} ({fit.meta['samples']} ranks, {fit.meta['seconds_per_unit'] * 1e3:.3g} ms/unit)"
+              + f"; rounds ignored: MAPE {flat.meta['mape']:.1%}", flush=True)
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="one small synthetic graph, T-GCN, 2 ranks")
@@ -176,7 +225,15 @@ def main() -> None:
     ap.add_argument("--sweep-datasets", default="CollegeMsg,bitcoinotc,email-Eu")
     ap.add_argument("--fractions", default="0.001,0.004,0.016,0.0625,0.25",
                     help="--budget-sweep: budgets as fractions of a rank's activations with all chunks fused")
+    ap.add_argument("--profile-rounds", action="store_true",
+                    help="measure per-rank compute of six fused partitions and fit the round-aware model's constants")
     args = ap.parse_args()
+    if args.profile_rounds:
+        rows = profile_rounds(args)
+        if args.json:
+            with open(args.json, "w") as fh:
+                json.dump(rows, fh, indent=1)
+        return
     if args.budget_sweep:
         from _fusion_sweep import budget_sweep
 
