@@ -25,8 +25,8 @@ def _quick(name: str, *extra: str) -> str:
 
 def test_bench_distributed_quick():
     out = _quick("bench_distributed")
-    rows = [ln.split() for ln in out.splitlines() if re.match(r"\s+(PyGT-\w+(-\w+)?|PGC(\+fusion)?)\s+\d", ln)]
-    assert {r[0] for r in rows} == {"PyGT-PSS", "PyGT-PTS", "PyGT-PSS-TS", "PGC", "PGC+fusion"}
+    rows = [ln.split() for ln in out.splitlines() if re.match(r"\s+(PyGT-\w+(-\w+)?|PGC(\+fusion)?(\+rounds)?)\s+\d", ln)]
+    assert {r[0] for r in rows} == {"PyGT-PSS", "PyGT-PTS", "PyGT-PSS-TS", "PGC", "PGC+fusion", "PGC+fusion+rounds"}
     assert all("True" in r for r in rows)  # measured bytes == plan on every configuration
     assert len({r[-1] for r in rows}) == 1  # the same loss: one runtime, exact, whatever the configuration
     assert "speed-up" in out
