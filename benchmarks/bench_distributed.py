@@ -1,7 +1,7 @@
 r"""DGC's ablation as configurations of the one distributed runtime (DGC §7.2-7.3).
 
 For every dataset x model x world size, the same :class:`DistributedTrainer`
-runs five configurations on spawned gloo processes, side by side in one run:
+runs six configurations on spawned gloo processes, side by side in one run:
 
 * ``PyGT-PSS`` / ``PyGT-PTS`` / ``PyGT-PSS-TS``: the equal-count baseline
   schemes (``balanced=False``, DGC's baselines) with ``fusion="none"`` (one
@@ -9,7 +9,14 @@ runs five configurations on spawned gloo processes, side by side in one run:
   PyGT loop runs);
 * ``PGC``: PGC with ``fusion="none"`` (DGC w/o CF&SG);
 * ``PGC+fusion``: PGC with ``fusion="full"`` (DGC w/o SG: all of a rank's
-  chunks as one block-diagonal graph).
+  chunks as one block-diagonal graph);
+* ``PGC+fusion+rounds``: the same with PGC's round-aware balance objective
+  (``balance="rounds"``, docs/pgc.md); ``--configs PGC+fusion,PGC+fusion+rounds``
+  runs just the two side by side, with the round-aware model's predicted
+  lambda next to the measured one.
+
+``--profile-rounds`` instead measures the per-rank compute of six fused
+partitions per dataset x model and fits the round-aware model's constants.
 
 Models are DGC's forms (§7.1): T-GCN with 2-layer GCNs, DySAT (2 blocks),
 and MPNN-LSTM with its LSTM across snapshots (:class:`MPNNLSTMDGC`). Features
