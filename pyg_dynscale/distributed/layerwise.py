@@ -27,6 +27,7 @@ loads: :math:`\sum_G |\mathrm{halo}(G)|` rows per layer
 """
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
@@ -199,6 +200,8 @@ class LayerwiseGroups:
         halos = [_GroupHalo(self, i, g.owned_pos, segment_counts) for i, g in enumerate(self.groups)]
         results: list = [None] * len(self.groups)
         grad, inference = torch.is_grad_enabled(), torch.is_inference_mode_enabled()
+        # the CUDA device and stream are per thread: the workers queue their kernels where the caller does
+        stream = torch.cuda.current_stream(h_S.device) if h_S.is_cuda else None
 
         def work(i: int) -> None:
             halo = halos[i]
@@ -206,7 +209,12 @@ class LayerwiseGroups:
             if kind == "abort":
                 return
             try:
-                with torch.inference_mode(inference), torch.set_grad_enabled(grad):
+                with contextlib.ExitStack() as ctx:
+                    ctx.enter_context(torch.inference_mode(inference))
+                    ctx.enter_context(torch.set_grad_enabled(grad))
+                    if stream is not None:
+                        ctx.enter_context(torch.cuda.device(h_S.device))
+                        ctx.enter_context(torch.cuda.stream(stream))
                     halo.outbox.put(("done", None, encoder(self.groups[i].graph, inputs[i], halo)))
             except _Abort:
                 pass
