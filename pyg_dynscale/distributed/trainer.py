@@ -431,7 +431,11 @@ class DistributedTrainer:
         tg = self.targets
         table = pred.flatten(1) if pred.dim() > 1 else pred.unsqueeze(1)
         m = tg.readout
-        far = self.comm.exchange(m.key, table.index_select(0, m.send_idx), m.send_splits, m.recv_splits)
+        send = table.index_select(0, m.send_idx)
+        if self.engine.stale_active and self.stale is not None and self.stale.applies(m.key[2]):  # training only
+            far = self.stale.exchange(self.comm, "readout", m.key, send, m.send_splits, m.recv_splits)
+        else:
+            far = self.comm.exchange(m.key, send, m.send_splits, m.recv_splits)
         table = torch.cat([table, far.to(table.dtype)], 0)
         fn = getattr(self.model, "link_logits", None)
         if fn is not None:

@@ -91,11 +91,12 @@ def _train(rank: int, world_size: int, name: str, stale, epochs: int) -> dict:
     m, head, loss = cases.model(name)
     part = cases.make_partition(sig, "random", world_size, adapt(m).dependency_pattern(8))
     tr = DistributedTrainer(m, sig, part, head=head, loss=loss, optimizer=cases.optimizer_for(name), stale=stale)
-    losses, moved = [], 0
+    losses, moved, readout = [], 0, 0
     for _ in range(epochs):
         losses.append(tr.train_epoch())
-        moved += tr.traffic()["measured"]["total"]
-    return {"losses": losses, "params": [p.detach().clone() for p in tr.params], "bytes": moved}
+        t = tr.traffic()["measured"]
+        moved, readout = moved + t["total"], readout + t["readout"]
+    return {"losses": losses, "params": [p.detach().clone() for p in tr.params], "bytes": moved, "readout": readout}
 
 
 def _exactness(rank: int, world_size: int) -> list:
@@ -111,6 +112,8 @@ def test_drift_zero_is_the_exact_path_and_a_budget_moves_less() -> None:
         for a, b in zip(exact["params"], zero["params"]):
             torch.testing.assert_close(a, b, rtol=0, atol=1e-9)
         assert half["bytes"] < exact["bytes"], name
+        if name == "dysat_link":  # the link readout (labelled pairs' far endpoints) is cached too
+            assert 0 < half["readout"] < exact["readout"], (half["readout"], exact["readout"])
         assert half["losses"] != exact["losses"], name  # stale rows change the result
 
 
