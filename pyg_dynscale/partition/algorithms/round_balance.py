@@ -23,11 +23,14 @@ slice of one snapshot. Moving a whole block never creates a new piece of a
 sequence inside that snapshot, so the number of rounds does not grow from
 a block that joins the rank of its temporal neighbours.
 
-Candidates for a move are ranked by bytes added per unit of additive work
-moved (edge-weight affinity of the block to each rank; a block goes to the
-rank it is most attached to among those below the mean), and moved in
-batches: a batch of about half the heaviest rank's excess is tried first,
-then halved down to single blocks when the exact prediction rejects it.
+For the slowest rank (then the next), the blocks that add the fewest
+bytes (edge-weight affinity; a block goes to the faster rank it is most
+attached to) are tried, each as a span of 1, 2, 4, ... of the rank's blocks
+running away from the target rank. Among the moves that lower the squared
+coefficient of variation of the predicted per-rank compute without raising
+its maximum, and keep the bytes within budget, the one that gains the most
+per byte added is applied; the search stops when none is left, at
+``target`` or after ``max_evaluations`` predictions.
 """
 from __future__ import annotations
 
@@ -194,11 +197,15 @@ def balance_rounds(
                     if k < cur_key * (1 - 1e-12) and float(pr.per_rank.max()) <= float(t_r.max()):
                         improving.append((k, trial, pr, m))
                     m *= 2
-            for k, trial, pr, m in sorted(improving, key=lambda c: c[0]):
+            # the budget is spent where it buys the most: balance gained per byte added
+            scored = []
+            for k, trial, pr, m in improving:
                 nb = _bytes(sg, trial, P, pattern, ws, wt)
                 if nb <= budget:
-                    best = (k, trial, pr, nb, m)
-                    break
+                    scored.append(((cur_key - k) / max(nb - cur_bytes, 1.0), k, trial, pr, nb, m))
+            if scored:
+                _, k, trial, pr, nb, m = max(scored, key=lambda c: c[0])
+                best = (k, trial, pr, nb, m)
             improving.clear()
             if best is not None:
                 break
