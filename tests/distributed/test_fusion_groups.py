@@ -130,6 +130,10 @@ def _ranks_worker(rank: int, world_size: int) -> dict:
         if name == "tgcn2":  # raw-feature halo exchanged every epoch: layer 0 runs in lock-step too
             _, out["runs"][(name, scheme, "exchange")] = _run(name, sig, part, fusion=tight, input_halo="exchange",
                                                               fusion_groups="shared-halo")
+            # a rank that owns nothing still takes part in every layer's exchange (one empty group)
+            empty = cases.make_partition(sig, "empty_rank", world_size, None)
+            _, out["runs"][(name, scheme, "empty_rank")] = _run(name, sig, empty, fusion=tight,
+                                                                fusion_groups="shared-halo")
     m, head, _ = cases.model("mpnn")
     part = cases.make_partition(sig, "pgc", world_size, m.dependency_pattern(bytes_per_element=8))
     out["errors"]["bn"] = _attempt(lambda: DistributedTrainer(m, sig, part, head=head, fusion=300.0,
@@ -156,7 +160,7 @@ def test_layer_by_layer_groups_equal_fused_training(world_size):
     res = spawn(_ranks_worker, world_size, timeout=240)
     for name, scheme, tight_budget in CASES:
         ref = _reference(name)
-        for key in ("full", tight_budget, HUGE) + (("exchange",) if name == "tgcn2" else ()):
+        for key in ("full", tight_budget, HUGE) + (("exchange", "empty_rank") if name == "tgcn2" else ()):
             for rank_out in res:
                 got = rank_out["runs"][(name, scheme, key)]
                 assert torch.allclose(torch.tensor(got["losses"]), torch.tensor(ref["losses"]), atol=1e-9, rtol=0)
