@@ -189,6 +189,7 @@ def main() -> None:
     ap.add_argument("--hidden", type=int, default=32)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-kahip", action="store_true")
+    ap.add_argument("--no-before", action="store_true", help="skip the pgc-no-fm row (PGC with fm_tries=0)")
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads for the baselines' tensor work (default: torch's)")
     ap.add_argument("--pgc-threads", type=int, default=None, help="partition_pgc(threads=...) (default: its default, 1)")
     ap.add_argument("--repeat", type=int, default=5,
@@ -237,6 +238,9 @@ def main() -> None:
                 return go
 
             runners.append(("pgc", lambda: partition_pgc(sig, P, pat, seed=args.seed, threads=args.pgc_threads)))
+            if not args.no_before:  # PGC without its FM step (fm_tries=0): the pipeline before it, side by side
+                runners.append(("pgc-no-fm", lambda: partition_pgc(sig, P, pat, seed=args.seed, threads=args.pgc_threads,
+                                                                   fm_tries=0)))
             runners.append(("metis", external("metis", lambda: run_metis(csr, P, args.seed))))
             if not args.no_kahip:
                 runners.append(("kahip-fast", external("kahip-fast", lambda: run_kahip(csr, P, args.seed, "fast"))))
@@ -288,7 +292,8 @@ def main() -> None:
                       f"bytes <= best scheme: {'yes' if pg['bytes'] <= best_scheme else 'NO'}; lambda {pg['lambda']:.3f}")
     # summary: PGC against METIS and KaHIP per graph and part count
     print("\n## summary (PGC / baseline; time: PGC seconds (its weighted graph included; the signal's supergraph is built once beforehand) vs partitioner seconds + their CSR build)")
-    print(f"{'graph':<18}{'N':>12}{'P':>4}  {'bytes/metis':>11}{'time/metis':>11}  {'bytes/kahip-fs':>14}{'time/kahip-fs':>14}")
+    print(f"{'graph':<18}{'N':>12}{'P':>4}  {'bytes/metis':>11}{'time/metis':>11}  {'bytes/kahip-fs':>14}{'time/kahip-fs':>14}"
+          f"  {'no-fm bytes/metis':>17}{'no-fm time/metis':>17}")
     for key in sorted({(r["graph"], r["parts"]) for r in rows}, key=lambda k: (rows[[(r["graph"], r["parts"]) for r in rows].index(k)]["N"], k[1])):
         rs = {r["scheme"]: r for r in rows if (r["graph"], r["parts"]) == key}
         if "pgc" not in rs:
@@ -299,8 +304,12 @@ def main() -> None:
             if b not in rs or not rs[b][what]:
                 return "-"
             return f"{pg['bytes' if what == 'bytes' else 'seconds'] / rs[b][what]:.3f}"
+        nofm = rs.get("pgc-no-fm")
+        mt = rs.get("metis")
+        before = (f"{nofm['bytes'] / mt['bytes']:>17.3f}{nofm['seconds'] / mt['seconds_with_csr']:>17.3f}"
+                  if nofm and mt and mt["bytes"] and mt["seconds_with_csr"] else f"{'-':>17}{'-':>17}")
         print(f"{key[0]:<18}{pg['N']:>12,}{key[1]:>4}  {ratio('metis', 'bytes'):>11}{ratio('metis', 'seconds_with_csr'):>11}"
-              f"  {ratio('kahip-fastsocial', 'bytes'):>14}{ratio('kahip-fastsocial', 'seconds_with_csr'):>14}")
+              f"  {ratio('kahip-fastsocial', 'bytes'):>14}{ratio('kahip-fastsocial', 'seconds_with_csr'):>14}  {before}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -77,6 +77,7 @@ from torch import Tensor
 from ...errors import PartitionError
 from . import kernels
 from .assign import ChunkGraph, assign_chunks, divergence, rank_loads, refine_chunks
+from .fm import fm_key, fm_refine, multilevel_fm
 from .coarsen import (min_weight, segment_sequences, supergraph_csr, supergraph_cut, temporal_edge_weights,
                       temporal_weights, unit_cut)
 from .label_propagation import CSRGraph, compact_labels, label_propagation
@@ -128,6 +129,20 @@ START_MARGIN = 1.1
 #: start's bytes by a bounded factor, so a start far above LP cannot win
 #: (measurements in docs/pgc.md, step 7)
 START_BYTES_MARGIN = 1.3
+#: multilevel FM runs on the chunk graph after Algorithm 1 (step 5b, :mod:`.fm`):
+#: ``fm_tries=None`` runs ``FM_TRIES[1]`` on level-0 graphs above
+#: :data:`FM_MANY_ABOVE` CSR entries, else ``FM_TRIES[0]`` (each run costs
+#: about as much on a small graph as on a big one: the chunk graph has at
+#: most ``max_chunks`` nodes; docs/pgc.md, step 5b)
+FM_TRIES = (2, 8)
+FM_MANY_ABOVE = 1_000_000
+#: the multilevel FM coarsens the chunk graph to about this many nodes per rank
+FM_COARSEN_TO = 16
+#: the uncoarsening refinement also runs FM passes (:data:`FM_LEVEL_PASSES`, at most
+#: :data:`FM_LEVEL_STEPS` steps each) on the levels with at most this many nodes
+FM_LEVEL_MAX_NODES = 5_000
+FM_LEVEL_PASSES = 4
+FM_LEVEL_STEPS = 512
 
 
 def weighted_supergraph(signal: "DynamicGraphSignal", pattern: Any) -> tuple[Tensor, Tensor, Tensor]:
@@ -281,6 +296,7 @@ def partition_pgc(
     progress: bool = False,
     balance: str = "nodes",
     round_model: Any = None,
+    fm_tries: Optional[int] = None,
 ) -> "Partition":
     r"""Partition a dynamic graph by graph chunks (DGC §4; pipeline in the
     module docstring).
@@ -373,6 +389,12 @@ def partition_pgc(
             ``meta["round_balance"]`` holds the predictions before / after).
         round_model (RoundWorkload, optional): the constants of
             ``balance="rounds"`` (default: the fitted defaults).
+        fm_tries (int, optional): multilevel FM runs on the chunk graph
+            (step 5b); ``0`` disables the FM step (also on the uncoarsening
+            levels). ``None``: ``FM_TRIES[0]`` (2), or ``FM_TRIES[1]`` (8)
+            when the level-0 graph has more than :data:`FM_MANY_ABOVE` CSR
+            entries. ``meta["fm_start"]`` names the winning candidate,
+            ``meta["fm_cuts"]`` holds each candidate's chunk cut.
 
     Returns:
         :class:`~pyg_dynscale.partition.partition.Partition` with
@@ -415,7 +437,7 @@ def partition_pgc(
                              f"use e.g. {START_MARGIN}, or None to refine every start.")
     _check_numbers(slack=slack, tol=tol, gain_tol=gain_tol, refine_tol=refine_tol, chunks_per_part=chunks_per_part,
                    max_chunks=max_chunks, max_rounds=max_rounds, coarse_rounds=coarse_rounds, max_levels=max_levels,
-                   refine_rounds=refine_rounds)
+                   refine_rounds=refine_rounds, fm_tries=fm_tries)
     if balance not in BALANCE_OBJECTIVES:
         raise PartitionError("balance", f"must be one of {BALANCE_OBJECTIVES}, not {balance!r}.",
                              "use 'nodes' (additive node cost) or 'rounds' (round-aware runtime cost).")
@@ -435,7 +457,8 @@ def partition_pgc(
                 coarse_rounds=coarse_rounds, tol=tol, gain_tol=gain_tol, max_levels=max_levels, max_chunks=max_chunks,
                 slack=slack, refine_rounds=refine_rounds, refine_tol=refine_tol, coarsen=coarsen,
                 segment_fraction=float(segment_fraction), workload=workload, starts=starts,
-                max_divergence=max_divergence, start_margin=start_margin, progress=progress)
+                max_divergence=max_divergence, start_margin=start_margin, progress=progress,
+                fm_tries=fm_tries)
             part = _partition_pgc(signal, P, pattern, settings)
             if balance == "rounds":
                 part = rebalance_partition(signal, part, pattern, round_model)
@@ -454,7 +477,8 @@ def _largest_chunk(chunk: Tensor, num_chunks: int, node_w: Tensor) -> float:
 
 #: fraction bounds and integer minimums of :func:`partition_pgc`'s tuning knobs (``None`` = preset)
 _FRACTIONS = {"slack": (0.0, 1.0), "tol": (0.0, 1.0), "gain_tol": (0.0, 1.0), "refine_tol": (0.0, 1.0)}
-_COUNTS = {"chunks_per_part": 1, "max_chunks": 1, "max_rounds": 0, "coarse_rounds": 0, "max_levels": 0, "refine_rounds": 0}
+_COUNTS = {"chunks_per_part": 1, "max_chunks": 1, "max_rounds": 0, "coarse_rounds": 0, "max_levels": 0, "refine_rounds": 0,
+           "fm_tries": 0}
 
 
 def _check_numbers(**values: Any) -> None:
@@ -479,7 +503,7 @@ _DEFAULT_FRACTION = {"slack": 0.03, "tol": 1e-3, "gain_tol": 0.003, "refine_tol"
 
 def _refine(levels: list[Level], chunk_owner: np.ndarray, P: int, total: float, slack: float, rounds: int,
             tol: float, gain_tol: float, seed: int, progress: bool,
-            stats: Optional[dict] = None) -> tuple[Tensor, list[int]]:
+            stats: Optional[dict] = None, fm_max_nodes: int = 0) -> tuple[Tensor, list[int]]:
     """Project the chunk owners down the hierarchy, refining on each level
     (step 6): ``(owner of the finest level's nodes, moves per level)``;
     ``stats`` (if given) gets the rounds and seconds per level, coarsest first."""
@@ -496,8 +520,15 @@ def _refine(levels: list[Level], chunk_owner: np.ndarray, P: int, total: float, 
                                   floor=min(float(loads.min()), (1 - slack) * mean),
                                   seed=seed + 104729 + depth, max_rounds=rounds, tol=tol, gain_tol=gain_tol,
                                   boundary_only=True, progress=progress)
-            moved_per_level.append(int((r.labels != own).sum()))
+            projected = own
             own = r.labels
+            if lvl.graph.num_nodes <= fm_max_nodes:  # FM passes escape LP's positive-gain optimum (module doc, step 6)
+                g = lvl.graph
+                own_np, _ = fm_refine(g.ptr.numpy(), g.dst.numpy(), g.weight.numpy(), lvl.node_w.numpy(), own.numpy(), P,
+                                      max(float(loads.max()), (1 + slack) * mean), min(float(loads.min()), (1 - slack) * mean),
+                                      max_passes=FM_LEVEL_PASSES, stall=32, max_steps=FM_LEVEL_STEPS)
+                own = torch.from_numpy(own_np)
+            moved_per_level.append(int((own != projected).sum()))
             if stats is not None:
                 stats.setdefault("refine_rounds", []).append(r.rounds)
                 stats.setdefault("refine_seconds", []).append(time.perf_counter() - t0)
@@ -648,6 +679,7 @@ class PGCSettings:
     max_divergence: Optional[float]
     start_margin: Optional[float]
     progress: bool
+    fm_tries: Optional[int] = None
 
     def with_effort(self, entries: int) -> "PGCSettings":
         """``effort="auto"`` resolved for a level-0 graph of ``entries`` CSR
@@ -659,8 +691,9 @@ class PGCSettings:
             given = getattr(self, name)
             return preset[name] if given is None else int(given)
 
+        fm_tries = FM_TRIES[entries > FM_MANY_ABOVE] if self.fm_tries is None else int(self.fm_tries)
         return replace(self, effort=effort, max_rounds=pick("max_rounds"), coarse_rounds=pick("coarse_rounds"),
-                       max_levels=pick("max_levels"), refine_rounds=pick("refine_rounds"))
+                       max_levels=pick("max_levels"), refine_rounds=pick("refine_rounds"), fm_tries=fm_tries)
 
 
 @dataclass
@@ -710,6 +743,9 @@ class _Assignment:
     greedy_divergence: float
     cut: float
     additive: bool           # chunk cost = sum of node costs
+    # the level-0 owner the pipeline without the FM step gives (None: the same
+    # as ``owner``, or not needed); the multi-start prunes against it
+    owner_before_fm: Optional[Tensor] = None
 
 
 @dataclass
@@ -727,6 +763,8 @@ class _StartChoice:
     tolerance: float
     pss_split: bool
     over_cap: list
+    lp_cut_before_fm: float = 0.0
+    lp_bytes_before_fm: Optional[int] = None
 
 
 def _node_costs(signal: "DynamicGraphSignal", P: int, s: PGCSettings) -> _Costs:
@@ -801,15 +839,56 @@ def _assign(signal: "DynamicGraphSignal", lvl: _Level0, costs: _Costs, ch: _Chun
     greedy_div = divergence(rank_loads(chunk_owner, cost, P))
     chunk_owner = refine_chunks(cg, cost, chunk_owner, P, slack=s.slack)
     timings["assignment"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    greedy_owner = chunk_owner
+    chunk_owner, fm_info = _chunk_fm(cg, cost, chunk_owner, P, s)
+    ch.info.update(fm_info)
+    before_fm = None
+    if (not np.array_equal(chunk_owner, greedy_owner) and P > 1 and any(st != "lp" for st in s.starts)
+            and lvl.graph.dst.numel() <= MULTI_START_MAX_ENTRIES):
+        # the multi-start's margins prune against the LP result without FM
+        # (docs/pgc.md, step 7): a lower LP cut must not prune a start that
+        # moves fewer plan bytes (email-Eu-core, P = 8)
+        before_fm, _ = _refine(ch.levels, greedy_owner, P, costs.total, s.slack, s.refine_rounds, s.refine_tol,
+                               s.gain_tol, s.seed, False)
+    timings["fm"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
     owner, moved = _refine(ch.levels, chunk_owner, P, costs.total, s.slack, s.refine_rounds, s.refine_tol, s.gain_tol,
-                           s.seed, s.progress, stats=ch.info)
+                           s.seed, s.progress, stats=ch.info, fm_max_nodes=FM_LEVEL_MAX_NODES if s.fm_tries > 0 else 0)
     if any(moved):
         chunk, C = compact_labels(chunk * P + owner)  # split chunks that straddle ranks
     timings["refinement"] = time.perf_counter() - t0
     # cut weight on the level-0 graph: exactly the supergraph's (coarsening keeps cut weights)
-    return _Assignment(owner, chunk, C, moved, greedy_cut, greedy_div, lvl.graph.cut(owner), additive)
+    return _Assignment(owner, chunk, C, moved, greedy_cut, greedy_div, lvl.graph.cut(owner), additive, before_fm)
+
+
+def _chunk_fm(cg: ChunkGraph, cost: np.ndarray, chunk_owner: np.ndarray, P: int,
+              s: PGCSettings) -> tuple[np.ndarray, dict]:
+    r"""Step 5b, FM refinement of the chunk assignment (:mod:`.fm`): the
+    Algorithm 1 assignment refined by FM passes, and ``fm_tries`` multilevel
+    FM runs on the chunk graph (label-propagation coarsening with seeds
+    ``seed + k``, Algorithm 1 and seeded random starts on the coarsest graph,
+    FM on every level); the assignment with the smallest ``(excess over the
+    band, cut)`` wins, so the chunk cut never exceeds the input's within the
+    band. ``fm_tries=0`` returns the input."""
+    if s.fm_tries <= 0 or P < 2 or cg.num_chunks <= P:
+        return chunk_owner, {"fm_start": None, "fm_cuts": None}
+    gbar = float(cost.sum()) / P
+    hi, lo = (1.0 + s.slack) * gbar, (1.0 - s.slack) * gbar
+
+    def initial(ptr: np.ndarray, nbr: np.ndarray, w: np.ndarray, c: np.ndarray) -> np.ndarray:
+        g = ChunkGraph(c.shape[0], ptr, nbr, w)
+        return refine_chunks(g, c, assign_chunks(g, c, P, slack=s.slack), P, slack=s.slack)
+
+    cands = [("algorithm1", fm_refine(cg.ptr, cg.nbr, cg.w, cost, chunk_owner, P, hi, lo)[0])]
+    for k in range(s.fm_tries):
+        own, _ = multilevel_fm(cg.ptr, cg.nbr, cg.w, cost, P, hi, lo, initial, seed=s.seed + 7907 * (k + 1),
+                               coarsen_to=FM_COARSEN_TO)
+        cands.append((f"multilevel{k}", own))
+    keys = [fm_key(cg.ptr, cg.nbr, cg.w, cost, own, P, hi, lo) for _, own in cands]
+    best = min(range(len(cands)), key=lambda i: (keys[i], i))
+    return cands[best][1], {"fm_start": cands[best][0], "fm_cuts": {name: key[1] for (name, _), key in zip(cands, keys)}}
 
 
 def _multi_start(signal: "DynamicGraphSignal", P: int, pattern: Any, lvl: _Level0, costs: _Costs,
@@ -824,7 +903,9 @@ def _multi_start(signal: "DynamicGraphSignal", P: int, pattern: Any, lvl: _Level
     candidates: dict[str, Optional[float]] = {"lp": cut}
     cand_div: dict[str, Optional[float]] = {"lp": lp_div}
     cand_raw: dict[str, Optional[float]] = {}
-    prune_above = math.inf if s.start_margin is None else float(s.start_margin) * cut
+    # margins relative to the LP result without the FM step, where it differs (docs/pgc.md, step 7)
+    cut_before_fm = cut if asg.owner_before_fm is None else max(cut, graph.cut(asg.owner_before_fm))
+    prune_above = math.inf if s.start_margin is None else float(s.start_margin) * cut_before_fm
     skipped = [st for st in s.starts if st != "lp"] if graph.dst.numel() > MULTI_START_MAX_ENTRIES else []
     tolerance = max((1 + s.slack) / (1 - s.slack), lp_div) if s.max_divergence is None else float(s.max_divergence)
     winner, best = "lp", None
@@ -843,6 +924,17 @@ def _multi_start(signal: "DynamicGraphSignal", P: int, pattern: Any, lvl: _Level
         if "lp" not in cand_bytes:
             cand_bytes["lp"] = plan_bytes(sg, owner if seg is None else owner.index_select(0, seg), P, pattern)
         return cand_bytes["lp"]
+
+    before_fm_bytes: list[int] = []
+
+    def prune_bytes() -> int:
+        """LP's plan bytes the bytes margin is relative to (without FM where it differs)."""
+        if asg.owner_before_fm is None:
+            return lp_bytes()
+        if not before_fm_bytes:
+            o = asg.owner_before_fm
+            before_fm_bytes.append(plan_bytes(sg, o if seg is None else o.index_select(0, seg), P, pattern))
+        return max(lp_bytes(), before_fm_bytes[0])
 
     for st in s.starts:
         if st == "lp" or st in skipped or P == 1:
@@ -864,7 +956,7 @@ def _multi_start(signal: "DynamicGraphSignal", P: int, pattern: Any, lvl: _Level
         start_owner = start.owner()
         if by_bytes and s.start_margin is not None:
             raw_bytes[st] = plan_bytes(sg, start_owner, P, pattern)
-            if raw_bytes[st] > START_BYTES_MARGIN * lp_bytes():  # refining cannot close that gap
+            if raw_bytes[st] > START_BYTES_MARGIN * prune_bytes():  # refining cannot close that gap
                 continue
         res = _refined_start(start_owner, P, sg, node_w, ws, tw, seg, graph, s.slack, costs.total, s.refine_rounds,
                              s.refine_tol, s.gain_tol, s.seed, s.progress)
@@ -886,7 +978,7 @@ def _multi_start(signal: "DynamicGraphSignal", P: int, pattern: Any, lvl: _Level
             if res.cut < min(cut, best.cut if best else math.inf) - 1e-9:
                 winner, best = st, res
     return _StartChoice(winner, best, candidates, cand_div, cand_raw, raw_bytes, cand_bytes, skipped, tolerance,
-                        pss_split, over_cap)
+                        pss_split, over_cap, cut_before_fm, before_fm_bytes[0] if before_fm_bytes else None)
 
 
 def _partition_pgc(signal: "DynamicGraphSignal", P: int, pattern: Any, s: PGCSettings) -> "Partition":
@@ -950,6 +1042,8 @@ def _partition_pgc(signal: "DynamicGraphSignal", P: int, pattern: Any, s: PGCSet
         "pss_split": choice.pss_split,
         "candidate_bytes": choice.bytes,
         "start_margin": s.start_margin,
+        "lp_cut_before_fm": choice.lp_cut_before_fm,
+        "lp_bytes_before_fm": choice.lp_bytes_before_fm,
         "start": choice.winner,
         "start_tolerance": choice.tolerance,
         "starts_skipped": choice.skipped,
