@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from pyg_dynscale import DynamicGraphSignal
+from pyg_dynscale.errors import PartitionError
 from pyg_dynscale.partition import DependencyPattern, Partition
 from pyg_dynscale.partition.algorithms.round_balance import balance_rounds
 from pyg_dynscale.partition.algorithms.round_workload import (
@@ -139,13 +140,18 @@ def test_balance_rounds_lowers_the_predicted_max_and_keeps_bytes():
     b0 = CommunicationPlan.build(sig, Partition("pgc", 4, start), pat).bytes_by_kind()["total"]
     b1 = CommunicationPlan.build(sig, Partition("pgc", 4, new), pat).bytes_by_kind()["total"]
     assert b1 <= 1.1 * b0 and info["bytes_after"] == b1
+    # the critical path of the rounds is capped: with a cap of 1 it does not grow at all
+    capped, _ = balance_rounds(sig, start, 4, pat, model, max_epoch_ratio=1.0)
+    assert model.predict(sig, capped, pat, 4).epoch <= before.epoch + 1e-9
+    assert after.epoch <= 1.05 * before.epoch + 1e-9
+    with pytest.raises(PartitionError, match="max_epoch_ratio"):
+        balance_rounds(sig, start, 4, pat, model, max_epoch_ratio=0.5)
     # the same balancer with rounds ignored does worse on what the runtime pays
     flat, _ = balance_rounds(sig, start, 4, pat, model.ignoring_rounds())
     assert float(after.per_rank.max()) < float(model.predict(sig, flat, pat, 4).per_rank.max())
 
 
 def test_pgc_round_objective_lowers_the_predicted_max():
-    from pyg_dynscale.errors import PartitionError
     from pyg_dynscale.partition.algorithms.pgc import partition_pgc
 
     sig = _staggered(T=48, V=12)
@@ -155,8 +161,9 @@ def test_pgc_round_objective_lowers_the_predicted_max():
     rounds = partition_pgc(sig, 4, pat, seed=0, balance="rounds")
     assert nodes.meta["balance"] == "nodes" and rounds.meta["balance"] == "rounds"
     pn, pr = model.predict(sig, nodes, pat), model.predict(sig, rounds, pat)
-    assert float(pr.per_rank.max()) < 0.95 * float(pn.per_rank.max())
-    assert pr.divergence < pn.divergence
+    assert float(pr.per_rank.max()) < float(pn.per_rank.max())
+    assert pr.divergence < pn.divergence - 0.05
+    assert pr.epoch <= 1.05 * pn.epoch      # the critical path of the rounds may not grow past the cap
     info = rounds.meta["round_balance"]
     assert info["lambda_after"] == pytest.approx(pr.divergence) and info["moves"] > 0
     bn = CommunicationPlan.build(sig, nodes, pat).bytes_by_kind()["total"]

@@ -28,7 +28,7 @@ bytes (edge-weight affinity; a block goes to the faster rank it is most
 attached to) are tried, each as a span of 1, 2, 4, ... of the rank's blocks
 running away from the target rank. Among the moves that lower the squared
 coefficient of variation of the predicted per-rank compute without raising
-its maximum, and keep the bytes within budget, the one that gains the most
+its maximum or the predicted critical path, and keep the bytes within budget, the one that gains the most
 per byte added is applied; the search stops when none is left, at
 ``target`` or after ``max_evaluations`` predictions.
 """
@@ -86,6 +86,7 @@ def balance_rounds(
     model: Optional[RoundWorkload] = None,
     *,
     max_bytes_ratio: float = 1.1,
+    max_epoch_ratio: float = 1.05,
     target: float = 1.02,
     max_evaluations: int = 2000,
     candidates: int = 4,
@@ -102,6 +103,10 @@ def balance_rounds(
             :class:`RoundWorkload` ``()``: :data:`.round_workload.DEFAULT_CONSTANTS`).
         max_bytes_ratio (float): plan bytes may grow to this factor of the
             starting partition's (the issue's budget: 10%).
+        max_epoch_ratio (float): the predicted critical path
+            (:attr:`.RoundPrediction.epoch`: ranks wait for each other in
+            every round) may grow to this factor of the start's; ``1``: a
+            move that balances the ranks by adding rounds to the epoch is refused.
         target (float): stop once the predicted :math:`\lambda` of the per-rank
             compute is at most this.
         max_evaluations (int): exact predictions tried at most (each is
@@ -115,6 +120,8 @@ def balance_rounds(
     """
     if not (isinstance(max_bytes_ratio, (int, float)) and max_bytes_ratio >= 1.0 and math.isfinite(max_bytes_ratio)):
         raise PartitionError("max_bytes_ratio", f"must be a finite number >= 1, got {max_bytes_ratio!r}.", "use e.g. 1.1.")
+    if not (isinstance(max_epoch_ratio, (int, float)) and max_epoch_ratio >= 1.0):
+        raise PartitionError("max_epoch_ratio", f"must be a number >= 1, got {max_epoch_ratio!r}.", "use e.g. 1.0.")
     if not (isinstance(target, (int, float)) and target >= 1.0):
         raise PartitionError("target", f"must be a number >= 1, got {target!r}.", "use e.g. 1.02.")
     model = model or RoundWorkload()
@@ -130,6 +137,7 @@ def balance_rounds(
     pred0 = predict(owner)
     bytes0 = _bytes(sg, owner, P, pattern, ws, wt)
     budget = bytes0 * float(max_bytes_ratio)
+    epoch_cap = pred0.epoch * float(max_epoch_ratio) * (1 + 1e-12)
     info = {"lambda_before": pred0.divergence, "per_rank_before": pred0.per_rank.tolist(),
             "epoch_before": pred0.epoch, "bytes_before": bytes0}
     if P == 1 or N == 0:
@@ -194,7 +202,8 @@ def balance_rounds(
                     pr = predict(trial)
                     evals += 1
                     k = key(pr)
-                    if k < cur_key * (1 - 1e-12) and float(pr.per_rank.max()) <= float(t_r.max()):
+                    if k < cur_key * (1 - 1e-12) and float(pr.per_rank.max()) <= float(t_r.max()) \
+                            and pr.epoch <= epoch_cap:
                         improving.append((k, trial, pr, m))
                     m *= 2
             # the budget is spent where it buys the most: balance gained per byte added
