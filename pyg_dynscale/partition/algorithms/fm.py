@@ -202,10 +202,9 @@ def fm_key(ptr: np.ndarray, nbr: np.ndarray, w: np.ndarray, cost: np.ndarray, ow
 def multilevel_fm(ptr: np.ndarray, nbr: np.ndarray, w: np.ndarray, cost: np.ndarray, num_parts: int, hi: float,
                   lo: float, initial: "Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], np.ndarray]", *,
                   seed: int = 0, coarsen_to: int = 16, random_starts: int = 4, max_passes: int = 8,
-                  stall: int = 64, lp_rounds: int = 10, start: Optional[np.ndarray] = None) -> tuple[np.ndarray, dict]:
-    r"""Multilevel FM on a small graph (a chunk graph): heavy-edge matching
-    coarsens it (nodes merge while their summed cost stays within
-    ``(hi - lo) / 2 + max cost``... see below) until about ``coarsen_to *
+                  stall: int = 64, lp_rounds: int = 10) -> tuple[np.ndarray, dict]:
+    r"""Multilevel FM on a small graph (a chunk graph): size-constrained
+    label propagation coarsens it (cap below) until about ``coarsen_to *
     num_parts`` nodes remain or a level shrinks by less than 10%; the coarsest
     graph is assigned by ``initial`` and by ``random_starts`` seeded random
     assignments, each refined by :func:`fm_refine`, and the one with the
@@ -214,7 +213,9 @@ def multilevel_fm(ptr: np.ndarray, nbr: np.ndarray, w: np.ndarray, cost: np.ndar
 
     Coarse nodes are kept below ``total / (coarsen_to * num_parts) * 1.5``
     (METIS's bound on coarse vertex weights, relative to the coarsening
-    target), and never below the heaviest input node.
+    target), and never below the heaviest input node. Heavy-edge matching
+    instead of label propagation barely coarsens chunk graphs, which are
+    star-like (docs/pgc.md, step 5b).
 
     Args:
         ptr, nbr, w, cost: the graph (CSR, both directions, bytes) and node costs.
@@ -222,7 +223,7 @@ def multilevel_fm(ptr: np.ndarray, nbr: np.ndarray, w: np.ndarray, cost: np.ndar
         hi (float), lo (float): the load band.
         initial: ``initial(ptr, nbr, w, cost) -> owner`` on the coarsest graph
             (PGC: Algorithm 1 and the chunk refinement).
-        seed (int): matching orders and random starts.
+        seed (int): label-propagation seeds and random starts.
 
     Returns:
         ``(owner [n], info)`` with ``info["levels"]`` (node counts, finest
@@ -237,35 +238,22 @@ def multilevel_fm(ptr: np.ndarray, nbr: np.ndarray, w: np.ndarray, cost: np.ndar
     max_weight = max(1.5 * total / target, float(cost.max()) if cost.size else 0.0)
     graphs = [(np.asarray(ptr, np.int64), np.asarray(nbr, np.int64), np.asarray(w, np.float64), cost)]
     maps: list[np.ndarray] = []
-    fixed = None if start is None else np.asarray(start, dtype=np.int64)
     while graphs[-1][3].shape[0] > target:
         gp, gn, gw, gc = graphs[-1]
         n = gc.shape[0]
         g = CSRGraph.from_csr(n, torch.from_numpy(gp), torch.from_numpy(gn), torch.from_numpy(gw))
-        gl = g
-        if fixed is not None:  # a V-cycle: clusters never straddle the start's ranks (cross-rank edges weigh 0)
-            rows = np.repeat(np.arange(n), np.diff(gp))
-            gl = CSRGraph.from_csr(n, g.ptr, g.dst, torch.from_numpy(np.where(fixed[rows] == fixed[gn], gw, 0.0)))
-        res = label_propagation(gl, node_weight=torch.from_numpy(gc), cap=max_weight, seed=seed + 31 * len(graphs),
-                                max_rounds=lp_rounds, tie_moves=True, priority=gl.weighted_degree())
-        labels = res.labels if fixed is None else res.labels * P + torch.from_numpy(fixed)
-        lab, k = compact_labels(labels)
+        res = label_propagation(g, node_weight=torch.from_numpy(gc), cap=max_weight, seed=seed + 31 * len(graphs),
+                                max_rounds=lp_rounds, tie_moves=True, priority=g.weighted_degree())
+        lab, k = compact_labels(res.labels)
         if k > (1.0 - STOP_SHRINK) * n:
             break
         label = lab.numpy()
-        if fixed is not None:
-            coarse = np.zeros(int(k), np.int64)
-            coarse[label] = fixed
-            fixed = coarse
         g = g.contract(lab, int(k))
         graphs.append((g.ptr.numpy().astype(np.int64), g.dst.numpy().astype(np.int64),
                        g.weight.numpy().astype(np.float64), np.bincount(label, weights=gc, minlength=int(k))))
         maps.append(label)
     gp, gn, gw, gc = graphs[-1]
-    if fixed is not None:
-        starts = [("vcycle", fixed)]
-    else:
-        starts = [("initial", np.asarray(initial(gp, gn, gw, gc), dtype=np.int64))]
+    starts = [("initial", np.asarray(initial(gp, gn, gw, gc), dtype=np.int64))]
     starts += [(f"random{i}", rng.integers(0, P, gc.shape[0]).astype(np.int64)) for i in range(random_starts)]
     best, best_key, best_name = None, None, ""
     for name, own in starts:

@@ -130,14 +130,11 @@ START_MARGIN = 1.1
 #: (measurements in docs/pgc.md, step 7)
 START_BYTES_MARGIN = 1.3
 #: multilevel FM runs on the chunk graph after Algorithm 1 (step 5b, :mod:`.fm`):
-#: ``fm_tries=None`` runs ``FM_TRIES[1]`` on level-0 graphs above
-#: :data:`FM_MANY_ABOVE` CSR entries, else ``FM_TRIES[0]`` (each run costs
-#: about as much on a small graph as on a big one: the chunk graph has at
-#: most ``max_chunks`` nodes; docs/pgc.md, step 5b)
-FM_TRIES = (2, 8)
-FM_MANY_ABOVE = 1_000_000
+#: the runs differ by seed only and their results spread widely, so several
+#: are kept (docs/pgc.md, step 5b)
+FM_TRIES = 8
 #: the multilevel FM coarsens the chunk graph to about this many nodes per rank
-FM_COARSEN_TO = 16
+FM_COARSEN_TO = 4
 #: the uncoarsening refinement also runs FM passes (:data:`FM_LEVEL_PASSES`, at most
 #: :data:`FM_LEVEL_STEPS` steps each) on the levels with at most this many nodes
 FM_LEVEL_MAX_NODES = 5_000
@@ -391,9 +388,8 @@ def partition_pgc(
             ``balance="rounds"`` (default: the fitted defaults).
         fm_tries (int, optional): multilevel FM runs on the chunk graph
             (step 5b); ``0`` disables the FM step (also on the uncoarsening
-            levels). ``None``: ``FM_TRIES[0]`` (2), or ``FM_TRIES[1]`` (8)
-            when the level-0 graph has more than :data:`FM_MANY_ABOVE` CSR
-            entries. ``meta["fm_start"]`` names the winning candidate,
+            levels). ``None``: :data:`FM_TRIES` (8). ``meta["fm_start"]``
+            names the winning candidate,
             ``meta["fm_cuts"]`` holds each candidate's chunk cut.
 
     Returns:
@@ -691,7 +687,7 @@ class PGCSettings:
             given = getattr(self, name)
             return preset[name] if given is None else int(given)
 
-        fm_tries = FM_TRIES[entries > FM_MANY_ABOVE] if self.fm_tries is None else int(self.fm_tries)
+        fm_tries = FM_TRIES if self.fm_tries is None else int(self.fm_tries)
         return replace(self, effort=effort, max_rounds=pick("max_rounds"), coarse_rounds=pick("coarse_rounds"),
                        max_levels=pick("max_levels"), refine_rounds=pick("refine_rounds"), fm_tries=fm_tries)
 
