@@ -29,8 +29,9 @@ def test_policy_factors() -> None:
     assert policy_factor("rise", None, 0.0) == 0.7 and abs(policy_factor("rise", None, 0.1) - 0.8) < 1e-15
     assert abs(policy_factor("rise", None, 0.5) - 0.9) < 1e-15 and policy_factor("rise", None, -0.3) == 0.7
     assert policy_factor("adaptive", None, 0.4) == policy_factor(ADAPTIVE[0], ADAPTIVE[1], 0.4)
-    assert StaleConfig.parse("adaptive").kinds == ADAPTIVE[2] and StaleConfig.parse("intent").kinds == DEFAULT_KINDS
-    assert StaleConfig.parse("adaptive", kinds=("spatial",)).kinds == ("spatial",)
+    with pytest.warns(FutureWarning, match="deprecated"):
+        assert StaleConfig.parse("adaptive").kinds == ADAPTIVE[2] and StaleConfig.parse("intent").kinds == DEFAULT_KINDS
+        assert StaleConfig.parse("adaptive", kinds=("spatial",)).kinds == ("spatial",)
     # printed shrinks as the loss falls (norm grows), intent grows: the ambiguity of Eq. 6
     assert policy_factor("printed", None, 0.8) < policy_factor("printed", None, 0.2)
     assert policy_factor("intent", None, 0.8) > policy_factor("intent", None, 0.2)
@@ -48,7 +49,11 @@ def test_norm_is_eq7_from_first_and_previous_loss() -> None:
                                              ("intent", "intent", None), ("Adaptive", "adaptive", None),
                                              ("static:inf", "static", math.inf)])
 def test_parse(spec: str, policy: str, c) -> None:
-    cfg = StaleConfig.parse(spec)
+    if policy == "adaptive":  # the deprecated name warns
+        with pytest.warns(FutureWarning, match="static:0.9"):
+            cfg = StaleConfig.parse(spec)
+    else:
+        cfg = StaleConfig.parse(spec)
     assert cfg.policy == policy and cfg.c == c and cfg.enabled == (policy != "off")
 
 
