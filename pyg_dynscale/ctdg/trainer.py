@@ -77,8 +77,7 @@ def _unflat_snapshot(prefix: str, state: dict) -> dict:
 def _negatives(lo: int, hi: int, size: int, device: torch.device) -> Tensor:
     """``size`` destinations uniform in ``[lo, hi]``, drawn from the CPU generator (the same
     numbers on every device, so a CUDA run can be checked against a CPU one)."""
-    neg = torch.randint(lo, hi + 1, (size,), dtype=torch.long)
-    return neg if device.type == "cpu" else neg.to(device, non_blocking=True)
+    return torch.randint(lo, hi + 1, (size,), dtype=torch.long).to(device)
 
 
 class MemoryTrainer:
