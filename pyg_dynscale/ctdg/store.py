@@ -129,12 +129,28 @@ class MemoryState:
         self.store_s = MessageStore(src, n)  # TGNMemory.msg_s_store: messages src -> dst
         self.store_d = MessageStore(dst, n)  # msg_d_store: dst -> src
         self.assoc = torch.empty(n, dtype=torch.long, device=src.device)
+        #: a :class:`~pyg_dynscale.ctdg.placement.PartitionedMemory` (owned rows + the fetched table)
+        #: in place of the module's ``memory`` / ``last_update`` buffers; ``None``: the buffers
+        self.placement = None
+
+    def _mem(self, ids: Tensor) -> Tensor:
+        return self.module.memory[ids] if self.placement is None else self.placement.read(ids)[0]
+
+    def _last(self, ids: Tensor) -> Tensor:
+        return self.module.last_update[ids] if self.placement is None else self.placement.read(ids)[1]
+
+    def others(self, n_id: Tensor) -> Tensor:
+        """The other endpoint of every stored message of ``n_id`` (whose memory the messages read)."""
+        return torch.cat([self.dst[self.store_s.get(n_id)[1]], self.src[self.store_d.get(n_id)[1]]])
 
     def reset(self) -> None:
         """``TGNMemory.reset_state``: zero memory and ``last_update``, empty stores."""
         with torch.no_grad():
-            self.module.memory.zero_()
-            self.module.last_update.zero_()
+            if self.placement is not None:
+                self.placement.reset()
+            else:
+                self.module.memory.zero_()
+                self.module.last_update.zero_()
         self.store_s.reset()
         self.store_d.reset()
 
@@ -143,8 +159,8 @@ class MemoryState:
         node, ev = store.get(n_id)
         t = self.t[ev]
         raw = self.msg[ev]
-        t_enc = m.time_enc((t - m.last_update[node]).to(raw.dtype))
-        return msg_module(m.memory[node], m.memory[other[ev]], raw, t_enc), t, node
+        t_enc = m.time_enc((t - self._last(node)).to(raw.dtype))
+        return msg_module(self._mem(node), self._mem(other[ev]), raw, t_enc), t, node
 
     def updated(self, n_id: Tensor) -> tuple[Tensor, Tensor]:
         """``TGNMemory._get_updated_memory(n_id)``: ``([len, memory_dim], [len])``."""
@@ -156,13 +172,21 @@ class MemoryState:
         msg = torch.cat([msg_s, msg_d], dim=0)
         t = torch.cat([t_s, t_d], dim=0)
         aggr = _aggregate(m.aggr_module, msg, self.assoc[idx], t, n_id.size(0))
-        memory = m.gru(aggr, m.memory[n_id])
-        last_update = scatter(t, idx, 0, m.last_update.size(0), reduce="max")[n_id]
+        memory = m.gru(aggr, self._mem(n_id))
+        last_update = scatter(t, idx, 0, m.num_nodes, reduce="max")[n_id]
         return memory, last_update
 
     def write(self, n_id: Tensor) -> None:
-        """``TGNMemory._update_memory(n_id)`` (values only: no autograd history)."""
+        """``TGNMemory._update_memory(n_id)`` (values only: no autograd history). Partitioned: a
+        collective; each owner fetches what its vertices of ``n_id`` read and writes them."""
         with torch.no_grad():
+            if self.placement is not None:  # each owner its own rows, after fetching what they read
+                p = self.placement
+                n_id = n_id[p.owner[n_id] == p.rank]
+                p.fetch(torch.cat([n_id, self.others(n_id)]))
+                memory, last_update = self.updated(n_id)
+                p.write_owned(n_id, memory, last_update)
+                return
             memory, last_update = self.updated(n_id)
             self.module.memory[n_id] = memory
             self.module.last_update[n_id] = last_update
@@ -171,7 +195,7 @@ class MemoryState:
         """``TGNMemory.forward(n_id)``: updated memory in training, stored memory in evaluation."""
         if training:
             return self.updated(n_id)
-        return self.module.memory[n_id], self.module.last_update[n_id]
+        return self._mem(n_id), self._last(n_id)
 
     def update(self, a: int, b: int, training: bool, n_id: Optional[Tensor] = None) -> None:
         """``TGNMemory.update_state`` with the events ``[a, b)``."""
@@ -188,18 +212,22 @@ class MemoryState:
 
     def flush(self) -> None:
         """What ``TGNMemory.train(False)`` does when leaving training: apply the
-        stored messages to every node, then empty the stores."""
+        stored messages to every node, then empty the stores (partitioned: every owner its own)."""
         self.write(torch.arange(self.module.num_nodes, device=self.src.device))
         self.store_s.reset()
         self.store_d.reset()
 
     def state(self) -> dict:
-        return {"memory": self.module.memory.detach().clone(), "last_update": self.module.last_update.clone(),
-                "s": self.store_s.state(), "d": self.store_d.state()}
+        rows = (self.placement.state() if self.placement is not None else
+                {"memory": self.module.memory.detach().clone(), "last_update": self.module.last_update.clone()})
+        return {**rows, "s": self.store_s.state(), "d": self.store_d.state()}
 
     def load(self, state: dict) -> None:
         with torch.no_grad():
-            self.module.memory.copy_(state["memory"])
-            self.module.last_update.copy_(state["last_update"])
+            if self.placement is not None:
+                self.placement.load(state)
+            else:
+                self.module.memory.copy_(state["memory"])
+                self.module.last_update.copy_(state["last_update"])
         self.store_s.load(state["s"])
         self.store_d.load(state["d"])

@@ -34,9 +34,10 @@ from torch_geometric.nn.models.tgn import LastNeighborLoader
 from ..errors import ModelInputError
 from ..runtime.metrics import average_precision, roc_auc
 from .events import check_events, split_ranges
-from .parallel import Traffic, gather_rows, memory_groups, wrap_ddp, world
+from .parallel import DelayedGradients, Traffic, gather_rows, memory_groups, wrap_ddp, world
 from .schedule import EventSchedule, LocalBatch
 from .prefetch import NeighborPrefetcher
+from .placement import PLACEMENTS, PartitionedMemory, resolve_partition
 from .service import MemoryService
 from .static import StaticMemory
 from .store import MemoryState
@@ -72,6 +73,16 @@ def _unflat_snapshot(prefix: str, state: dict) -> dict:
                        "d": tuple(g(f"store_d/{n}") for n in ("order", "lo", "hi"))},
             "neighbors": g("neighbors"), "e_id": g("e_id"), "cur_e_id": int(g("cur_e_id")),
             "training": bool(g("training"))}
+
+
+class _Ready:
+    """A neighbour lookup already done, in the form :meth:`MemoryTrainer._embed` takes a prefetched one."""
+
+    def __init__(self, value) -> None:
+        self.value = value
+
+    def result(self):
+        return self.value
 
 
 def _negatives(lo: int, hi: int, size: int, device: torch.device) -> Tensor:
@@ -174,6 +185,15 @@ class MemoryTrainer:
             memory copy per process.
         dynamic_memory (bool): ``False`` feeds the embedding the static memory
             only (the pre-training of :func:`~pyg_dynscale.ctdg.pretrain_static_memory`).
+        gradient_sync (str): ``"sync"`` (the default: each step applies its
+            own summed gradient) or ``"delayed"`` (Sven's asynchronous
+            all-reduce, Pipe-SGD of width two: step :math:`s` applies step
+            :math:`s - 1`'s summed gradient, :math:`\omega_{s+1} = \omega_s -
+            \alpha \nabla f(\omega_{s-1})`, while its own all-reduce runs;
+            step 0 applies nothing and the epoch ends with one more optimizer
+            step applying the last gradient; **not exact** w.r.t. ``"sync"``;
+            see :class:`~pyg_dynscale.ctdg.parallel.DelayedGradients`). The
+            one-process emulation applies the same delayed rule.
 
     Raises:
         ModelInputError: missing modules, a memory that is not a ``TGNMemory``,
@@ -203,6 +223,9 @@ class MemoryTrainer:
         dynamic_memory: bool = True,
         memory_service: bool = False,
         prefetch: bool = False,
+        memory_placement: str = "replicated",
+        partition: Union[str, Tensor] = "range",
+        gradient_sync: str = "sync",
     ) -> None:
         if model is not None:
             for part in ("memory", "gnn", "link_pred"):
@@ -254,6 +277,7 @@ class MemoryTrainer:
             raise ModelInputError("dynamic_memory", "is False without a static memory.", "give static_memory too.")
 
         self.state = MemoryState(memory, self.src, self.dst, self.t, self.msg)
+        self.placement: Optional[PartitionedMemory] = None
         self._row_bytes = memory.memory_dim * memory.memory.element_size() + memory.last_update.element_size()
         self.neighbors = LastNeighborLoader(memory.num_nodes, size=self.num_neighbors, device=dev)
         self.assoc = torch.empty(memory.num_nodes, dtype=torch.long, device=dev)
@@ -265,15 +289,20 @@ class MemoryTrainer:
                     params.append(p)
         self.optimizer_params = params
         self.optimizer = torch.optim.Adam(params, lr=lr)
+        if gradient_sync not in ("sync", "delayed"):
+            raise ModelInputError("gradient_sync", f"is {gradient_sync!r}.", "use 'sync' or 'delayed'.")
+        #: ``gradient_sync="delayed"``: the previous step's gradients (None: each step applies its own)
+        self._delayed = DelayedGradients(params) if gradient_sync == "delayed" else None
         self.criterion = torch.nn.BCEWithLogitsLoss()
         #: bytes this process moved (memory rows read / written, write-back all-gathers, gradients)
-        self.traffic = Traffic()
+        self._traffic = Traffic()
         self.rank, self.world_size = world()
+        self._setup_placement(memory_placement, partition, memory_service, prefetch)
         self._groups, self._ddp = None, None
         i, j, k = self.parallelism
         if self.world_size > 1:
             _, self._groups = memory_groups(self.parallelism, self.world_size)
-            self._ddp = wrap_ddp(self, self.traffic)
+            self._ddp = wrap_ddp(self, self._traffic, self._delayed)
         #: trainers of the schedule this process runs (all of them on one process: the emulation)
         self.trainers = list(range(i * j * k)) if self.world_size == 1 else [self.rank]
         self._live = self.rank // (i * j) if self.world_size > 1 else 0  # the memory copy in the module's buffers
@@ -295,6 +324,7 @@ class MemoryTrainer:
                     "memory copy's neighbour loader per process without epoch parallelism (use j = 1, and k > 1 "
                     "only across processes).")
             self.prefetcher = NeighborPrefetcher(memory.num_nodes, self.num_neighbors, dev)
+        self._epoch_traffic: Optional[dict] = None
         self.epoch = 0
         #: ``[steps]`` float64: each step's loss in the last epoch (stays on the device)
         self.batch_losses: Optional[Tensor] = None
@@ -302,6 +332,39 @@ class MemoryTrainer:
         self._train_end = None  # memory + neighbour state at the end of the last training epoch
         self._training = True  # whether the memory is in training mode (the flush on leaving it)
         torch.manual_seed(seed)
+
+    def _setup_placement(self, placement: str, partition, memory_service: bool, prefetch: bool) -> None:
+        """``memory_placement``: the owners' stores in place of the module's buffers (see
+        :mod:`~pyg_dynscale.ctdg.placement`)."""
+        self.memory_placement = placement
+        if placement not in PLACEMENTS:
+            raise ModelInputError("memory_placement", f"is {placement!r}.", f"use one of {list(PLACEMENTS)}.")
+        if placement == "replicated":
+            return
+        i, j, k = self.parallelism
+        for flag, what in ((j > 1 or k > 1, f"parallelism={self.parallelism!r}"),
+                           (memory_service, "memory_service=True"), (prefetch, "prefetch=True")):
+            if flag:
+                raise NotImplementedError(f"memory_placement={placement!r} with {what} is not built: a partitioned "
+                                          "memory runs mini-batch parallelism (i, 1, 1), one trainer per rank, "
+                                          "without the memory service and the prefetcher.")
+        if self.world_size > 1 and self.world_size != i:
+            raise ModelInputError("parallelism", f"is {self.parallelism!r} on {self.world_size} processes.",
+                                  f"use ({self.world_size}, 1, 1): one trainer and one owner per rank.")
+        m, n = self.memory, self.memory.num_nodes
+        requests = None
+        if isinstance(partition, str) and partition == "flexbicut":
+            from .presample import trainer_requests
+
+            requests = trainer_requests(self.src.cpu(), self.dst.cpu(), n, self.val_start, self.batch_size,
+                                        self.world_size, self.num_neighbors)
+        owner = resolve_partition(partition, n, self.world_size, requests)
+        self.placement = PartitionedMemory(owner, self.rank, self.world_size, m.memory_dim, m.memory.dtype,
+                                           m.memory.device, dedup=placement == "sven")
+        self.state.placement = self.placement
+        # no full-size copy: the module's buffers give way to the owned rows
+        m.memory = m.memory.new_empty((0, m.memory_dim))
+        m.last_update = m.last_update.new_empty((0,))
 
     # ------------------------------------------------------------------ pieces
     def _split_bounds(self, a: int, b: int) -> tuple[int, int]:
@@ -323,7 +386,7 @@ class MemoryTrainer:
         prefetched ``self.neighbors(n_id)`` (a future)."""
         n_id, edge_index, e_id = self.neighbors(n_id) if lookup is None else lookup.result()
         self.assoc[n_id] = torch.arange(n_id.size(0), device=n_id.device)
-        self.traffic.memory_read += n_id.numel() * self._row_bytes
+        self._traffic.memory_read += n_id.numel() * self._row_bytes
         z, last_update = self.state.read(n_id, training)
         if self.static is not None:
             z = z + self.static(n_id) if self.dynamic_memory else self.static(n_id)
@@ -387,6 +450,8 @@ class MemoryTrainer:
         zero = None
         if self._ddp is not None:
             zero = sum(p.sum() for p in self.optimizer_params if p.requires_grad) * 0.0
+        if self.placement is not None:
+            self._dispatch(lb)
         if lb.num_events == 0:
             return zero if zero is not None else torch.zeros((), dtype=torch.float64, device=self.src.device)
         ctx = self._ctx
@@ -398,15 +463,39 @@ class MemoryTrainer:
         o = lb.start - lb.batch_start
         neg = ctx["negs"][(lb.memory_copy, lb.position)][lb.negative_set, o:o + lb.num_events]
         if self.service is not None:  # the forward reads the memory: inside this trainer's read phase
-            read_before = self.traffic.memory_read
+            read_before = self._traffic.memory_read
             with self.service.reading(lb.trainer):
                 out = self._share_compute(lb, neg, ctx)
-                self.service.count_read((self.traffic.memory_read - read_before) // self._row_bytes)
+                self.service.count_read((self._traffic.memory_read - read_before) // self._row_bytes)
         else:
             out = self._share_compute(lb, neg, ctx)
         if live is not None:
             self._restore(live)
         return out if zero is None else out + zero
+
+    def _dispatch(self, lb: LocalBatch) -> None:
+        """Partitioned memory: fetch the rows local batch ``lb`` reads (its sampled nodes and the
+        other endpoints of their stored messages) from their owners; the neighbour lookup is kept
+        for :meth:`_embed`. Every rank calls it every step (an empty batch fetches nothing)."""
+        if lb.num_events == 0:
+            self.placement.fetch(self.src[:0])
+            return
+        o = lb.start - lb.batch_start
+        neg = self._ctx["negs"][(lb.memory_copy, lb.position)][lb.negative_set, o:o + lb.num_events]
+        self._ctx["lookups"][lb.trainer] = self._fetch_batch(lb.start, lb.end, neg, True)
+
+    def _fetch_batch(self, a: int, b: int, neg: Tensor, training: bool) -> "_Ready":
+        """Fetch the rows the scoring of events ``[a, b)`` with negatives ``neg`` reads; returns the
+        neighbour lookup for :meth:`_embed`. In training the stored messages of the sampled nodes
+        are applied first: their other endpoints are read too (the memory update of evaluation
+        fetches for itself, :meth:`~pyg_dynscale.ctdg.store.MemoryState.write`)."""
+        src, dst = self.src[a:b], self.dst[a:b]
+        found = self.neighbors(torch.cat([src, dst, neg]).unique())
+        n_id, edge_index, _ = found
+        # V_o: every reference the computation makes (roots, neighbour-edge endpoints, message endpoints)
+        occ = [src, dst, neg, n_id[edge_index[0]]] + ([self.state.others(n_id)] if training else [])
+        self.placement.fetch(torch.cat(occ))
+        return _Ready(found)
 
     def _share_compute(self, lb: LocalBatch, neg: Tensor, ctx: dict) -> Tensor:
         """:meth:`_share`'s reads and compute: the weighted loss, the queued write rows."""
@@ -429,28 +518,34 @@ class MemoryTrainer:
             with torch.no_grad():
                 rows, last = self.state.updated(n_id)
             ctx["pending"].setdefault(lb.memory_copy, []).append((n_id, rows, last))
+            ctx["spans"].setdefault(lb.memory_copy, []).append((lb.start, lb.end))
         return loss
 
     def _write_back(self, copy: int, a: int, b: int) -> None:
         """Memory copy ``copy`` takes global batch ``[a, b)``: its writers' root-node rows
         in trainer (= chronological) order, then the batch's messages and neighbours."""
         mine = self._ctx["pending"].pop(copy, [])
-        if self._ddp is not None:
+        spans = self._ctx["spans"].pop(copy, [])
+        self._ctx["roots"].append(sum(x[0].numel() for x in mine))
+        if self.placement is not None:  # the owners apply every trainer's rows, in trainer order
+            self.placement.aggregate([(self.src[x:y], self.dst[x:y]) + tuple(w) for (x, y), w in zip(spans, mine)])
+            mine = []
+        elif self._ddp is not None:
             i, j, _ = self.parallelism
             n_id, rows, last = (torch.cat([x[k] for x in mine]) for k in range(3)) if mine else (None, None, None)
-            mine = gather_rows(self._groups[copy], i * j, n_id, rows, last, self.memory.memory_dim, self.traffic,
+            mine = gather_rows(self._groups[copy], i * j, n_id, rows, last, self.memory.memory_dim, self._traffic,
                                self.memory.memory)
         self._activate(copy)
         m = self.memory
         if self.service is not None:  # applied by the service thread while this one steps the optimizer
             self.service.write(-1, list(mine))
-            self.traffic.memory_write += sum(x[0].numel() for x in mine) * self._row_bytes
+            self._traffic.memory_write += sum(x[0].numel() for x in mine) * self._row_bytes
             mine = []
         with torch.no_grad():
             for n_id, rows, last in mine:
                 m.memory[n_id] = rows
                 m.last_update[n_id] = last
-                self.traffic.memory_write += n_id.numel() * self._row_bytes
+                self._traffic.memory_write += n_id.numel() * self._row_bytes
         self.state.store_s.put(a, b)
         self.state.store_d.put(a, b)
         self.neighbors.insert(self.src[a:b], self.dst[a:b])
@@ -496,11 +591,14 @@ class MemoryTrainer:
         self._set_training(True)
         torch.empty((), dtype=torch.int64).random_()  # the DataLoader iterator's seed draw
         lo, hi = self._split_bounds(0, self.val_start)
+        before = (self._traffic.gradients, self._traffic.gather)
+        if self.placement is not None:
+            self.placement.begin_epoch()
         dev = self.src.device
         # with the prefetcher the next step's negatives are drawn before this step's optimizer step: the
         # dropout must not draw from the global stream in between (per-trainer seeds, as for i*j*k > 1)
         self._ctx = ctx = {"negs": {}, "snaps": {}, "pending": {}, "fork": i * j * k > 1 or self.prefetcher is not None,
-                           "sum": torch.zeros((), dtype=torch.float64, device=dev), "lookups": {}, "next_lookups": {}}
+                           "spans": {}, "roots": [], "sum": torch.zeros((), dtype=torch.float64, device=dev), "lookups": {}, "next_lookups": {}}
         steps = sched.steps()
         events, losses = 0, []
         for step in steps:
@@ -547,7 +645,12 @@ class MemoryTrainer:
                 self._draw_negatives(nxt, lo, hi)
                 self._prefetch(nxt)
             losses.append(step_loss)
-            self.optimizer.step()
+            if self._delayed is None:
+                self.optimizer.step()
+            else:
+                self._delayed.step(self.optimizer)
+        if self._delayed is not None:  # the last all-reduce waited for, its gradient applied
+            self._delayed.flush(self.optimizer)
         if self.service is not None:
             self.service.drain()
         self._activate(0 if self.world_size == 1 else self._live)
@@ -558,6 +661,8 @@ class MemoryTrainer:
 
             dist.all_reduce(self.batch_losses)
             dist.all_reduce(total)
+        self._epoch_traffic = {"gradients": self._traffic.gradients - before[0], "gather": self._traffic.gather - before[1],
+                               "roots": ctx["roots"], "steps": len(steps)}
         self._ctx = {}
         self.epoch += 1
         self._train_end = self._snapshot()
@@ -565,7 +670,10 @@ class MemoryTrainer:
         return float(total[0] / total[1])
 
     def memory_copy(self, copy: int = 0) -> tuple[Tensor, Tensor]:
-        """``(memory [N, d], last_update [N])`` of memory copy ``copy`` (clones), one this process holds."""
+        """``(memory [N, d], last_update [N])`` of memory copy ``copy`` (clones), one this process holds.
+        Partitioned: assembled from every owner's rows (a collective under a process group)."""
+        if self.placement is not None:
+            return self.placement.gather_full()
         if self._copies is None or copy == self._live:
             return self.memory.memory.detach().clone(), self.memory.last_update.clone()
         if copy not in self._copies:
@@ -602,8 +710,9 @@ class MemoryTrainer:
           evaluation re-seeds it, so it is taken after any evaluation),
           ``rank<r>/traffic`` (the byte counters).
         """
+        self._no_partitioned_checkpoints()
         r = self.rank
-        t = self.traffic
+        t = self._traffic
         out = {f"rank{r}/epoch": torch.tensor(self.epoch, dtype=torch.long),
                f"rank{r}/started": torch.tensor(self._copies is not None),
                f"rank{r}/rng": torch.get_rng_state(),
@@ -620,6 +729,11 @@ class MemoryTrainer:
                 out.update(_flat_snapshot(f"copy{c}/", now))
         return out
 
+    def _no_partitioned_checkpoints(self) -> None:
+        if self.placement is not None:
+            raise NotImplementedError(f"checkpoints of memory_placement={self.memory_placement!r} are not built "
+                                      "(each owner's rows would be saved by its rank): use 'replicated'.")
+
     def _held(self) -> list:
         """The memory copies this process holds (all ``k`` in the emulation)."""
         i, j, k = self.parallelism
@@ -629,6 +743,7 @@ class MemoryTrainer:
         """Restore what :meth:`stream_state` returned (this process's keys; modules and
         optimizer are restored separately, before). The next :meth:`train_epoch` then draws
         and computes what the saved trainer's next epoch would have, bit for bit."""
+        self._no_partitioned_checkpoints()
         r = self.rank
         for key in (f"rank{r}/epoch", f"rank{r}/started", f"rank{r}/rng", f"rank{r}/traffic"):
             if key not in state:
@@ -644,7 +759,7 @@ class MemoryTrainer:
         if f"rank{r}/cuda_rng" in state and self.src.device.type == "cuda":
             torch.cuda.set_rng_state(state[f"rank{r}/cuda_rng"].cpu(), self.src.device)
         tr = [int(v) for v in state[f"rank{r}/traffic"]]
-        t = self.traffic
+        t = self._traffic
         t.memory_read, t.memory_write, t.gather, t.gradients, t.setup = tr
         if not bool(state[f"rank{r}/started"]):  # saved before the first epoch: it starts every copy from zero
             self._copies, self._train_end, self._position = None, None, None
@@ -683,6 +798,8 @@ class MemoryTrainer:
         release the ``DistributedDataParallel`` wrapper while the process group
         exists (not at a later garbage collection, possibly during interpreter
         shutdown). The trainer cannot train afterwards."""
+        if self._delayed is not None:  # no all-reduce left in flight
+            self._delayed.wait()
         self._ddp = None
         gc.collect()
         if self.service is not None:
@@ -695,14 +812,95 @@ class MemoryTrainer:
     def stats(self) -> dict:
         """Bytes this process moved so far (:class:`~pyg_dynscale.ctdg.parallel.Traffic`), and the
         memory service's read / write bytes (``service_read`` / ``service_write``) when it runs."""
-        out = self.traffic.as_dict()
+        out = self._traffic.as_dict()
         if self.service is not None:
             out.update(service_read=self.service.read_bytes, service_write=self.service.write_bytes)
+        if self.placement is not None:  # all epochs, training and evaluation (eval_*) exchanges
+            out.update(self.placement.totals)
         return out
+
+    def traffic(self) -> dict:
+        r"""Bytes of the last training epoch next to what the id lists predict (a collective
+        under a process group: call it on every rank).
+
+        Returns:
+            dict: ``measured`` -- bytes this rank handed to the collectives, by kind:
+            ``dispatch`` (memory + ``last_update`` rows it served to other ranks' batches),
+            ``requests`` (the ids its batches asked of other owners), ``aggregation`` (id + row
+            of each written root it sent to its owner), ``counts`` (the ``[M]`` count vectors
+            before each exchange), ``gather`` (the replicated write-back's all-gathers, the
+            aggregation of ``"replicated"``), ``gradients`` (DDP's all-reduce buffers) and
+            ``total``; ``predicted`` -- the same kinds computed from the id lists (the
+            ``[M, M]`` matrices of rows each trainer asks of / sends to each owner, gathered
+            from every rank), the gradient buffers once per step; ``local`` (partitioned) --
+            rows served from the rank's own store, not sent; ``redundancy`` (partitioned) --
+            occurrences and distinct vertices of the dispatch and aggregation lists over all
+            ranks and Sven's :math:`\eta_1`, :math:`\eta_2` (Eq. 1: duplicated / all occurrences);
+            ``matrix`` (partitioned) -- the ``[M, M]`` dispatch and aggregation row counts.
+        """
+        e = self._epoch_traffic or {"gradients": 0, "gather": 0, "roots": [], "steps": 0}
+        grad_bytes = sum(p.numel() * p.element_size() for p in self.optimizer_params if p.requires_grad)
+        pred_grad = e["steps"] * grad_bytes if self._ddp is not None else 0
+        kinds = ("dispatch", "requests", "aggregation", "counts", "gather")
+        if self.placement is None:
+            measured = dict.fromkeys(kinds, 0)
+            predicted = dict(measured)
+            measured["gather"] = measured["aggregation"] = e["gather"]
+            predicted["gather"] = predicted["aggregation"] = self._predicted_gather(e["roots"])
+            measured["gradients"], predicted["gradients"] = e["gradients"], pred_grad
+            for d in (measured, predicted):
+                d["total"] = sum(v for k, v in d.items() if k != "gather")
+            return {"measured": measured, "predicted": predicted}
+        p = self.placement
+        plans = {k: self._all_gather_long(p.epoch["plan"][k]) for k in ("dispatch", "aggregation")}
+        occ = self._all_gather_long(torch.tensor([p.epoch["occurrences"][k][x] for k in ("dispatch", "aggregation")
+                                                  for x in (0, 1)], dtype=torch.long)).sum(0).tolist()
+        measured = {**dict.fromkeys(kinds, 0), **p.epoch["sent"], "gradients": e["gradients"]}
+        predicted = {**dict.fromkeys(kinds, 0), **p.predicted(plans), "gradients": pred_grad}
+        for d in (measured, predicted):
+            d["total"] = sum(d.values())
+        eta = lambda n, u: (n - u) / n if n else math.nan  # noqa: E731
+        return {"measured": measured, "predicted": predicted, "local": dict(p.epoch["local"]),
+                "redundancy": {"dispatch_occurrences": occ[0], "dispatch_distinct": occ[1],
+                               "aggregation_occurrences": occ[2], "aggregation_distinct": occ[3],
+                               "eta1": eta(occ[0], occ[1]), "eta2": eta(occ[2], occ[3])},
+                "matrix": plans}
+
+    def _all_gather_long(self, x: Tensor) -> Tensor:
+        """``[world, *x.shape]``: every rank's ``x`` (the host tensor itself on one process)."""
+        if self.world_size == 1:
+            return x.unsqueeze(0)
+        import torch.distributed as dist
+
+        mine = x.to(self.src.device)
+        out = [torch.empty_like(mine) for _ in range(self.world_size)]
+        dist.all_gather(out, mine)
+        return torch.stack(out).cpu()
+
+    def _predicted_gather(self, roots: list) -> int:
+        """The replicated write-back's all-gather bytes from the root counts of every rank of this
+        rank's memory copy: per step the largest count (the padded buffer) times id + row + time."""
+        i, j, _ = self.parallelism
+        if self.world_size == 1 or i * j == 1:
+            return 0
+        every = self._all_gather_long(torch.tensor(roots, dtype=torch.long).view(-1))
+        copy = self.rank // (i * j)
+        group = every[copy * i * j:(copy + 1) * i * j]
+        width = self.memory.memory_dim * self.memory.memory.element_size() + 16
+        return int(group.max(0).values.sum()) * width if group.numel() else 0
 
     # ------------------------------------------------------------------ evaluation
     @torch.no_grad()
     def _walk(self, a: int, b: int, score: bool) -> dict:
+        if self.placement is not None:  # its exchanges count apart from the training epoch's
+            self.placement.phase = "eval"
+            try:
+                return self._walk_batches(a, b, score)
+            finally:
+                self.placement.phase = "train"
+        return self._walk_batches(a, b, score)
+
+    def _walk_batches(self, a: int, b: int, score: bool) -> dict:
         self._set_training(False)
         torch.manual_seed(self.eval_seed)
         torch.empty((), dtype=torch.int64).random_()  # the DataLoader iterator's seed draw
@@ -711,7 +909,9 @@ class MemoryTrainer:
         for x, y in self.schedule.eval_batches(a, b):
             if score:
                 neg = _negatives(lo, hi, y - x, self.src.device)
-                pos_out, neg_out, z = self._scores(x, y, neg, False)
+                # partitioned: every rank walks every batch, fetching what it does not own
+                lookup = self._fetch_batch(x, y, neg, False) if self.placement is not None else None
+                pos_out, neg_out, z = self._scores(x, y, neg, False, lookup)
                 y_pred = torch.cat([pos_out, neg_out], dim=0).sigmoid().view(-1)
                 y_true = torch.cat([torch.ones(pos_out.size(0)), torch.zeros(neg_out.size(0))]).to(y_pred.device)
                 aps.append(average_precision(y_pred, y_true))
