@@ -95,9 +95,11 @@ def _check(world):
     for r, runs in enumerate(per_rank):
         for (placement, updater), run in runs.items():
             ref = runs[("replicated", updater)]
-            for a, b in zip(run["losses"] + run["batch"], ref["losses"] + ref["batch"]):
-                assert math.isclose(a, b, rel_tol=0, abs_tol=1e-9), (placement, updater, r)
-            torch.testing.assert_close(run["params"], ref["params"], atol=1e-9, rtol=0)
+            # training computes every row from the same rows in the same batches: bit for bit (a vertex two
+            # trainers write gets two rows that differ in the last bits: the later trainer's must win)
+            assert run["losses"] == ref["losses"] and run["batch"] == ref["batch"], (placement, updater, r)
+            assert torch.equal(run["params"], ref["params"]), (placement, updater, r)
+            assert torch.equal(run["memory"][0], ref["memory"][0]), (placement, updater, r)
             for key in ("memory", "eval_memory"):
                 torch.testing.assert_close(run[key][0], ref[key][0], atol=1e-9, rtol=0)
                 assert torch.equal(run[key][1], ref[key][1]), (placement, updater, r, key)
