@@ -185,6 +185,24 @@ class MemoryTrainer:
             memory copy per process.
         dynamic_memory (bool): ``False`` feeds the embedding the static memory
             only (the pre-training of :func:`~pyg_dynscale.ctdg.pretrain_static_memory`).
+        memory_placement (str): where the node memory lives (Sven's N&M
+            placement, :mod:`~pyg_dynscale.ctdg.placement`): ``"replicated"``
+            (every rank a whole copy: DistTGL, DepCache; the default),
+            ``"partitioned"`` (each rank stores the rows of the vertices it
+            owns; a local batch fetches the rows it reads from their owners
+            and sends its root nodes' updated rows back to them, one row per
+            occurrence: DepComm) or ``"sven"`` (the same, each distinct vertex
+            once per exchange: Sven's redundancy-free organisation). Training
+            gives the same numbers bit for bit; evaluation the same to
+            rounding (each owner applies the flush to its own rows).
+            Parallelism ``(i, 1, 1)``, one trainer per rank, without memory
+            service, prefetcher and checkpoints. :meth:`traffic` has the bytes.
+        partition: the owner of every vertex for a partitioned placement:
+            ``"range"``, ``"interval"``, ``"flexbicut"``
+            (:func:`~pyg_dynscale.partition.events.partition_vertices`;
+            flexbicut balances the requests of
+            :func:`~pyg_dynscale.ctdg.presample.trainer_requests`) or a
+            ``[num_nodes]`` int64 tensor of ranks.
         gradient_sync (str): ``"sync"`` (the default: each step applies its
             own summed gradient) or ``"delayed"`` (Sven's asynchronous
             all-reduce, Pipe-SGD of width two: step :math:`s` applies step
@@ -199,6 +217,8 @@ class MemoryTrainer:
         ModelInputError: missing modules, a memory that is not a ``TGNMemory``,
             events that fail :func:`~pyg_dynscale.ctdg.events.check_events`,
             a message width other than the memory's, bad options.
+        NotImplementedError: a partitioned placement with ``j > 1``, ``k > 1``,
+            the memory service or the prefetcher.
     """
 
     def __init__(
