@@ -35,6 +35,7 @@ from .errors import CommandError, DynScaleError
 COMMANDS: tuple[str, ...] = (
     "pyg_dynscale.commands.inspect",
     "pyg_dynscale.commands.partition",
+    "pyg_dynscale.commands.partition_events",
     "pyg_dynscale.commands.train",
     "pyg_dynscale.commands.train_events",
 )

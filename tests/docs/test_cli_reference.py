@@ -275,7 +275,7 @@ def files(tmp_path_factory) -> dict[str, str]:
     (d / "events.csv").write_text("".join(f"{s},{t - umax - 1},{ts},0,{m[0]},{m[1]}\n" for s, t, ts, m in
                                           zip(ev.src.tolist(), ev.dst.tolist(), ev.t.tolist(), ev.msg.tolist())))
     return {"edges": str(d / "edges.txt"), "signal": str(d / "signal.pt"), "json": embedded_england_covid_path(),
-            "events": str(d / "events.csv")}
+            "events": str(d / "events.csv"), "owner": str(d / "owner.pt")}
 
 
 #: subcommand -> the command line a choice is tried with when CONTEXT names none (then ``OPTION CHOICE``)
@@ -284,6 +284,7 @@ BASE = {
     "partition": ["{edges}", "--window", "100", "--parts", "2"],
     "inspect": ["{edges}", "--window", "100"],
     "train-events": ["{events}"],
+    "partition-events": ["{events}", "--parts", "2"],
 }
 #: (subcommand, option, choice) -> the command line the choice needs: its data, its companion options
 CONTEXT = {
@@ -300,6 +301,7 @@ CONTEXT = {
     ("inspect", "--format", "pygt-json"): ["{json}"],
     ("inspect", "--format", "dynscale"): ["{signal}"],
     ("train-events", "--format", "edgelist"): ["{edges}"],
+    ("partition-events", "--format", "edgelist"): ["{edges}", "--parts", "2"],
 }
 
 
@@ -369,9 +371,10 @@ RUNS = {
     ],
     "inspect": [["{json}"], ["{edges}", "--window", "100"]],
     "train-events": [["{events}", "--memory-service", "--prefetch"]],
+    "partition-events": [["{events}", "--parts", "2", "--out", "{owner}"]],
 }
 EXTRA = {"train": ["--epochs", "1", "--hidden", "4", "--json", "--no-progress"], "partition": ["--json"],
-         "inspect": ["--json"],
+         "inspect": ["--json"], "partition-events": ["--json", "--batch-size", "20"],
          "train-events": ["--epochs", "1", "--batch-size", "50", "--memory-dim", "4", "--time-dim", "2",
                           "--embedding-dim", "4", "--json", "--no-progress"]}
 
