@@ -28,19 +28,19 @@ def _partition(world: int, num_nodes: int):
     return torch.randint(0, world, (num_nodes,), generator=torch.Generator().manual_seed(7))  # irregular parts
 
 
-def _trainer(placement: str, world: int, updater: str = "gru"):
+def _trainer(placement: str, world: int, updater: str = "gru", partition=None):
     d = _data()
     torch.manual_seed(4)
     model = TGN(d.num_nodes, 3, memory_dim=6, time_dim=4, embedding_dim=6, dropout=0.1).double()
     if updater == "rnn":  # JODIE's memory updater: an RNNCell with GRUCell's call signature
         model.memory.gru = torch.nn.RNNCell(model.memory.gru.input_size, 6).double()
-    extra = {} if placement == "replicated" else {"partition": _partition(world, d.num_nodes)}
+    extra = {} if placement == "replicated" else {"partition": partition or _partition(world, d.num_nodes)}
     return MemoryTrainer(model, d, batch_size=BATCH, lr=1e-2, parallelism=(world, 1, 1), seed=1, mrr_negatives=5,
                          memory_placement=placement, **extra)
 
 
-def _run(placement: str, world: int, updater: str = "gru") -> dict:
-    tr = _trainer(placement, world, updater)
+def _run(placement: str, world: int, updater: str = "gru", partition=None) -> dict:
+    tr = _trainer(placement, world, updater, partition)
     lists = []  # the dispatch lists of the training epochs, as fetch() receives them
     if tr.placement is not None:
         fetch = tr.placement.fetch
@@ -80,6 +80,7 @@ def _ranks(rank, world):
     runs = {(p, "gru"): _run(p, world) for p in ("replicated", "partitioned", "sven")}
     if world == 2:
         runs.update({(p, "rnn"): _run(p, world, "rnn") for p in ("replicated", "sven")})
+        runs[("sven-flexbicut", "gru")] = _run("sven", world, partition="flexbicut")
     return runs
 
 
