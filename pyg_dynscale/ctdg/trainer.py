@@ -38,6 +38,7 @@ from .parallel import DelayedGradients, Traffic, gather_rows, memory_groups, wra
 from .schedule import EventSchedule, LocalBatch
 from .prefetch import NeighborPrefetcher
 from .placement import PLACEMENTS, PartitionedMemory, resolve_partition
+from .microbatch import MicroBatchPipeline, check_micro_batches
 from .service import MemoryService
 from .static import StaticMemory
 from .store import MemoryState
@@ -212,6 +213,12 @@ class MemoryTrainer:
             step applying the last gradient; **not exact** w.r.t. ``"sync"``;
             see :class:`~pyg_dynscale.ctdg.parallel.DelayedGradients`). The
             one-process emulation applies the same delayed rule.
+        micro_batches: ``memory_placement="sven"`` only: split each local
+            batch into this many micro-batches whose dispatch runs on a
+            thread while the previous one computes (Sven §7.3; the same
+            numbers as 1 with dropout off), or ``"auto"`` (Sven's
+            :math:`n = \lfloor (A \cdot bs + B)/S \rfloor` fitted on the first
+            steps); see :mod:`~pyg_dynscale.ctdg.microbatch`.
 
     Raises:
         ModelInputError: missing modules, a memory that is not a ``TGNMemory``,
@@ -246,6 +253,7 @@ class MemoryTrainer:
         memory_placement: str = "replicated",
         partition: Union[str, Tensor] = "range",
         gradient_sync: str = "sync",
+        micro_batches: Union[int, str] = 1,
     ) -> None:
         if model is not None:
             for part in ("memory", "gnn", "link_pred"):
@@ -318,6 +326,13 @@ class MemoryTrainer:
         self._traffic = Traffic()
         self.rank, self.world_size = world()
         self._setup_placement(memory_placement, partition, memory_service, prefetch)
+        micro_batches = check_micro_batches(micro_batches)
+        if micro_batches != 1 and self.memory_placement != "sven":
+            raise NotImplementedError(f"micro_batches={micro_batches!r} with memory_placement="
+                                      f"{self.memory_placement!r} is not built: micro-batch pipelining overlaps "
+                                      "the partitioned dispatch, use memory_placement='sven'.")
+        #: Sven's micro-batch pipeline (``micro_batches != 1``), else None
+        self._micro = MicroBatchPipeline(self.placement, micro_batches) if micro_batches != 1 else None
         self._groups, self._ddp = None, None
         i, j, k = self.parallelism
         if self.world_size > 1:
@@ -470,6 +485,9 @@ class MemoryTrainer:
         zero = None
         if self._ddp is not None:
             zero = sum(p.sum() for p in self.optimizer_params if p.requires_grad) * 0.0
+        if self._micro is not None:  # the micro-batch pipeline around the dispatch and the compute below
+            out = self._micro.share(self, lb)
+            return out if zero is None else out + zero
         if self.placement is not None:
             self._dispatch(lb)
         if lb.num_events == 0:
@@ -504,7 +522,7 @@ class MemoryTrainer:
         neg = self._ctx["negs"][(lb.memory_copy, lb.position)][lb.negative_set, o:o + lb.num_events]
         self._ctx["lookups"][lb.trainer] = self._fetch_batch(lb.start, lb.end, neg, True)
 
-    def _fetch_batch(self, a: int, b: int, neg: Tensor, training: bool) -> "_Ready":
+    def _fetch_batch(self, a: int, b: int, neg: Tensor, training: bool, placement=None) -> "_Ready":
         """Fetch the rows the scoring of events ``[a, b)`` with negatives ``neg`` reads; returns the
         neighbour lookup for :meth:`_embed`. In training the stored messages of the sampled nodes
         are applied first: their other endpoints are read too (the memory update of evaluation
@@ -514,7 +532,7 @@ class MemoryTrainer:
         n_id, edge_index, _ = found
         # V_o: every reference the computation makes (roots, neighbour-edge endpoints, message endpoints)
         occ = [src, dst, neg, n_id[edge_index[0]]] + ([self.state.others(n_id)] if training else [])
-        self.placement.fetch(torch.cat(occ))
+        (self.placement if placement is None else placement).fetch(torch.cat(occ))  # placement: a table view
         return _Ready(found)
 
     def _share_compute(self, lb: LocalBatch, neg: Tensor, ctx: dict) -> Tensor:

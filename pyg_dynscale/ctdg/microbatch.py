@@ -1,0 +1,252 @@
+r"""Sven's adaptive micro-batch pipelining (§7.3) for ``memory_placement="sven"``.
+
+A local batch of events :math:`[a, b)` is split into :math:`n` consecutive
+micro-batches. Micro-batch :math:`m + 1`'s dispatch (the all-to-all that
+fetches the memory rows it reads from their owners,
+:meth:`~pyg_dynscale.ctdg.placement.PartitionedMemory.fetch`) runs on a
+thread while this thread computes micro-batch :math:`m`'s forward; the two
+use two views of the rank's partitioned store (:func:`table_view`: the same
+owned rows and counters, each its own fetched table), so a fetch never
+replaces the table a computation reads.
+
+**Same numbers as** :math:`n = 1`: every micro-batch reads the memory as it
+was before the global batch (the owners' stores change only at the
+aggregation, after every read of the step); micro-batch :math:`m` contributes
+:math:`\ell_m |m| / |B_g|` to the loss (one backward for the whole local
+batch), so the gradient is the local batch's; the root rows the micro-batches
+computed are merged into one write per local batch (:func:`merge_rows`), so
+the aggregation sends what it sends with :math:`n = 1`. Only the dispatch
+moves more (a vertex read by two micro-batches is fetched twice; one counts
+exchange per micro-batch). The attention dropout draws per micro-batch, so
+with dropout > 0 the numbers are those of another dropout draw.
+
+**Adaptive** :math:`n` (``micro_batches="auto"``): Sven's
+:math:`n = \lfloor (A \cdot bs + B) / S \rfloor` with constants measured on
+the first steps of training (:class:`MicroBatchPipeline`): those steps run
+with :math:`n = 1, 2, 4` in turn and record each dispatch's events, bytes
+and seconds; :math:`A, B` are the least-squares line of the dispatched bytes
+against the micro-batch's events (the batch's bytes grow as
+:math:`A \cdot bs + B`, the redundancy model :math:`\eta = A' + B'/bs` of
+Sven's App. D), and :math:`S` the bytes the link moves during one
+dispatch's fixed cost (:math:`\text{seconds} = \text{bytes} / v + L`
+fitted, :math:`S = v L`): the number of micro-batches whose transfers each
+take about one dispatch's latency (:func:`adaptive_micro_batches`). The
+ranks take the largest :math:`n` any of them computes.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import threading
+import time
+from typing import Optional, Sequence, Union
+
+import torch
+from torch import Tensor
+
+from ..errors import ModelInputError
+
+__all__ = ["MicroBatchPipeline", "PROFILE", "adaptive_micro_batches", "check_micro_batches", "fit_line",
+           "merge_rows", "micro_ranges", "table_view"]
+
+#: the micro-batch counts of the profiled steps of ``micro_batches="auto"`` (one step each)
+PROFILE = (1, 2, 4)
+
+
+def check_micro_batches(value: object) -> Union[int, str]:
+    """``micro_batches`` as given (an integer >= 1 or ``"auto"``), or a typed error."""
+    if value == "auto" and isinstance(value, str):
+        return value
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ModelInputError("micro_batches", f"is {value!r}.", "use an integer >= 1 or 'auto'.")
+    return value
+
+
+def micro_ranges(start: int, end: int, n: int) -> list:
+    """``n`` consecutive event ranges covering ``[start, end)``, sizes differing by at most one
+    (empty ranges when there are fewer events than ``n``)."""
+    num = end - start
+    cut = [start + (num * m) // n for m in range(n + 1)]
+    return list(zip(cut[:-1], cut[1:]))
+
+
+def fit_line(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
+    """Least-squares ``(slope, intercept)`` of ``y`` against ``x`` (slope 0 when every ``x`` is equal)."""
+    xs = torch.tensor([float(v) for v in x], dtype=torch.float64)
+    ys = torch.tensor([float(v) for v in y], dtype=torch.float64)
+    if xs.numel() == 0:
+        return 0.0, 0.0
+    dx = xs - xs.mean()
+    var = float((dx * dx).sum())
+    if var == 0.0:
+        return 0.0, float(ys.mean())
+    slope = float((dx * (ys - ys.mean())).sum()) / var
+    return slope, float(ys.mean()) - slope * float(xs.mean())
+
+
+def adaptive_micro_batches(events: Sequence[int], nbytes: Sequence[int], seconds: Sequence[float],
+                           batch_size: int, max_micro: int = 8) -> int:
+    r"""Sven's :math:`n = \lfloor (A \cdot bs + B) / S \rfloor` from profiled dispatches.
+
+    Args:
+        events, nbytes, seconds: per profiled dispatch, its micro-batch's events, the bytes it
+            moved and its wall time.
+        batch_size (int): :math:`bs`, the local batch's events.
+        max_micro (int): the largest :math:`n` returned.
+
+    :math:`A, B`: ``nbytes`` against ``events`` (:func:`fit_line`); :math:`1/v, L`: ``seconds``
+    against ``nbytes``; :math:`S = v L`. Returns 1 when nothing crosses the network
+    (:math:`A \cdot bs + B \le 0`) or the time does not grow with the bytes (:math:`1/v \le 0`),
+    ``max_micro`` when the fitted latency is not positive; always within ``[1, min(max_micro, bs)]``.
+    """
+    hi = max(1, min(max_micro, batch_size))
+    a, b = fit_line(events, nbytes)
+    volume = a * batch_size + b
+    inv_speed, latency = fit_line(nbytes, seconds)
+    if volume <= 0 or inv_speed <= 0:
+        return 1
+    if latency <= 0:
+        return hi
+    return int(max(1, min(hi, math.floor(volume / (latency / inv_speed)))))
+
+
+def table_view(placement):
+    """A second view of a :class:`~pyg_dynscale.ctdg.placement.PartitionedMemory`: the same owned
+    rows, owner map and counters, its own fetched table (``pos``, ``_table``, ``_held``)."""
+    view = copy.copy(placement)
+    view.pos = torch.full_like(placement.pos, -1)
+    view._held = placement._held[:0]
+    view._table = placement._table
+    return view
+
+
+def merge_rows(entries: list) -> tuple[Tensor, Tensor, Tensor]:
+    """One ``(n_id sorted unique, rows, last)`` from several micro-batches' root rows (a vertex
+    rooted in two micro-batches has the same row in both: both read the memory before the batch)."""
+    n_id = torch.cat([e[0] for e in entries])
+    rows = torch.cat([e[1] for e in entries])
+    last = torch.cat([e[2] for e in entries])
+    uniq, inv = torch.unique(n_id, return_inverse=True)
+    out_rows = rows.new_empty((uniq.numel(),) + tuple(rows.shape[1:]))
+    out_last = last.new_empty(uniq.numel())
+    out_rows[inv] = rows
+    out_last[inv] = last
+    return uniq, out_rows, out_last
+
+
+class _Fetch(threading.Thread):
+    """One micro-batch's dispatch on its own thread (the result or the error kept for :meth:`result`)."""
+
+    def __init__(self, fn, *args) -> None:
+        super().__init__(daemon=True)
+        self.fn, self.args, self.value, self.error = fn, args, None, None
+
+    def run(self) -> None:
+        try:
+            self.value = self.fn(*self.args)
+        except BaseException as exc:  # re-raised on the trainer's thread
+            self.error = exc
+
+    def result(self):
+        self.join()
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+class MicroBatchPipeline:
+    r"""The micro-batch loop of one :class:`~pyg_dynscale.ctdg.MemoryTrainer` with a partitioned
+    memory (see the module docstring).
+
+    Args:
+        placement: the trainer's :class:`~pyg_dynscale.ctdg.placement.PartitionedMemory`.
+        micro_batches: :math:`n` (an integer >= 2) or ``"auto"``.
+        max_micro (int): the largest adaptive :math:`n`.
+
+    Attributes:
+        n (int or None): the micro-batches per local batch (``"auto"``: ``None`` until chosen).
+        samples (list): ``"auto"``'s profiled dispatches ``(events, bytes, seconds)``.
+    """
+
+    def __init__(self, placement, micro_batches: Union[int, str], max_micro: int = 8) -> None:
+        self.placement = placement
+        self.views = (table_view(placement), table_view(placement))
+        self.auto = micro_batches == "auto"
+        self.n: Optional[int] = None if self.auto else int(micro_batches)
+        self.max_micro = max_micro
+        self.samples: list = []
+
+    def _count(self, iteration: int, batch_size: int, world_size: int) -> int:
+        """This step's :math:`n` (the same on every rank: a function of the iteration, or agreed)."""
+        if self.n is not None:
+            return self.n
+        if iteration < len(PROFILE) or not self.samples:
+            return PROFILE[iteration % len(PROFILE)]
+        ev, nb, sec = zip(*self.samples)
+        n = adaptive_micro_batches(ev, nb, sec, batch_size, self.max_micro)
+        if world_size > 1:  # every rank decides here (same step): the largest
+            import torch.distributed as dist
+
+            box = torch.tensor([n], dtype=torch.long)
+            dist.all_reduce(box, op=dist.ReduceOp.MAX)
+            n = int(box)
+        self.n = n
+        return n
+
+    def _fetch(self, trainer, view, lb, a: int, b: int, neg: Optional[Tensor]):
+        """Dispatch micro-batch ``[a, b)`` into ``view`` (every rank, possibly empty); its neighbour lookup."""
+        sent = view.epoch["sent"]
+        before = sent["dispatch"] + sent["requests"]
+        t0 = time.perf_counter()
+        if a == b:
+            view.fetch(trainer.src[:0])
+            found = None
+        else:
+            o = lb.batch_start
+            found = trainer._fetch_batch(a, b, neg[lb.negative_set, a - o:b - o], True, placement=view)
+        if self.n is None and a < b:
+            self.samples.append((b - a, sent["dispatch"] + sent["requests"] - before, time.perf_counter() - t0))
+        return found
+
+    def share(self, trainer, lb) -> Tensor:
+        r"""Trainer ``lb.trainer``'s share of the step loss, :math:`\sum_m \ell_m |m| / (|B_g| j k)`,
+        its micro-batches' dispatches pipelined with their computation; queues one merged write."""
+        ctx = trainer._ctx
+        n = self._count(ctx["iteration"], trainer.batch_size, trainer.world_size)
+        ranges = micro_ranges(lb.start, lb.end, n)
+        neg = ctx["negs"][(lb.memory_copy, lb.position)] if lb.num_events else None
+        for view in self.views:  # counters of this epoch and phase (begin_epoch replaces the dict)
+            view.epoch, view.phase = self.placement.epoch, self.placement.phase
+        pending = ctx["pending"].setdefault(lb.memory_copy, [])
+        spans = ctx["spans"].setdefault(lb.memory_copy, [])
+        first = len(pending)
+        losses = []
+        found = self._fetch(trainer, self.views[0], lb, *ranges[0], neg)
+        try:
+            for m, (a, b) in enumerate(ranges):
+                nxt = None
+                if m + 1 < n:
+                    nxt = _Fetch(self._fetch, trainer, self.views[(m + 1) % 2], lb, *ranges[m + 1], neg)
+                    nxt.start()
+                try:
+                    if a < b:
+                        trainer.state.placement = self.views[m % 2]
+                        ctx["lookups"][lb.trainer] = found
+                        micro = dataclasses.replace(lb, start=a, end=b)
+                        o = lb.batch_start
+                        losses.append(trainer._share_compute(micro, neg[lb.negative_set, a - o:b - o], ctx))
+                finally:
+                    if nxt is not None:
+                        found = nxt.result()
+        finally:
+            trainer.state.placement = self.placement
+        if len(pending) > first:  # one write per local batch, as with n = 1
+            merged = merge_rows(pending[first:])
+            del pending[first:], spans[first:]
+            pending.append(merged)
+            spans.append((lb.start, lb.end))
+        if not losses:
+            return torch.zeros((), dtype=torch.float64, device=trainer.src.device)
+        return torch.stack(losses).sum() if len(losses) > 1 else losses[0]
+

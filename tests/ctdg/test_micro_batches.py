@@ -1,0 +1,148 @@
+"""Sven's micro-batch pipelining (memory_placement="sven", micro_batches=n or "auto"): the same numbers
+as n = 1 in float64 (dropout off) on one process and on 2 gloo ranks, the next micro-batch's dispatch
+runs on another thread while the current one computes, one merged write per local batch (aggregation
+bytes as n = 1), measured bytes == predicted; the adaptive rule's fit; typed errors."""
+from __future__ import annotations
+
+import math
+import threading
+
+import pytest
+import torch
+
+from pyg_dynscale.ctdg import TGN, MemoryTrainer, synthetic_events
+from pyg_dynscale.ctdg.microbatch import adaptive_micro_batches, fit_line, merge_rows, micro_ranges
+from pyg_dynscale.distributed.launch import spawn
+from pyg_dynscale.errors import ModelInputError
+
+
+def test_micro_ranges_cover_the_batch():
+    assert micro_ranges(10, 20, 3) == [(10, 13), (13, 16), (16, 20)]
+    assert micro_ranges(5, 7, 4) == [(5, 5), (5, 6), (6, 6), (6, 7)]  # fewer events than micro-batches
+    assert micro_ranges(3, 3, 2) == [(3, 3), (3, 3)]
+
+
+def test_fit_and_adaptive_rule():
+    a, b = fit_line([1, 2, 4], [3 * 1 + 5, 3 * 2 + 5, 3 * 4 + 5])
+    assert math.isclose(a, 3.0) and math.isclose(b, 5.0)
+    assert fit_line([2, 2], [1.0, 3.0]) == (0.0, 2.0)
+    # bytes = 100 * events + 400; seconds = bytes / 1e6 + 1e-3: S = 1e6 * 1e-3 = 1000 bytes
+    ev = [50, 25, 12]
+    nb = [100 * e + 400 for e in ev]
+    sec = [x / 1e6 + 1e-3 for x in nb]
+    assert adaptive_micro_batches(ev, nb, sec, batch_size=50, max_micro=8) == 5  # floor(5400 / 1000)
+    assert adaptive_micro_batches(ev, nb, sec, batch_size=30, max_micro=8) == 3  # floor(3400 / 1000)
+    assert adaptive_micro_batches(ev, nb, sec, batch_size=500, max_micro=8) == 8  # capped
+    heavy = [3000 * e for e in ev]  # 12,000 bytes for 4 events: 12 micro-batches by the rule
+    assert adaptive_micro_batches(ev, heavy, [x / 1e6 + 1e-3 for x in heavy], batch_size=4, max_micro=8) == 4
+    assert adaptive_micro_batches(ev, [0, 0, 0], [1e-4] * 3, batch_size=50) == 1  # nothing crosses the network
+    assert adaptive_micro_batches(ev, nb, [2e-3] * 3, batch_size=50) == 1  # time does not grow with bytes
+
+
+def test_merge_rows():
+    e1 = (torch.tensor([1, 4]), torch.tensor([[1.0], [4.0]]), torch.tensor([10, 40]))
+    e2 = (torch.tensor([2, 4]), torch.tensor([[2.0], [4.0]]), torch.tensor([20, 40]))
+    n_id, rows, last = merge_rows([e1, e2])
+    assert n_id.tolist() == [1, 2, 4] and rows.view(-1).tolist() == [1.0, 2.0, 4.0] and last.tolist() == [10, 20, 40]
+
+
+def _data():
+    d = synthetic_events(300, 30, msg_dim=3, seed=3, burst_length=20)
+    d.msg = d.msg.double()
+    return d
+
+
+def _trainer(world, micro, placement="sven", **kw):
+    torch.manual_seed(4)
+    d = _data()
+    model = TGN(d.num_nodes, 3, memory_dim=6, time_dim=4, embedding_dim=6, dropout=0.0).double()
+    return MemoryTrainer(model, d, batch_size=20, lr=1e-2, parallelism=(world, 1, 1), seed=1, mrr_negatives=0,
+                         memory_placement=placement, partition="interval", micro_batches=micro, **kw)
+
+
+def _run(world, micro, watch=False):
+    tr = _trainer(world, micro)
+    overlapped = []
+    if watch:  # the next micro-batch's fetch waits until the current micro-batch computes
+        computing = threading.Event()
+        compute = tr._share_compute
+
+        def spy_compute(*a):
+            computing.set()
+            return compute(*a)
+
+        tr._share_compute = spy_compute
+        for view in tr._micro.views:
+            def spy_fetch(occ, fetch=view.fetch):
+                if threading.current_thread() is not threading.main_thread() and len(overlapped) < 4:
+                    overlapped.append(computing.wait(timeout=2.0))
+                    computing.clear()
+                return fetch(occ)
+
+            view.fetch = spy_fetch
+    records, step = [], tr.optimizer.step
+
+    def recorded(*a, **kw):
+        out = step(*a, **kw)
+        records.append(torch.cat([p.detach().reshape(-1) for p in tr.optimizer_params]))
+        return out
+
+    tr.optimizer.step = recorded
+    losses, batch = [], []
+    for _ in range(2):
+        losses.append(tr.train_epoch())
+        batch += tr.batch_losses.tolist()
+    out = {"losses": losses, "batch": batch, "records": records, "memory": tr.memory_copy(),
+           "traffic": tr.traffic(), "n": None if tr._micro is None else tr._micro.n, "overlapped": overlapped}
+    tr.close()
+    return out
+
+
+def _same(a, b, what):
+    for x, y in zip(a["losses"] + a["batch"], b["losses"] + b["batch"]):
+        assert math.isclose(x, y, rel_tol=0, abs_tol=1e-9), what
+    assert len(a["records"]) == len(b["records"]) > 4
+    for x, y in zip(a["records"], b["records"]):
+        torch.testing.assert_close(x, y, atol=1e-9, rtol=0)
+    torch.testing.assert_close(a["memory"][0], b["memory"][0], atol=1e-9, rtol=0)
+    assert torch.equal(a["memory"][1], b["memory"][1]), what
+
+
+def test_one_process_micro_batches_equal_one_and_overlap():
+    one = _run(2, 1)
+    three = _run(2, 3, watch=True)
+    _same(three, one, "n=3")
+    assert three["overlapped"] == [True] * 4  # each next fetch ran while a micro-batch computed
+    assert _run(2, "auto")["n"] == 1  # one process: nothing crosses a network, nothing to hide
+
+
+def test_bad_micro_batches():
+    for bad in (0, -1, 1.5, "fast", True):
+        with pytest.raises(ModelInputError, match="micro_batches"):
+            _trainer(1, bad)
+    for placement in ("replicated", "partitioned"):
+        with pytest.raises(NotImplementedError, match="micro_batches"):
+            _trainer(1, 2, placement=placement)
+    with pytest.raises(NotImplementedError, match="prefetch"):
+        _trainer(1, 1, prefetch=True)
+
+
+def _ranks(rank, world):
+    torch.set_num_threads(1)
+    return {micro: _run(world, micro) for micro in (1, 3, "auto")}
+
+
+def test_two_ranks_micro_batches_equal_one():
+    per_rank = spawn(_ranks, 2, timeout=180)
+    for r, runs in enumerate(per_rank):
+        one = runs[1]
+        for micro in (3, "auto"):
+            _same(runs[micro], one, (micro, r))
+            t = runs[micro]["traffic"]
+            assert t["measured"] == t["predicted"], (micro, r, t)
+        t1, t3 = one["traffic"]["measured"], runs[3]["traffic"]["measured"]
+        assert t3["aggregation"] == t1["aggregation"] > 0  # one merged write per local batch
+        assert t3["dispatch"] > t1["dispatch"] > 0  # a vertex two micro-batches read is fetched twice
+        assert t3["counts"] == 2 * t1["counts"] > 0  # per step 3 dispatches + 1 aggregation, not 1 + 1
+    n = [runs["auto"]["n"] for runs in per_rank]
+    assert n[0] == n[1] and 1 <= n[0] <= 8  # agreed by the ranks
