@@ -54,11 +54,11 @@ def _data():
     return d
 
 
-def _trainer(par, sync, reference=False):
+def _trainer(par, sync, reference=False, **kw):
     torch.manual_seed(4)
     model = TGN(30, 3, memory_dim=6, time_dim=4, embedding_dim=6, dropout=0.1).double()
     tr = MemoryTrainer(model, _data(), batch_size=25, lr=1e-2, parallelism=par, seed=1, mrr_negatives=0,
-                       gradient_sync=sync)
+                       gradient_sync=sync, **kw)
     if reference:
         tr.optimizer = ReferenceDelayedAdam(tr.optimizer_params, lr=1e-2)
     return tr
@@ -68,9 +68,9 @@ def _params(tr):
     return torch.cat([p.detach().reshape(-1) for p in tr.optimizer_params])
 
 
-def _run(par, sync, rank=0, world=1, reference=False):
+def _run(par, sync, rank=0, world=1, reference=False, **kw):
     """Losses of every step and epoch, parameters after every optimizer step, memory after each epoch."""
-    tr = _trainer(par, sync, reference)
+    tr = _trainer(par, sync, reference, **kw)
     opt = tr.optimizer.adam if reference else tr.optimizer
     records, step = [], opt.step
 
@@ -86,7 +86,7 @@ def _run(par, sync, rank=0, world=1, reference=False):
         if reference:
             tr.optimizer.end_epoch()
         batch += tr.batch_losses.tolist()
-        memory.append(tr.memory_copy(rank // (par[0] * par[1]) if world > 1 else 0))
+        memory.append(tr.memory_copy() if kw else tr.memory_copy(rank // (par[0] * par[1]) if world > 1 else 0))
         if tr._delayed is not None:
             assert tr._delayed._in_flight == [] and tr._delayed.steps == 0  # nothing crosses the epoch
     out = {"losses": losses, "batch": batch, "records": records, "memory": memory, "params": _params(tr),
@@ -152,7 +152,9 @@ def _ranks(rank, world):
     torch.set_num_threads(1)
     out = [_run(par, "delayed", rank, world) for par in CASES]
     sync = _run((2, 1, 1), "sync", rank, world)
-    return out, sync["stats"]["gradients"]
+    # Sven's partitioned memory, its all-to-alls issued while the previous step's all-reduce is in flight
+    sven = _run((2, 1, 1), "delayed", rank, world, memory_placement="sven", partition="interval")
+    return out, sync["stats"]["gradients"], sven
 
 
 def test_two_ranks_equal_the_delayed_emulation():
@@ -176,3 +178,11 @@ def test_two_ranks_equal_the_delayed_emulation():
         assert runs[0]["stats"]["gradients"] > 0
         if par == (2, 1, 1):
             assert runs[0]["stats"]["gradients"] == per_rank[0][1]
+    ref = single[0]  # (2, 1, 1)
+    for r in range(2):
+        sven = per_rank[r][2]
+        for a, b in zip(sven["losses"] + sven["batch"], ref["losses"] + ref["batch"]):
+            assert math.isclose(a, b, rel_tol=0, abs_tol=1e-9)
+        for a, b in zip(sven["records"], ref["records"]):
+            torch.testing.assert_close(a, b, atol=1e-9, rtol=0)
+        torch.testing.assert_close(sven["memory"][-1][0], ref["memory"][-1][0], atol=1e-9, rtol=0)

@@ -60,8 +60,8 @@ def _trainer(world, micro, placement="sven", **kw):
                          memory_placement=placement, partition="interval", micro_batches=micro, **kw)
 
 
-def _run(world, micro, watch=False):
-    tr = _trainer(world, micro)
+def _run(world, micro, watch=False, **kw):
+    tr = _trainer(world, micro, **kw)
     overlapped = []
     if watch:  # the next micro-batch's fetch waits until the current micro-batch computes
         computing = threading.Event()
@@ -129,7 +129,10 @@ def test_bad_micro_batches():
 
 def _ranks(rank, world):
     torch.set_num_threads(1)
-    return {micro: _run(world, micro) for micro in (1, 3, "auto")}
+    runs = {micro: _run(world, micro) for micro in (1, 3, "auto")}
+    for micro in (1, 3):  # with the delayed all-reduce in flight during the dispatches
+        runs[(micro, "delayed")] = _run(world, micro, gradient_sync="delayed")
+    return runs
 
 
 def test_two_ranks_micro_batches_equal_one():
@@ -144,5 +147,6 @@ def test_two_ranks_micro_batches_equal_one():
         assert t3["aggregation"] == t1["aggregation"] > 0  # one merged write per local batch
         assert t3["dispatch"] > t1["dispatch"] > 0  # a vertex two micro-batches read is fetched twice
         assert t3["counts"] == 2 * t1["counts"] > 0  # per step 3 dispatches + 1 aggregation, not 1 + 1
+        _same(runs[(3, "delayed")], runs[(1, "delayed")], ("delayed", r))
     n = [runs["auto"]["n"] for runs in per_rank]
     assert n[0] == n[1] and 1 <= n[0] <= 8  # agreed by the ranks
