@@ -65,6 +65,7 @@ from ..errors import PartitionError
 __all__ = [
     "METHODS", "partition_vertices", "range_partition", "interval_partition", "flexbicut", "default_interval",
     "communication_matrix", "residual_matrix", "balance_cost", "rank_costs", "check_requests", "capacity",
+    "balance_lower_bound",
 ]
 
 #: the methods :func:`partition_vertices` accepts
@@ -193,6 +194,25 @@ def rank_costs(C: Tensor) -> Tensor:
 def balance_cost(owner: Tensor, requests: Tensor, num_parts: int) -> float:
     r"""Sven's balance cost :math:`\max_r \zeta_r` (see the module docstring)."""
     return float(rank_costs(communication_matrix(owner, requests, num_parts)).max())
+
+
+def balance_lower_bound(requests: Tensor, num_nodes: int, num_parts: int) -> float:
+    r"""A lower bound on the balance cost of any owner assignment (capacity ignored):
+
+    .. math::
+
+        \max_r \zeta_r \ \ge\ \frac{1}{M} \sum_r \zeta_r
+        = \frac{2}{M} \sum_v \big(d_v - \omega(t_{o(v)}, v)\big)
+        \ \ge\ \frac{2}{M} \sum_v \big(d_v - \max_t \omega(t, v)\big),
+
+    :math:`d_v = \sum_t \omega(t, v)` (every off-owner request is fetched once
+    and served once). It tells how much any partition could still gain: when
+    every trainer requests every vertex about equally, no partition balances
+    better than interval's.
+    """
+    n, m = _check_sizes(num_nodes, num_parts)
+    w = _dense_requests(check_requests(requests, n, m), n, m)
+    return float(2.0 * (w.sum(1) - w.max(1).values).sum() / m)
 
 
 def partition_vertices(method: str, num_nodes: int, num_parts: int, requests: Optional[Tensor] = None,

@@ -11,7 +11,7 @@ import torch
 
 from pyg_dynscale.errors import PartitionError
 from pyg_dynscale.partition.events import (
-    balance_cost, communication_matrix, default_interval, partition_vertices, rank_costs, residual_matrix,
+    balance_cost, balance_lower_bound, communication_matrix, default_interval, partition_vertices, rank_costs, residual_matrix,
 )
 
 
@@ -167,6 +167,7 @@ def test_brute_force_optimum_bounds_flexbicut():
             f = balance_cost(partition_vertices("flexbicut", n, m, req, interval=1), req, m)
             i = balance_cost(partition_vertices("interval", n, m, interval=1), req, m)
             best = brute_force_optimum(n, m, req, cap)
+            assert balance_lower_bound(req, n, m) <= best + 1e-9
             assert best <= f + 1e-9 and f <= i + 1e-9
             ratios.append(f / best if best else 1.0)
     print(f"flexbicut / optimum on {len(ratios)} tiny cases: max {max(ratios):.3f}, "
@@ -202,3 +203,12 @@ def test_bad_inputs_are_typed_errors():
         with pytest.raises(PartitionError) as info:
             call()
         assert info.value.field == field and "Fix:" in str(info.value), (field, str(info.value))
+
+
+def test_lower_bound_is_reached_when_every_vertex_has_one_requester():
+    """Each vertex asked for by one trainer only: the bound is 0 and flexbicut (room permitting) reaches it."""
+    req = torch.tensor([[0, 0, 1, 1, 2, 2], [1, 2, 0, 4, 3, 5], [4, 1, 2, 3, 5, 1]])
+    assert balance_lower_bound(req, 6, 3) == 0.0
+    assert balance_cost(partition_vertices("flexbicut", 6, 3, req, interval=1), req, 3) == 0.0
+    # two trainers asking 3 and 1 times: the vertex costs 2 * (4 - 3) = 2 rows wherever it goes, over 2 ranks
+    assert balance_lower_bound(torch.tensor([[0, 1], [0, 0], [3, 1]]), 2, 2) == 1.0
