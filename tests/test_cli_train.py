@@ -237,7 +237,6 @@ def _edge_list(path: Path, windows: int, seed: int = 0, vertices: int = 30, per_
     (["train", "england_covid", "--stale", "static:x"], "static:<c>"),
     (["train", "england_covid", "--stale", "intent", "--stale-kinds", "halo"], "stale.kinds"),
     (["train", "england_covid", "--stale", "intent", "--stale-kind", "temporal"], "write KIND=POLICY"),
-    (["train", "england_covid", "--model", "gconvgru", "--stale", "intent"], "black-box path"),
     (["train", "england_covid", "--model", "dcrnn", "--fusion", "none"], "--fusion none with --model dcrnn"),
     (["train", "england_covid", "--locality"], "--locality orders the vertices of --scheme pts"),
     (["train", "england_covid", "--recompute-every", "0"], "--recompute-every must be >= 1"),

@@ -70,9 +70,6 @@ def check_args(args: argparse.Namespace) -> None:
             fail("--recompute-every runs each window as one fused call: leave --fusion at full.")
 
     if args.model in BLACK_BOX_MODELS:
-        if args.stale_config.enabled:
-            fail(f"--stale with --model {args.model}: the stale cache works on the decomposed path only, and "
-                  f"{args.model} runs on the black-box path. Use --stale off.")
         if args.fusion != "full":
             fail(f"--fusion {args.fusion} with --model {args.model}: fusion is a decomposed-path option; the "
                   "black-box path calls the cell once per snapshot. Leave --fusion at its default.")

@@ -87,8 +87,8 @@ def _partition_auto(model: Any, signal: Any, world: int, args: argparse.Namespac
 
 
 def _check_user_path(model: Any, signal: Any, args: argparse.Namespace, bytes_per_element: int) -> Any:
-    """The options that depend on the path the user's model takes (``--stale``
-    and ``--fusion none``: decomposed only; ``--recompute-every``: a
+    """The options that depend on the path the user's model takes (``--fusion
+    none``: decomposed only; ``--recompute-every``: a
     recurrent decomposition without BatchNorm, or the black-box path); returns
     the dependency pattern its partition is made for
     (:func:`~pyg_dynscale.runtime.paths.model_pattern`, as ``partition_for_model``)."""
@@ -99,9 +99,6 @@ def _check_user_path(model: Any, signal: Any, args: argparse.Namespace, bytes_pe
     spec, name = args.model, args.user_model.name
     path, resolved = runtime_path(model)
     if path == "blackbox":
-        if args.stale_config.enabled:
-            fail(f"--stale with --model {spec}: the stale cache works on the decomposed path only, and {name} runs "
-                  "on the black-box path. Use --stale off.")
         if args.fusion != "full":
             fail(f"--fusion {args.fusion} with --model {spec}: fusion is a decomposed-path option, and {name} runs on "
                   "the black-box path, which calls it once per snapshot. Leave --fusion at its default.")

@@ -6,7 +6,9 @@ owner array (a vertex partition, a local subgraph per snapshot with a checked
 halo depth) and runs the module unchanged through a
 :class:`~pyg_dynscale.runtime.snapshot_runner.SnapshotRunner`, whose state
 exchanges go through the rank's
-:class:`~pyg_dynscale.distributed.exchange.Communicator` (docs/blackbox.md).
+:class:`~pyg_dynscale.distributed.exchange.Communicator` (docs/blackbox.md),
+or, while training with a stale cache, through its
+:meth:`~pyg_dynscale.distributed.stale.StaleCache.exchange` (docs/stale.md).
 The per-step inputs and routes are built on the host and moved to the
 device once (:meth:`SnapshotEngine.place`).
 """
@@ -24,6 +26,7 @@ from ..partition.halo_plan import StatePlan
 from ..runtime.paths import edge_fields_of, prepare_snapshot_model
 from ..runtime.snapshot_runner import SnapshotRunner, initial_states
 from .exchange import Communicator
+from .stale import StaleCache
 
 __all__ = ["SnapshotEngine", "BlackBoxLayout", "check_dcrnn_edge_order"]
 
@@ -76,24 +79,29 @@ class SnapshotEngine:
         h0: the initial state of every temporal sequence, one ``[S, W_c]``
             tensor per state component (or one tensor for one state; the
             same on every rank: :func:`~pyg_dynscale.runtime.snapshot_runner.initial_states`).
+        stale: the stale embedding cache (:mod:`.stale`), or ``None``: while
+            training (:attr:`stale_active`) the state exchanges of the kinds
+            it covers (``"temporal"``, ``"spatial"``) go through it, one cache
+            slot per snapshot, state component and kind.
     """
 
     path = "blackbox"
     fusion = "blackbox"
     groups = None
     windows = None
-    stale = None
 
     def __init__(self, model: SnapshotModel, signal: Any, partition: Any, comm: Communicator, device: torch.device,
                  dtype: torch.dtype, *, check: bool = True, checkpoint_every: Optional[int] = None,
                  link_pairs: Optional[tuple] = None,
                  readout_width: Union[int, Callable[[SnapshotModel], int]] = 1, reuse: bool = True,
-                 h0: Any = None) -> None:
+                 h0: Any = None, stale: Optional[StaleCache] = None) -> None:
         world = comm.world_size
         if model.spec.global_reason and world > 1:
             raise UnsupportedModelError(f"{model.spec.name} cannot be split across ranks on the black-box path: "
                                         f"{model.spec.global_reason}")
         self.model, self.signal, self.partition, self.comm = model, signal, partition, comm
+        self.stale = stale
+        #: set by the trainer while a training pass runs (the stale cache applies then only)
         self.stale_active = False
         fields = edge_fields_of(model, signal)
         prepare_snapshot_model(model, signal, check and world > 1, fields)
@@ -105,7 +113,7 @@ class SnapshotEngine:
             readout_width = readout_width(model) if link_pairs is not None else 1
         self.plan = StatePlan(signal, partition.owner, world, model.depth, model.state_widths, comm.rank, bpe,
                               link_pairs=link_pairs, readout_width=readout_width)
-        self.runner = SnapshotRunner(model, signal, self.plan, exchange=comm.exchange,
+        self.runner = SnapshotRunner(model, signal, self.plan, exchange=self._exchange,
                                      checkpoint_every=checkpoint_every, dtype=dtype, device=device,
                                      edge_fields=fields, reuse=reuse, h0=h0)
         self.host_layout = self.layout = BlackBoxLayout(self.plan.owned_gids, signal.supergraph())
@@ -114,6 +122,14 @@ class SnapshotEngine:
     def Q(self) -> Tensor:
         """Host gids of the rows whose outputs this rank computes (owned, gid order)."""
         return self.host_layout.Q
+
+    def _exchange(self, key: tuple, send: Tensor, send_splits: list, recv_splits: list) -> Tensor:
+        """A state exchange of the runner: exactly, or through the stale cache
+        while training when it covers the exchange's kind (the key, unique per
+        snapshot, component and kind, names the cache slot)."""
+        if self.stale_active and self.stale is not None and self.stale.applies(key[2]):
+            return self.stale.exchange(self.comm, key, key, send, send_splits, recv_splits)
+        return self.comm.exchange(key, send, send_splits, recv_splits)
 
     def place(self, fn: TensorMap) -> None:
         self.runner.place(fn)

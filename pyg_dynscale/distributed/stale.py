@@ -251,7 +251,9 @@ class _StaleRows(torch.autograd.Function):
                 token: Tensor) -> tuple[Tensor, Tensor]:
         ctx.comm, ctx.key, ctx.mode, ctx.full = comm, key, mode, full
         ctx.fresh_send, ctx.fresh_recv = fresh_send, fresh_recv
-        ctx.save_for_backward(fresh_idx, recv_fresh_idx)
+        # index tensors on ctx, not saved: a checkpointed block's recomputation reuses the received rows without
+        # calling this again, so it must not expect saved tensors from it
+        ctx.fresh_idx, ctx.recv_fresh_idx = fresh_idx, recv_fresh_idx
         ctx.send_shape = send.shape
         got = comm.raw_exchange(send.index_select(0, fresh_idx), fresh_send, fresh_recv, key, "fwd")
         out = cached.to(send.dtype).clone()
@@ -260,7 +262,7 @@ class _StaleRows(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad: Optional[Tensor], grad_token: Optional[Tensor]) -> tuple:  # type: ignore[override]
-        fresh_idx, recv_fresh_idx = ctx.saved_tensors
+        fresh_idx, recv_fresh_idx = ctx.fresh_idx, ctx.recv_fresh_idx
         comm = ctx.comm
         if ctx.mode == "send":  # a gradient row for every planned row, applied to the current activation
             send_splits, recv_splits = ctx.full

@@ -152,8 +152,9 @@ class DistributedTrainer:
             recommended error budget), ``"static:<c>"``, ``"printed"``,
             ``"intent"``, ``"ramp"``, ``"rise"``, ``"adaptive"`` (deprecated) or a
             :class:`~pyg_dynscale.distributed.stale.StaleConfig` (kinds,
-            backward, scope). Evaluation and prediction stay exact.
-            Decomposed path only.
+            backward, scope). Evaluation and prediction stay exact. On the
+            black-box path it covers the state exchanges (``"temporal"``,
+            ``"spatial"``) and the link ``"readout"`` (docs/stale.md).
         path: ``"auto"`` (decomposed when an adapter exists, else black-box),
             ``"decomposed"`` or ``"blackbox"``.
         depth: a black-box model's halo depth (``"auto"``: its preset or the
@@ -246,8 +247,6 @@ class DistributedTrainer:
                                       f"is {fusion if fusion != 'full' else input_halo!r}, a decomposed-path option; "
                                       f"{type(model).__name__} runs on the black-box path, which calls it once per "
                                       "snapshot.", "leave fusion and input_halo at their defaults.")
-            if config.enabled:
-                raise NotImplementedError("the stale cache works on the decomposed path only; pass stale=None.")
             fusion = "blackbox"
         else:
             if checkpoint_every is not None:
@@ -306,7 +305,7 @@ class DistributedTrainer:
             self.engine: Union[DecomposedEngine, SnapshotEngine] = SnapshotEngine(
                 self.model, signal, partition, self.comm, self.device, self.dtype, check=check,
                 checkpoint_every=checkpoint_every, link_pairs=link_pairs, readout_width=self._blackbox_head_width,
-                reuse=reuse, h0=h0)
+                reuse=reuse, h0=h0, stale=self.stale)
             if loss == "bce_link":
                 self.readout_width = self._blackbox_head_width(self.model)
         else:

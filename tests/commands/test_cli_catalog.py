@@ -102,7 +102,6 @@ CATALOG = [
       "--stale-kind halo=static:0.3: field 'stale.per_kind'"),
     C("--stale-kind unknown policy", f"{E} --stale intent --stale-kind temporal=bogus",
       "--stale-kind temporal=bogus: field 'stale.policy'"),
-    C("--stale with a black-box model", f"{E} --model gconvgru --stale intent", "--stale with --model gconvgru"),
     # ---- incompatible combinations
     C("--fusion none with a black-box model", f"{E} --model dcrnn --fusion none", "--fusion none with --model dcrnn"),
     C("--locality without pts", f"{E} --locality", "--locality orders the vertices of --scheme pts"),
@@ -220,9 +219,6 @@ CATALOG = [
                                                                      "no way; check --model-args"),
     C("--model function returns no module", f"{E} --model models.py:make_none",
       "make_none(in_channels=8) returned a NoneType, not a torch.nn.Module"),
-    C("--stale with your own black-box model", f"{E} --model models.py:Net --stale intent",
-      "--stale with --model models.py:Net: the stale cache works on the decomposed path only, and Net runs on "
-      "the black-box path"),
     C("--fusion none with your own black-box model", f"{E} --model models.py:Net --fusion none",
       "--fusion none with --model models.py:Net: fusion is a decomposed-path option"),
     C("--recompute-every with your own model that has BatchNorm",
