@@ -8,6 +8,8 @@ printed, Eq. 6 with the sign the paper's intent needs, ``ramp`` and
 gradients of cached rows sent back (``backward=send``). ``--policies drift``
 runs the exact path and ``drift`` only, ``drift-before`` adds the former
 ``adaptive`` (0.9 D over every kind), ``drift-sweep`` sweeps its budget.
+``--models`` also takes ``GConvGRU`` and ``GCLSTM`` (PyGT's cells, K=2, on
+the black-box path: the cache covers their state rows and the readout).
 
 Reported per row: traffic reduction (all exchanges, forward + backward, the
 cache's masks included, over the whole run, vs the exact run's measured
@@ -37,7 +39,7 @@ from _shared import DATASETS  # noqa: E402
 
 from pyg_dynscale.distributed import DistributedTrainer, spawn  # noqa: E402
 from pyg_dynscale.distributed.stale import StaleConfig  # noqa: E402
-from pyg_dynscale.nn.zoo import build_model  # noqa: E402
+from pyg_dynscale.nn.zoo import BLACK_BOX_MODELS, build_model, partition_pattern  # noqa: E402
 from pyg_dynscale.partition import partition  # noqa: E402
 from pyg_dynscale.runtime.metrics import roc_auc  # noqa: E402
 
@@ -67,7 +69,8 @@ DRIFT_BEFORE = DRIFT + FORMER[1:]
 DRIFT_SWEEP = [("no stale", "off", {})] + [(f"drift:{e:g}", f"drift:{e:g}", {}) for e in (0.02, 0.05, 0.1, 0.2)]
 POLICY_SETS = {"table": POLICIES, "extra": EXTRA, "headline": HEADLINE, "compare": COMPARE, "drift": DRIFT,
                "drift-before": DRIFT_BEFORE, "former": FORMER, "drift-sweep": DRIFT_SWEEP}
-MODELS = {"T-GCN": "tgcn-deep", "DySAT": "dysat", "MPNN-LSTM": "mpnnlstm-dgc"}
+MODELS = {"T-GCN": "tgcn-deep", "DySAT": "dysat", "MPNN-LSTM": "mpnnlstm-dgc", "GConvGRU": "gconvgru",
+          "GCLSTM": "gclstm"}
 
 
 def load(name: str) -> Any:
@@ -91,7 +94,8 @@ def _worker(rank: int, world_size: int, job: dict) -> list:
         model, head, loss = build_model(job["model"], sig.num_node_features, job["hidden"],
                                         num_snapshots=train.num_snapshots, num_vertices=sig.num_vertices,
                                         target="link" if link else "node")
-        pattern = model.dependency_pattern()
+        pattern = (partition_pattern(model, job["model"], sig.num_node_features, job["hidden"], 4)
+                   if job["model"] in BLACK_BOX_MODELS else model.dependency_pattern())
         if "part" not in job:
             job["part"] = partition(train, "pgc", world_size, pattern, seed=0, threads=1)
             job["test_part"] = partition(test, "pgc", world_size, pattern, seed=0, threads=1)
