@@ -16,7 +16,9 @@ Built: the data layer (:mod:`.events`), the trainer with DistTGL's
 :math:`i \times j \times k` parallelism (:mod:`.schedule`; one process emulates
 any schedule, :mod:`.parallel` runs it on ``torch.distributed`` processes), the
 static memory and its pre-training, the memory service (:mod:`.service`) and
-the neighbour prefetcher (:mod:`.prefetch`).
+the neighbour prefetcher (:mod:`.prefetch`); for Sven's partitioned memory the
+owner-local id map (:mod:`.owner_map`), the micro-batch pipeline
+(:mod:`.microbatch`) and the delayed gradient all-reduce (:mod:`.parallel`).
 Not built yet (issue 27): the command line.
 """
 from .events import (
@@ -28,6 +30,7 @@ from .events import (
     synthetic_events,
 )
 from .models import TGN, GraphAttentionEmbedding, LinkPredictor
+from .owner_map import OwnerMap
 from .pretrain import pretrain_static_memory
 from .schedule import EventSchedule, LocalBatch, Step
 from .static import StaticMemory
@@ -39,6 +42,7 @@ __all__ = [
     "LinkPredictor",
     "LocalBatch",
     "MemoryTrainer",
+    "OwnerMap",
     "StaticMemory",
     "Step",
     "TGN",
