@@ -848,8 +848,11 @@ class MemoryTrainer:
             self.prefetcher = None
 
     def stats(self) -> dict:
-        """Bytes this process moved so far (:class:`~pyg_dynscale.ctdg.parallel.Traffic`), and the
-        memory service's read / write bytes (``service_read`` / ``service_write``) when it runs."""
+        """Bytes this process moved so far (:class:`~pyg_dynscale.ctdg.parallel.Traffic`), the
+        memory service's read / write bytes (``service_read`` / ``service_write``) when it runs,
+        and with a partitioned placement the bytes it handed to the exchanges (``dispatch``,
+        ``requests``, ``aggregation``, ``counts``; evaluation's as ``eval_*``). The last training
+        epoch's bytes next to their prediction: :meth:`traffic`."""
         out = self._traffic.as_dict()
         if self.service is not None:
             out.update(service_read=self.service.read_bytes, service_write=self.service.write_bytes)
