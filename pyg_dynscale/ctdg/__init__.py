@@ -16,7 +16,8 @@ Built: the data layer (:mod:`.events`), the trainer with DistTGL's
 :math:`i \times j \times k` parallelism (:mod:`.schedule`; one process emulates
 any schedule, :mod:`.parallel` runs it on ``torch.distributed`` processes), the
 static memory and its pre-training, the memory service (:mod:`.service`) and
-the neighbour prefetcher (:mod:`.prefetch`); for Sven's partitioned memory the
+the neighbour prefetcher (:mod:`.prefetch`); Sven's partitioned memory
+(``memory_placement="partitioned" | "sven"``, :mod:`.placement`), its
 owner-local id map (:mod:`.owner_map`), the micro-batch pipeline
 (:mod:`.microbatch`) and the delayed gradient all-reduce (:mod:`.parallel`).
 Not built yet (issue 27): the command line.
