@@ -636,7 +636,8 @@ class MemoryTrainer:
         # with the prefetcher the next step's negatives are drawn before this step's optimizer step: the
         # dropout must not draw from the global stream in between (per-trainer seeds, as for i*j*k > 1)
         self._ctx = ctx = {"negs": {}, "snaps": {}, "pending": {}, "fork": i * j * k > 1 or self.prefetcher is not None,
-                           "spans": {}, "roots": [], "sum": torch.zeros((), dtype=torch.float64, device=dev), "lookups": {}, "next_lookups": {}}
+                           "spans": {}, "roots": [], "sum": torch.zeros((), dtype=torch.float64, device=dev),
+                           "lookups": {}, "next_lookups": {}}
         steps = sched.steps()
         events, losses = 0, []
         for step in steps:
@@ -699,8 +700,8 @@ class MemoryTrainer:
 
             dist.all_reduce(self.batch_losses)
             dist.all_reduce(total)
-        self._epoch_traffic = {"gradients": self._traffic.gradients - before[0], "gather": self._traffic.gather - before[1],
-                               "roots": ctx["roots"], "steps": len(steps)}
+        self._epoch_traffic = {"gradients": self._traffic.gradients - before[0],
+                               "gather": self._traffic.gather - before[1], "roots": ctx["roots"], "steps": len(steps)}
         self._ctx = {}
         self.epoch += 1
         self._train_end = self._snapshot()

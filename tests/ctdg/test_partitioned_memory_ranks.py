@@ -137,7 +137,8 @@ def _check(world):
                 if y > x:
                     agg.append(d.src[x:y].tolist() + d.dst[x:y].tolist())
         n2, dup2 = _brute_eta(agg)
-        assert (red["aggregation_occurrences"], red["aggregation_occurrences"] - red["aggregation_distinct"]) == (n2, dup2)
+        n, u = red["aggregation_occurrences"], red["aggregation_distinct"]
+        assert (n, n - u) == (n2, dup2)
         assert math.isclose(red["eta2"], dup2 / n2, abs_tol=1e-12) and red["eta2"] > 0
 
 
