@@ -12,9 +12,10 @@ off-diagonal entry (Sven Eq. 2), how far the balance cost is above
 ``balance_lower_bound`` (no partition can go below it), flexbicut's reduction of the balance cost
 against range and interval (Sven reports up to -59.2% / -48.5% on REDDIT with
 APAN), the parts' sizes and the time of the pre-sampling and of each
-partitioner. Streams: the shared CollegeMsg events and a synthetic bursty
-stream (``synthetic_events``: half the events in bursts of 50 from one node,
-Zipf-like activity). :func:`table` returns the rows for other benchmarks.
+partitioner. Streams: the shared CollegeMsg events and two synthetic bursty
+streams (``synthetic_events``: half the events in bursts of 50 from one node,
+Zipf-like activity), a dense one (200,000 events on 5,000 nodes: every
+trainer needs nearly every vertex) and a sparse one (100,000 on 50,000). :func:`table` returns the rows for other benchmarks.
 """
 from __future__ import annotations
 
@@ -41,9 +42,10 @@ def streams(quick: bool) -> list:
     if college.exists():
         d = load_event_list(str(college))
         out.append(("CollegeMsg" + (" (first 6,000)" if quick else ""), d[:6000] if quick else d))
-    n, e = (500, 6000) if quick else (5000, 200_000)
-    out.append((f"bursty synthetic ({e:,} events, {n:,} nodes)",
-                synthetic_events(e, n, bipartite=False, burst_fraction=0.5, burst_length=50, seed=0)))
+    sizes = [(6000, 500)] if quick else [(200_000, 5000), (100_000, 50_000)]
+    for e, n in sizes:
+        out.append((f"bursty synthetic ({e:,} events, {n:,} nodes)",
+                    synthetic_events(e, n, bipartite=False, burst_fraction=0.5, burst_length=50, seed=0)))
     return out
 
 

@@ -334,67 +334,61 @@ def flexbicut(num_nodes: int, num_parts: int, requests: Tensor, interval: Option
     cap = capacity(n, m, slack, start)
     if m == 1:
         return start
-    w_t = _dense_requests(req, n, m)
-    w = w_t.tolist()  # [N][M] python floats: the moves below are scalar bookkeeping
-    d = w_t.sum(1).tolist()
-    own = start.tolist()
-    size = torch.bincount(start, minlength=m).tolist()
-    c = communication_matrix(start, req, m)
-    cost = rank_costs(c).tolist()
-    W = w_t.numpy()
+    W = _dense_requests(req, n, m).numpy()  # W[v, t] = omega(t, v)
+    d = W.sum(1)
+    own = start.numpy().copy()
+    size = np.bincount(own, minlength=m).tolist()
+    cost = rank_costs(communication_matrix(start, req, m)).tolist()
 
     def better(p: int, q: int, dp: float, dq: float) -> bool:
         a, b = cost[p] + dp, cost[q] + dq
         new, old = max(a, b), max(cost[p], cost[q])
         return new < old or (new == old and a + b < cost[p] + cost[q])
 
-    def move(vs: list, p: int, q: int, dp: float, dq: float) -> None:
-        for v in vs:
-            own[v] = q
+    def move(vs, p: int, q: int, dp: float, dq: float, k: int = 1) -> None:
+        own[vs] = q
         cost[p] += dp
         cost[q] += dq
-        size[p] -= len(vs)
-        size[q] += len(vs)
+        size[p] -= k
+        size[q] += k
+
+    def ordered(vs: np.ndarray, key: np.ndarray) -> np.ndarray:
+        return vs[np.argsort(key, kind="stable")]
 
     for _ in range(rounds):
         moved = 0
-        owner_np = np.asarray(own)
         for i in range(m):
             # 1. BiCut of G'_i: the source side's vertices owned elsewhere, largest gain first
-            cand = np.nonzero((2.0 * W[:, i] > np.asarray(d)) & (owner_np != i))[0].tolist()
-            cand.sort(key=lambda v: w[v][own[v]] - w[v][i])
-            for v in cand:
+            cand = np.nonzero((2.0 * W[:, i] > d) & (own != i))[0]
+            cand = ordered(cand, W[cand, own[cand]] - W[cand, i])
+            for v, p in zip(cand.tolist(), own[cand].tolist()):
                 if size[i] >= cap:
                     break
-                p = own[v]
-                dp, dq = 2.0 * w[v][p] - d[v], d[v] - 2.0 * w[v][i]
+                dp, dq = 2.0 * W[v, p] - d[v], d[v] - 2.0 * W[v, i]
                 if better(p, i, dp, dq):
-                    move([v], p, i, dp, dq)
+                    move(v, p, i, dp, dq)
                     moved += 1
             # 2. flexible reassignment: W_i's vertices shared with t_j go to W_j when accepted
-            owner_np = np.asarray(own)
-            mine = np.nonzero(owner_np == i)[0]
+            mine = np.nonzero(own == i)[0]
             for j in range(m):
                 if j == i:
                     continue
-                ys = [v for v in mine[W[mine, j] > 0].tolist() if own[v] == i]
-                if not ys:
+                ys = mine[(W[mine, j] > 0) & (own[mine] == i)]
+                if not ys.size:
                     continue
-                ys.sort(key=lambda v: w[v][i] - w[v][j])
-                dp = sum(2.0 * w[v][i] - d[v] for v in ys)
-                dq = sum(d[v] - 2.0 * w[v][j] for v in ys)
-                if size[j] + len(ys) <= cap and better(i, j, dp, dq):
-                    move(ys, i, j, dp, dq)
-                    moved += len(ys)
+                ys = ordered(ys, W[ys, i] - W[ys, j])
+                gp, gq = 2.0 * W[ys, i] - d[ys], d[ys] - 2.0 * W[ys, j]
+                dp, dq = float(gp.sum()), float(gq.sum())
+                if size[j] + ys.size <= cap and better(i, j, dp, dq):
+                    move(ys, i, j, dp, dq, ys.size)
+                    moved += ys.size
                     continue
-                for v in ys:
+                for v, dp, dq in zip(ys.tolist(), gp.tolist(), gq.tolist()):
                     if size[j] >= cap:
                         break
-                    dp, dq = 2.0 * w[v][i] - d[v], d[v] - 2.0 * w[v][j]
                     if better(i, j, dp, dq):
-                        move([v], i, j, dp, dq)
+                        move(v, i, j, dp, dq)
                         moved += 1
-            owner_np = np.asarray(own)
         if not moved:
             break
-    return torch.tensor(own, dtype=torch.long)
+    return torch.from_numpy(own).to(torch.long)
