@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-EPOCHS = 3
+EPOCHS = 2
 
 
 def _run(*extra: str) -> dict:
