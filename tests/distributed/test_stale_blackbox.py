@@ -120,7 +120,7 @@ def _job(rank: int, world_size: int) -> list:
                                                    for k, v in h["exchanges"].items()} for h in tr.stale.history]
             out.append({"losses": losses, "params": [p.detach().clone() for p in tr.params], "bytes_ok": bytes_ok,
                         "backward": backward, "moved": moved, "readout": readout, "history": hist,
-                        "stale_active": tr.engine.stale is tr.stale})
+                        "engine_has_cache": tr.engine.stale is tr.stale})
     return out
 
 
@@ -171,7 +171,7 @@ def test_off_and_drift_zero_are_the_exact_black_box_path(runs) -> None:
             # every row is sent: bit for bit the exact distributed run
             assert runs[label][0]["losses"] == runs[exact][0]["losses"], label
         zero = runs[exact + " drift:0"][0]
-        assert zero["stale_active"] and all(ok is True for ok in zero["bytes_ok"]), zero["bytes_ok"]
+        assert zero["engine_has_cache"] and all(ok is True for ok in zero["bytes_ok"]), zero["bytes_ok"]
         _backward_ok(runs[exact + " drift:0"])
         assert all(f == p for h in zero["history"] for f, p, _ in h.values())  # nothing was cached
         assert zero["moved"][0] == runs[exact][0]["moved"][0] < zero["moved"][1]  # + the masks after epoch 1
