@@ -197,7 +197,8 @@ class MemoryTrainer:
             gives the same numbers bit for bit; evaluation the same to
             rounding (each owner applies the flush to its own rows).
             Parallelism ``(i, 1, 1)``, one trainer per rank, without memory
-            service, prefetcher and checkpoints. :meth:`traffic` has the bytes.
+            service and prefetcher; checkpoints hold each owner's rows
+            (:meth:`stream_state`). :meth:`traffic` has the bytes.
         partition: the owner of every vertex for a partitioned placement:
             ``"range"``, ``"interval"``, ``"flexbicut"``
             (:func:`~pyg_dynscale.partition.events.partition_vertices`;
@@ -748,8 +749,10 @@ class MemoryTrainer:
           epoch's negatives and, with ``(1, 1, 1)``, its dropout draw from;
           evaluation re-seeds it, so it is taken after any evaluation),
           ``rank<r>/traffic`` (the byte counters).
+        * Partitioned placements: each rank's own rows as
+          ``copy<c>/owner<r>/memory [n_r, d]`` and ``.../last_update [n_r]``
+          (every owner writes its part), and the partition, ``copy<c>/owner [N]``.
         """
-        self._no_partitioned_checkpoints()
         r = self.rank
         t = self._traffic
         out = {f"rank{r}/epoch": torch.tensor(self.epoch, dtype=torch.long),
@@ -766,12 +769,21 @@ class MemoryTrainer:
             now = self._snapshot()
             for c in self._held():
                 out.update(_flat_snapshot(f"copy{c}/", now))
-        return out
+        return self._owner_keys(out, f"owner{r}/") if self.placement is not None else out
 
-    def _no_partitioned_checkpoints(self) -> None:
-        if self.placement is not None:
-            raise NotImplementedError(f"checkpoints of memory_placement={self.memory_placement!r} are not built "
-                                      "(each owner's rows would be saved by its rank): use 'replicated'.")
+    def _owner_keys(self, state: dict, owner: str) -> dict:
+        """Partitioned: ``copy<c>/memory`` / ``last_update`` (this rank's rows) under ``copy<c>/<owner>``
+        (``owner = "owner<r>/"``), the partition as ``copy<c>/owner``; ``owner = ""`` maps back."""
+        out = {}
+        for key, x in state.items():
+            head, _, tail = key.partition("/")
+            if head.startswith("copy") and tail in ("memory", "last_update", f"owner{self.rank}/memory",
+                                                    f"owner{self.rank}/last_update"):
+                key = f"{head}/{owner}{tail.rpartition('/')[2]}"
+                if owner:
+                    out[f"{head}/owner"] = self.placement.owner.cpu().clone()
+            out[key] = x
+        return out
 
     def _held(self) -> list:
         """The memory copies this process holds (all ``k`` in the emulation)."""
@@ -782,8 +794,13 @@ class MemoryTrainer:
         """Restore what :meth:`stream_state` returned (this process's keys; modules and
         optimizer are restored separately, before). The next :meth:`train_epoch` then draws
         and computes what the saved trainer's next epoch would have, bit for bit."""
-        self._no_partitioned_checkpoints()
         r = self.rank
+        if self.placement is not None:
+            for key in [k for k in state if k.startswith("copy") and k.endswith("/owner")]:
+                if not torch.equal(state[key].cpu(), self.placement.owner.cpu()):
+                    raise ModelInputError("partition", "differs from the checkpoint's.",
+                                          "resume with the partition (owner tensor) the checkpoint was written with.")
+            state = self._owner_keys(state, "")
         for key in (f"rank{r}/epoch", f"rank{r}/started", f"rank{r}/rng", f"rank{r}/traffic"):
             if key not in state:
                 raise ModelInputError("state", f"lacks {key!r}.", "give what MemoryTrainer.stream_state() returned "

@@ -75,12 +75,36 @@ def _run(placement: str, world: int, updater: str = "gru", partition=None) -> di
     return out
 
 
-def _ranks(rank, world):
+def _resume(world, directory):
+    """A checkpoint of Sven's placement (every owner writes its rows), loaded by a fresh trainer: the next
+    epoch, the test metrics and the whole memory as the uninterrupted trainer's."""
+    from pyg_dynscale.distributed.checkpoint import load_checkpoint, save_checkpoint
+
+    run = {"parallelism": [world, 1, 1], "world_size": world}
+    tr = _trainer("sven", world)
+    tr.train_epoch()
+    tr.evaluate("val")
+    path = save_checkpoint(directory, 1, tr.modules, tr.optimizer, run, {}, extra=tr.stream_state())
+    # the evaluation first: it starts from the restored end-of-training memory (an epoch resets it)
+    want = [tr.evaluate("test"), tr.train_epoch(), tr.memory_copy()]
+    tr.close()
+    fresh = _trainer("sven", world)
+    torch.manual_seed(11)  # another random stream: the checkpoint's must come back
+    stream = fresh.stream_state()
+    load_checkpoint(path, fresh.modules, fresh.optimizer, run, extra=stream)
+    fresh.load_stream_state(stream)
+    got = [fresh.evaluate("test"), fresh.train_epoch(), fresh.memory_copy()]
+    fresh.close()
+    return want, got
+
+
+def _ranks(rank, world, directory):
     torch.set_num_threads(1)
     runs = {(p, "gru"): _run(p, world) for p in ("replicated", "partitioned", "sven")}
     if world == 2:
         runs.update({(p, "rnn"): _run(p, world, "rnn") for p in ("replicated", "sven")})
         runs[("sven-flexbicut", "gru")] = _run("sven", world, partition="flexbicut")
+        runs["resume"] = _resume(world, directory)
     return runs
 
 
@@ -90,10 +114,14 @@ def _brute_eta(lists) -> tuple[int, int]:
     return n, sum(len(x) - len(set(x)) for x in lists)
 
 
-def _check(world):
-    per_rank = spawn(_ranks, world, timeout=180)
+def _check(world, directory):
+    per_rank = spawn(_ranks, world, str(directory), timeout=180)
     d = _data()
     for r, runs in enumerate(per_rank):
+        if "resume" in runs:
+            want, got = runs.pop("resume")
+            assert got[:2] == want[:2], r
+            assert torch.equal(got[2][0], want[2][0]) and torch.equal(got[2][1], want[2][1]), r
         for (placement, updater), run in runs.items():
             ref = runs[("replicated", updater)]
             # training computes every row from the same rows in the same batches: bit for bit (a vertex two
@@ -142,10 +170,10 @@ def _check(world):
         assert math.isclose(red["eta2"], dup2 / n2, abs_tol=1e-12) and red["eta2"] > 0
 
 
-def test_two_ranks_partitioned_and_sven_equal_replicated():
-    _check(2)
+def test_two_ranks_partitioned_and_sven_equal_replicated_and_resume(tmp_path):
+    _check(2, tmp_path)
 
 
-def test_three_ranks_irregular_partition_equals_replicated():
-    _check(3)
+def test_three_ranks_irregular_partition_equals_replicated(tmp_path):
+    _check(3, tmp_path)
 
