@@ -7,7 +7,7 @@ build time of each map, and the machine's load average (other processes
 distort the figures).
 
     python benchmarks/bench_owner_map.py [--nodes 10000 100000 1000000 10000000]
-        [--batch 2000 20000] [--parts 4] [--repeat 200] [--device cpu]
+        [--batch 2000 20000] [--parts 4] [--repeat 200] [--device cpu] [--quick]
 """
 from __future__ import annotations
 
@@ -49,14 +49,17 @@ def time_lookups(om: OwnerMap, batches: list, device: torch.device) -> float:
     return statistics.median(out)
 
 
-def main() -> None:
+def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000, 10_000_000])
     ap.add_argument("--batch", type=int, nargs="+", default=[2_000, 20_000])
     ap.add_argument("--parts", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=200)
     ap.add_argument("--device", default="cpu")
-    args = ap.parse_args()
+    ap.add_argument("--quick", action="store_true", help="N = 10k, 2k ids, 20 batches (smoke test)")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.nodes, args.batch, args.repeat = [10_000], [2_000], 20
     device = torch.device(args.device)
     g = torch.Generator().manual_seed(0)
     print(f"torch {torch.__version__}, device {device}, {torch.get_num_threads()} intra-op threads, "
