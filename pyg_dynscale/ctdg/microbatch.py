@@ -27,11 +27,15 @@ with :math:`n = 1, 2, 4` in turn and record each dispatch's events, bytes
 and seconds; :math:`A, B` are the least-squares line of the dispatched bytes
 against the micro-batch's events (the batch's bytes grow as
 :math:`A \cdot bs + B`, the redundancy model :math:`\eta = A' + B'/bs` of
-Sven's App. D), and :math:`S` the bytes the link moves during one
-dispatch's fixed cost (:math:`\text{seconds} = \text{bytes} / v + L`
-fitted, :math:`S = v L`): the number of micro-batches whose transfers each
-take about one dispatch's latency (:func:`adaptive_micro_batches`). The
-ranks take the largest :math:`n` any of them computes.
+Sven's App. D), and :math:`S` the bytes the link moves during the fixed
+cost one more micro-batch adds: the dispatch's latency :math:`L`
+(:math:`\text{seconds} = \text{bytes} / v + L` fitted) plus the
+computation's overhead :math:`K` (compute seconds :math:`= K + w \cdot
+\text{events}` fitted), :math:`S = v (L + K)`. So :math:`n` is the number of
+micro-batches whose transfers each take about the fixed cost of a
+micro-batch, Sven's trade-off between hiding the transfer and
+under-using the device (:func:`adaptive_micro_batches`). The ranks take the
+largest :math:`n` any of them computes.
 """
 from __future__ import annotations
 
@@ -86,29 +90,34 @@ def fit_line(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
 
 
 def adaptive_micro_batches(events: Sequence[int], nbytes: Sequence[int], seconds: Sequence[float],
-                           batch_size: int, max_micro: int = 8) -> int:
+                           batch_size: int, max_micro: int = 8, compute: Optional[tuple] = None) -> int:
     r"""Sven's :math:`n = \lfloor (A \cdot bs + B) / S \rfloor` from profiled dispatches.
 
     Args:
-        events, nbytes, seconds: per profiled dispatch, its micro-batch's events, the bytes it
-            moved and its wall time.
+        events, nbytes, seconds: per profiled dispatch, its micro-batch's events, the bytes this
+            rank sent for it and its wall time.
         batch_size (int): :math:`bs`, the local batch's events.
         max_micro (int): the largest :math:`n` returned.
+        compute: ``(events, seconds)`` of profiled micro-batch computations (``None``: no
+            overhead, :math:`K = 0`).
 
     :math:`A, B`: ``nbytes`` against ``events`` (:func:`fit_line`); :math:`1/v, L`: ``seconds``
-    against ``nbytes``; :math:`S = v L`. Returns 1 when nothing crosses the network
+    against ``nbytes``; :math:`K`: the intercept of the compute seconds against their events
+    (at least 0); :math:`S = v (L + K)`. Returns 1 when nothing crosses the network
     (:math:`A \cdot bs + B \le 0`) or the time does not grow with the bytes (:math:`1/v \le 0`),
-    ``max_micro`` when the fitted latency is not positive; always within ``[1, min(max_micro, bs)]``.
+    ``max_micro`` when the fixed cost :math:`L + K` is not positive; always within
+    ``[1, min(max_micro, bs)]``.
     """
     hi = max(1, min(max_micro, batch_size))
     a, b = fit_line(events, nbytes)
     volume = a * batch_size + b
     inv_speed, latency = fit_line(nbytes, seconds)
+    overhead = max(0.0, fit_line(*compute)[1]) if compute else 0.0
     if volume <= 0 or inv_speed <= 0:
         return 1
-    if latency <= 0:
+    if latency + overhead <= 0:
         return hi
-    return int(max(1, min(hi, math.floor(volume / (latency / inv_speed)))))
+    return int(max(1, min(hi, math.floor(volume * inv_speed / (latency + overhead)))))
 
 
 def table_view(placement):
@@ -167,6 +176,7 @@ class MicroBatchPipeline:
     Attributes:
         n (int or None): the micro-batches per local batch (``"auto"``: ``None`` until chosen).
         samples (list): ``"auto"``'s profiled dispatches ``(events, bytes, seconds)``.
+        computes (list): ``"auto"``'s profiled micro-batch computations ``(events, seconds)``.
     """
 
     def __init__(self, placement, micro_batches: Union[int, str], max_micro: int = 8) -> None:
@@ -176,6 +186,7 @@ class MicroBatchPipeline:
         self.n: Optional[int] = None if self.auto else int(micro_batches)
         self.max_micro = max_micro
         self.samples: list = []
+        self.computes: list = []
 
     def _count(self, iteration: int, batch_size: int, world_size: int) -> int:
         """This step's :math:`n` (the same on every rank: a function of the iteration, or agreed)."""
@@ -184,7 +195,8 @@ class MicroBatchPipeline:
         if iteration < len(PROFILE) or not self.samples:
             return PROFILE[iteration % len(PROFILE)]
         ev, nb, sec = zip(*self.samples)
-        n = adaptive_micro_batches(ev, nb, sec, batch_size, self.max_micro)
+        compute = tuple(zip(*self.computes)) if self.computes else None
+        n = adaptive_micro_batches(ev, nb, sec, batch_size, self.max_micro, compute)
         if world_size > 1:  # every rank decides here (same step): the largest
             import torch.distributed as dist
 
@@ -235,7 +247,10 @@ class MicroBatchPipeline:
                         ctx["lookups"][lb.trainer] = found
                         micro = dataclasses.replace(lb, start=a, end=b)
                         o = lb.batch_start
+                        t0 = time.perf_counter()
                         losses.append(trainer._share_compute(micro, neg[lb.negative_set, a - o:b - o], ctx))
+                        if self.n is None:
+                            self.computes.append((b - a, time.perf_counter() - t0))
                 finally:
                     if nxt is not None:
                         found = nxt.result()

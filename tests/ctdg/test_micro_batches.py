@@ -35,6 +35,10 @@ def test_fit_and_adaptive_rule():
     assert adaptive_micro_batches(ev, nb, sec, batch_size=500, max_micro=8) == 8  # capped
     heavy = [3000 * e for e in ev]  # 12,000 bytes for 4 events: 12 micro-batches by the rule
     assert adaptive_micro_batches(ev, heavy, [x / 1e6 + 1e-3 for x in heavy], batch_size=4, max_micro=8) == 4
+    # a compute overhead K = 4e-3 s per micro-batch: S = 1e6 * (1e-3 + 4e-3) = 5000 bytes
+    comp = ([50, 25, 12], [4e-3 + 1e-4 * e for e in (50, 25, 12)])
+    assert adaptive_micro_batches(ev, nb, sec, batch_size=50, compute=comp) == 1  # floor(5400 / 5000)
+    assert adaptive_micro_batches(ev, nb, sec, batch_size=200, compute=comp) == 4  # floor(20400 / 5000)
     assert adaptive_micro_batches(ev, [0, 0, 0], [1e-4] * 3, batch_size=50) == 1  # nothing crosses the network
     assert adaptive_micro_batches(ev, nb, [2e-3] * 3, batch_size=50) == 1  # time does not grow with bytes
 
