@@ -92,6 +92,11 @@ def _negatives(lo: int, hi: int, size: int, device: torch.device) -> Tensor:
     return torch.randint(lo, hi + 1, (size,), dtype=torch.long).to(device)
 
 
+def _describe(value: object) -> str:
+    """A short text of an argument for a message (a tensor by its shape, not its values)."""
+    return f"a tensor of shape {tuple(value.shape)}" if isinstance(value, Tensor) else repr(value)
+
+
 class MemoryTrainer:
     r"""Train a memory-based temporal GNN (PyG's TGN modules) on an event stream.
 
@@ -204,7 +209,10 @@ class MemoryTrainer:
             (:func:`~pyg_dynscale.partition.events.partition_vertices`;
             flexbicut balances the requests of
             :func:`~pyg_dynscale.ctdg.presample.trainer_requests`) or a
-            ``[num_nodes]`` int64 tensor of ranks.
+            ``[num_nodes]`` int64 tensor of ranks; ``None`` (the default):
+            ``"range"``. Given with ``memory_placement="replicated"`` it is a
+            :class:`~pyg_dynscale.errors.ModelInputError` (a replicated memory
+            has no owners).
         gradient_sync (str): ``"sync"`` (the default: each step applies its
             own summed gradient) or ``"delayed"`` (Sven's asynchronous
             all-reduce, Pipe-SGD of width two: step :math:`s` applies step
@@ -252,7 +260,7 @@ class MemoryTrainer:
         memory_service: bool = False,
         prefetch: bool = False,
         memory_placement: str = "replicated",
-        partition: Union[str, Tensor] = "range",
+        partition: Union[None, str, Tensor] = None,
         gradient_sync: str = "sync",
         micro_batches: Union[int, str] = 1,
     ) -> None:
@@ -376,7 +384,13 @@ class MemoryTrainer:
         if placement not in PLACEMENTS:
             raise ModelInputError("memory_placement", f"is {placement!r}.", f"use one of {list(PLACEMENTS)}.")
         if placement == "replicated":
+            if partition is not None:
+                raise ModelInputError("partition", f"is given ({_describe(partition)}) with "
+                                      "memory_placement='replicated', which has no owners.",
+                                      "drop partition=, or use memory_placement='partitioned' or 'sven'.")
             return
+        if partition is None:
+            partition = "range"
         i, j, k = self.parallelism
         for flag, what in ((j > 1 or k > 1, f"parallelism={self.parallelism!r}"),
                            (memory_service, "memory_service=True"), (prefetch, "prefetch=True")):

@@ -60,8 +60,10 @@ def _trainer(world, micro, placement="sven", **kw):
     torch.manual_seed(4)
     d = _data()
     model = TGN(d.num_nodes, 3, memory_dim=6, time_dim=4, embedding_dim=6, dropout=0.0).double()
+    if placement != "replicated":  # a replicated memory has no owners
+        kw.setdefault("partition", "interval")
     return MemoryTrainer(model, d, batch_size=20, lr=1e-2, parallelism=(world, 1, 1), seed=1, mrr_negatives=0,
-                         memory_placement=placement, partition="interval", micro_batches=micro, **kw)
+                         memory_placement=placement, micro_batches=micro, **kw)
 
 
 def _run(world, micro, watch=False, **kw):

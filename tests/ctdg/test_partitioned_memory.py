@@ -63,6 +63,10 @@ def test_bad_inputs_are_typed_errors():
         with pytest.raises(ModelInputError, match="partition") as err:
             _trainer("sven", partition=bad)
         assert what in str(err.value)
+    for given in ("interval", torch.zeros(n, dtype=torch.long)):  # a replicated memory has no owners
+        with pytest.raises(ModelInputError, match="partition.*replicated") as err:
+            _trainer("replicated", partition=given)
+        assert "drop partition=" in str(err.value)
     with pytest.raises(ModelInputError, match="partition"):
         check_owner(torch.tensor([0, 2, 1]), 3, 2)  # a part outside the ranks
     for kw in ({"par": (1, 2, 1)}, {"par": (1, 1, 2)}, {"memory_service": True}, {"prefetch": True}):
