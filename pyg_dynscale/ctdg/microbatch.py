@@ -188,7 +188,7 @@ class MicroBatchPipeline:
         self.samples: list = []
         self.computes: list = []
 
-    def _count(self, iteration: int, batch_size: int, world_size: int) -> int:
+    def _count(self, iteration: int, batch_size: int, world_size: int, device: torch.device) -> int:
         """This step's :math:`n` (the same on every rank: a function of the iteration, or agreed)."""
         if self.n is not None:
             return self.n
@@ -200,7 +200,7 @@ class MicroBatchPipeline:
         if world_size > 1:  # every rank decides here (same step): the largest
             import torch.distributed as dist
 
-            box = torch.tensor([n], dtype=torch.long)
+            box = torch.tensor([n], dtype=torch.long, device=device)  # NCCL reduces device tensors only
             dist.all_reduce(box, op=dist.ReduceOp.MAX)
             n = int(box)
         self.n = n
@@ -225,7 +225,7 @@ class MicroBatchPipeline:
         r"""Trainer ``lb.trainer``'s share of the step loss, :math:`\sum_m \ell_m |m| / (|B_g| j k)`,
         its micro-batches' dispatches pipelined with their computation; queues one merged write."""
         ctx = trainer._ctx
-        n = self._count(ctx["iteration"], trainer.batch_size, trainer.world_size)
+        n = self._count(ctx["iteration"], trainer.batch_size, trainer.world_size, trainer.src.device)
         ranges = micro_ranges(lb.start, lb.end, n)
         neg = ctx["negs"][(lb.memory_copy, lb.position)] if lb.num_events else None
         for view in self.views:  # counters of this epoch and phase (begin_epoch replaces the dict)
