@@ -29,7 +29,11 @@ RECORD_OPTIONS = {"model": "--model", "data": "PATH", "parallelism": "--parallel
                   "dtype": "--dtype", "batch_size": "--batch-size", "lr": "--lr", "seed": "--seed",
                   "memory_dim": "--memory-dim", "time_dim": "--time-dim", "embedding_dim": "--embedding-dim",
                   "num_neighbors": "--num-neighbors", "static_memory": "--static-memory",
-                  "val_ratio": "--val-ratio", "test_ratio": "--test-ratio", "prefetch": "--prefetch"}
+                  "val_ratio": "--val-ratio", "test_ratio": "--test-ratio", "prefetch": "--prefetch",
+                  "memory_placement": "--memory-placement", "partition": "--partition",
+                  "gradient_sync": "--gradient-sync", "micro_batches": "--micro-batches"}
+#: fields of the run record written only when they differ from these defaults (older checkpoints lack them)
+RECORD_DEFAULTS = {"memory_placement": "replicated", "partition": None, "gradient_sync": "sync", "micro_batches": 1}
 
 
 def _fingerprint(data: Any) -> str:
@@ -42,11 +46,29 @@ def _fingerprint(data: Any) -> str:
     return h.hexdigest()[:32]
 
 
-def events_record(args: argparse.Namespace, parallelism: tuple, data: Any, world: int) -> dict:
+def _partition_record(partition: Any) -> Optional[str]:
+    """``--partition`` in the record: the method, or ``sha256:<digest>`` of an owner tensor (a file's path
+    may change, its owners may not)."""
+    if partition is None or isinstance(partition, str):
+        return partition
+    digest = hashlib.sha256(partition.detach().cpu().long().contiguous().numpy().tobytes()).hexdigest()[:32]
+    return f"sha256:{digest}"
+
+
+def events_record(args: argparse.Namespace, parallelism: tuple, data: Any, world: int,
+                  partition: Any = None) -> dict:
     """What a checkpoint must have been written by to be resumed: the data, the
     model and schedule, the hyperparameters (JSON values). ``--memory-service``
-    is not in it (the same numbers with and without)."""
-    return {"mode": "events", "model": args.model, "data": _fingerprint(data),
+    is not in it (the same numbers with and without). The memory placement,
+    its ``partition`` (``MemoryTrainer``'s argument: a method or an owner
+    tensor), the gradient sync and the micro-batches are in it when they
+    differ from :data:`RECORD_DEFAULTS` (so older checkpoints still resume)."""
+    from .train_events import parse_micro_batches
+
+    extra = {"memory_placement": getattr(args, "memory_placement", "replicated"),
+             "partition": _partition_record(partition), "gradient_sync": getattr(args, "gradient_sync", "sync"),
+             "micro_batches": parse_micro_batches(getattr(args, "micro_batches", "1"))}
+    return {**{k: v for k, v in extra.items() if v != RECORD_DEFAULTS[k]}, "mode": "events", "model": args.model, "data": _fingerprint(data),
             "parallelism": list(parallelism), "world_size": world, "dtype": args.dtype,
             "batch_size": args.batch_size, "lr": args.lr, "optimizer": "adam", "seed": args.seed,
             "memory_dim": args.memory_dim, "time_dim": args.time_dim, "embedding_dim": args.embedding_dim,
@@ -60,6 +82,10 @@ def _fix(key: str, opt: str, value: Any) -> str:
         return opt if value else f"no {opt}"
     if key == "parallelism" and isinstance(value, list):
         value = ",".join(map(str, value))
+    if key == "partition" and str(value).startswith("sha256:"):
+        return f"--partition FILE holding the owner tensor the checkpoint was written with ({value})"
+    if key == "partition" and value is None:
+        return "--memory-placement replicated (no --partition)"
     return f"{opt} {value}"
 
 
@@ -69,6 +95,9 @@ def events_mismatch_message(exc: Any, args: argparse.Namespace) -> str:
         return f"--resume: {exc}"
     parts, fixes = [], []
     for key, theirs, ours in exc.fields:
+        if key in RECORD_DEFAULTS:  # written only when not the default
+            theirs = RECORD_DEFAULTS[key] if theirs is None else theirs
+            ours = RECORD_DEFAULTS[key] if ours is None else ours
         opt = RECORD_OPTIONS.get(key)
         parts.append(f"{key}: checkpoint {theirs!r}, this run {ours!r}" + (f" ({opt})" if opt else ""))
         if key == "data":

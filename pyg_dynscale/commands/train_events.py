@@ -19,6 +19,15 @@ modules, optimizer, every memory copy with its message stores and neighbour
 loader, the random state); ``--resume`` continues from the newest one, bit for
 bit, and refuses one written by another run naming the option; with
 ``--max-restarts`` torchrun's restarted workers resume that way.
+
+``--memory-placement partitioned|sven`` partitions the node memory by owner
+(DepComm / Sven's redundancy-free exchange) with ``--partition``: a method of
+:func:`~pyg_dynscale.partition.events.partition_vertices` or an owner tensor
+saved by ``pyg-dynscale partition-events --out FILE`` (checked here: integer,
+one entry per node, one part per process); ``--gradient-sync delayed`` is
+Sven's asynchronous all-reduce (not exact), ``--micro-batches N|auto`` its
+micro-batch pipelining. The report adds
+:meth:`~pyg_dynscale.ctdg.MemoryTrainer.traffic` summed over the processes.
 """
 from __future__ import annotations
 
@@ -40,6 +49,11 @@ FORMATS = ("auto", "jodie", "edgelist")
 DTYPES = ("float32", "float64")
 DEVICES = ("cpu", "cuda")
 STATIC = ("none", "learnable")
+#: ``--memory-placement``'s choices (``pyg_dynscale.ctdg.placement.PLACEMENTS``)
+PLACEMENTS = ("replicated", "partitioned", "sven")
+#: ``--partition``'s methods (anything else names an owner-tensor file)
+PARTITION_METHODS = ("range", "interval", "flexbicut")
+GRADIENT_SYNC = ("sync", "delayed")
 SCHEMA_VERSION = 1
 
 __all__ = ["add_parser", "run", "train_events", "check_args"]
@@ -81,6 +95,19 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="serve memory reads and writes from a thread in the schedule's order (DistTGL 3.3; j = 1)")
     p.add_argument("--prefetch", action="store_true",
                    help="look up the next step's neighbours on a thread while the current step finishes (j = 1)")
+    p.add_argument("--memory-placement", choices=PLACEMENTS, default="replicated",
+                   help="replicated (default: a whole memory copy per process, DistTGL), partitioned (each process "
+                        "owns the rows of its vertices, DepComm) or sven (owners + each distinct vertex once per "
+                        "exchange); the partitioned ones need --parallelism N,1,1")
+    p.add_argument("--partition", default=None, metavar="range|interval|flexbicut|FILE",
+                   help="with --memory-placement partitioned/sven: the owner of every vertex, a method (default: "
+                        "range) or an owner tensor saved by `pyg-dynscale partition-events --out FILE`")
+    p.add_argument("--gradient-sync", choices=GRADIENT_SYNC, default="sync",
+                   help="sync (default) or delayed: Sven's asynchronous all-reduce, each step applies the previous "
+                        "step's gradient (not exact)")
+    p.add_argument("--micro-batches", default="1", metavar="N|auto",
+                   help="with --memory-placement sven: split each local batch into N micro-batches whose dispatch "
+                        "overlaps the previous one's compute, or auto (Sven's adaptive n; default: 1)")
     p.add_argument("--val-ratio", type=float, default=0.15, help="validation share of the events (default: 0.15)")
     p.add_argument("--test-ratio", type=float, default=0.15, help="test share of the events (default: 0.15)")
     p.add_argument("--device", choices=DEVICES, default="cpu",
@@ -114,6 +141,92 @@ def parse_parallelism(text: str) -> tuple[int, int, int]:
     if min(i, j, k) < 1:
         fail(f"--parallelism must be I,J,K (three integers >= 1), got {text!r}.")
     return i, j, k
+
+
+def parse_micro_batches(text: str):
+    """``--micro-batches``: an integer >= 1 or ``"auto"``."""
+    if str(text) == "auto":
+        return "auto"
+    try:
+        n = int(str(text))
+    except ValueError:
+        n = 0
+    if n < 1:
+        fail(f"--micro-batches must be an integer >= 1 or auto, got {text!r}.")
+    return n
+
+
+def _expected_world(args: argparse.Namespace) -> int:
+    """The processes the job will have: ``--nproc``, torchrun's world size, or 1."""
+    if args.nproc is not None:
+        return args.nproc
+    return int(os.environ.get("WORLD_SIZE", "1")) if _in_torchrun() else 1
+
+
+def load_owner_file(path: str, world: int):
+    """The ``[N]`` int64 owner tensor of ``--partition FILE`` (``partition-events --out``), checked for
+    what needs no data: a 1-D integer tensor whose parts are the processes ``0 .. world-1``."""
+    import torch
+
+    fix = f"save one with `pyg-dynscale partition-events PATH --parts {world} --out FILE`"
+    if not os.path.isfile(path):
+        fail(f"--partition {path!r} is neither a method ({', '.join(PARTITION_METHODS)}) nor a file; give a method "
+             f"or an owner tensor: {fix}.")
+    try:
+        owner = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any unreadable file is the same refusal
+        fail(f"--partition {path}: not a saved tensor ({type(exc).__name__}); {fix}.")
+    if not isinstance(owner, torch.Tensor):
+        fail(f"--partition {path}: holds a {type(owner).__name__}, not an owner tensor; {fix}.")
+    if owner.dtype.is_floating_point or owner.dtype.is_complex or owner.dtype == torch.bool:
+        fail(f"--partition {path}: the owner tensor is {str(owner.dtype).replace('torch.', '')}, not an integer "
+             f"tensor; {fix}.")
+    if owner.dim() != 1 or owner.numel() == 0:
+        fail(f"--partition {path}: the owner tensor has shape {list(owner.shape)}, not one owner per node; {fix}.")
+    owner = owner.to(torch.long)
+    lo, parts = int(owner.min()), int(owner.max()) + 1
+    if lo < 0 or parts != world:
+        fail(f"--partition {path}: the owner tensor has parts {lo} .. {parts - 1} for {world} process(es) (one "
+             f"part per process); {fix}" + (f", or use --nproc {parts}." if lo >= 0 else "."))
+    return owner
+
+
+def partition_arg(args: argparse.Namespace, num_nodes: int, world: int):
+    """``MemoryTrainer``'s ``partition=``: ``None`` (replicated), a method, or the checked owner tensor of
+    ``--partition FILE`` (one entry per node of ``PATH``)."""
+    if args.memory_placement == "replicated":
+        return None
+    if args.partition is None or args.partition in PARTITION_METHODS:
+        return args.partition or "range"
+    owner = load_owner_file(args.partition, world)
+    if owner.numel() != num_nodes:
+        fail(f"--partition {args.partition}: the owner tensor has {owner.numel()} entries for the {num_nodes} nodes "
+             f"of PATH; save it from the same PATH: `pyg-dynscale partition-events PATH --parts {world} --out "
+             "FILE`.")
+    return owner
+
+
+def _check_sven_options(args: argparse.Namespace, par: tuple) -> None:
+    """``--memory-placement`` / ``--partition`` / ``--gradient-sync`` / ``--micro-batches`` (no data)."""
+    i, j, k = par
+    placement = args.memory_placement
+    if placement == "replicated":
+        if args.partition is not None:
+            fail(f"--partition {args.partition}: a replicated memory has no owners; drop --partition or use "
+                 "--memory-placement partitioned or sven.")
+    else:
+        if j > 1 or k > 1:
+            fail(f"--memory-placement {placement} runs mini-batch parallelism only: use --parallelism "
+                 f"{i * j * k},1,1 (one trainer and one owner per process).")
+        for flag, name in ((args.memory_service, "--memory-service"), (args.prefetch, "--prefetch")):
+            if flag:
+                fail(f"--memory-placement {placement} does not combine with {name}: drop {name}.")
+        if args.partition is not None and args.partition not in PARTITION_METHODS:
+            load_owner_file(args.partition, _expected_world(args))
+    micro = parse_micro_batches(args.micro_batches)
+    if micro != 1 and placement != "sven":
+        fail(f"--micro-batches {micro} pipelines Sven's partitioned dispatch: add --memory-placement sven, or drop "
+             "--micro-batches.")
 
 
 def check_args(args: argparse.Namespace) -> None:
@@ -152,6 +265,7 @@ def check_args(args: argparse.Namespace) -> None:
     if args.prefetch and (j > 1 or (k > 1 and args.nproc is None and not _in_torchrun())):
         fail("--prefetch mirrors one memory copy's neighbour loader per process without epoch parallelism: use "
              "j = 1, and k > 1 only with one process per copy (--nproc).")
+    _check_sven_options(args, par)
     if args.device == "cuda" and not torch.cuda.is_available():
         fail("--device cuda: no CUDA device is available; use --device cpu.")
 
@@ -178,13 +292,16 @@ def load_events(args: argparse.Namespace):
     return data
 
 
-def build(args: argparse.Namespace, data, device: str = "cpu"):
+def build(args: argparse.Namespace, data, device: str = "cpu", partition=None):
     """TGN from ``--seed`` and its :class:`~pyg_dynscale.ctdg.MemoryTrainer` (what each rank runs; a test
-    builds the same in-process)."""
+    builds the same in-process). ``partition``: :func:`partition_arg`'s (default: computed here, one
+    process)."""
     import torch
 
     from ..ctdg import TGN, MemoryTrainer
 
+    if partition is None:
+        partition = partition_arg(args, int(data.num_nodes), _expected_world(args))
     dtype = getattr(torch, args.dtype)
     torch.manual_seed(args.seed)
     model = TGN(data.num_nodes, data.msg.size(-1), memory_dim=args.memory_dim, time_dim=args.time_dim,
@@ -194,7 +311,36 @@ def build(args: argparse.Namespace, data, device: str = "cpu"):
                          seed=args.seed, parallelism=parse_parallelism(args.parallelism),
                          static_memory=None if args.static_memory == "none" else args.static_memory,
                          val_ratio=args.val_ratio, test_ratio=args.test_ratio, memory_service=args.memory_service,
-                         prefetch=args.prefetch)
+                         prefetch=args.prefetch, memory_placement=args.memory_placement, partition=partition,
+                         gradient_sync=args.gradient_sync, micro_batches=parse_micro_batches(args.micro_batches))
+
+
+#: MemoryTrainer's fields -> the option that sets them (its ModelInputError names the field)
+FIELD_OPTIONS = {"parallelism": "--parallelism", "batch_size": "--batch-size", "partition": "--partition",
+                 "memory_placement": "--memory-placement", "gradient_sync": "--gradient-sync",
+                 "micro_batches": "--micro-batches"}
+
+
+def traffic_report(trainer, world: int) -> dict:
+    """:meth:`~pyg_dynscale.ctdg.MemoryTrainer.traffic` of the last training epoch with ``measured`` and
+    ``predicted`` summed over the processes (a collective: every rank calls it); the partitioned
+    placements add ``local`` (summed), ``redundancy`` and ``matrix`` (already global)."""
+    import torch
+    import torch.distributed as dist
+
+    t = trainer.traffic()
+    summed = ["measured", "predicted"] + (["local"] if "local" in t else [])
+    keys = [(part, kind) for part in summed for kind in sorted(t[part])]
+    if world > 1:
+        x = torch.tensor([int(t[part][kind]) for part, kind in keys], dtype=torch.long)
+        if dist.get_backend() == "nccl":
+            x = x.to(trainer.optimizer_params[0].device)
+        dist.all_reduce(x)
+        for (part, kind), v in zip(keys, x.tolist()):
+            t[part][kind] = v
+    if "matrix" in t:
+        t["matrix"] = {kind: m.tolist() for kind, m in t["matrix"].items()}
+    return t
 
 
 def train_events(args: argparse.Namespace, rank: int, world: int, init: Callable[[], None], device: str) -> dict:
@@ -214,14 +360,15 @@ def train_events(args: argparse.Namespace, rank: int, world: int, init: Callable
         data = load_events(args)
     except DynScaleError as exc:
         fail(f"PATH '{args.path}': {exc}")
-    record = events_record(args, parse_parallelism(args.parallelism), data, world)
+    partition = partition_arg(args, int(data.num_nodes), world)  # before the processes connect: every rank fails
+    record = events_record(args, parse_parallelism(args.parallelism), data, world, partition)
     resume_from = find_resume(args, record, rank, PROG, attempt_note()) if args.checkpoint_dir else None
     init()
     try:
-        trainer = build(args, data, device)
+        trainer = build(args, data, device, partition)
     except DynScaleError as exc:
         field = getattr(exc, "field", "")
-        fail(f"--{field.replace('_', '-')}: {exc}" if field in ("parallelism", "batch_size") else str(exc))
+        fail(f"{FIELD_OPTIONS[field]}: {exc}" if field in FIELD_OPTIONS else str(exc))
     i, j, k = trainer.parallelism
     progress: dict = {"losses": [], "epoch_seconds": [], "val_metrics": []}
     start = 0
@@ -260,6 +407,7 @@ def train_events(args: argparse.Namespace, rank: int, world: int, init: Callable
             checkpoints.append(save_checkpoint(args.checkpoint_dir, done, trainer.modules, trainer.optimizer, record,
                                                progress, extra=trainer.stream_state()))
     bar.close()
+    traffic = traffic_report(trainer, world)  # the last training epoch's
     stats = trainer.stats()  # training only
     test = trainer.evaluate("test")
     trainer.close()
@@ -269,14 +417,18 @@ def train_events(args: argparse.Namespace, rank: int, world: int, init: Callable
         "world_size": world, "parallelism": [i, j, k], "dtype": args.dtype, "device": device,
         "epochs": args.epochs, "batch_size": args.batch_size, "lr": args.lr, "seed": args.seed,
         "static_memory": args.static_memory, "memory_service": bool(args.memory_service),
-        "prefetch": bool(args.prefetch),
+        "prefetch": bool(args.prefetch), "memory_placement": args.memory_placement,
+        "partition": None if args.memory_placement == "replicated" else (args.partition or "range"),
+        "owned": None if trainer.placement is None else [trainer.placement.map.num_owned(q) for q in range(world)],
+        "gradient_sync": args.gradient_sync, "micro_batches": parse_micro_batches(args.micro_batches),
+        "micro_batches_chosen": trainer._micro.n if trainer._micro is not None else 1,
         "events": {"train": trainer.val_start, "val": trainer.test_start - trainer.val_start,
                    "test": trainer.num_events - trainer.test_start, "nodes": int(data.num_nodes)},
         "losses": losses, "val_metrics": val, "test_metrics": test,
         "epoch_seconds": seconds,
         "events_per_second": trainer.val_start / (sum(seconds) / len(seconds)),
         "trained_events_per_second": steps_events / (sum(seconds) / len(seconds)),
-        "bytes": stats, "total_seconds": time.perf_counter() - t_start,
+        "bytes": stats, "traffic": traffic, "total_seconds": time.perf_counter() - t_start,
         "checkpoints": checkpoints, "resumed_from": resume_from[1] if resume_from else None,
         "resumed_from_epoch": resume_from[0] if resume_from else None, "restarts": restarts_so_far(),
     }
@@ -299,6 +451,12 @@ def print_report(args: argparse.Namespace, r: dict) -> None:
         f"  memory (rank 0)   read {format_bytes(b['memory_read'])}, written {format_bytes(b['memory_write'])}, "
         f"gathered {format_bytes(b['gather'])}, gradients {format_bytes(b['gradients'])}",
     ]
+    if r["memory_placement"] != "replicated":
+        m, p, red = r["traffic"]["measured"], r["traffic"]["predicted"], r["traffic"]["redundancy"]
+        lines.append(f"  {r['memory_placement']} memory   partition {r['partition']}: dispatch "
+                     f"{format_bytes(m['dispatch'])}, aggregation {format_bytes(m['aggregation'])} per epoch (all "
+                     f"processes; predicted {format_bytes(p['dispatch'])}, {format_bytes(p['aggregation'])}), "
+                     f"eta1 {red['eta1']:.3f}, eta2 {red['eta2']:.3f}")
     print("\n".join(lines), flush=True)
 
 

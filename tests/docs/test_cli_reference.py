@@ -370,7 +370,8 @@ RUNS = {
         ["{json}", "--parts", "2", "--scheme", "pts", "--locality"],
     ],
     "inspect": [["{json}"], ["{edges}", "--window", "100"]],
-    "train-events": [["{events}", "--memory-service", "--prefetch"]],
+    "train-events": [["{events}", "--memory-service", "--prefetch"],
+                     ["{events}", "--memory-placement", "sven", "--parallelism", "2,1,1"]],  # traffic's partitioned keys
     "partition-events": [["{events}", "--parts", "2", "--out", "{owner}"]],
 }
 EXTRA = {"train": ["--epochs", "1", "--hidden", "4", "--json", "--no-progress"], "partition": ["--json"],
