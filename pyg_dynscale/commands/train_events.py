@@ -218,9 +218,8 @@ def _check_sven_options(args: argparse.Namespace, par: tuple) -> None:
         if j > 1 or k > 1:
             fail(f"--memory-placement {placement} runs mini-batch parallelism only: use --parallelism "
                  f"{i * j * k},1,1 (one trainer and one owner per process).")
-        for flag, name in ((args.memory_service, "--memory-service"), (args.prefetch, "--prefetch")):
-            if flag:
-                fail(f"--memory-placement {placement} does not combine with {name}: drop {name}.")
+        if args.memory_service:  # --prefetch: MemoryTrainer says whether it is built with a partitioned memory
+            fail(f"--memory-placement {placement} does not combine with --memory-service: drop --memory-service.")
         if args.partition is not None and args.partition not in PARTITION_METHODS:
             load_owner_file(args.partition, _expected_world(args))
     micro = parse_micro_batches(args.micro_batches)
@@ -369,6 +368,8 @@ def train_events(args: argparse.Namespace, rank: int, world: int, init: Callable
     except DynScaleError as exc:
         field = getattr(exc, "field", "")
         fail(f"{FIELD_OPTIONS[field]}: {exc}" if field in FIELD_OPTIONS else str(exc))
+    except NotImplementedError as exc:  # a combination of options MemoryTrainer does not build
+        fail(f"not built for these options: {exc}")
     i, j, k = trainer.parallelism
     progress: dict = {"losses": [], "epoch_seconds": [], "val_metrics": []}
     start = 0

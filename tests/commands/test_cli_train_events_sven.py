@@ -135,7 +135,10 @@ def test_partitioned_checkpoints_resume_bit_for_bit(events_csv, tmp_path):
     (["--partition", "interval"], "--partition interval: a replicated memory has no owners"),
     (["--memory-placement", "sven", "--parallelism", "1,2,1"], "--memory-placement sven runs mini-batch parallelism "
                                                                "only: use --parallelism 2,1,1"),
-    (["--memory-placement", "sven", "--prefetch"], "--memory-placement sven does not combine with --prefetch"),
+    (["--memory-placement", "sven", "--memory-service"], "--memory-placement sven does not combine with "
+                                                         "--memory-service"),
+    (["--memory-placement", "sven", "--prefetch", "--micro-batches", "2"], "not built for these options: "
+                                                                           "prefetch=True"),  # MemoryTrainer's
     (["--memory-placement", "sven", "--partition", "/no/such/owner.pt"], "--partition '/no/such/owner.pt' is "
                                                                          "neither a method"),
     (["--memory-placement", "sven", "--partition", "{float}"], "the owner tensor is float32, not an integer tensor"),
