@@ -30,6 +30,11 @@ memory rows are what crosses the network.
   event positions); ``"partitioned"`` one per event endpoint. The owner applies
   the blocks in source-rank (= trainer = chronological) order, so a vertex
   written by two trainers keeps the later one, as the replicated write-back.
+* **Ids, then rows**: each exchange is an id step (:meth:`PartitionedMemory.organise_fetch`,
+  :meth:`PartitionedMemory.organise_aggregate`: dedup, owner grouping, local ids, counts; no
+  collective, no counter) and a row step (:meth:`PartitionedMemory.send_fetch`,
+  :meth:`PartitionedMemory.aggregate`), so Sven's prefetch (``prefetch=True``,
+  :mod:`~pyg_dynscale.ctdg.prefetch`) runs the id step of the next local batch on a thread.
 * **Counters**: bytes handed to ``all_to_all_single`` by kind (self block
   excluded), the per-owner row counts the id lists imply (the prediction,
   :meth:`predicted`), the occurrences and distinct vertices of every list
@@ -38,6 +43,7 @@ memory rows are what crosses the network.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
@@ -46,7 +52,7 @@ from torch import Tensor
 from ..errors import ModelInputError
 from .owner_map import OwnerMap
 
-__all__ = ["PLACEMENTS", "PartitionedMemory", "check_owner", "resolve_partition"]
+__all__ = ["PLACEMENTS", "AggregatePlan", "DispatchPlan", "PartitionedMemory", "check_owner", "resolve_partition"]
 
 #: the ``memory_placement`` values of :class:`~pyg_dynscale.ctdg.MemoryTrainer`
 PLACEMENTS = ("replicated", "partitioned", "sven")
@@ -100,6 +106,32 @@ def _unpack(buf: Tensor, like: list) -> list:
         out.append(x.view(n, width) if width else x.view(n))
         at += size
     return out
+
+
+@dataclass(frozen=True)
+class DispatchPlan:
+    """The id lists of one dispatch (:meth:`PartitionedMemory.organise_fetch`): what depends on
+    the ids only, not on the rows."""
+
+    occurrences: int  #: :math:`|V_o|`
+    distinct: int  #: :math:`|V_u|`
+    owners: Tensor  #: ``[L]`` owner of each listed id (grouped)
+    local_ids: Tensor  #: ``[l]`` listed ids this rank owns
+    local_rows: Tensor  #: ``[l]`` their rows in this rank's store
+    remote_ids: Tensor  #: ``[L - l]`` the ids asked of the other owners, grouped by owner
+    send_counts: Tensor  #: ``[M]`` ids asked of each owner (0 for this rank)
+
+
+@dataclass(frozen=True)
+class AggregatePlan:
+    """The id lists of one writer's aggregation (:meth:`PartitionedMemory.organise_aggregate`)."""
+
+    occurrences: int  #: event endpoints of the local batch
+    distinct: int  #: distinct vertices among them
+    ids: Tensor  #: ``[L]`` ids to write, grouped by owner
+    rows: Tensor  #: ``[L]`` row of each in the writer's root rows
+    owners: Tensor  #: ``[L]`` owner of each
+    per_rank: Tensor  #: ``[M]`` rows per owner
 
 
 class PartitionedMemory:
@@ -235,32 +267,48 @@ class PartitionedMemory:
         return perm, own[perm], torch.bincount(own, minlength=self.world_size)
 
     # ------------------------------------------------------------------ dispatch
-    def fetch(self, occurrences: Tensor) -> None:
-        r"""Dispatch: make :meth:`read` serve every vertex of ``occurrences`` (a collective under a
-        process group: every rank calls it, possibly with an empty list).
+    def organise_fetch(self, occurrences: Tensor) -> "DispatchPlan":
+        r"""The id side of a dispatch (no collective, no counter, no row read: it may run on the
+        prefetch thread): :math:`V_u` (``"sven"``) or :math:`V_o` grouped by owner, the owned ids'
+        local rows and the ``[M]`` request counts.
 
         Args:
             occurrences: ``[n]`` global ids, one per reference of the computation (:math:`V_o`).
         """
-        dev = self.owner.device
-        self._call()
-        occ = occurrences.to(dev)
+        occ = occurrences.to(self.owner.device)
         uniq = torch.unique(occ)
         ids = uniq if self.dedup else occ  # Sven's V_u (inverse Psi = pos) or DepComm's V_o
-        self._plan("dispatch", self.owner[ids], occ.numel(), uniq.numel())
         perm, own, per_rank = self._by_owner(ids)
         ids = ids[perm]
         mine = own == self.rank
+        send_counts = per_rank.clone()
+        send_counts[self.rank] = 0
         local_ids = ids[mine]
-        loc = self.map.local_of(local_ids)
-        local_rows = (self.memory[loc], self.last_update[loc])
+        return DispatchPlan(occ.numel(), uniq.numel(), own, local_ids, self.map.local_of(local_ids), ids[~mine],
+                            send_counts)
+
+    def fetch(self, occurrences: Tensor) -> None:
+        r"""Dispatch: make :meth:`read` serve every vertex of ``occurrences`` (a collective under a
+        process group: every rank calls it, possibly with an empty list). :meth:`organise_fetch`
+        then :meth:`send_fetch`.
+
+        Args:
+            occurrences: ``[n]`` global ids, one per reference of the computation (:math:`V_o`).
+        """
+        self.send_fetch(self.organise_fetch(occurrences))
+
+    def send_fetch(self, plan: "DispatchPlan") -> None:
+        """The row side of a dispatch: the prepared lists to the owners, their rows back (as they
+        are now), the table :meth:`read` serves."""
+        dev = self.owner.device
+        self._call()
+        self._plan("dispatch", plan.owners, plan.occurrences, plan.distinct)
+        local_ids, remote_ids = plan.local_ids, plan.remote_ids
+        local_rows = (self.memory[plan.local_rows], self.last_update[plan.local_rows])
         self._count_local("dispatch", local_ids.numel() * self.row_bytes)
-        remote_ids = ids[~mine]
         if self.world_size > 1:
-            send_counts = per_rank.clone()
-            send_counts[self.rank] = 0
-            recv_counts = self._exchange_counts(send_counts)
-            sc = send_counts.tolist()
+            recv_counts = self._exchange_counts(plan.send_counts)
+            sc = plan.send_counts.tolist()
             asked = self._all_to_all(remote_ids, sc, recv_counts, "requests")  # ids others want from me
             loc = self.map.local_of(asked)
             reply = _pack(self.memory[loc], self.last_update[loc])
@@ -281,7 +329,33 @@ class PartitionedMemory:
             self.epoch["local"][kind] += nbytes
 
     # ------------------------------------------------------------------ aggregation
-    def aggregate(self, batches: list) -> None:
+    def organise_aggregate(self, src: Tensor, dst: Tensor, n_id: Tensor) -> "AggregatePlan":
+        r"""The id side of one writer's aggregation (no collective, no counter: it may run on the
+        prefetch thread): the ids to send grouped by owner (``"sven"``: each distinct vertex once,
+        at its latest interaction :math:`\Phi`), the row of each in the writer's root rows
+        (``n_id`` sorted unique), the ``[M]`` counts.
+
+        Args:
+            src, dst: ``[B]`` the local batch's events; n_id: ``[m]`` its root nodes, sorted unique.
+        """
+        dev = self.owner.device
+        occ = torch.cat([src, dst]).to(dev)  # interaction level: one occurrence per event endpoint
+        b = src.numel()
+        uniq, inv = torch.unique(occ, return_inverse=True)
+        if self.dedup:
+            # Phi: each distinct vertex's latest interaction (key 2 * event + side breaks the self-loop tie)
+            key = torch.cat([2 * torch.arange(b, device=dev), 2 * torch.arange(b, device=dev) + 1])
+            latest = torch.full((uniq.numel(),), -1, dtype=torch.long, device=dev)
+            latest.scatter_reduce_(0, inv, key, reduce="amax")
+            kept = (latest % 2) * b + latest // 2  # the occurrence index of that interaction
+            ids = occ[kept]
+        else:
+            ids = occ
+        at = torch.searchsorted(n_id.to(dev), ids)  # the vertex's updated row (every occurrence's row is the same)
+        perm, own, per_rank = self._by_owner(ids)
+        return AggregatePlan(occ.numel(), uniq.numel(), ids[perm], at[perm], own, per_rank)
+
+    def aggregate(self, batches: list, plans: Optional[list] = None) -> None:
         r"""Aggregation: every written root row to its owner, applied in trainer order (a
         collective under a process group).
 
@@ -289,27 +363,16 @@ class PartitionedMemory:
             batches: this process's writers in trainer order, each ``(src [B], dst [B], n_id [m],
                 rows [m, d], last [m])`` -- the local batch's events and its root nodes' updated
                 memory (``n_id`` sorted unique).
+            plans: the writers' :meth:`organise_aggregate` results, prepared ahead (``None``:
+                organised here).
         """
         dev = self.owner.device
         self._call()
         blocks = []  # per writer: (ids, rows, last) to send, grouped by owner
-        for src, dst, n_id, rows, last in batches:
-            occ = torch.cat([src, dst])  # interaction level: one occurrence per event endpoint
-            b = src.numel()
-            uniq, inv = torch.unique(occ, return_inverse=True)
-            if self.dedup:
-                # Phi: each distinct vertex's latest interaction (key 2 * event + side breaks the self-loop tie)
-                key = torch.cat([2 * torch.arange(b, device=dev), 2 * torch.arange(b, device=dev) + 1])
-                latest = torch.full((uniq.numel(),), -1, dtype=torch.long, device=dev)
-                latest.scatter_reduce_(0, inv, key, reduce="amax")
-                kept = (latest % 2) * b + latest // 2  # the occurrence index of that interaction
-                ids = occ[kept]
-            else:
-                ids = occ
-            self._plan("aggregation", self.owner[ids], occ.numel(), uniq.numel())
-            at = torch.searchsorted(n_id, ids)  # the vertex's updated row (every occurrence's row is the same)
-            perm, own, per_rank = self._by_owner(ids)
-            blocks.append((ids[perm], rows[at[perm]], last[at[perm]], own, per_rank))
+        for w, (src, dst, n_id, rows, last) in enumerate(batches):
+            plan = self.organise_aggregate(src, dst, n_id) if plans is None else plans[w]
+            self._plan("aggregation", plan.owners, plan.occurrences, plan.distinct)
+            blocks.append((plan.ids, rows[plan.rows], last[plan.rows], plan.owners, plan.per_rank))
         if self.world_size == 1:
             for ids, rows, last, _, _ in blocks:  # one writer after the other: the later one wins
                 self._count_local("aggregation", ids.numel() * self.agg_bytes)

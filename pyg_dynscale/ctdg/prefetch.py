@@ -9,13 +9,26 @@ inserts and resets in the same order (a mirror) gives the lookup of step
 applies its queue in submission order; every lookup returns what the
 trainer's own loader would return at that point (tested: training with the
 prefetcher == without, bitwise).
+
+With a partitioned memory (``memory_placement="partitioned"`` or ``"sven"``)
+each lookup is followed on the thread by the local batch's id organisation
+(the ``then`` of :meth:`NeighborPrefetcher.lookup`, Sven §7.2's prefetch):
+its occurrence list :math:`V_o` (which reads the mailbox), the
+redundancy-free / per-owner dispatch lists and the aggregation lists
+(:meth:`~pyg_dynscale.ctdg.placement.PartitionedMemory.organise_fetch`,
+:meth:`~pyg_dynscale.ctdg.placement.PartitionedMemory.organise_aggregate`).
+The rows cannot move early: they are the owners' rows after this step's
+aggregation. The trainer queues the lookup after the step's write-back (its
+``store.put``), so the mailbox the thread reads is the one the next step
+reads; the mailbox changes next at the next write-back, after the next
+dispatch has taken the lists.
 """
 from __future__ import annotations
 
 import queue
 import threading
 from concurrent.futures import Future
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 from torch import Tensor
@@ -50,11 +63,12 @@ class NeighborPrefetcher:
     def insert(self, src: Tensor, dst: Tensor) -> None:
         self._put(("insert", (src, dst), None))
 
-    def lookup(self, n_id: Tensor) -> Future:
+    def lookup(self, n_id: Tensor, then: Optional[Callable] = None) -> Future:
         """The mirror's ``loader(n_id)`` after everything submitted before: a future of
-        ``(n_id, edge_index, e_id)``."""
+        ``(n_id, edge_index, e_id)``, or of ``then((n_id, edge_index, e_id))`` run on the thread
+        too (the partitioned placements' id lists, which need the lookup)."""
         fut: Future = Future()
-        self._put(("lookup", n_id, fut))
+        self._put(("lookup", (n_id, then), fut))
         return fut
 
     def close(self) -> None:
@@ -83,8 +97,11 @@ class NeighborPrefetcher:
                 elif kind == "insert":
                     self.loader.insert(*arg)
                 else:
+                    n_id, then = arg
                     with torch.no_grad():
-                        out = self.loader(arg)
+                        out = self.loader(n_id)
+                        if then is not None:
+                            out = then(out)
                     self.lookups += 1
                     fut.set_result(out)
             except BaseException as exc:  # reported to the waiting lookup and to every later call

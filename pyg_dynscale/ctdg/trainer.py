@@ -22,6 +22,7 @@ sync per batch).
 """
 from __future__ import annotations
 
+import functools
 import gc
 import math
 from typing import Optional, Union
@@ -84,6 +85,11 @@ class _Ready:
 
     def result(self):
         return self.value
+
+
+def _unorganised(found: tuple) -> tuple:
+    """A prefetched lookup without id lists (:meth:`MemoryTrainer._dispatch` organises them)."""
+    return found, None, None
 
 
 def _negatives(lo: int, hi: int, size: int, device: torch.device) -> Tensor:
@@ -188,7 +194,11 @@ class MemoryTrainer:
             drawn before the optimizer step, so the attention dropout draws
             from per-trainer seeds as with ``i * j * k > 1`` (the same numbers
             as ``prefetch=False`` whenever ``i * j * k > 1``). ``j = 1``, one
-            memory copy per process.
+            memory copy per process. With a partitioned placement the thread
+            also organises the next step's dispatch and aggregation id lists
+            (:meth:`~pyg_dynscale.ctdg.placement.PartitionedMemory.organise_fetch`,
+            :meth:`~pyg_dynscale.ctdg.placement.PartitionedMemory.organise_aggregate`);
+            not with ``micro_batches != 1``.
         dynamic_memory (bool): ``False`` feeds the embedding the static memory
             only (the pre-training of :func:`~pyg_dynscale.ctdg.pretrain_static_memory`).
         memory_placement (str): where the node memory lives (Sven's N&M
@@ -201,8 +211,8 @@ class MemoryTrainer:
             once per exchange: Sven's redundancy-free organisation). Training
             gives the same numbers bit for bit; evaluation the same to
             rounding (each owner applies the flush to its own rows).
-            Parallelism ``(i, 1, 1)``, one trainer per rank, without memory
-            service and prefetcher; checkpoints hold each owner's rows
+            Parallelism ``(i, 1, 1)``, one trainer per rank, without the
+            memory service; checkpoints hold each owner's rows
             (:meth:`stream_state`). :meth:`traffic` has the bytes.
         partition: the owner of every vertex for a partitioned placement:
             ``"range"``, ``"interval"``, ``"flexbicut"``
@@ -233,8 +243,8 @@ class MemoryTrainer:
         ModelInputError: missing modules, a memory that is not a ``TGNMemory``,
             events that fail :func:`~pyg_dynscale.ctdg.events.check_events`,
             a message width other than the memory's, bad options.
-        NotImplementedError: a partitioned placement with ``j > 1``, ``k > 1``,
-            the memory service or the prefetcher.
+        NotImplementedError: a partitioned placement with ``j > 1``, ``k > 1``
+            or the memory service; ``prefetch=True`` with ``micro_batches != 1``.
     """
 
     def __init__(
@@ -336,6 +346,9 @@ class MemoryTrainer:
         self.rank, self.world_size = world()
         self._setup_placement(memory_placement, partition, memory_service, prefetch)
         micro_batches = check_micro_batches(micro_batches)
+        if prefetch and micro_batches != 1:
+            raise NotImplementedError(f"prefetch=True with micro_batches={micro_batches!r} is not built: the "
+                                      "prefetcher organises whole local batches' dispatches; use one of the two.")
         if micro_batches != 1 and self.memory_placement != "sven":
             raise NotImplementedError(f"micro_batches={micro_batches!r} with memory_placement="
                                       f"{self.memory_placement!r} is not built: micro-batch pipelining overlaps "
@@ -368,6 +381,9 @@ class MemoryTrainer:
                     "memory copy's neighbour loader per process without epoch parallelism (use j = 1, and k > 1 "
                     "only across processes).")
             self.prefetcher = NeighborPrefetcher(memory.num_nodes, self.num_neighbors, dev)
+        #: partitioned placement with the prefetcher: local batches whose dispatch / aggregation
+        #: id lists came from the prefetch thread
+        self.prefetched = {"dispatch": 0, "aggregation": 0}
         self._epoch_traffic: Optional[dict] = None
         self.epoch = 0
         #: ``[steps]`` float64: each step's loss in the last epoch (stays on the device)
@@ -393,11 +409,11 @@ class MemoryTrainer:
             partition = "range"
         i, j, k = self.parallelism
         for flag, what in ((j > 1 or k > 1, f"parallelism={self.parallelism!r}"),
-                           (memory_service, "memory_service=True"), (prefetch, "prefetch=True")):
+                           (memory_service, "memory_service=True")):
             if flag:
                 raise NotImplementedError(f"memory_placement={placement!r} with {what} is not built: a partitioned "
                                           "memory runs mini-batch parallelism (i, 1, 1), one trainer per rank, "
-                                          "without the memory service and the prefetcher.")
+                                          "without the memory service.")
         if self.world_size > 1 and self.world_size != i:
             raise ModelInputError("parallelism", f"is {self.parallelism!r} on {self.world_size} processes.",
                                   f"use ({self.world_size}, 1, 1): one trainer and one owner per rank.")
@@ -533,21 +549,42 @@ class MemoryTrainer:
         if lb.num_events == 0:
             self.placement.fetch(self.src[:0])
             return
+        ready = self._ctx["lookups"].get(lb.trainer)
+        if ready is not None:  # the prefetch thread's lookup and id lists: only the rows move now
+            found, plan, agg = ready.result()
+            if plan is not None:
+                self.placement.send_fetch(plan)
+                self._ctx["agg_plans"][(lb.start, lb.end)] = agg
+                self._ctx["lookups"][lb.trainer] = _Ready(found)
+                self.prefetched["dispatch"] += 1
+                return
         o = lb.start - lb.batch_start
         neg = self._ctx["negs"][(lb.memory_copy, lb.position)][lb.negative_set, o:o + lb.num_events]
         self._ctx["lookups"][lb.trainer] = self._fetch_batch(lb.start, lb.end, neg, True)
+
+    def _occurrences(self, a: int, b: int, neg: Tensor, found: tuple, training: bool) -> Tensor:
+        """:math:`V_o` of the scoring of events ``[a, b)``: every reference the computation makes
+        (roots, neighbour-edge endpoints and, in training, the other endpoint of each stored message
+        of the sampled nodes: the mailbox as it is now)."""
+        n_id, edge_index, _ = found
+        occ = [self.src[a:b], self.dst[a:b], neg, n_id[edge_index[0]]]
+        return torch.cat(occ + ([self.state.others(n_id)] if training else []))
+
+    def _organise(self, a: int, b: int, neg: Tensor, found: tuple) -> tuple:
+        """On the prefetch thread: local batch ``[a, b)``'s dispatch and aggregation id lists from
+        its neighbour lookup ``found``; runs after the write-back before it (the mailbox it reads)."""
+        src, dst = self.src[a:b], self.dst[a:b]
+        plan = self.placement.organise_fetch(self._occurrences(a, b, neg, found, True))
+        return found, plan, self.placement.organise_aggregate(src, dst, torch.cat([src, dst]).unique())
 
     def _fetch_batch(self, a: int, b: int, neg: Tensor, training: bool, placement=None) -> "_Ready":
         """Fetch the rows the scoring of events ``[a, b)`` with negatives ``neg`` reads; returns the
         neighbour lookup for :meth:`_embed`. In training the stored messages of the sampled nodes
         are applied first: their other endpoints are read too (the memory update of evaluation
         fetches for itself, :meth:`~pyg_dynscale.ctdg.store.MemoryState.write`)."""
-        src, dst = self.src[a:b], self.dst[a:b]
-        found = self.neighbors(torch.cat([src, dst, neg]).unique())
-        n_id, edge_index, _ = found
-        # V_o: every reference the computation makes (roots, neighbour-edge endpoints, message endpoints)
-        occ = [src, dst, neg, n_id[edge_index[0]]] + ([self.state.others(n_id)] if training else [])
-        (self.placement if placement is None else placement).fetch(torch.cat(occ))  # placement: a table view
+        found = self.neighbors(torch.cat([self.src[a:b], self.dst[a:b], neg]).unique())
+        occ = self._occurrences(a, b, neg, found, training)
+        (self.placement if placement is None else placement).fetch(occ)  # placement: a table view
         return _Ready(found)
 
     def _share_compute(self, lb: LocalBatch, neg: Tensor, ctx: dict) -> Tensor:
@@ -581,7 +618,11 @@ class MemoryTrainer:
         spans = self._ctx["spans"].pop(copy, [])
         self._ctx["roots"].append(sum(x[0].numel() for x in mine))
         if self.placement is not None:  # the owners apply every trainer's rows, in trainer order
-            self.placement.aggregate([(self.src[x:y], self.dst[x:y]) + tuple(w) for (x, y), w in zip(spans, mine)])
+            prepared = self._ctx["agg_plans"]
+            plans = [prepared.pop(x) for x in spans] if all(x in prepared for x in spans) else None
+            self.prefetched["aggregation"] += len(plans or [])
+            self.placement.aggregate([(self.src[x:y], self.dst[x:y]) + tuple(w) for (x, y), w in zip(spans, mine)],
+                                     plans)
             mine = []
         elif self._ddp is not None:
             i, j, _ = self.parallelism
@@ -624,7 +665,12 @@ class MemoryTrainer:
             o = lb.start - lb.batch_start
             neg = self._ctx["negs"][(lb.memory_copy, lb.position)][lb.negative_set, o:o + lb.num_events]
             n_id = torch.cat([self.src[lb.start:lb.end], self.dst[lb.start:lb.end], neg]).unique()
-            self._ctx["next_lookups"][t] = self.prefetcher.lookup(n_id)
+            # partitioned: the id lists too, from the mailbox this step's write-back left (queued after
+            # it; the mailbox changes next at the next write-back, after the dispatch took the lists)
+            then = None
+            if self.placement is not None:  # after a reset the dispatch organises for itself (a fresh mailbox)
+                then = _unorganised if step.resets else functools.partial(self._organise, lb.start, lb.end, neg)
+            self._ctx["next_lookups"][t] = self.prefetcher.lookup(n_id, then)
 
     def train_epoch(self) -> float:
         r"""One epoch of the schedule over the training events; returns
@@ -652,7 +698,7 @@ class MemoryTrainer:
         # dropout must not draw from the global stream in between (per-trainer seeds, as for i*j*k > 1)
         self._ctx = ctx = {"negs": {}, "snaps": {}, "pending": {}, "fork": i * j * k > 1 or self.prefetcher is not None,
                            "spans": {}, "roots": [], "sum": torch.zeros((), dtype=torch.float64, device=dev),
-                           "lookups": {}, "next_lookups": {}}
+                           "lookups": {}, "next_lookups": {}, "agg_plans": {}}
         steps = sched.steps()
         events, losses = 0, []
         for step in steps:

@@ -130,7 +130,7 @@ def test_bad_micro_batches():
         with pytest.raises(NotImplementedError, match="micro_batches"):
             _trainer(1, 2, placement=placement)
     with pytest.raises(NotImplementedError, match="prefetch"):
-        _trainer(1, 1, prefetch=True)
+        _trainer(1, 2, prefetch=True)
 
 
 def _ranks(rank, world):

@@ -69,7 +69,7 @@ def test_bad_inputs_are_typed_errors():
         assert "drop partition=" in str(err.value)
     with pytest.raises(ModelInputError, match="partition"):
         check_owner(torch.tensor([0, 2, 1]), 3, 2)  # a part outside the ranks
-    for kw in ({"par": (1, 2, 1)}, {"par": (1, 1, 2)}, {"memory_service": True}, {"prefetch": True}):
+    for kw in ({"par": (1, 2, 1)}, {"par": (1, 1, 2)}, {"memory_service": True}):
         with pytest.raises(NotImplementedError, match="partitioned"):
             _trainer("partitioned", **kw)
     with pytest.raises(NotImplementedError, match="sven"):
