@@ -1,13 +1,15 @@
 """``pyg-dynscale train-events --memory-placement partitioned|sven``: one 2-process job (Sven's memory, the owners
 of a ``partition-events --out`` file, float64) equals the in-process emulation of the replicated memory, and its
-bytes report has measured == predicted; in-process: checkpoints of a partitioned memory resume bit for bit, a
-resume with another placement or partition is refused, bad values are one line naming the option."""
+bytes report has measured == predicted, and it resumes bit for bit on 2 processes; in-process: checkpoints of a
+partitioned memory resume bit for bit, a resume with another placement or partition is refused, bad values are one
+line naming the option."""
 from __future__ import annotations
 
 import contextlib
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -63,19 +65,23 @@ def _emulation(events_csv: str, *extra) -> tuple[list, list, dict]:
     return losses, val, trainer.evaluate("test")
 
 
+def _sven_job(events_csv: str, owner_file: str, ck: Path, *extra) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "pyg_dynscale", "train-events", events_csv, "--nproc", "2",
+                           "--parallelism", "2,1,1", "--json", "--no-progress", *ARGS, "--memory-placement", "sven",
+                           "--partition", owner_file, "--checkpoint-dir", str(ck), *extra],
+                          capture_output=True, text=True, timeout=240, env=env, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
 def test_two_processes_sven_with_a_partition_file_equal_replicated(events_csv, tmp_path, capsys):
     owner_file = str(tmp_path / "owner.pt")
     code, _ = _main("partition-events", events_csv, "--parts", "2", "--batch-size", "20", "--num-neighbors", "4",
                     "--out", owner_file)
     owner = torch.load(owner_file)
     assert code == 0 and 0 < int(owner.sum()) < owner.numel()  # two non-empty parts
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-m", "pyg_dynscale", "train-events", events_csv, "--nproc", "2",
-                           "--parallelism", "2,1,1", "--json", "--no-progress", *ARGS, "--memory-placement", "sven",
-                           "--partition", owner_file, "--checkpoint-dir", str(tmp_path / "ck")],
-                          capture_output=True, text=True, timeout=240, env=env, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    r = json.loads(proc.stdout)
+    r = _sven_job(events_csv, owner_file, tmp_path / "ck")
     assert r["memory_placement"] == "sven" and r["partition"] == owner_file and r["world_size"] == 2
     assert r["owned"] == torch.bincount(owner, minlength=2).tolist() != [20, 20]  # the file's owners, not range's
     assert r["gradient_sync"] == "sync" and r["micro_batches"] == 1 == r["micro_batches_chosen"]
@@ -106,6 +112,11 @@ def test_two_processes_sven_with_a_partition_file_equal_replicated(events_csv, t
     err = _one_line(capsys)
     assert code == 2 and "partition: checkpoint 'sha256:" in err and "this run 'interval' (--partition)" in err
     assert "--partition FILE holding the owner tensor the checkpoint was written with" in err
+    # 2 processes resume epoch 2 from epoch 1's checkpoint (each owner's rows, DCP) bit for bit
+    shutil.rmtree(tmp_path / "ck" / "epoch-000002")
+    again = _sven_job(events_csv, owner_file, tmp_path / "ck", "--resume")
+    assert again["resumed_from_epoch"] == 1 and again["losses"] == r["losses"]
+    assert again["val_metrics"] == r["val_metrics"] and again["test_metrics"] == r["test_metrics"]
 
 
 def test_partitioned_checkpoints_resume_bit_for_bit(events_csv, tmp_path):
