@@ -68,7 +68,8 @@ def events_record(args: argparse.Namespace, parallelism: tuple, data: Any, world
     extra = {"memory_placement": getattr(args, "memory_placement", "replicated"),
              "partition": _partition_record(partition), "gradient_sync": getattr(args, "gradient_sync", "sync"),
              "micro_batches": parse_micro_batches(getattr(args, "micro_batches", "1"))}
-    return {**{k: v for k, v in extra.items() if v != RECORD_DEFAULTS[k]}, "mode": "events", "model": args.model, "data": _fingerprint(data),
+    return {**{k: v for k, v in extra.items() if v != RECORD_DEFAULTS[k]},
+            "mode": "events", "model": args.model, "data": _fingerprint(data),
             "parallelism": list(parallelism), "world_size": world, "dtype": args.dtype,
             "batch_size": args.batch_size, "lr": args.lr, "optimizer": "adam", "seed": args.seed,
             "memory_dim": args.memory_dim, "time_dim": args.time_dim, "embedding_dim": args.embedding_dim,
