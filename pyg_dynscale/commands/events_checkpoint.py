@@ -63,11 +63,10 @@ def events_record(args: argparse.Namespace, parallelism: tuple, data: Any, world
     its ``partition`` (``MemoryTrainer``'s argument: a method or an owner
     tensor), the gradient sync and the micro-batches are in it when they
     differ from :data:`RECORD_DEFAULTS` (so older checkpoints still resume)."""
-    from .train_events import parse_micro_batches
-
+    micro = str(getattr(args, "micro_batches", "1"))  # checked by train_events.check_args
     extra = {"memory_placement": getattr(args, "memory_placement", "replicated"),
              "partition": _partition_record(partition), "gradient_sync": getattr(args, "gradient_sync", "sync"),
-             "micro_batches": parse_micro_batches(getattr(args, "micro_batches", "1"))}
+             "micro_batches": micro if micro == "auto" else int(micro)}
     return {**{k: v for k, v in extra.items() if v != RECORD_DEFAULTS[k]},
             "mode": "events", "model": args.model, "data": _fingerprint(data),
             "parallelism": list(parallelism), "world_size": world, "dtype": args.dtype,

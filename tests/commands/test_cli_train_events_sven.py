@@ -119,7 +119,7 @@ def test_two_processes_sven_with_a_partition_file_equal_replicated(events_csv, t
     assert again["val_metrics"] == r["val_metrics"] and again["test_metrics"] == r["test_metrics"]
 
 
-def test_partitioned_checkpoints_resume_bit_for_bit(events_csv, tmp_path):
+def test_partitioned_checkpoints_resume_bit_for_bit(events_csv, tmp_path, capsys):
     sven = ["--parallelism", "2,1,1", "--memory-placement", "partitioned", "--partition", "interval", "--json",
             "--no-progress", *ARGS]
     code, out = _main("train-events", events_csv, *sven)
@@ -132,6 +132,12 @@ def test_partitioned_checkpoints_resume_bit_for_bit(events_csv, tmp_path):
     assert code == 0 and r["resumed_from_epoch"] == 1
     assert r["losses"] == clean["losses"] and r["val_metrics"] == clean["val_metrics"]
     assert r["test_metrics"] == clean["test_metrics"]
+    capsys.readouterr()
+    # a field written only when not the default: the checkpoint's default is named
+    assert _main("train-events", events_csv, *sven, *ck, "--resume", "--gradient-sync", "delayed")[0] == 2
+    err = _one_line(capsys)
+    assert "gradient_sync: checkpoint 'sync', this run 'delayed' (--gradient-sync)" in err
+    assert "resume with --gradient-sync sync" in err
     # the text report names the placement and its bytes
     code, out = _main("train-events", events_csv, *[a for a in sven if a != "--json"])
     assert code == 0 and "partitioned memory   partition interval: dispatch" in out and "eta1" in out
