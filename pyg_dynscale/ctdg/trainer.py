@@ -38,11 +38,14 @@ from .events import check_events, split_ranges
 from .parallel import DelayedGradients, Traffic, gather_rows, memory_groups, wrap_ddp, world
 from .schedule import EventSchedule, LocalBatch
 from .prefetch import NeighborPrefetcher
-from .placement import PLACEMENTS, PartitionedMemory, resolve_partition
+from .placement import PartitionedMemory
 from .microbatch import MicroBatchPipeline, check_micro_batches
 from .service import MemoryService
 from .static import StaticMemory
 from .store import MemoryState
+from .trainer_placement import PlacementHooks
+from .trainer_state import StreamState
+from .trainer_traffic import TrafficReport
 
 __all__ = ["MemoryTrainer"]
 
@@ -55,40 +58,9 @@ def _positive_int(name: str, value: object) -> int:
     return value
 
 
-def _flat_snapshot(prefix: str, snap: dict) -> dict:
-    """A memory copy's snapshot (:meth:`MemoryTrainer._snapshot`) as ``{prefix + key: Tensor}`` (clones)."""
-    mem = snap["memory"]
-    out = {"memory": mem["memory"], "last_update": mem["last_update"], "neighbors": snap["neighbors"],
-           "e_id": snap["e_id"], "cur_e_id": torch.tensor(int(snap["cur_e_id"]), dtype=torch.long),
-           "training": torch.tensor(bool(snap["training"]))}
-    for d in ("s", "d"):
-        for name, x in zip(("order", "lo", "hi"), mem[d]):
-            out[f"store_{d}/{name}"] = x
-    return {prefix + key: x.detach().clone() for key, x in out.items()}
-
-
-def _unflat_snapshot(prefix: str, state: dict) -> dict:
-    """The inverse of :func:`_flat_snapshot`."""
-    g = lambda key: state[prefix + key]  # noqa: E731
-    return {"memory": {"memory": g("memory"), "last_update": g("last_update"),
-                       "s": tuple(g(f"store_s/{n}") for n in ("order", "lo", "hi")),
-                       "d": tuple(g(f"store_d/{n}") for n in ("order", "lo", "hi"))},
-            "neighbors": g("neighbors"), "e_id": g("e_id"), "cur_e_id": int(g("cur_e_id")),
-            "training": bool(g("training"))}
-
-
-class _Ready:
-    """A neighbour lookup already done, in the form :meth:`MemoryTrainer._embed` takes a prefetched one."""
-
-    def __init__(self, value) -> None:
-        self.value = value
-
-    def result(self):
-        return self.value
-
-
 def _unorganised(found: tuple) -> tuple:
-    """A prefetched lookup without id lists (:meth:`MemoryTrainer._dispatch` organises them)."""
+    """A prefetched lookup without id lists (:meth:`~pyg_dynscale.ctdg.trainer_placement.PlacementHooks._dispatch`
+    organises them)."""
     return found, None, None
 
 
@@ -98,12 +70,7 @@ def _negatives(lo: int, hi: int, size: int, device: torch.device) -> Tensor:
     return torch.randint(lo, hi + 1, (size,), dtype=torch.long).to(device)
 
 
-def _describe(value: object) -> str:
-    """A short text of an argument for a message (a tensor by its shape, not its values)."""
-    return f"a tensor of shape {tuple(value.shape)}" if isinstance(value, Tensor) else repr(value)
-
-
-class MemoryTrainer:
+class MemoryTrainer(PlacementHooks, StreamState, TrafficReport):
     r"""Train a memory-based temporal GNN (PyG's TGN modules) on an event stream.
 
     .. code-block:: python
@@ -393,45 +360,6 @@ class MemoryTrainer:
         self._training = True  # whether the memory is in training mode (the flush on leaving it)
         torch.manual_seed(seed)
 
-    def _setup_placement(self, placement: str, partition, memory_service: bool, prefetch: bool) -> None:
-        """``memory_placement``: the owners' stores in place of the module's buffers (see
-        :mod:`~pyg_dynscale.ctdg.placement`)."""
-        self.memory_placement = placement
-        if placement not in PLACEMENTS:
-            raise ModelInputError("memory_placement", f"is {placement!r}.", f"use one of {list(PLACEMENTS)}.")
-        if placement == "replicated":
-            if partition is not None:
-                raise ModelInputError("partition", f"is given ({_describe(partition)}) with "
-                                      "memory_placement='replicated', which has no owners.",
-                                      "drop partition=, or use memory_placement='partitioned' or 'sven'.")
-            return
-        if partition is None:
-            partition = "range"
-        i, j, k = self.parallelism
-        for flag, what in ((j > 1 or k > 1, f"parallelism={self.parallelism!r}"),
-                           (memory_service, "memory_service=True")):
-            if flag:
-                raise NotImplementedError(f"memory_placement={placement!r} with {what} is not built: a partitioned "
-                                          "memory runs mini-batch parallelism (i, 1, 1), one trainer per rank, "
-                                          "without the memory service.")
-        if self.world_size > 1 and self.world_size != i:
-            raise ModelInputError("parallelism", f"is {self.parallelism!r} on {self.world_size} processes.",
-                                  f"use ({self.world_size}, 1, 1): one trainer and one owner per rank.")
-        m, n = self.memory, self.memory.num_nodes
-        requests = None
-        if isinstance(partition, str) and partition == "flexbicut":
-            from .presample import trainer_requests
-
-            requests = trainer_requests(self.src.cpu(), self.dst.cpu(), n, self.val_start, self.batch_size,
-                                        self.world_size, self.num_neighbors)
-        owner = resolve_partition(partition, n, self.world_size, requests)
-        self.placement = PartitionedMemory(owner, self.rank, self.world_size, m.memory_dim, m.memory.dtype,
-                                           m.memory.device, dedup=placement == "sven")
-        self.state.placement = self.placement
-        # no full-size copy: the module's buffers give way to the owned rows
-        m.memory = m.memory.new_empty((0, m.memory_dim))
-        m.last_update = m.last_update.new_empty((0,))
-
     # ------------------------------------------------------------------ pieces
     def _split_bounds(self, a: int, b: int) -> tuple[int, int]:
         d = self.dst[a:b]
@@ -541,51 +469,6 @@ class MemoryTrainer:
         if live is not None:
             self._restore(live)
         return out if zero is None else out + zero
-
-    def _dispatch(self, lb: LocalBatch) -> None:
-        """Partitioned memory: fetch the rows local batch ``lb`` reads (its sampled nodes and the
-        other endpoints of their stored messages) from their owners; the neighbour lookup is kept
-        for :meth:`_embed`. Every rank calls it every step (an empty batch fetches nothing)."""
-        if lb.num_events == 0:
-            self.placement.fetch(self.src[:0])
-            return
-        ready = self._ctx["lookups"].get(lb.trainer)
-        if ready is not None:  # the prefetch thread's lookup and id lists: only the rows move now
-            found, plan, agg = ready.result()
-            if plan is not None:
-                self.placement.send_fetch(plan)
-                self._ctx["agg_plans"][(lb.start, lb.end)] = agg
-                self._ctx["lookups"][lb.trainer] = _Ready(found)
-                self.prefetched["dispatch"] += 1
-                return
-        o = lb.start - lb.batch_start
-        neg = self._ctx["negs"][(lb.memory_copy, lb.position)][lb.negative_set, o:o + lb.num_events]
-        self._ctx["lookups"][lb.trainer] = self._fetch_batch(lb.start, lb.end, neg, True)
-
-    def _occurrences(self, a: int, b: int, neg: Tensor, found: tuple, training: bool) -> Tensor:
-        """:math:`V_o` of the scoring of events ``[a, b)``: every reference the computation makes
-        (roots, neighbour-edge endpoints and, in training, the other endpoint of each stored message
-        of the sampled nodes: the mailbox as it is now)."""
-        n_id, edge_index, _ = found
-        occ = [self.src[a:b], self.dst[a:b], neg, n_id[edge_index[0]]]
-        return torch.cat(occ + ([self.state.others(n_id)] if training else []))
-
-    def _organise(self, a: int, b: int, neg: Tensor, found: tuple) -> tuple:
-        """On the prefetch thread: local batch ``[a, b)``'s dispatch and aggregation id lists from
-        its neighbour lookup ``found``; runs after the write-back before it (the mailbox it reads)."""
-        src, dst = self.src[a:b], self.dst[a:b]
-        plan = self.placement.organise_fetch(self._occurrences(a, b, neg, found, True))
-        return found, plan, self.placement.organise_aggregate(src, dst, torch.cat([src, dst]).unique())
-
-    def _fetch_batch(self, a: int, b: int, neg: Tensor, training: bool, placement=None) -> "_Ready":
-        """Fetch the rows the scoring of events ``[a, b)`` with negatives ``neg`` reads; returns the
-        neighbour lookup for :meth:`_embed`. In training the stored messages of the sampled nodes
-        are applied first: their other endpoints are read too (the memory update of evaluation
-        fetches for itself, :meth:`~pyg_dynscale.ctdg.store.MemoryState.write`)."""
-        found = self.neighbors(torch.cat([self.src[a:b], self.dst[a:b], neg]).unique())
-        occ = self._occurrences(a, b, neg, found, training)
-        (self.placement if placement is None else placement).fetch(occ)  # placement: a table view
-        return _Ready(found)
 
     def _share_compute(self, lb: LocalBatch, neg: Tensor, ctx: dict) -> Tensor:
         """:meth:`_share`'s reads and compute: the weighted loss, the queued write rows."""
@@ -782,133 +665,6 @@ class MemoryTrainer:
         snap = self._copies[copy]["memory"]
         return snap["memory"].clone(), snap["last_update"].clone()
 
-    # ------------------------------------------------------------------ checkpoints
-    @property
-    def modules(self) -> torch.nn.ModuleDict:
-        """The trained modules in one container (``memory``, ``gnn``, ``link_pred``, ``static``
-        if any): their FQNs name the optimizer's state in :meth:`state_dict` and in a checkpoint."""
-        mods = {"memory": self.memory, "gnn": self.gnn, "link_pred": self.link_pred}
-        if self.static is not None:
-            mods["static"] = self.static
-        return torch.nn.ModuleDict(mods)
-
-    def stream_state(self) -> dict:
-        r"""What a resumed run needs besides modules and optimizer, at an epoch
-        boundary: a flat ``{key: Tensor}`` (the form
-        :func:`~pyg_dynscale.distributed.checkpoint.save_checkpoint` writes).
-
-        * ``copy<c>/...``: every memory copy this process holds, as it was at
-          the end of the last training epoch (``memory [N, d]``,
-          ``last_update [N]``, both message stores' ``order [E]``, ``lo [N]``,
-          ``hi [N]``, the neighbour loader's ``neighbors [N, size]``,
-          ``e_id [N, size]``, ``cur_e_id``); before the first epoch (which
-          starts every copy from zero) the current buffers, with
-          ``rank<r>/started`` false. The ranks of one memory copy hold the
-          same copy: a checkpoint writes it once.
-        * ``rank<r>/epoch``, ``rank<r>/rng`` (the global generator the next
-          epoch's negatives and, with ``(1, 1, 1)``, its dropout draw from;
-          evaluation re-seeds it, so it is taken after any evaluation),
-          ``rank<r>/traffic`` (the byte counters).
-        * Partitioned placements: each rank's own rows as
-          ``copy<c>/owner<r>/memory [n_r, d]`` and ``.../last_update [n_r]``
-          (every owner writes its part), and the partition, ``copy<c>/owner [N]``.
-        """
-        r = self.rank
-        t = self._traffic
-        out = {f"rank{r}/epoch": torch.tensor(self.epoch, dtype=torch.long),
-               f"rank{r}/started": torch.tensor(self._copies is not None),
-               f"rank{r}/rng": torch.get_rng_state(),
-               f"rank{r}/traffic": torch.tensor([t.memory_read, t.memory_write, t.gather, t.gradients, t.setup],
-                                                dtype=torch.long)}
-        if self.src.device.type == "cuda":
-            out[f"rank{r}/cuda_rng"] = torch.cuda.get_rng_state(self.src.device)
-        if self._copies is not None:
-            for c, snap in self._copies.items():
-                out.update(_flat_snapshot(f"copy{c}/", self._train_end if c == self._live else snap))
-        else:  # the form a checkpoint loads into
-            now = self._snapshot()
-            for c in self._held():
-                out.update(_flat_snapshot(f"copy{c}/", now))
-        return self._owner_keys(out, f"owner{r}/") if self.placement is not None else out
-
-    def _owner_keys(self, state: dict, owner: str) -> dict:
-        """Partitioned: ``copy<c>/memory`` / ``last_update`` (this rank's rows) under ``copy<c>/<owner>``
-        (``owner = "owner<r>/"``), the partition as ``copy<c>/owner``; ``owner = ""`` maps back."""
-        out = {}
-        for key, x in state.items():
-            head, _, tail = key.partition("/")
-            if head.startswith("copy") and tail in ("memory", "last_update", f"owner{self.rank}/memory",
-                                                    f"owner{self.rank}/last_update"):
-                key = f"{head}/{owner}{tail.rpartition('/')[2]}"
-                if owner:
-                    out[f"{head}/owner"] = self.placement.owner.cpu().clone()
-            out[key] = x
-        return out
-
-    def _held(self) -> list:
-        """The memory copies this process holds (all ``k`` in the emulation)."""
-        i, j, k = self.parallelism
-        return list(range(k)) if self.world_size == 1 else [self.rank // (i * j)]
-
-    def load_stream_state(self, state: dict) -> None:
-        """Restore what :meth:`stream_state` returned (this process's keys; modules and
-        optimizer are restored separately, before). The next :meth:`train_epoch` then draws
-        and computes what the saved trainer's next epoch would have, bit for bit."""
-        r = self.rank
-        if self.placement is not None:
-            for key in [k for k in state if k.startswith("copy") and k.endswith("/owner")]:
-                if not torch.equal(state[key].cpu(), self.placement.owner.cpu()):
-                    raise ModelInputError("partition", "differs from the checkpoint's.",
-                                          "resume with the partition (owner tensor) the checkpoint was written with.")
-            state = self._owner_keys(state, "")
-        for key in (f"rank{r}/epoch", f"rank{r}/started", f"rank{r}/rng", f"rank{r}/traffic"):
-            if key not in state:
-                raise ModelInputError("state", f"lacks {key!r}.", "give what MemoryTrainer.stream_state() returned "
-                                      "on a trainer with the same parallelism and world size.")
-        held = self._held()
-        have = sorted(int(key[4:-7]) for key in state if key.startswith("copy") and key.endswith("/memory"))
-        if have != held:
-            raise ModelInputError("state", f"holds memory copies {have}, this trainer {held}.",
-                                  "resume with the same parallelism and world size.")
-        self.epoch = int(state[f"rank{r}/epoch"])
-        torch.set_rng_state(state[f"rank{r}/rng"].cpu())
-        if f"rank{r}/cuda_rng" in state and self.src.device.type == "cuda":
-            torch.cuda.set_rng_state(state[f"rank{r}/cuda_rng"].cpu(), self.src.device)
-        tr = [int(v) for v in state[f"rank{r}/traffic"]]
-        t = self._traffic
-        t.memory_read, t.memory_write, t.gather, t.gradients, t.setup = tr
-        if not bool(state[f"rank{r}/started"]):  # saved before the first epoch: it starts every copy from zero
-            self._copies, self._train_end, self._position = None, None, None
-            return
-        live = held[0] if self.world_size == 1 else self._live
-        self._live = live
-        self._copies = {}
-        for c in held:
-            snap = _unflat_snapshot(f"copy{c}/", state)
-            if c == live:
-                self._restore(snap)
-                self._copies[c] = None
-            else:
-                self._copies[c] = snap
-        self._train_end = self._snapshot()
-        self._position = "train"
-
-    def state_dict(self) -> dict:
-        """Everything a resumed run needs at an epoch boundary: ``{"modules": ..., "optimizer":
-        ..., "stream": stream_state()}`` (see :meth:`stream_state`)."""
-        return {"modules": self.modules.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "stream": self.stream_state()}
-
-    def load_state_dict(self, state: dict) -> None:
-        """Restore :meth:`state_dict` (of a trainer built with the same modules, data, parallelism
-        and world size)."""
-        for key in ("modules", "optimizer", "stream"):
-            if key not in state:
-                raise ModelInputError("state", f"lacks {key!r}.", "give what MemoryTrainer.state_dict() returned.")
-        self.modules.load_state_dict(state["modules"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.load_stream_state(state["stream"])
-
     def close(self) -> None:
         """Stop the memory service's and the prefetcher's threads (if any) and
         release the ``DistributedDataParallel`` wrapper while the process group
@@ -924,89 +680,6 @@ class MemoryTrainer:
         if self.prefetcher is not None:
             self.prefetcher.close()
             self.prefetcher = None
-
-    def stats(self) -> dict:
-        """Bytes this process moved so far (:class:`~pyg_dynscale.ctdg.parallel.Traffic`), the
-        memory service's read / write bytes (``service_read`` / ``service_write``) when it runs,
-        and with a partitioned placement the bytes it handed to the exchanges (``dispatch``,
-        ``requests``, ``aggregation``, ``counts``; evaluation's as ``eval_*``). The last training
-        epoch's bytes next to their prediction: :meth:`traffic`."""
-        out = self._traffic.as_dict()
-        if self.service is not None:
-            out.update(service_read=self.service.read_bytes, service_write=self.service.write_bytes)
-        if self.placement is not None:  # all epochs, training and evaluation (eval_*) exchanges
-            out.update(self.placement.totals)
-        return out
-
-    def traffic(self) -> dict:
-        r"""Bytes of the last training epoch next to what the id lists predict (a collective
-        under a process group: call it on every rank).
-
-        Returns:
-            dict: ``measured`` -- bytes this rank handed to the collectives, by kind:
-            ``dispatch`` (memory + ``last_update`` rows it served to other ranks' batches),
-            ``requests`` (the ids its batches asked of other owners), ``aggregation`` (id + row
-            of each written root it sent to its owner), ``counts`` (the ``[M]`` count vectors
-            before each exchange), ``gather`` (the replicated write-back's all-gathers, the
-            aggregation of ``"replicated"``), ``gradients`` (DDP's all-reduce buffers) and
-            ``total``; ``predicted`` -- the same kinds computed from the id lists (the
-            ``[M, M]`` matrices of rows each trainer asks of / sends to each owner, gathered
-            from every rank), the gradient buffers once per step; ``local`` (partitioned) --
-            rows served from the rank's own store, not sent; ``redundancy`` (partitioned) --
-            occurrences and distinct vertices of the dispatch and aggregation lists over all
-            ranks and Sven's :math:`\eta_1`, :math:`\eta_2` (Eq. 1: duplicated / all occurrences);
-            ``matrix`` (partitioned) -- the ``[M, M]`` dispatch and aggregation row counts.
-        """
-        e = self._epoch_traffic or {"gradients": 0, "gather": 0, "roots": [], "steps": 0}
-        grad_bytes = sum(p.numel() * p.element_size() for p in self.optimizer_params if p.requires_grad)
-        pred_grad = e["steps"] * grad_bytes if self._ddp is not None else 0
-        kinds = ("dispatch", "requests", "aggregation", "counts", "gather")
-        if self.placement is None:
-            measured = dict.fromkeys(kinds, 0)
-            predicted = dict(measured)
-            measured["gather"] = measured["aggregation"] = e["gather"]
-            predicted["gather"] = predicted["aggregation"] = self._predicted_gather(e["roots"])
-            measured["gradients"], predicted["gradients"] = e["gradients"], pred_grad
-            for d in (measured, predicted):
-                d["total"] = sum(v for k, v in d.items() if k != "gather")
-            return {"measured": measured, "predicted": predicted}
-        p = self.placement
-        plans = {k: self._all_gather_long(p.epoch["plan"][k]) for k in ("dispatch", "aggregation")}
-        occ = self._all_gather_long(torch.tensor([p.epoch["occurrences"][k][x] for k in ("dispatch", "aggregation")
-                                                  for x in (0, 1)], dtype=torch.long)).sum(0).tolist()
-        measured = {**dict.fromkeys(kinds, 0), **p.epoch["sent"], "gradients": e["gradients"]}
-        predicted = {**dict.fromkeys(kinds, 0), **p.predicted(plans), "gradients": pred_grad}
-        for d in (measured, predicted):
-            d["total"] = sum(d.values())
-        eta = lambda n, u: (n - u) / n if n else math.nan  # noqa: E731
-        return {"measured": measured, "predicted": predicted, "local": dict(p.epoch["local"]),
-                "redundancy": {"dispatch_occurrences": occ[0], "dispatch_distinct": occ[1],
-                               "aggregation_occurrences": occ[2], "aggregation_distinct": occ[3],
-                               "eta1": eta(occ[0], occ[1]), "eta2": eta(occ[2], occ[3])},
-                "matrix": plans}
-
-    def _all_gather_long(self, x: Tensor) -> Tensor:
-        """``[world, *x.shape]``: every rank's ``x`` (the host tensor itself on one process)."""
-        if self.world_size == 1:
-            return x.unsqueeze(0)
-        import torch.distributed as dist
-
-        mine = x.to(self.src.device)
-        out = [torch.empty_like(mine) for _ in range(self.world_size)]
-        dist.all_gather(out, mine)
-        return torch.stack(out).cpu()
-
-    def _predicted_gather(self, roots: list) -> int:
-        """The replicated write-back's all-gather bytes from the root counts of every rank of this
-        rank's memory copy: per step the largest count (the padded buffer) times id + row + time."""
-        i, j, _ = self.parallelism
-        if self.world_size == 1 or i * j == 1:
-            return 0
-        every = self._all_gather_long(torch.tensor(roots, dtype=torch.long).view(-1))
-        copy = self.rank // (i * j)
-        group = every[copy * i * j:(copy + 1) * i * j]
-        width = self.memory.memory_dim * self.memory.memory.element_size() + 16
-        return int(group.max(0).values.sum()) * width if group.numel() else 0
 
     # ------------------------------------------------------------------ evaluation
     @torch.no_grad()
