@@ -14,16 +14,14 @@ average: other processes on the machine distort the figures.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
-import time
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from pyg_dynscale.ctdg import TGN, MemoryTrainer, synthetic_events  # noqa: E402
-from pyg_dynscale.distributed.launch import spawn  # noqa: E402
+from _shared import spawn_two, steady_seconds, sven_args, timed_epochs  # noqa: E402
 
 CONFIGS = [  # (label, memory_placement, micro_batches, gradient_sync)
     ("replicated sync", "replicated", 1, "sync"),
@@ -45,11 +43,7 @@ def _rank(rank, world, args):
         extra = {} if placement == "replicated" else {"partition": "interval", "micro_batches": micro}
         tr = MemoryTrainer(model, d, batch_size=args.batch_size, lr=1e-4, parallelism=(world, 1, 1), seed=1,
                            memory_placement=placement, gradient_sync=sync, **extra)
-        secs, loss = [], None
-        for _ in range(args.epochs):
-            t0 = time.perf_counter()
-            loss = tr.train_epoch()
-            secs.append(time.perf_counter() - t0)
+        secs, loss = timed_epochs(tr, args.epochs)
         m = tr.traffic()["measured"]
         out[label] = {"secs": secs, "loss": loss, "dispatch": m["dispatch"] + m["requests"],
                       "aggregation": m["aggregation"], "gradients": m["gradients"],
@@ -59,28 +53,13 @@ def _rank(rank, world, args):
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--events", type=int, default=20_000)
-    ap.add_argument("--nodes", type=int, default=2_000)
-    ap.add_argument("--dim", type=int, default=32)
-    ap.add_argument("--batch-size", type=int, default=200)
-    ap.add_argument("--epochs", type=int, default=3)
-    ap.add_argument("--quick", action="store_true", help="a tiny stream (smoke test)")
-    args = ap.parse_args(argv)
-    if args.quick:
-        args.events, args.nodes, args.dim, args.batch_size, args.epochs = 1_200, 150, 8, 100, 1
-    load0 = os.getloadavg()[0]
-    runs = spawn(_rank, 2, args, timeout=3600)
-    print(f"2 gloo processes, 1 thread each, {os.cpu_count()} cores; load average {load0:.2f} at start, "
-          f"{os.getloadavg()[0]:.2f} at the end; {args.events} events, {args.nodes} nodes, dim {args.dim}, "
-          f"local batch {args.batch_size}, float32")
+    args = sven_args(__doc__, argv)
+    runs = spawn_two(_rank, args)
     print(f"{'configuration':>20} {'s/epoch':>8} {'vs sven n=1':>11} {'epoch loss':>10} {'dispatch MB':>11} "
           f"{'aggr MB':>8} {'grad MB':>8} {'n':>4}")
     timed = {}
     for label, *_ in CONFIGS:
-        per = [r[label] for r in runs]
-        later = [max(p["secs"][e] for p in per) for e in range(1, args.epochs)] or [max(p["secs"][0] for p in per)]
-        timed[label] = sum(later) / len(later)
+        timed[label] = steady_seconds([r[label] for r in runs], args.epochs)
     for label, *_ in CONFIGS:
         r0 = runs[0][label]
         print(f"{label:>20} {timed[label]:>8.2f} {timed[label] / timed['sven n=1 sync']:>11.2f} {r0['loss']:>10.6f} "

@@ -13,16 +13,14 @@ load average: other processes on the machine distort the figures.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
-import time
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from pyg_dynscale.ctdg import TGN, MemoryTrainer, synthetic_events  # noqa: E402
-from pyg_dynscale.distributed.launch import spawn  # noqa: E402
+from _shared import spawn_two, steady_seconds, sven_args, timed_epochs  # noqa: E402
 
 CONFIGS = [(p, f) for p in ("partitioned", "sven") for f in (False, True)]  # (memory_placement, prefetch)
 
@@ -35,11 +33,7 @@ def _rank(rank, world, args):
         model = TGN(d.num_nodes, 16, memory_dim=args.dim, time_dim=args.dim, embedding_dim=args.dim, dropout=0.0)
         tr = MemoryTrainer(model, d, batch_size=args.batch_size, lr=1e-4, parallelism=(world, 1, 1), seed=1,
                            memory_placement=placement, partition="interval", prefetch=prefetch)
-        secs, loss = [], None
-        for _ in range(args.epochs):
-            t0 = time.perf_counter()
-            loss = tr.train_epoch()
-            secs.append(time.perf_counter() - t0)
+        secs, loss = timed_epochs(tr, args.epochs)
         m = tr.traffic()["measured"]
         out[(placement, prefetch)] = {"secs": secs, "loss": loss, "total": m["total"],
                                       "prefetched": tr.prefetched["dispatch"]}
@@ -48,28 +42,13 @@ def _rank(rank, world, args):
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--events", type=int, default=20_000)
-    ap.add_argument("--nodes", type=int, default=2_000)
-    ap.add_argument("--dim", type=int, default=32)
-    ap.add_argument("--batch-size", type=int, default=200)
-    ap.add_argument("--epochs", type=int, default=3)
-    ap.add_argument("--quick", action="store_true", help="a tiny stream (smoke test)")
-    args = ap.parse_args(argv)
-    if args.quick:
-        args.events, args.nodes, args.dim, args.batch_size, args.epochs = 1_200, 150, 8, 100, 1
-    load0 = os.getloadavg()[0]
-    runs = spawn(_rank, 2, args, timeout=3600)
-    print(f"2 gloo processes, 1 thread each, {os.cpu_count()} cores; load average {load0:.2f} at start, "
-          f"{os.getloadavg()[0]:.2f} at the end; {args.events} events, {args.nodes} nodes, dim {args.dim}, "
-          f"local batch {args.batch_size}, float32")
+    args = sven_args(__doc__, argv)
+    runs = spawn_two(_rank, args)
     print(f"{'placement':>12} {'prefetch':>8} {'s/epoch':>8} {'vs off':>7} {'epoch loss':>10} {'bytes MB':>9} "
           f"{'prefetched':>10}")
     timed = {}
     for key in CONFIGS:
-        per = [r[key] for r in runs]
-        later = [max(p["secs"][e] for p in per) for e in range(1, args.epochs)] or [max(p["secs"][0] for p in per)]
-        timed[key] = sum(later) / len(later)
+        timed[key] = steady_seconds([r[key] for r in runs], args.epochs)
     for placement, prefetch in CONFIGS:
         r0 = runs[0][(placement, prefetch)]
         ratio = timed[(placement, prefetch)] / timed[(placement, False)]
