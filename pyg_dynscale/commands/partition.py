@@ -14,8 +14,6 @@ progress bar is shown.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import math
 import os
 import sys
@@ -23,6 +21,7 @@ import time
 from typing import Any
 
 from ..errors import CommandError
+from .output import print_report
 
 SCHEMA_VERSION = 1
 FORMATS = ("auto", "pygt-json", "edgelist")
@@ -221,11 +220,5 @@ def _text(r: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.json:
-        with contextlib.redirect_stdout(sys.stderr):  # keep stdout machine-readable
-            report = partition_report(args, progress=False)
-        print(json.dumps(report, allow_nan=False))
-    else:
-        report = partition_report(args, progress=sys.stderr.isatty())
-        print(_text(report))
-    return 0
+    progress = not args.json and sys.stderr.isatty()
+    return print_report(args.json, lambda: partition_report(args, progress=progress), _text)

@@ -17,15 +17,13 @@ With ``--json`` the output is one JSON object on stdout (keys in ``docs/cli.md``
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import math
 import os
-import sys
 import time
 from typing import Any
 
 from ..errors import CommandError
+from .output import print_report
 
 SCHEMA_VERSION = 1
 FORMATS = ("auto", "jodie", "edgelist")
@@ -156,10 +154,4 @@ def _text(r: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.json:
-        with contextlib.redirect_stdout(sys.stderr):  # keep stdout machine-readable
-            report = partition_events_report(args)
-        print(json.dumps(report, allow_nan=False))
-    else:
-        print(_text(partition_events_report(args)))
-    return 0
+    return print_report(args.json, lambda: partition_events_report(args), _text)
