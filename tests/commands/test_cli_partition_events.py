@@ -11,19 +11,16 @@ import pytest
 import torch
 
 from pyg_dynscale.cli import main
-from pyg_dynscale.ctdg import load_jodie_csv, split_ranges, synthetic_events
+from pyg_dynscale.ctdg import load_jodie_csv, split_ranges
 from pyg_dynscale.ctdg.presample import trainer_requests
 from pyg_dynscale.partition.events import balance_cost, communication_matrix, partition_vertices, residual_matrix
+from tests.commands.events_helpers import write_events_csv
 
 
 @pytest.fixture(scope="module")
 def events_csv(tmp_path_factory) -> str:
-    d = synthetic_events(400, 40, msg_dim=2, seed=5, burst_length=20, burst_fraction=0.5)
-    umax = int(d.src.max())
-    path = tmp_path_factory.mktemp("events") / "events.csv"
-    path.write_text("".join(f"{s},{t - umax - 1},{ts},0,{m[0]},{m[1]}\n"
-                            for s, t, ts, m in zip(d.src.tolist(), d.dst.tolist(), d.t.tolist(), d.msg.tolist())))
-    return str(path)
+    return write_events_csv(tmp_path_factory.mktemp("events") / "events.csv", 400, 40, msg_dim=2, seed=5,
+                            burst_length=20, burst_fraction=0.5)
 
 
 def _run(*argv) -> tuple[int, str]:

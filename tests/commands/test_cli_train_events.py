@@ -12,10 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from pyg_dynscale.cli import build_parser, main
-from pyg_dynscale.ctdg import synthetic_events
+from tests.commands.events_helpers import emulate, write_events_csv
 
 ROOT = Path(__file__).resolve().parents[2]
 ARGS = ["--epochs", "2", "--batch-size", "20", "--memory-dim", "6", "--time-dim", "4", "--embedding-dim", "6",
@@ -25,14 +24,8 @@ ARGS = ["--epochs", "2", "--batch-size", "20", "--memory-dim", "6", "--time-dim"
 @pytest.fixture(scope="module")
 def events_csv(tmp_path_factory) -> str:
     """A JODIE CSV (header, users then items, 3 feature columns) of a synthetic bipartite stream."""
-    d = synthetic_events(500, 40, msg_dim=3, seed=3, burst_length=20)
-    umax = int(d.src.max())
-    path = tmp_path_factory.mktemp("events") / "events.csv"
-    rows = ["user,item,timestamp,state_label,f1,f2,f3"]
-    rows += [f"{s},{t - umax - 1},{ts},0,{','.join(repr(x) for x in m)}"
-             for s, t, ts, m in zip(d.src.tolist(), d.dst.tolist(), d.t.tolist(), d.msg.tolist())]
-    path.write_text("\n".join(rows) + "\n")
-    return str(path)
+    return write_events_csv(tmp_path_factory.mktemp("events") / "events.csv", 500, 40, msg_dim=3, seed=3,
+                            burst_length=20, header=True)
 
 
 def _two_processes(events_csv, *extra, **env_extra):
@@ -50,17 +43,8 @@ def two_process_run(events_csv) -> dict:
 
 
 def test_two_processes_equal_the_in_process_emulation(events_csv, two_process_run):
-    from pyg_dynscale.commands.train_events import build, load_events
-
     r = two_process_run
-    args = build_parser().parse_args(["train-events", events_csv, "--parallelism", "1,2,1", *ARGS])
-    torch.set_num_threads(1)
-    trainer = build(args, load_events(args))
-    losses, val = [], []
-    for _ in range(2):
-        losses.append(trainer.train_epoch())
-        val.append(trainer.evaluate("val"))
-    test = trainer.evaluate("test")
+    trainer, losses, val, test = emulate(events_csv, "--parallelism", "1,2,1", *ARGS)
     assert r["world_size"] == 2 and r["parallelism"] == [1, 2, 1] and r["events"]["train"] == trainer.val_start
     assert r["losses"] == pytest.approx(losses, rel=1e-9, abs=0)
     for got, want in zip(r["val_metrics"] + [r["test_metrics"]], val + [test]):

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from pyg_dynscale.cli import build_parser, main
-from pyg_dynscale.ctdg import synthetic_events
+from pyg_dynscale.cli import main
+from tests.commands.events_helpers import emulate, write_events_csv
 
 ROOT = Path(__file__).resolve().parents[2]
 ARGS = ["--epochs", "2", "--batch-size", "20", "--memory-dim", "6", "--time-dim", "4", "--embedding-dim", "6",
@@ -27,12 +27,8 @@ ARGS = ["--epochs", "2", "--batch-size", "20", "--memory-dim", "6", "--time-dim"
 
 @pytest.fixture(scope="module")
 def events_csv(tmp_path_factory) -> str:
-    d = synthetic_events(400, 40, msg_dim=2, seed=5, burst_length=20, burst_fraction=0.5)
-    umax = int(d.src.max())
-    path = tmp_path_factory.mktemp("events") / "events.csv"
-    path.write_text("".join(f"{s},{t - umax - 1},{ts},0,{m[0]},{m[1]}\n"
-                            for s, t, ts, m in zip(d.src.tolist(), d.dst.tolist(), d.t.tolist(), d.msg.tolist())))
-    return str(path)
+    return write_events_csv(tmp_path_factory.mktemp("events") / "events.csv", 400, 40, msg_dim=2, seed=5,
+                            burst_length=20, burst_fraction=0.5)
 
 
 def _one_line(capsys) -> str:
@@ -53,16 +49,7 @@ def _main(*argv) -> tuple[int, str]:
 
 def _emulation(events_csv: str, *extra) -> tuple[list, list, dict]:
     """Losses, validation metrics and test metrics of the in-process emulation (one process, the same schedule)."""
-    from pyg_dynscale.commands.train_events import build, load_events
-
-    args = build_parser().parse_args(["train-events", events_csv, *ARGS, *extra])
-    torch.set_num_threads(1)
-    trainer = build(args, load_events(args))
-    losses, val = [], []
-    for _ in range(2):
-        losses.append(trainer.train_epoch())
-        val.append(trainer.evaluate("val"))
-    return losses, val, trainer.evaluate("test")
+    return emulate(events_csv, *ARGS, *extra)[1:]
 
 
 def _sven_job(events_csv: str, owner_file: str, ck: Path, *extra) -> dict:
