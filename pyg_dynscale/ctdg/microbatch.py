@@ -51,8 +51,8 @@ from torch import Tensor
 
 from ..errors import ModelInputError
 
-__all__ = ["MicroBatchPipeline", "PROFILE", "adaptive_micro_batches", "check_micro_batches", "fit_line",
-           "merge_rows", "micro_ranges", "table_view"]
+__all__ = ["BackgroundCall", "MicroBatchPipeline", "PROFILE", "adaptive_micro_batches", "check_micro_batches",
+           "fit_line", "merge_rows", "micro_ranges", "table_view"]
 
 #: the micro-batch counts of the profiled steps of ``micro_batches="auto"`` (one step each)
 PROFILE = (1, 2, 4)
@@ -144,8 +144,9 @@ def merge_rows(entries: list) -> tuple[Tensor, Tensor, Tensor]:
     return uniq, out_rows, out_last
 
 
-class _Fetch(threading.Thread):
-    """One micro-batch's dispatch on its own thread (the result or the error kept for :meth:`result`)."""
+class BackgroundCall(threading.Thread):
+    """A call on its own thread, the result or the error kept for :meth:`result`: one micro-batch's
+    dispatch, or the trainer's overlapped aggregation (``overlap_aggregation``)."""
 
     def __init__(self, fn, *args) -> None:
         super().__init__(daemon=True)
@@ -239,7 +240,7 @@ class MicroBatchPipeline:
             for m, (a, b) in enumerate(ranges):
                 nxt = None
                 if m + 1 < n:
-                    nxt = _Fetch(self._fetch, trainer, self.views[(m + 1) % 2], lb, *ranges[m + 1], neg)
+                    nxt = BackgroundCall(self._fetch, trainer, self.views[(m + 1) % 2], lb, *ranges[m + 1], neg)
                     nxt.start()
                 try:
                     if a < b:

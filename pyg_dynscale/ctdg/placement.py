@@ -43,6 +43,7 @@ memory rows are what crosses the network.
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass
 from typing import Optional
 
@@ -163,6 +164,8 @@ class PartitionedMemory:
         self._held = self.owned[:0]
         self.phase = "train"
         self.totals: dict = {}
+        #: guards the counters (shared with :func:`~pyg_dynscale.ctdg.microbatch.table_view` views)
+        self.lock = threading.Lock()
         self.begin_epoch()
 
     # ------------------------------------------------------------------ counters
@@ -176,24 +179,28 @@ class PartitionedMemory:
                       "occurrences": {k: [0, 0] for k in ("dispatch", "aggregation")}}
 
     def _count(self, kind: str, nbytes: int) -> None:
-        if self.phase == "train":
-            self.epoch["sent"][kind] += nbytes
-        key = kind if self.phase == "train" else f"eval_{kind}"
-        self.totals[key] = self.totals.get(key, 0) + nbytes
+        with self.lock:  # the aggregation may run on a thread (overlap_aggregation)
+            if self.phase == "train":
+                self.epoch["sent"][kind] += nbytes
+            key = kind if self.phase == "train" else f"eval_{kind}"
+            self.totals[key] = self.totals.get(key, 0) + nbytes
 
     def _plan(self, kind: str, owners: Tensor, occurrences: int, distinct: int) -> None:
         """The id lists' prediction (rows per owner) and Eq. 1's counts, kept apart from the transport."""
         if self.phase != "train":
             return
-        e = self.epoch
-        e["plan"][kind] += torch.bincount(owners, minlength=self.world_size).cpu()
-        e["occurrences"][kind][0] += occurrences
-        e["occurrences"][kind][1] += distinct
+        per_owner = torch.bincount(owners, minlength=self.world_size).cpu()
+        with self.lock:
+            e = self.epoch
+            e["plan"][kind] += per_owner
+            e["occurrences"][kind][0] += occurrences
+            e["occurrences"][kind][1] += distinct
 
     def _call(self) -> None:
         """One dispatch or aggregation: one ``[M]`` counts exchange under a process group."""
         if self.phase == "train" and self.world_size > 1:
-            self.epoch["calls"] += 1
+            with self.lock:
+                self.epoch["calls"] += 1
 
     # ------------------------------------------------------------------ store
     def reset(self) -> None:
@@ -241,22 +248,23 @@ class PartitionedMemory:
         return full, last
 
     # ------------------------------------------------------------------ transport
-    def _all_to_all(self, send: Tensor, send_counts: list, recv_counts: list, kind: str) -> Tensor:
-        """``all_to_all_single`` of ``send`` (rows grouped by destination rank); counts the bytes
-        handed to the collective outside the self block (which is always empty here)."""
+    def _all_to_all(self, send: Tensor, send_counts: list, recv_counts: list, kind: str, group=None) -> Tensor:
+        """``all_to_all_single`` of ``send`` (rows grouped by destination rank) over ``group``
+        (``None``: the default group); counts the bytes handed to the collective outside the self
+        block (which is always empty here)."""
         import torch.distributed as dist
 
         width = math.prod(send.shape[1:])
         out = send.new_empty((sum(recv_counts),) + tuple(send.shape[1:]))
-        dist.all_to_all_single(out, send.contiguous(), recv_counts, send_counts)
+        dist.all_to_all_single(out, send.contiguous(), recv_counts, send_counts, group=group)
         self._count(kind, (sum(send_counts) - send_counts[self.rank]) * width * send.element_size())
         return out
 
-    def _exchange_counts(self, send_counts: Tensor) -> list:
+    def _exchange_counts(self, send_counts: Tensor, group=None) -> list:
         import torch.distributed as dist
 
         recv = torch.empty_like(send_counts)
-        dist.all_to_all_single(recv, send_counts)
+        dist.all_to_all_single(recv, send_counts, group=group)
         self._count("counts", (self.world_size - 1) * send_counts.element_size())
         return recv.tolist()
 
@@ -326,7 +334,8 @@ class PartitionedMemory:
 
     def _count_local(self, kind: str, nbytes: int) -> None:
         if self.phase == "train":
-            self.epoch["local"][kind] += nbytes
+            with self.lock:
+                self.epoch["local"][kind] += nbytes
 
     # ------------------------------------------------------------------ aggregation
     def organise_aggregate(self, src: Tensor, dst: Tensor, n_id: Tensor) -> "AggregatePlan":
@@ -355,7 +364,7 @@ class PartitionedMemory:
         perm, own, per_rank = self._by_owner(ids)
         return AggregatePlan(occ.numel(), uniq.numel(), ids[perm], at[perm], own, per_rank)
 
-    def aggregate(self, batches: list, plans: Optional[list] = None) -> None:
+    def aggregate(self, batches: list, plans: Optional[list] = None, group=None) -> None:
         r"""Aggregation: every written root row to its owner, applied in trainer order (a
         collective under a process group).
 
@@ -365,6 +374,8 @@ class PartitionedMemory:
                 memory (``n_id`` sorted unique).
             plans: the writers' :meth:`organise_aggregate` results, prepared ahead (``None``:
                 organised here).
+            group: the process group of the exchange (``None``: the default group;
+                ``MemoryTrainer(overlap_aggregation=True)`` runs it on a thread over a group of its own).
         """
         dev = self.owner.device
         self._call()
@@ -390,9 +401,9 @@ class PartitionedMemory:
         self._count_local("aggregation", int(mine.sum()) * self.agg_bytes)
         send_counts = per_rank.clone()
         send_counts[self.rank] = 0
-        recv_counts = self._exchange_counts(send_counts)
+        recv_counts = self._exchange_counts(send_counts, group)
         send = _pack(ids[~mine], rows[~mine], last[~mine])
-        got = self._all_to_all(send, send_counts.tolist(), recv_counts, "aggregation")
+        got = self._all_to_all(send, send_counts.tolist(), recv_counts, "aggregation", group)
         r_ids, r_rows, r_last = _unpack(got, [(torch.long, None), (self.memory.dtype, self.dim), (torch.long, None)])
         start = 0
         for q in range(self.world_size):  # source rank = trainer = chronological order

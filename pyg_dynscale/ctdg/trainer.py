@@ -39,7 +39,7 @@ from .parallel import DelayedGradients, Traffic, gather_rows, memory_groups, wra
 from .schedule import EventSchedule, LocalBatch
 from .prefetch import NeighborPrefetcher
 from .placement import PartitionedMemory
-from .microbatch import MicroBatchPipeline, check_micro_batches
+from .microbatch import BackgroundCall, MicroBatchPipeline, check_micro_batches
 from .service import MemoryService
 from .static import StaticMemory
 from .store import MemoryState
@@ -205,6 +205,16 @@ class MemoryTrainer(PlacementHooks, StreamState, TrafficReport):
             numbers as 1 with dropout off), or ``"auto"`` (Sven's
             :math:`n = \lfloor (A \cdot bs + B)/S \rfloor` fitted on the first
             steps); see :mod:`~pyg_dynscale.ctdg.microbatch`.
+        overlap_aggregation (bool): a partitioned placement under a process
+            group: Sven §7.3's second pipeline level. A rank's root rows are
+            computed right after its dispatch (with micro-batches: after the
+            last micro-batch's forward), and the aggregation all-to-all that
+            writes them to their owners runs on a thread over a gloo group
+            of its own while this thread runs the temporal GNN layer, the
+            loss and the backward (DDP's all-reduce on the default group);
+            the write-back joins it. The same numbers bit for bit. One
+            process: accepted, nothing changes (the emulated trainers'
+            writes wait for every trainer's reads).
 
     Raises:
         ModelInputError: missing modules, a memory that is not a ``TGNMemory``,
@@ -240,6 +250,7 @@ class MemoryTrainer(PlacementHooks, StreamState, TrafficReport):
         partition: Union[None, str, Tensor] = None,
         gradient_sync: str = "sync",
         micro_batches: Union[int, str] = 1,
+        overlap_aggregation: bool = False,
     ) -> None:
         if model is not None:
             for part in ("memory", "gnn", "link_pred"):
@@ -322,10 +333,21 @@ class MemoryTrainer(PlacementHooks, StreamState, TrafficReport):
                                       "the partitioned dispatch, use memory_placement='sven'.")
         #: Sven's micro-batch pipeline (``micro_batches != 1``), else None
         self._micro = MicroBatchPipeline(self.placement, micro_batches) if micro_batches != 1 else None
+        if not isinstance(overlap_aggregation, bool):
+            raise ModelInputError("overlap_aggregation", f"is {overlap_aggregation!r}.", "use True or False.")
+        if overlap_aggregation and self.placement is None:
+            raise ModelInputError("overlap_aggregation", f"is True with memory_placement={self.memory_placement!r}, "
+                                  "which has no aggregation.", "use memory_placement='sven' or 'partitioned'.")
         self._groups, self._ddp = None, None
+        #: ``overlap_aggregation`` under a process group: the aggregation's own group (None: inline)
+        self._agg_group = None
         i, j, k = self.parallelism
         if self.world_size > 1:
             _, self._groups = memory_groups(self.parallelism, self.world_size)
+            if overlap_aggregation:  # every rank, same order: one more group, created once
+                import torch.distributed as dist
+
+                self._agg_group = dist.new_group(backend="gloo")
             self._ddp = wrap_ddp(self, self._traffic, self._delayed)
         #: trainers of the schedule this process runs (all of them on one process: the emulation)
         self.trainers = list(range(i * j * k)) if self.world_size == 1 else [self.rank]
@@ -446,6 +468,8 @@ class MemoryTrainer(PlacementHooks, StreamState, TrafficReport):
             zero = sum(p.sum() for p in self.optimizer_params if p.requires_grad) * 0.0
         if self._micro is not None:  # the micro-batch pipeline around the dispatch and the compute below
             out = self._micro.share(self, lb)
+            if self._agg_group is not None and lb.writes_memory and lb.num_events:  # the merged rows are final
+                self._post_aggregation(lb.memory_copy)
             return out if zero is None else out + zero
         if self.placement is not None:
             self._dispatch(lb)
@@ -473,6 +497,11 @@ class MemoryTrainer(PlacementHooks, StreamState, TrafficReport):
     def _share_compute(self, lb: LocalBatch, neg: Tensor, ctx: dict) -> Tensor:
         """:meth:`_share`'s reads and compute: the weighted loss, the queued write rows."""
         lookup = ctx["lookups"].pop(lb.trainer, None)
+        early = self._agg_group is not None and lb.writes_memory
+        if early:  # the memory update's output is final now: post the aggregation before the GNN layer
+            self._queue_roots(lb, ctx)
+            if self._micro is None:
+                self._post_aggregation(lb.memory_copy)
         if ctx["fork"]:
             dev = [self.src.device] if self.src.device.type == "cuda" else []
             with torch.random.fork_rng(devices=dev):
@@ -486,32 +515,61 @@ class MemoryTrainer(PlacementHooks, StreamState, TrafficReport):
         weight = lb.num_events / ((lb.batch_end - lb.batch_start) * self.parallelism[1] * self.parallelism[2])
         if weight != 1.0:
             loss = loss * weight
-        if lb.writes_memory:
-            n_id = torch.cat([self.src[lb.start:lb.end], self.dst[lb.start:lb.end]]).unique()
-            with torch.no_grad():
-                rows, last = self.state.updated(n_id)
-            ctx["pending"].setdefault(lb.memory_copy, []).append((n_id, rows, last))
-            ctx["spans"].setdefault(lb.memory_copy, []).append((lb.start, lb.end))
+        if lb.writes_memory and not early:
+            self._queue_roots(lb, ctx)
         return loss
+
+    def _queue_roots(self, lb: LocalBatch, ctx: dict) -> None:
+        """Queue local batch ``lb``'s root nodes' updated memory for the write-back (no gradient,
+        no random draw: the same values before or after the GNN layer)."""
+        n_id = torch.cat([self.src[lb.start:lb.end], self.dst[lb.start:lb.end]]).unique()
+        with torch.no_grad():
+            rows, last = self.state.updated(n_id)
+        ctx["pending"].setdefault(lb.memory_copy, []).append((n_id, rows, last))
+        ctx["spans"].setdefault(lb.memory_copy, []).append((lb.start, lb.end))
+
+    def _aggregate(self, copy: int) -> tuple:
+        """The partitioned aggregation of memory copy ``copy``'s queued rows: the arguments
+        of :meth:`~pyg_dynscale.ctdg.placement.PartitionedMemory.aggregate` and the root count."""
+        mine = self._ctx["pending"].pop(copy, [])
+        spans = self._ctx["spans"].pop(copy, [])
+        prepared = self._ctx["agg_plans"]
+        plans = [prepared.pop(x) for x in spans] if all(x in prepared for x in spans) else None
+        self.prefetched["aggregation"] += len(plans or [])
+        batches = [(self.src[x:y], self.dst[x:y]) + tuple(w) for (x, y), w in zip(spans, mine)]
+        return (batches, plans, self._agg_group), sum(x[0].numel() for x in mine)
+
+    def _post_aggregation(self, copy: int) -> None:
+        """``overlap_aggregation``: start the aggregation of this rank's final root rows on a
+        thread over the aggregation group (this rank's dispatch of the step is done: every rank's
+        dispatch all-to-all has completed before any rank's aggregation reaches it)."""
+        args, roots = self._aggregate(copy)
+        job = BackgroundCall(self.placement.aggregate, *args)
+        job.start()
+        self._ctx["posted"][copy] = (job, roots)
 
     def _write_back(self, copy: int, a: int, b: int) -> None:
         """Memory copy ``copy`` takes global batch ``[a, b)``: its writers' root-node rows
         in trainer (= chronological) order, then the batch's messages and neighbours."""
-        mine = self._ctx["pending"].pop(copy, [])
-        spans = self._ctx["spans"].pop(copy, [])
-        self._ctx["roots"].append(sum(x[0].numel() for x in mine))
         if self.placement is not None:  # the owners apply every trainer's rows, in trainer order
-            prepared = self._ctx["agg_plans"]
-            plans = [prepared.pop(x) for x in spans] if all(x in prepared for x in spans) else None
-            self.prefetched["aggregation"] += len(plans or [])
-            self.placement.aggregate([(self.src[x:y], self.dst[x:y]) + tuple(w) for (x, y), w in zip(spans, mine)],
-                                     plans)
+            posted = self._ctx["posted"].pop(copy, None)
+            if posted is not None:  # overlap_aggregation: the thread's exchange, joined (its error re-raised)
+                posted[0].result()
+                self._ctx["roots"].append(posted[1])
+            else:
+                args, roots = self._aggregate(copy)
+                self._ctx["roots"].append(roots)
+                self.placement.aggregate(*args)
             mine = []
-        elif self._ddp is not None:
-            i, j, _ = self.parallelism
-            n_id, rows, last = (torch.cat([x[k] for x in mine]) for k in range(3)) if mine else (None, None, None)
-            mine = gather_rows(self._groups[copy], i * j, n_id, rows, last, self.memory.memory_dim, self._traffic,
-                               self.memory.memory)
+        else:
+            mine = self._ctx["pending"].pop(copy, [])
+            self._ctx["spans"].pop(copy, None)
+            self._ctx["roots"].append(sum(x[0].numel() for x in mine))
+            if self._ddp is not None:
+                i, j, _ = self.parallelism
+                n_id, rows, last = (torch.cat([x[k] for x in mine]) for k in range(3)) if mine else (None, None, None)
+                mine = gather_rows(self._groups[copy], i * j, n_id, rows, last, self.memory.memory_dim,
+                                   self._traffic, self.memory.memory)
         self._activate(copy)
         m = self.memory
         if self.service is not None:  # applied by the service thread while this one steps the optimizer
@@ -581,7 +639,7 @@ class MemoryTrainer(PlacementHooks, StreamState, TrafficReport):
         # dropout must not draw from the global stream in between (per-trainer seeds, as for i*j*k > 1)
         self._ctx = ctx = {"negs": {}, "snaps": {}, "pending": {}, "fork": i * j * k > 1 or self.prefetcher is not None,
                            "spans": {}, "roots": [], "sum": torch.zeros((), dtype=torch.float64, device=dev),
-                           "lookups": {}, "next_lookups": {}, "agg_plans": {}}
+                           "lookups": {}, "next_lookups": {}, "agg_plans": {}, "posted": {}}
         steps = sched.steps()
         events, losses = 0, []
         for step in steps:
