@@ -111,3 +111,18 @@ def test_one_process_emulates_the_schedule(events_csv, capsys):
     out = capsys.readouterr().out
     assert "1 process(es), parallelism 1x1x2" in out and "MRR" in out
     assert isinstance(build_parser().parse_args(["train-events", events_csv]), argparse.Namespace)
+
+
+def test_a_killed_rank_with_sven_memory_restarts_bit_for_bit(events_csv, tmp_path):
+    """A rank killed mid-run with Sven's partitioned memory: no hang, the restart resumes each owner's rows."""
+    sven = ("--parallelism", "2,1,1", "--memory-placement", "sven")
+    clean = _two_processes(events_csv, *sven)
+    assert clean.returncode == 0, clean.stderr[-3000:]
+    proc = _two_processes(events_csv, *sven, "--checkpoint-dir", str(tmp_path / "ck"), "--resume",
+                          "--max-restarts", "1", PYTHONPATH=f"{ROOT / 'tests' / 'fault_injection'}{os.pathsep}{ROOT}",
+                          PYG_DYNSCALE_TEST_FAULT="1:2:kill")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r, c = json.loads(proc.stdout), json.loads(clean.stdout)
+    assert r["restarts"] == 1 and r["resumed_from_epoch"] == 1
+    assert r["losses"] == c["losses"] and r["val_metrics"] == c["val_metrics"]
+    assert r["test_metrics"] == c["test_metrics"]
