@@ -47,6 +47,10 @@ SYNC_OPS = frozenset({
 _INDEX_OPS = frozenset({"aten.index", "aten.index_put", "aten.index_put_", "aten._index_put_impl",
                         "aten._index_put_impl_"})
 _REPEAT = "aten.repeat_interleave"
+#: ops that launch no kernel (besides the views, which ``OpOverload.is_view`` names)
+_METADATA_OPS = frozenset({"aten.detach", "aten.lift_fresh", "aten.empty", "aten.empty_strided", "aten.new_empty",
+                           "aten.new_empty_strided", "aten.empty_like", "aten.set_", "aten.resize_", "aten.sym_size",
+                           "aten.sym_stride", "aten.sym_numel", "aten.is_same_size"})
 
 
 def _key(t: torch.Tensor) -> Optional[int]:
@@ -63,6 +67,9 @@ class HostSyncs(TorchDispatchMode):
         count: the number of read-backs seen.
         events: one line per read-back: the operation and the package frame
             that made it (``file:line``), for a useful assertion message.
+        device_ops: operations run on device-resident tensors, views and
+            metadata-only ops excluded -- a proxy for kernel launches (a fused
+            or composite kernel may launch more than one, a tiny op exactly one).
     """
 
     def __init__(self, trace_prefix: str = "pyg_dynscale") -> None:
@@ -72,6 +79,7 @@ class HostSyncs(TorchDispatchMode):
         self._prefix = trace_prefix
         self._saved: dict[str, Any] = {}
         self._paused = 0
+        self.device_ops = 0
 
     # ------------------------------------------------------------------ marking
     def mark(self, *tensors: Any) -> "HostSyncs":
@@ -136,8 +144,9 @@ class HostSyncs(TorchDispatchMode):
         self.events.append(f"{what} at {where}")
 
     def reset(self) -> None:
-        """Forget the counted read-backs (the marks stay)."""
+        """Forget the counted read-backs and operations (the marks stay)."""
         self.events.clear()
+        self.device_ops = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = kwargs or {}
@@ -160,6 +169,8 @@ class HostSyncs(TorchDispatchMode):
                     self._record(f"{name} without output_size")
         out = func(*args, **kwargs)
         if dev_in:
+            if not self._paused and not getattr(func, "is_view", False) and name not in _METADATA_OPS:
+                self.device_ops += 1
             self.mark(out)
             if name.endswith("_") and args and isinstance(args[0], torch.Tensor):
                 self.mark(args[0])  # written in place with device values
