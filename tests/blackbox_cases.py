@@ -9,14 +9,13 @@ backward and one optimizer step per epoch, and EvolveGCN's weight detached
 after the step (PyGT's EvolveGCN examples)."""
 from __future__ import annotations
 
-import importlib.util
-
 import torch
 
 from pyg_dynscale import DynamicGraphSignal
 from pyg_dynscale.partition import DependencyPattern, Partition, partition  # noqa: F401  (Partition: tests)
+from tests.optional_deps import pygt_installed
 
-HAVE_PYGT = importlib.util.find_spec("torch_geometric_temporal") is not None
+HAVE_PYGT = pygt_installed()  # not imported here: a bare CUDA box collects without it
 T, V, F, H, P = 5, 12, 3, 4, 2
 
 #: class -> (signal kind, number of state components)

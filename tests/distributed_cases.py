@@ -2,8 +2,6 @@
 the spawned ranks and by the test process; module-level so they pickle)."""
 from __future__ import annotations
 
-import importlib.util
-
 import torch
 
 from pyg_dynscale import DynamicGraphSignal
@@ -11,9 +9,10 @@ from pyg_dynscale.nn import DySAT, MPNNLSTM, MPNNLSTMDGC, TGCN, TMGCN
 from pyg_dynscale.nn.decomposed import DecomposedModule
 from pyg_dynscale.partition import BlockPattern, DependencyPattern, Partition, partition
 from tests.conftest import make_dynamic_signal
+from tests.optional_deps import pygt_installed
 
-HAVE_PYGT = importlib.util.find_spec("torch_geometric_temporal") is not None and \
-    importlib.util.find_spec("torch_sparse") is not None
+#: PyGT's pure wheel is enough (torch-sparse: the package's stand-in for its one annotation)
+HAVE_PYGT = pygt_installed()
 T, V, F = 6, 10, 3
 
 

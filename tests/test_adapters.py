@@ -6,14 +6,15 @@ import pytest
 import torch
 
 from pyg_dynscale import DynamicGraphSignal
-from pyg_dynscale._optional import import_pygt
 from pyg_dynscale.errors import DecompositionMismatchError, UnsupportedModelError
 from pyg_dynscale.nn import FusedGraph, adapt
 from pyg_dynscale.nn.adapters import A3TGCNAdapter, MPNNLSTMAdapter, TGCN2Adapter, TGCNAdapter
+from tests.optional_deps import pygt_or_skip_module
 
-from tests.test_nn_layers import make_signal
+pygt = pygt_or_skip_module()
 
-pygt = import_pygt()
+from tests.test_nn_layers import make_signal  # noqa: E402  (after the skip: it needs PyGT too)
+
 rec = pygt.nn.recurrent
 
 

@@ -5,14 +5,14 @@ import pytest
 import torch
 
 from pyg_dynscale import DynamicGraphSignal
-from pyg_dynscale._optional import import_pygt
 from pyg_dynscale.errors import ModelInputError
 from pyg_dynscale.nn import TGCN, DySAT
 from pyg_dynscale.runtime import FusedTrainer, dysat_per_snapshot, snapshot_mean
+from tests.optional_deps import pygt_or_skip_module
 
-from tests.test_nn_layers import make_signal
+rec = pygt_or_skip_module().nn.recurrent
 
-rec = import_pygt().nn.recurrent
+from tests.test_nn_layers import make_signal  # noqa: E402  (after the skip: it needs PyGT too)
 
 
 def pygt_epochs(model, head, sig, epochs, lr, carry=True):

@@ -5,12 +5,12 @@ import pytest
 import torch
 
 from pyg_dynscale import DynamicGraphSignal
-from pyg_dynscale._optional import import_pygt
 from pyg_dynscale.errors import ModelInputError
 from pyg_dynscale.nn import MPNNLSTM, TGCN, DySAT, FusedGraph
 from pyg_dynscale.runtime import dysat_per_snapshot, per_snapshot_outputs
+from tests.optional_deps import pygt_or_skip_module
 
-pygt = import_pygt()
+pygt = pygt_or_skip_module()
 rec = pygt.nn.recurrent
 
 

@@ -203,6 +203,7 @@ def test_real_dataset_roundtrip_and_saving():
     assert d.nbytes < signal_nbytes(sig)
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (pinned memory + non_blocking copies)")
 def test_cuda_transfer_pinned():
     sig = random_signal(6)
