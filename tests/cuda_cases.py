@@ -2,6 +2,12 @@
 the float64 comparison (module-level so that spawned ranks import it)."""
 from __future__ import annotations
 
+import collections
+import os
+import traceback
+import warnings
+from typing import Any, Callable, Optional
+
 import pytest
 import torch
 
@@ -62,3 +68,39 @@ def assert_close(got: dict, ref: dict, what: str) -> None:
         assert err <= TOL, f"{what}: parameter {i} differs by {err:.3g}"
     err = float((got["pred"] - ref["pred"]).abs().max())
     assert err <= TOL, f"{what}: predictions differ by {err:.3g}"
+
+
+def _package_line(filename: str, lineno: int) -> str:
+    """The innermost line of pyg_dynscale on the current stack (else where the warning points)."""
+    for frame in reversed(traceback.extract_stack()):
+        path = frame.filename.replace(os.sep, "/")
+        if "/pyg_dynscale/" in path:
+            return f"{path.split('/pyg_dynscale/', 1)[1]}:{frame.lineno}"
+    return f"{os.path.basename(filename)}:{lineno}"
+
+
+def count_host_syncs(fn: Callable[[], Any], device: Any) -> tuple[Any, Optional[str]]:
+    """``(fn(), what synchronized)``: on a CUDA device, the host synchronizations ``fn`` caused as
+    ``torch.cuda.set_sync_debug_mode("warn")`` reports them (each synchronizing call: a copy to the
+    host, ``.item()``, ``nonzero``, a stream synchronize), as ``"N (file:line xK, ...)"`` with the
+    four package lines that caused most; ``None`` on another device. For the GPU report: printed and
+    recorded, not asserted (tests/host_syncs.py is the CPU counter the budgets are checked with)."""
+    if torch.device(device).type != "cuda":
+        return fn(), None
+    where: collections.Counter = collections.Counter()
+
+    def seen(message, category, filename, lineno, file=None, line=None):  # noqa: ANN001 - warnings' signature
+        if "synchronizing CUDA operation" in str(message):
+            where[_package_line(filename, lineno)] += 1
+
+    torch.cuda.synchronize()
+    with warnings.catch_warnings():  # restores showwarning and the filters
+        warnings.simplefilter("always")
+        warnings.showwarning = seen
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            out = fn()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    top = ", ".join(f"{k} x{n}" for k, n in where.most_common(4))
+    return out, f"{sum(where.values())}" + (f" ({top})" if top else "")
