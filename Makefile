@@ -5,9 +5,9 @@
 #   make test    set up .venv (everything) if needed, then run the test suite
 #   make docs    set up .venv (+ docs extra) if needed, then build docs/_build/html
 #   make setup   only the set-up
-#   make gpu-check  on a CUDA machine: the CUDA tests and benchmarks/bench_gpu.py,
-#                report prepended to docs/gpu.md; runs $(PYTHON) as it is (no venv,
-#                installs nothing); without a GPU it says so and exits 0
+#   make gpu-check  on a CUDA machine: the CUDA tests (never-run paths first), then
+#                benchmarks/bench_gpu.py, each step under its own timeout, report in docs/gpu.md
+#                (GPU_CHECK_ARGS="--quick --report FILE": < 8 min); runs $(PYTHON) as it is
 #
 # The set-up is idempotent: it is keyed on a hash of pyproject.toml, this
 # Makefile and TORCH_SPEC, and skips pip entirely when nothing changed.
@@ -26,7 +26,8 @@
 #                   start several processes; more OpenMP threads than free cores
 #                   make every op spin-wait, e.g. 200 s instead of 7 s for one test)
 #   DEMO_ARGS       extra arguments for `pyg-dynscale train` in `make demo`
-#   GPU_CHECK_ARGS  extra arguments for benchmarks/gpu_check.py, e.g. --quick
+#   GPU_CHECK_ARGS  extra arguments for benchmarks/gpu_check.py, e.g. --quick (tests and
+#                   benchmark under 8 minutes), --report FILE, --logs DIR, --collect-only
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c

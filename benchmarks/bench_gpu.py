@@ -60,6 +60,9 @@ from bench_fused_vs_pygt import fixed_vertex_set, pygt_epoch, synthetic  # noqa:
 from pyg_dynscale import DynamicGraphSignal  # noqa: E402
 
 GOAL = 10.0  # section a: PyGT epoch / fused epoch, per row
+#: section b's search on CUDA (seconds): the full run's, and --quick's (make gpu-check --quick: tests and
+#: benchmark in under 8 minutes on one GPU)
+SEARCH_BUDGET, QUICK_SEARCH_BUDGET = 480.0, 20.0
 HIDDEN = 32
 MODELS = ("tgcn", "gconvgru", "mpnnlstm", "dcrnn", "a3tgcn")
 PYGT_NAMES = {"tgcn": "T-GCN", "gconvgru": "GConvGRU", "mpnnlstm": "MPNN-LSTM", "dcrnn": "DCRNN", "a3tgcn": "A3TGCN"}
@@ -669,7 +672,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--search-vertices", type=int, default=100_000, help="b. search: vertices of the synthetic graph")
     ap.add_argument("--search-start-snapshots", type=int, default=16)
     ap.add_argument("--search-window", type=int, default=8, help="b.: snapshots per streamed window")
-    ap.add_argument("--search-budget", type=float, default=480.0, help="b. search: seconds")
+    ap.add_argument("--search-budget", type=float, default=None,
+                    help=f"b. search: seconds (default {SEARCH_BUDGET:.0f}, --quick {QUICK_SEARCH_BUDGET:.0f})")
     ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: leave)")
     args = ap.parse_args(argv)
     if args.device == "auto":
@@ -684,6 +688,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     args.epochs = args.epochs or (2 if args.quick else 5)
+    if args.search_budget is None:
+        args.search_budget = QUICK_SEARCH_BUDGET if args.quick else SEARCH_BUDGET
     args.synthetic_nodes = args.synthetic_nodes or (3000 if args.quick else 1_000_000)
     args.dist_synthetic_nodes = args.dist_synthetic_nodes or args.synthetic_nodes
 
