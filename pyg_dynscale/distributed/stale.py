@@ -55,6 +55,14 @@ so no mask moves then. Afterwards each exchange first moves a bit mask over
 its planned rows (fixed sizes; ``stale_meta`` bytes), then only the fresh
 rows (sizes derived from the masks on both sides).
 
+**Host reads.** The distances, :math:`D_r`, :math:`\theta_r`, the mask, its
+packing and unpacking (:mod:`.stale_mask`) and the fresh rows' indices stay
+on the training device. The host reads one small tensor per exchange after
+the first epoch: the fresh rows per peer in both directions -- the row
+``all_to_all``'s split sizes, which a collective of variable size takes on
+the host -- with :math:`D_r` and :math:`\theta_r` for :attr:`StaleCache.history`.
+The first epoch reads nothing.
+
 **Scope of D** (``scope``): ``"local"`` -- the largest distance among the
 rows one sending rank has for one exchange (no extra collective);
 ``"global"`` -- the largest over all ranks (one 8-byte all-reduce per
@@ -74,12 +82,12 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch import Tensor
 
 from ..errors import ModelInputError
+from .stale_mask import MaskLayout, positions
 
 __all__ = ["StaleConfig", "StaleCache", "POLICIES", "ADAPTIVE", "DEFAULT_KINDS", "STALE_KINDS", "DRIFT_EPS",
            "DRIFT_KINDS", "drift_mask"]
@@ -235,6 +243,14 @@ class _State:
     sent: Optional[Tensor] = None   # [n_send, w] last transmitted copy of each planned send row
     recv: Optional[Tensor] = None   # [n_recv, w] cached copy of each planned received row
     key: Optional[tuple] = None     # _key_code of the exchange using it
+    masks: Optional[tuple] = None   # (send, receive) MaskLayout of the exchange, built once on the device
+
+    def mask_layouts(self, send_splits: list, recv_splits: list, device: torch.device) -> tuple:
+        """The exchange's ``(send, receive)`` :class:`.MaskLayout` (built on the first masked epoch)."""
+        m = self.masks
+        if m is None or not (m[0].matches(send_splits, device) and m[1].matches(recv_splits, device)):
+            self.masks = (MaskLayout(send_splits, device), MaskLayout(recv_splits, device))
+        return self.masks
 
 
 def _key_code(key: tuple) -> tuple:
@@ -273,25 +289,6 @@ class _StaleRows(torch.autograd.Function):
             back = grad.new_zeros(ctx.send_shape)
             back.index_copy_(0, fresh_idx, moved.reshape((moved.shape[0],) + tuple(ctx.send_shape[1:])))
         return None, None, back, None, None, None, None, None, None, None, grad_token
-
-
-def _pack(mask: np.ndarray, splits: list) -> tuple[np.ndarray, list]:
-    """Bit-pack ``mask`` per destination segment: ``(bytes, bytes per segment)``."""
-    parts, sizes, o = [], [], 0
-    for n in splits:
-        p = np.packbits(mask[o:o + n])
-        parts.append(p)
-        sizes.append(int(p.shape[0]))
-        o += n
-    return (np.concatenate(parts) if parts else np.zeros(0, np.uint8)), sizes
-
-
-def _unpack(packed: np.ndarray, sizes: list, counts: list) -> np.ndarray:
-    out, o = [], 0
-    for nbytes, n in zip(sizes, counts):
-        out.append(np.unpackbits(packed[o:o + nbytes])[:n])
-        o += nbytes
-    return np.concatenate(out).astype(bool) if out else np.zeros(0, bool)
 
 
 @dataclass
@@ -400,43 +397,26 @@ class StaleCache:
 
     def exchange(self, comm: Any, slot: Any, key: tuple, send: Tensor, send_splits: list, recv_splits: list) -> Tensor:
         """The received rows of exchange ``key`` (``slot`` identifies its row
-        lists, e.g. one snapshot group's map), fresh or cached."""
+        lists, e.g. one snapshot group's map), fresh or cached.
+
+        Host reads: none in the first epoch; afterwards one (:meth:`_decide`):
+        the fresh rows per peer, which the row ``all_to_all`` needs as split
+        sizes."""
         st = self._state(slot, key)
         if st.sent is not None and st.sent.device != send.device:  # restored from a checkpoint on the host
             st.sent, st.recv = st.sent.to(send.device), st.recv.to(send.device)
-        n_send, n_recv = int(sum(send_splits)), int(sum(recv_splits))
+        send_splits, recv_splits = [int(n) for n in send_splits], [int(n) for n in recv_splits]
+        n_send, n_recv = sum(send_splits), sum(recv_splits)
         flat = send.detach().reshape(n_send, math.prod(send.shape[1:]))
         rec = self.history[-1]["exchanges"].setdefault(_name(key), {"D": [], "theta": [], "fresh": 0, "planned": 0})
         if st.sent is None:  # first epoch: everything, and both sides know it (no mask)
-            fresh = torch.ones(n_send, dtype=torch.bool, device=send.device)
-            recv_fresh = np.ones(n_recv, dtype=bool)
+            fresh_send, fresh_recv = list(send_splits), list(recv_splits)
+            fresh_idx = torch.arange(n_send, device=send.device)
+            recv_fresh_idx = torch.arange(n_recv, device=send.device)
             D = theta = None
         else:
-            d = (flat - st.sent).norm(dim=1) if n_send else flat.new_zeros(0)
-            D = float(d.max()) if n_send else 0.0
-            policy, c = self.config.policy_of(key[2])  # the same on every rank: all or none reduce D
-            if self.config.scope == "global" and policy != "drift":  # drift's budget does not use D
-                D = float(comm.raw_all_reduce(torch.tensor([D], dtype=torch.float64), (key[0], key[1], "stale_meta"),
-                                           "fwd", op=dist.ReduceOp.MAX))
-            if policy == "drift":
-                fresh = drift_mask(d, flat.pow(2).sum(dim=1), send_splits, float(c))
-                kept = d[~fresh]
-                theta = float(kept.max()) if kept.numel() else 0.0  # the largest drift left to the cache
-            else:
-                f = self.config.factor(self.norm(), key[2])
-                theta = math.inf if math.isinf(f) else f * D
-                # theta = 0 sends every row (c = 0 is the exact path plus the masks)
-                fresh = d > theta if theta > 0 else torch.ones(n_send, dtype=torch.bool, device=send.device)
-            mask = fresh.cpu().numpy().astype(np.uint8)
-            packed, sizes = _pack(mask, send_splits)
-            recv_sizes = [(n + 7) // 8 for n in recv_splits]
-            got = comm.raw_exchange(torch.from_numpy(packed).view(-1, 1).to(comm.device), sizes, recv_sizes,
-                                    (key[0], key[1], "stale_meta"), "fwd")
-            recv_fresh = _unpack(got.view(-1).cpu().numpy(), recv_sizes, recv_splits)
-        fresh_idx = fresh.nonzero().flatten()
-        fresh_send = _segment_sums(fresh.cpu().numpy(), send_splits)
-        fresh_recv = _segment_sums(recv_fresh, recv_splits)
-        recv_fresh_idx = torch.from_numpy(np.flatnonzero(recv_fresh)).to(send.device)
+            fresh_send, fresh_recv, fresh_idx, recv_fresh_idx, D, theta = self._decide(
+                comm, st, key, flat, send_splits, recv_splits)
         cached = st.recv if st.recv is not None else send.new_zeros((n_recv,) + tuple(send.shape[1:]))
         if comm.token is None:
             comm.start(torch.is_grad_enabled() and send.requires_grad)
@@ -449,9 +429,60 @@ class StaleCache:
         st.recv = out.detach().clone()
         rec["D"].append(D)
         rec["theta"].append(None if theta is None or math.isinf(theta) else theta)
-        rec["fresh"] += int(fresh_idx.numel())
+        rec["fresh"] += sum(fresh_send)
         rec["planned"] += n_send
         return out
+
+    def _decide(self, comm: Any, st: "_State", key: tuple, flat: Tensor, send_splits: list,
+                recv_splits: list) -> tuple:
+        r"""Which rows go, decided on the device: the mask, its exchange (bit-packed,
+        :mod:`.stale_mask`) and the one host read of the exchange -- the
+        fresh rows per peer in both directions (the split sizes of the row
+        ``all_to_all``), :math:`D_r` and :math:`\theta_r` for the history, in
+        one small tensor.
+
+        Returns:
+            ``(fresh_send, fresh_recv, fresh_idx, recv_fresh_idx, D, theta)``:
+            fresh rows per destination and per source (host lists), the
+            indices of the fresh rows among the sent and the received ones
+            (device), :math:`D_r` and :math:`\theta_r` (host floats).
+        """
+        device = flat.device
+        send_mask, recv_mask = st.mask_layouts(send_splits, recv_splits, device)
+        n_send = flat.shape[0]
+        meta = (key[0], key[1], "stale_meta")
+        d = (flat - st.sent).norm(dim=1) if n_send else flat.new_zeros(0)
+        # D and theta stay 0-dim float64 device tensors: the same doubles the host floats held, never read here
+        D = d.max().to(torch.float64) if n_send else torch.zeros((), dtype=torch.float64, device=device)
+        policy, c = self.config.policy_of(key[2])  # the same on every rank: all or none reduce D
+        if self.config.scope == "global" and policy != "drift":  # drift's budget does not use D
+            D = comm.raw_all_reduce(D.reshape(1), meta, "fwd", op=dist.ReduceOp.MAX).reshape(())
+        theta: "Tensor | float"
+        if policy == "drift":
+            fresh = drift_mask(d, flat.pow(2).sum(dim=1), send_splits, float(c))
+            # the largest drift left to the cache (drifts are >= 0: a fresh row's 0 never wins; none kept: 0)
+            theta = torch.where(fresh, d.new_zeros(()), d).max().to(torch.float64) if n_send else D.new_zeros(())
+        else:
+            f = self.config.factor(self.norm(), key[2])
+            if math.isinf(f):
+                theta = math.inf
+                fresh = d > theta
+            else:
+                theta = D * f
+                # theta = 0 (or NaN) sends every row (c = 0 is the exact path plus the masks)
+                fresh = (d > theta) | ~(theta > 0)
+        got = comm.raw_exchange(send_mask.pack(fresh), send_mask.sizes, recv_mask.sizes, meta, "fwd")
+        recv_fresh = recv_mask.unpack(got)
+        R, S = len(send_splits), len(recv_splits)
+        parts = [send_mask.counts(fresh, torch.float64), recv_mask.counts(recv_fresh, torch.float64),
+                 D.reshape(1)] + ([theta.reshape(1)] if isinstance(theta, Tensor) else [])
+        # the exchange's one host read: the row all_to_all's split sizes (exact in float64), D and theta
+        host = torch.cat(parts).tolist()
+        fresh_send, fresh_recv = [int(v) for v in host[:R]], [int(v) for v in host[R:R + S]]
+        D_host = host[R + S]
+        theta_host = host[-1] if isinstance(theta, Tensor) else theta
+        return (fresh_send, fresh_recv, positions(fresh, sum(fresh_send)), positions(recv_fresh, sum(fresh_recv)),
+                D_host, theta_host)
 
 
 def drift_mask(d: Tensor, sq_norms: Tensor, splits: list, eps: float) -> Tensor:
@@ -473,22 +504,17 @@ def drift_mask(d: Tensor, sq_norms: Tensor, splits: list, eps: float) -> Tensor:
     if eps <= 0:
         return fresh
     o = 0
-    for n in splits:
+    for n in splits:  # one segment per destination (host sizes); nothing is read back
         if n:
             seg = d[o:o + n]
             order = torch.argsort(seg, stable=True)
             spent = torch.cumsum(seg.index_select(0, order).pow(2), 0)  # non-decreasing
-            budget = eps * eps * float(sq_norms[o:o + n].sum())
-            k = int((spent <= budget).sum())
-            fresh[o + order[:k]] = False
+            # the rows that fit are a prefix of ``order``: cached exactly where spent <= budget (NaN: sent);
+            # the budget is the double eps^2 ||X||_F^2 as a 0-dim device tensor
+            budget = sq_norms[o:o + n].sum().to(torch.float64) * (eps * eps)
+            fresh[o:o + n].scatter_(0, order, ~(spent <= budget))
         o += n
     return fresh
-
-
-def _segment_sums(mask: np.ndarray, splits: list) -> list:
-    bounds = np.concatenate([[0], np.cumsum(splits)]).astype(np.int64)
-    c = np.concatenate([[0], np.cumsum(mask.astype(np.int64))])
-    return [int(c[bounds[i + 1]] - c[bounds[i]]) for i in range(len(splits))]
 
 
 def _name(key: tuple) -> str:

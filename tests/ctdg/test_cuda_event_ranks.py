@@ -37,7 +37,7 @@ CONFIGS = {
 
 
 def stream():
-    data = synthetic_events(480, 60, bipartite=True, msg_dim=3, seed=1, burst_length=20)
+    data = synthetic_events(400, 60, bipartite=True, msg_dim=3, seed=1, burst_length=20)
     data.msg = data.msg.double()
     data.t = torch.arange(data.num_events) * 10  # distinct timestamps, same order
     per_batch = max(int(torch.cat([data.src[a:a + BATCH], data.dst[a:a + BATCH]]).bincount().max())
