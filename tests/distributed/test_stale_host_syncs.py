@@ -14,10 +14,12 @@ sizes on the host. The backward reads nothing, the rest of the epoch reads
 no more than the exact path's, and no exchange builds a tensor from host data
 (on a GPU, a host-to-device copy waits for the stream too).
 
-Before this (HEAD 17c1607): 10 reads per exchange with ``drift`` on 2 ranks
-(6 + 2R: ``D``, two per destination in the budget loop, the boolean index
-and maximum of the kept drifts, the mask and the count to numpy, ``nonzero``)
-and 6 with a factor of :math:`D_r`; the first epoch 1 (``nonzero``)."""
+Before this (17c1607), counted the same way: 8 + 2P events per exchange with
+``drift`` (P: destinations this rank sends rows to; 10 on 2 ranks): ``D``,
+two per destination in the budget loop, the boolean index and maximum of the
+kept drifts, ``nonzero``, and the mask to numpy twice (``.cpu()`` and
+``.numpy()``, two events each); 6 with a factor of :math:`D_r`; plus, unseen
+on the CPU, the received mask's ``.cpu()`` and two host-to-device copies."""
 from __future__ import annotations
 
 import pytest
