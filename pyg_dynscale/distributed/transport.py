@@ -21,7 +21,7 @@ model with ``backend="direct"`` over gloo, a CPU model over NCCL, another
 device type).
 
 Host values (report counters, the has-a-gradient flags of the gradient
-all-reduce, the stale cache's global maximum) are reduced on the host over a
+all-reduce) are reduced on the host over a
 gloo group -- the group itself, or one gloo group created once at set-up
 when the group's backend is NCCL (:meth:`Transport.prepare`) -- so reading
 them never waits on the device.
