@@ -50,6 +50,7 @@ import torch
 from torch import Tensor
 
 from ..errors import ModelInputError
+from .host import to_device
 
 __all__ = ["BackgroundCall", "MicroBatchPipeline", "PROFILE", "adaptive_micro_batches", "check_micro_batches",
            "fit_line", "merge_rows", "micro_ranges", "table_view"]
@@ -131,17 +132,17 @@ def table_view(placement):
 
 
 def merge_rows(entries: list) -> tuple[Tensor, Tensor, Tensor]:
-    """One ``(n_id sorted unique, rows, last)`` from several micro-batches' root rows (a vertex
-    rooted in two micro-batches has the same row in both: both read the memory before the batch)."""
+    """One ``(n_id sorted unique, rows, last)`` from several micro-batches' root rows (``n_id`` on
+    the host, rows on the device; a vertex rooted in two micro-batches has the same row in both:
+    both read the memory before the batch; the later micro-batch's is taken)."""
     n_id = torch.cat([e[0] for e in entries])
     rows = torch.cat([e[1] for e in entries])
     last = torch.cat([e[2] for e in entries])
     uniq, inv = torch.unique(n_id, return_inverse=True)
-    out_rows = rows.new_empty((uniq.numel(),) + tuple(rows.shape[1:]))
-    out_last = last.new_empty(uniq.numel())
-    out_rows[inv] = rows
-    out_last[inv] = last
-    return uniq, out_rows, out_last
+    latest = torch.full((uniq.numel(),), -1, dtype=torch.long)
+    latest.scatter_reduce_(0, inv, torch.arange(n_id.numel()), reduce="amax", include_self=True)
+    at = to_device(latest, rows.device)  # a gather of host-known rows: no scatter with repeated indices
+    return uniq, rows[at], last[at]
 
 
 class BackgroundCall(threading.Thread):
@@ -198,11 +199,11 @@ class MicroBatchPipeline:
         ev, nb, sec = zip(*self.samples)
         compute = tuple(zip(*self.computes)) if self.computes else None
         n = adaptive_micro_batches(ev, nb, sec, batch_size, self.max_micro, compute)
-        if world_size > 1:  # every rank decides here (same step): the largest
+        if world_size > 1:  # every rank decides here (same step): the largest, over the host group
             import torch.distributed as dist
 
-            box = torch.tensor([n], dtype=torch.long, device=device)  # NCCL reduces device tensors only
-            dist.all_reduce(box, op=dist.ReduceOp.MAX)
+            box = torch.tensor([n], dtype=torch.long)
+            dist.all_reduce(box, op=dist.ReduceOp.MAX, group=self.placement.channel.host)
             n = int(box)
         self.n = n
         return n
@@ -213,7 +214,7 @@ class MicroBatchPipeline:
         before = sent["dispatch"] + sent["requests"]
         t0 = time.perf_counter()
         if a == b:
-            view.fetch(trainer.src[:0])
+            view.fetch(trainer.host.src[:0])
             found = None
         else:
             o = lb.batch_start
@@ -226,7 +227,7 @@ class MicroBatchPipeline:
         r"""Trainer ``lb.trainer``'s share of the step loss, :math:`\sum_m \ell_m |m| / (|B_g| j k)`,
         its micro-batches' dispatches pipelined with their computation; queues one merged write."""
         ctx = trainer._ctx
-        n = self._count(ctx["iteration"], trainer.batch_size, trainer.world_size, trainer.src.device)
+        n = self._count(ctx["iteration"], trainer.batch_size, trainer.world_size, trainer.device)
         ranges = micro_ranges(lb.start, lb.end, n)
         neg = ctx["negs"][(lb.memory_copy, lb.position)] if lb.num_events else None
         for view in self.views:  # counters of this epoch and phase (begin_epoch replaces the dict)
@@ -263,6 +264,6 @@ class MicroBatchPipeline:
             pending.append(merged)
             spans.append((lb.start, lb.end))
         if not losses:
-            return torch.zeros((), dtype=torch.float64, device=trainer.src.device)
+            return torch.zeros((), dtype=torch.float64, device=trainer.device)
         return torch.stack(losses).sum() if len(losses) > 1 else losses[0]
 

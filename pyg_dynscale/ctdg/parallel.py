@@ -30,6 +30,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from .placement import pack_rows, unpack_rows
 from .schedule import check_layout
 
 __all__ = ["DelayedGradients", "ShareModule", "Traffic", "delayed_hook", "gather_rows", "local_world_size", "memory_groups",
@@ -243,36 +244,43 @@ def memory_groups(parallelism, world_size: int) -> tuple[tuple[int, int, int], l
 
 
 def gather_rows(group, size: int, n_id: Optional[Tensor], rows: Optional[Tensor], last: Optional[Tensor],
-                width: int, traffic: Traffic, like: Tensor) -> list:
-    """All-gather ``(n_id [m], rows [m, d], last_update [m])`` of the ``size``
-    ranks of ``group`` (``None``: this rank writes nothing). Returns the list in
-    group-rank order (entries with ``m = 0`` for ranks that write nothing)."""
+                width: int, traffic: Traffic, like: Tensor, host_group=None) -> list:
+    """All-gather ``(n_id [m] on the host, rows [m, d], last_update [m] on the device)`` of the
+    ``size`` ranks of ``group`` (``None``: this rank writes nothing). Returns the list in
+    group-rank order (entries with ``m = 0`` for ranks that write nothing).
+
+    The counts and the ids are host values: they go over ``host_group`` (``group`` itself
+    under gloo, its gloo twin under NCCL), so the padded size is known on the host without a
+    read-back; the rows and times go over ``group`` as one packed device buffer
+    (``d s + 8`` bytes per row, the ids ``8``: the bytes of the former ``[m, d]`` + ``[m, 2]``
+    buffers, counted as ``gather``)."""
     import torch.distributed as dist
 
     dev = like.device
     if n_id is None:
-        n_id = torch.zeros(0, dtype=torch.long, device=dev)
+        n_id = torch.zeros(0, dtype=torch.long)
         rows = torch.zeros(0, width, dtype=like.dtype, device=dev)
         last = torch.zeros(0, dtype=torch.long, device=dev)
     if group is None:
         return [(n_id, rows, last)]
-    count = torch.tensor([n_id.numel()], dtype=torch.long, device=dev)
-    counts = [torch.zeros_like(count) for _ in range(size)]
-    dist.all_gather(counts, count, group=group)
-    m = int(max(int(c) for c in counts))
+    host = group if host_group is None else host_group
+    counts = [torch.zeros(1, dtype=torch.long) for _ in range(size)]
+    dist.all_gather(counts, torch.tensor([n_id.numel()], dtype=torch.long), group=host)
+    counts = [int(c) for c in counts]
+    m = max(counts)
     mine = n_id.numel()
-    packed = torch.zeros(m, width, dtype=like.dtype, device=dev)
-    packed[:mine] = rows
-    ids = torch.zeros(m, 2, dtype=torch.long, device=dev)  # [n_id, last_update]: integers kept exact
-    ids[:mine, 0] = n_id
-    ids[:mine, 1] = last.long()
-    traffic.gather += packed.numel() * packed.element_size() + ids.numel() * ids.element_size()
-    out = [torch.empty_like(packed) for _ in range(size)]
+    ids = torch.zeros(m, dtype=torch.long)
+    ids[:mine] = n_id
+    packed = pack_rows(rows, last.long())
+    padded = packed.new_zeros(m, packed.size(1))
+    padded[:mine] = packed
+    traffic.gather += padded.numel() * padded.element_size() + ids.numel() * ids.element_size()
+    out = [torch.empty_like(padded) for _ in range(size)]
     out_ids = [torch.empty_like(ids) for _ in range(size)]
-    dist.all_gather(out, packed, group=group)
-    dist.all_gather(out_ids, ids, group=group)
+    dist.all_gather(out_ids, ids, group=host)
+    dist.all_gather(out, padded, group=group)
     res = []
     for c, p, q in zip(counts, out, out_ids):
-        c = int(c)
-        res.append((q[:c, 0], p[:c], q[:c, 1]))
+        r, t = unpack_rows(p[:c], like.dtype, width)
+        res.append((q[:c], r, t))
     return res

@@ -39,6 +39,20 @@ memory rows are what crosses the network.
   excluded), the per-owner row counts the id lists imply (the prediction,
   :meth:`predicted`), the occurrences and distinct vertices of every list
   (Sven's redundancy rates :math:`\eta_1, \eta_2`, Eq. 1).
+* **Host and device** (:mod:`~pyg_dynscale.ctdg.host`): the owner map, the
+  id lists, the counts and the table's position map are host tensors; only
+  the rows (``memory``, ``last_update``, the fetched table) are on the
+  device. Under a process group a :class:`Channel` carries each exchange:
+  the ``[M]`` counts and the ids (requests; the aggregation's ids) as host
+  tensors over a group that moves them (gloo: the default group itself, or
+  a gloo twin of an NCCL one), the rows over the default group's backend
+  (:mod:`~pyg_dynscale.distributed.transport`: directly over NCCL / gloo on
+  the CPU, staged through the host for several ranks sharing a GPU over
+  gloo). The split sizes of every ``all_to_all_single`` are host lists, so
+  an exchange reads nothing back from the device. The aggregation's bytes
+  per row are the same as one packed row (id ``8`` on the host group,
+  memory and ``last_update`` ``d s + 8`` on the device), counted as
+  ``aggregation``.
 """
 from __future__ import annotations
 
@@ -51,9 +65,12 @@ import torch
 from torch import Tensor
 
 from ..errors import ModelInputError
+from .host import host_copy, to_device
 from .owner_map import OwnerMap
+from .store import write_rows
 
-__all__ = ["PLACEMENTS", "AggregatePlan", "DispatchPlan", "PartitionedMemory", "check_owner", "resolve_partition"]
+__all__ = ["PLACEMENTS", "AggregatePlan", "Channel", "DispatchPlan", "PartitionedMemory", "check_owner",
+           "pack_rows", "resolve_partition", "unpack_rows"]
 
 #: the ``memory_placement`` values of :class:`~pyg_dynscale.ctdg.MemoryTrainer`
 PLACEMENTS = ("replicated", "partitioned", "sven")
@@ -109,6 +126,33 @@ def _unpack(buf: Tensor, like: list) -> list:
     return out
 
 
+def pack_rows(rows: Tensor, last: Tensor) -> Tensor:
+    """Memory rows ``[n, d]`` and their ``last_update [n]`` as one ``[n, d s + 8]`` ``uint8``
+    tensor: one collective moves both (integers kept exact)."""
+    return _pack(rows, last)
+
+
+def unpack_rows(buf: Tensor, dtype: torch.dtype, width: int) -> tuple[Tensor, Tensor]:
+    """The inverse of :func:`pack_rows`: ``(rows [n, width] of dtype, last_update [n] int64)``."""
+    rows, last = _unpack(buf, [(dtype, width), (torch.long, None)])
+    return rows, last
+
+
+@dataclass(frozen=True)
+class Channel:
+    """Where the values of one rank's exchanges travel under a process group.
+
+    Attributes:
+        host: the group the ``[M]`` counts and the ids go over, as host tensors
+            (``None``: the default group, when it moves host tensors).
+        rows: a :class:`~pyg_dynscale.distributed.transport.Transport` for the device
+            rows (``None``: ``all_to_all_single`` over the default group).
+    """
+
+    host: object = None
+    rows: object = None
+
+
 @dataclass(frozen=True)
 class DispatchPlan:
     """The id lists of one dispatch (:meth:`PartitionedMemory.organise_fetch`): what depends on
@@ -116,11 +160,11 @@ class DispatchPlan:
 
     occurrences: int  #: :math:`|V_o|`
     distinct: int  #: :math:`|V_u|`
-    owners: Tensor  #: ``[L]`` owner of each listed id (grouped)
-    local_ids: Tensor  #: ``[l]`` listed ids this rank owns
-    local_rows: Tensor  #: ``[l]`` their rows in this rank's store
-    remote_ids: Tensor  #: ``[L - l]`` the ids asked of the other owners, grouped by owner
-    send_counts: Tensor  #: ``[M]`` ids asked of each owner (0 for this rank)
+    owners: Tensor  #: ``[L]`` owner of each listed id (grouped; host)
+    local_ids: Tensor  #: ``[l]`` listed ids this rank owns (host)
+    local_rows: Tensor  #: ``[l]`` their rows in this rank's store (host)
+    remote_ids: Tensor  #: ``[L - l]`` the ids asked of the other owners, grouped by owner (host)
+    send_counts: Tensor  #: ``[M]`` ids asked of each owner (0 for this rank; host)
 
 
 @dataclass(frozen=True)
@@ -129,10 +173,10 @@ class AggregatePlan:
 
     occurrences: int  #: event endpoints of the local batch
     distinct: int  #: distinct vertices among them
-    ids: Tensor  #: ``[L]`` ids to write, grouped by owner
-    rows: Tensor  #: ``[L]`` row of each in the writer's root rows
-    owners: Tensor  #: ``[L]`` owner of each
-    per_rank: Tensor  #: ``[M]`` rows per owner
+    ids: Tensor  #: ``[L]`` ids to write, grouped by owner (host)
+    rows: Tensor  #: ``[L]`` row of each in the writer's root rows (host)
+    owners: Tensor  #: ``[L]`` owner of each (host)
+    per_rank: Tensor  #: ``[M]`` rows per owner (host)
 
 
 class PartitionedMemory:
@@ -143,13 +187,20 @@ class PartitionedMemory:
         rank, world_size (int): this process and the number of owners.
         dim (int): memory width :math:`d`; dtype, device: of the memory.
         dedup (bool): Sven's redundancy-free lists (``True``) or one row per occurrence (DepComm).
+
+    Attributes:
+        owner, pos: ``[N]`` host tensors: the owner of every vertex, the fetched table's row of
+            every vertex (``-1``: not fetched).
+        memory, last_update: ``[n_r, d]``, ``[n_r]`` this rank's rows, on ``device``.
+        channel (Channel): set by :meth:`connect` under a process group.
     """
 
     def __init__(self, owner: Tensor, rank: int, world_size: int, dim: int, dtype: torch.dtype,
                  device: torch.device, dedup: bool) -> None:
-        self.map = OwnerMap(owner.to(device), world_size)  # lambda_1, lambda_2 (dense)
+        self.map = OwnerMap(host_copy(owner), world_size)  # lambda_1, lambda_2 (dense), on the host
         self.owner = self.map.owner
         self.rank, self.world_size, self.dim, self.dedup = rank, world_size, dim, dedup
+        self.device = torch.device(device)
         self.owned = self.map.owned(rank)  # sorted global ids: row r holds owned[r]
         n = self.owned.numel()
         self.memory = torch.zeros(n, dim, dtype=dtype, device=device)
@@ -158,15 +209,20 @@ class PartitionedMemory:
         #: bytes of one dispatched row (memory + last_update) and of one aggregated row (id + row)
         self.row_bytes = dim * elt + 8
         self.agg_bytes = self.row_bytes + 8
-        self.pos = torch.full((owner.numel(),), -1, dtype=torch.long, device=device)  # table row of a vertex
+        self.pos = torch.full((owner.numel(),), -1, dtype=torch.long)  # table row of a vertex (host)
         self._table: tuple = (self.memory.new_full((1, dim), float("nan")),
                               torch.full((1,), torch.iinfo(torch.long).min, dtype=torch.long, device=device))
         self._held = self.owned[:0]
+        self.channel = Channel()
         self.phase = "train"
         self.totals: dict = {}
         #: guards the counters (shared with :func:`~pyg_dynscale.ctdg.microbatch.table_view` views)
         self.lock = threading.Lock()
         self.begin_epoch()
+
+    def connect(self, channel: Channel) -> None:
+        """The groups / transport of this rank's exchanges under a process group."""
+        self.channel = channel
 
     # ------------------------------------------------------------------ counters
     def begin_epoch(self) -> None:
@@ -189,7 +245,7 @@ class PartitionedMemory:
         """The id lists' prediction (rows per owner) and Eq. 1's counts, kept apart from the transport."""
         if self.phase != "train":
             return
-        per_owner = torch.bincount(owners, minlength=self.world_size).cpu()
+        per_owner = torch.bincount(owners, minlength=self.world_size)
         with self.lock:
             e = self.epoch
             e["plan"][kind] += per_owner
@@ -215,15 +271,36 @@ class PartitionedMemory:
         self.last_update.copy_(state["last_update"])
 
     def write_owned(self, ids: Tensor, rows: Tensor, last: Tensor) -> None:
-        """Write the rows of the ids this rank owns (the others are their owners' business)."""
-        mine = self.owner[ids] == self.rank
-        loc = self.map.local_of(ids[mine])
-        self.memory[loc] = rows[mine].to(self.memory.dtype)
-        self.last_update[loc] = last[mine].to(torch.long)
+        """Write the rows of the host ids ``ids`` this rank owns (the others are their owners'
+        business); a later occurrence of an id wins."""
+        self.write_parts([(ids, rows, last)])
+
+    def write_parts(self, parts: list) -> None:
+        """:meth:`write_owned` of several ``(ids, rows, last)`` in order (a later part wins), as
+        one scatter (:func:`~pyg_dynscale.ctdg.store.write_rows`)."""
+        local = []
+        for ids, rows, last in parts:
+            sel = torch.nonzero(self.owner[ids] == self.rank).view(-1)  # host
+            if sel.numel() == ids.numel():
+                local.append((self.map.local_of(ids), rows, last))
+            elif sel.numel():
+                at = to_device(sel, self.device)
+                local.append((self.map.local_of(ids[sel]), rows[at], last[at]))
+        write_rows(self.memory, self.last_update, local)
+
+    def table(self) -> tuple[Tensor, Tensor]:
+        """The fetched table ``(memory [R, d], last_update [R])`` (device); its last row is the
+        NaN / ``int64`` minimum sentinel that a vertex missing from the last fetch reads."""
+        return self._table
+
+    def rows_of(self, ids: Tensor) -> Tensor:
+        """The host row of each of the host ids ``ids`` in :meth:`table` (a vertex not fetched
+        reads the sentinel row)."""
+        return self.pos[ids]
 
     def read(self, ids: Tensor) -> tuple[Tensor, Tensor]:
-        """``(memory [n, d], last_update [n])`` of ``ids`` from the last fetched table."""
-        p = self.pos[ids]
+        """``(memory [n, d], last_update [n])`` of the host ids ``ids`` from the last fetched table."""
+        p = to_device(self.rows_of(ids), self.device)
         return self._table[0][p], self._table[1][p]
 
     def gather_full(self) -> tuple[Tensor, Tensor]:
@@ -232,7 +309,8 @@ class PartitionedMemory:
         full = self.memory.new_zeros(n, self.dim)
         last = self.last_update.new_zeros(n)
         if self.world_size == 1:
-            full[self.owned], last[self.owned] = self.memory, self.last_update
+            at = to_device(self.owned, self.device)
+            full[at], last[at] = self.memory, self.last_update
             return full, last
         import torch.distributed as dist
 
@@ -243,28 +321,46 @@ class PartitionedMemory:
         out = [torch.empty_like(padded) for _ in range(self.world_size)]
         dist.all_gather(out, padded)
         for q in range(self.world_size):
-            ids = self.map.owned(q)
-            full[ids], last[ids] = _unpack(out[q][:sizes[q]], [(full.dtype, self.dim), (torch.long, None)])
+            at = to_device(self.map.owned(q), self.device)
+            full[at], last[at] = _unpack(out[q][:sizes[q]], [(full.dtype, self.dim), (torch.long, None)])
         return full, last
 
     # ------------------------------------------------------------------ transport
-    def _all_to_all(self, send: Tensor, send_counts: list, recv_counts: list, kind: str, group=None) -> Tensor:
-        """``all_to_all_single`` of ``send`` (rows grouped by destination rank) over ``group``
-        (``None``: the default group); counts the bytes handed to the collective outside the self
-        block (which is always empty here)."""
+    def _rows_all_to_all(self, send: Tensor, send_counts: list, recv_counts: list, kind: str,
+                         channel: Channel) -> Tensor:
+        """The device rows ``send`` (grouped by destination rank) through ``channel``'s transport,
+        split sizes given as host lists; counts the bytes handed over outside the self block
+        (which is always empty here)."""
+        width = math.prod(send.shape[1:])
+        if channel.rows is not None:
+            out = channel.rows.all_to_all(send.contiguous(), send_counts, recv_counts)
+        else:
+            import torch.distributed as dist
+
+            out = send.new_empty((sum(recv_counts),) + tuple(send.shape[1:]))
+            dist.all_to_all_single(out, send.contiguous(), recv_counts, send_counts)
+        self._count(kind, (sum(send_counts) - send_counts[self.rank]) * width * send.element_size())
+        return out
+
+    def _host_all_to_all(self, send: Tensor, send_counts: list, recv_counts: list, kind: Optional[str],
+                         channel: Channel) -> Tensor:
+        """``all_to_all_single`` of the host tensor ``send`` over ``channel``'s host group; counts its
+        bytes as ``kind`` (``None``: not counted here)."""
         import torch.distributed as dist
 
         width = math.prod(send.shape[1:])
         out = send.new_empty((sum(recv_counts),) + tuple(send.shape[1:]))
-        dist.all_to_all_single(out, send.contiguous(), recv_counts, send_counts, group=group)
-        self._count(kind, (sum(send_counts) - send_counts[self.rank]) * width * send.element_size())
+        dist.all_to_all_single(out, send.contiguous(), recv_counts, send_counts, group=channel.host)
+        if kind is not None:
+            self._count(kind, (sum(send_counts) - send_counts[self.rank]) * width * send.element_size())
         return out
 
-    def _exchange_counts(self, send_counts: Tensor, group=None) -> list:
+    def _exchange_counts(self, send_counts: Tensor, channel: Channel) -> list:
+        """The ``[M]`` host counts over the host group: what every rank sends this one."""
         import torch.distributed as dist
 
         recv = torch.empty_like(send_counts)
-        dist.all_to_all_single(recv, send_counts, group=group)
+        dist.all_to_all_single(recv, send_counts, group=channel.host)
         self._count("counts", (self.world_size - 1) * send_counts.element_size())
         return recv.tolist()
 
@@ -278,12 +374,12 @@ class PartitionedMemory:
     def organise_fetch(self, occurrences: Tensor) -> "DispatchPlan":
         r"""The id side of a dispatch (no collective, no counter, no row read: it may run on the
         prefetch thread): :math:`V_u` (``"sven"``) or :math:`V_o` grouped by owner, the owned ids'
-        local rows and the ``[M]`` request counts.
+        local rows and the ``[M]`` request counts, all on the host.
 
         Args:
-            occurrences: ``[n]`` global ids, one per reference of the computation (:math:`V_o`).
+            occurrences: ``[n]`` global ids (host), one per reference of the computation (:math:`V_o`).
         """
-        occ = occurrences.to(self.owner.device)
+        occ = occurrences
         uniq = torch.unique(occ)
         ids = uniq if self.dedup else occ  # Sven's V_u (inverse Psi = pos) or DepComm's V_o
         perm, own, per_rank = self._by_owner(ids)
@@ -301,26 +397,28 @@ class PartitionedMemory:
         then :meth:`send_fetch`.
 
         Args:
-            occurrences: ``[n]`` global ids, one per reference of the computation (:math:`V_o`).
+            occurrences: ``[n]`` global ids (host), one per reference of the computation (:math:`V_o`).
         """
         self.send_fetch(self.organise_fetch(occurrences))
 
     def send_fetch(self, plan: "DispatchPlan") -> None:
-        """The row side of a dispatch: the prepared lists to the owners, their rows back (as they
-        are now), the table :meth:`read` serves."""
-        dev = self.owner.device
+        """The row side of a dispatch: the prepared lists to the owners (host group), their rows
+        back (as they are now; the device group), the table :meth:`read` serves."""
+        dev = self.device
         self._call()
         self._plan("dispatch", plan.owners, plan.occurrences, plan.distinct)
         local_ids, remote_ids = plan.local_ids, plan.remote_ids
-        local_rows = (self.memory[plan.local_rows], self.last_update[plan.local_rows])
+        at = to_device(plan.local_rows, dev)
+        local_rows = (self.memory[at], self.last_update[at])
         self._count_local("dispatch", local_ids.numel() * self.row_bytes)
         if self.world_size > 1:
-            recv_counts = self._exchange_counts(plan.send_counts)
+            ch = self.channel
+            recv_counts = self._exchange_counts(plan.send_counts, ch)
             sc = plan.send_counts.tolist()
-            asked = self._all_to_all(remote_ids, sc, recv_counts, "requests")  # ids others want from me
-            loc = self.map.local_of(asked)
+            asked = self._host_all_to_all(remote_ids, sc, recv_counts, "requests", ch)  # ids others want from me
+            loc = to_device(self.map.local_of(asked), dev)
             reply = _pack(self.memory[loc], self.last_update[loc])
-            got = self._all_to_all(reply, recv_counts, sc, "dispatch")
+            got = self._rows_all_to_all(reply, recv_counts, sc, "dispatch", ch)
             remote_mem, remote_last = _unpack(got, [(self.memory.dtype, self.dim), (torch.long, None)])
         else:
             remote_mem, remote_last = self.memory[:0], self.last_update[:0]
@@ -329,7 +427,7 @@ class PartitionedMemory:
         self._table = (torch.cat([local_rows[0], remote_mem, nan]), torch.cat([local_rows[1], remote_last, sentinel]))
         self.pos[self._held] = -1  # the previous batch's rows are gone (read: the NaN sentinel)
         held = torch.cat([local_ids, remote_ids])
-        self.pos[held] = torch.arange(held.numel(), device=dev)  # duplicates (DepComm) carry equal rows
+        self.pos[held] = torch.arange(held.numel())  # duplicates (DepComm) carry equal rows
         self._held = held
 
     def _count_local(self, kind: str, nbytes: int) -> None:
@@ -342,83 +440,90 @@ class PartitionedMemory:
         r"""The id side of one writer's aggregation (no collective, no counter: it may run on the
         prefetch thread): the ids to send grouped by owner (``"sven"``: each distinct vertex once,
         at its latest interaction :math:`\Phi`), the row of each in the writer's root rows
-        (``n_id`` sorted unique), the ``[M]`` counts.
+        (``n_id`` sorted unique), the ``[M]`` counts; all on the host.
 
         Args:
-            src, dst: ``[B]`` the local batch's events; n_id: ``[m]`` its root nodes, sorted unique.
+            src, dst: ``[B]`` the local batch's events; n_id: ``[m]`` its root nodes, sorted unique (host).
         """
-        dev = self.owner.device
-        occ = torch.cat([src, dst]).to(dev)  # interaction level: one occurrence per event endpoint
+        occ = torch.cat([src, dst])  # interaction level: one occurrence per event endpoint
         b = src.numel()
         uniq, inv = torch.unique(occ, return_inverse=True)
         if self.dedup:
             # Phi: each distinct vertex's latest interaction (key 2 * event + side breaks the self-loop tie)
-            key = torch.cat([2 * torch.arange(b, device=dev), 2 * torch.arange(b, device=dev) + 1])
-            latest = torch.full((uniq.numel(),), -1, dtype=torch.long, device=dev)
+            key = torch.cat([2 * torch.arange(b), 2 * torch.arange(b) + 1])
+            latest = torch.full((uniq.numel(),), -1, dtype=torch.long)
             latest.scatter_reduce_(0, inv, key, reduce="amax")
             kept = (latest % 2) * b + latest // 2  # the occurrence index of that interaction
             ids = occ[kept]
         else:
             ids = occ
-        at = torch.searchsorted(n_id.to(dev), ids)  # the vertex's updated row (every occurrence's row is the same)
+        at = torch.searchsorted(n_id, ids)  # the vertex's updated row (every occurrence's row is the same)
         perm, own, per_rank = self._by_owner(ids)
         return AggregatePlan(occ.numel(), uniq.numel(), ids[perm], at[perm], own, per_rank)
 
-    def aggregate(self, batches: list, plans: Optional[list] = None, group=None) -> None:
+    def aggregate(self, batches: list, plans: Optional[list] = None, channel: Optional[Channel] = None) -> None:
         r"""Aggregation: every written root row to its owner, applied in trainer order (a
         collective under a process group).
 
         Args:
             batches: this process's writers in trainer order, each ``(src [B], dst [B], n_id [m],
-                rows [m, d], last [m])`` -- the local batch's events and its root nodes' updated
-                memory (``n_id`` sorted unique).
+                rows [m, d], last [m])`` -- the local batch's events and root nodes (host) and its
+                root nodes' updated memory (device; ``n_id`` sorted unique).
             plans: the writers' :meth:`organise_aggregate` results, prepared ahead (``None``:
                 organised here).
-            group: the process group of the exchange (``None``: the default group;
-                ``MemoryTrainer(overlap_aggregation=True)`` runs it on a thread over a group of its own).
+            channel: the groups of the exchange (``None``: :attr:`channel`;
+                ``MemoryTrainer(overlap_aggregation=True)`` runs it on a thread over groups of its own).
         """
-        dev = self.owner.device
+        dev = self.device
+        ch = self.channel if channel is None else channel
         self._call()
         blocks = []  # per writer: (ids, rows, last) to send, grouped by owner
         for w, (src, dst, n_id, rows, last) in enumerate(batches):
             plan = self.organise_aggregate(src, dst, n_id) if plans is None else plans[w]
             self._plan("aggregation", plan.owners, plan.occurrences, plan.distinct)
-            blocks.append((plan.ids, rows[plan.rows], last[plan.rows], plan.owners, plan.per_rank))
+            at = to_device(plan.rows, dev)
+            blocks.append((plan.ids, rows[at], last[at], plan.owners, plan.per_rank))
         if self.world_size == 1:
-            for ids, rows, last, _, _ in blocks:  # one writer after the other: the later one wins
+            for ids, _, _, _, _ in blocks:
                 self._count_local("aggregation", ids.numel() * self.agg_bytes)
-                self.write_owned(ids, rows, last)
+            self.write_parts([(ids, rows, last) for ids, rows, last, _, _ in blocks])  # the later writer wins
             return
         if len(blocks) > 1:
             raise NotImplementedError("a partitioned memory under a process group takes one trainer per rank.")
         if blocks:
             ids, rows, last, own, per_rank = blocks[0]
         else:
-            ids = torch.zeros(0, dtype=torch.long, device=dev)
-            rows, last = self.memory.new_zeros(0, self.dim), ids
-            own, per_rank = ids, torch.zeros(self.world_size, dtype=torch.long, device=dev)
-        mine = own == self.rank
+            ids = torch.zeros(0, dtype=torch.long)
+            rows, last = self.memory.new_zeros(0, self.dim), self.last_update.new_zeros(0)
+            own, per_rank = ids, torch.zeros(self.world_size, dtype=torch.long)
+        mine = own == self.rank  # host
         self._count_local("aggregation", int(mine.sum()) * self.agg_bytes)
         send_counts = per_rank.clone()
         send_counts[self.rank] = 0
-        recv_counts = self._exchange_counts(send_counts, group)
-        send = _pack(ids[~mine], rows[~mine], last[~mine])
-        got = self._all_to_all(send, send_counts.tolist(), recv_counts, "aggregation", group)
-        r_ids, r_rows, r_last = _unpack(got, [(torch.long, None), (self.memory.dtype, self.dim), (torch.long, None)])
-        start = 0
+        recv_counts = self._exchange_counts(send_counts, ch)
+        sc = send_counts.tolist()
+        keep, away = torch.nonzero(mine).view(-1), torch.nonzero(~mine).view(-1)
+        r_ids = self._host_all_to_all(ids[away], sc, recv_counts, "aggregation", ch)  # 8 bytes per row
+        away_d = to_device(away, dev)
+        got = self._rows_all_to_all(_pack(rows[away_d], last[away_d]), sc, recv_counts, "aggregation", ch)
+        r_rows, r_last = _unpack(got, [(self.memory.dtype, self.dim), (torch.long, None)])
+        parts, start = [], 0
         for q in range(self.world_size):  # source rank = trainer = chronological order
             if q == self.rank:
-                self.write_owned(ids[mine], rows[mine], last[mine])
+                keep_d = to_device(keep, dev)
+                parts.append((ids[keep], rows[keep_d], last[keep_d]))
                 continue
             end = start + recv_counts[q]
-            self.write_owned(r_ids[start:end], r_rows[start:end], r_last[start:end])
+            parts.append((r_ids[start:end], r_rows[start:end], r_last[start:end]))
             start = end
+        self.write_parts(parts)
 
     # ------------------------------------------------------------------ reporting
     def predicted(self, plans: dict) -> dict:
         r"""Bytes this rank hands to ``all_to_all_single`` in an epoch, from the id lists alone:
         ``plans[kind]`` is the ``[M, M]`` matrix of rows trainer :math:`q` asks of (sends to) owner
-        :math:`o` (every rank's ``epoch["plan"]``, gathered)."""
+        :math:`o` (every rank's ``epoch["plan"]``, gathered). An aggregated row's id (on the host
+        group) and its memory row (on the device group) count together, as one packed row."""
         r, m = self.rank, self.world_size
         off = 1 - torch.eye(m, dtype=torch.long)
         disp, agg = plans["dispatch"] * off, plans["aggregation"] * off

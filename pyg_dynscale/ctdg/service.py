@@ -35,6 +35,8 @@ import torch
 from torch import Tensor
 
 from ..errors import ModelInputError
+from .host import to_device
+from .store import write_rows
 
 __all__ = ["MemoryService"]
 
@@ -186,11 +188,11 @@ class MemoryService:
     def _apply(self, kind: str, n_id: Tensor, rows: Optional[Tensor], last: Optional[Tensor]):
         if kind == "R":
             self.read_bytes += n_id.numel() * self._row
-            return self.memory[n_id].clone(), self.last_update[n_id].clone()
+            at = to_device(n_id, self.memory.device)
+            return self.memory[at].clone(), self.last_update[at].clone()
         parts = n_id if isinstance(n_id, (list, tuple)) else [(n_id, rows, last)]
-        with torch.no_grad():
-            for ids, r, t in parts:
-                self.memory[ids] = r
-                self.last_update[ids] = t
-                self.write_bytes += ids.numel() * self._row
+        with torch.no_grad():  # in order, a later part wins: one scatter per buffer
+            write_rows(self.memory, self.last_update, [(ids, r.to(self.memory.device), t.to(self.memory.device))
+                                                       for ids, r, t in parts])
+        self.write_bytes += sum(ids.numel() for ids, _, _ in parts) * self._row
         return None

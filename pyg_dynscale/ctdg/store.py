@@ -25,6 +25,14 @@ PyG's ``LastAggregator`` runs as :func:`last_message`: the same rule with
 torch-scatter's arg-max (what PyG computes when torch-scatter is installed),
 on every device and without it (PyG's fallback is wrong for nodes with no
 message and device-dependent on CUDA).
+
+**Host and device** (:mod:`~pyg_dynscale.ctdg.host`): the stores, the
+node-to-row map and every index list live on the host -- which messages a
+node has, which rows they read, which message is a node's last (it depends
+on event times only), the new ``last_update`` (a maximum of event times) --
+and reach the device in one host-to-device copy per call of
+:meth:`MemoryState.updated`; the device runs the message, aggregation and
+GRU modules on gathers of host-known shapes, with no read-back.
 """
 from __future__ import annotations
 
@@ -35,7 +43,34 @@ from torch import Tensor
 from torch_geometric.nn.models.tgn import LastAggregator
 from torch_geometric.utils import scatter
 
-__all__ = ["MemoryState", "MessageStore", "last_message"]
+from .host import to_device
+
+__all__ = ["MemoryState", "MessageStore", "last_message", "last_message_rows", "write_rows"]
+
+
+def last_message_rows(index: Tensor, t: Tensor, dim_size: int) -> Tensor:
+    r"""Which message :func:`last_message` takes for each output row: ``[dim_size]``, the
+    position of the row's message with the largest ``t`` (the first on ties), or ``M`` (the
+    number of messages) where the row has none. No boolean mask, no value-dependent shape:
+    on the host it is free, on a device it reads nothing back.
+
+    Args:
+        index: ``[M]`` output row of each message; t: ``[M]`` their times.
+    """
+    m = index.numel()
+    first = torch.full((dim_size,), m, dtype=torch.long, device=index.device)
+    if m == 0:
+        return first
+    newest = t.new_empty(dim_size).scatter_reduce_(0, index, t, reduce="amax", include_self=False)
+    rows = torch.arange(m, device=index.device)
+    # messages that are not their row's newest take the sentinel m, which the minimum then ignores
+    cand = torch.where(t == newest[index], rows, torch.full_like(rows, m))
+    return first.scatter_reduce_(0, index, cand, reduce="amin", include_self=True)
+
+
+def _take_rows(msg: Tensor, rows: Tensor) -> Tensor:
+    """``msg[rows]`` where row ``M`` (``msg.size(0)``) reads zeros: one gather, no mask."""
+    return torch.cat([msg, msg.new_zeros((1,) + tuple(msg.shape[1:]))])[rows]
 
 
 def last_message(msg: Tensor, index: Tensor, t: Tensor, dim_size: int) -> Tensor:
@@ -52,17 +87,32 @@ def last_message(msg: Tensor, index: Tensor, t: Tensor, dim_size: int) -> Tensor
     Returns:
         ``[dim_size, F]``.
     """
-    out = msg.new_zeros((dim_size, msg.size(-1)))
-    if index.numel() == 0:
-        return out
-    newest = t.new_empty(dim_size).scatter_reduce_(0, index, t, reduce="amax", include_self=False)
-    rows = torch.arange(index.numel(), device=index.device)
-    cand = t == newest[index]
-    first = torch.full((dim_size,), index.numel(), dtype=torch.long, device=index.device)
-    first.scatter_reduce_(0, index[cand], rows[cand], reduce="amin", include_self=True)
-    has = first < index.numel()
-    out[has] = msg[first[has]]
-    return out
+    return _take_rows(msg, last_message_rows(index, t, dim_size).to(msg.device))
+
+
+def write_rows(memory: Tensor, last_update: Tensor, parts: list) -> None:
+    r"""Write ``parts`` -- ``(ids [m] on the host, rows [m, d], last [m])`` on the device, in
+    order -- into ``memory [N, d]`` / ``last_update [N]`` as consecutive ``memory[ids] = rows``
+    would (a later part wins), in one scatter per buffer: the host keeps the last occurrence
+    of each id (a scatter with repeated indices picks an arbitrary one on CUDA). Values are
+    copied, so the result is bitwise the one of the writes in order."""
+    parts = [p for p in parts if p[0].numel()]
+    if not parts:
+        return
+    ids = torch.cat([p[0] for p in parts])
+    rows = torch.cat([p[1] for p in parts]) if len(parts) > 1 else parts[0][1]
+    last = torch.cat([p[2] for p in parts]) if len(parts) > 1 else parts[0][2]
+    uniq, inv = torch.unique(ids, return_inverse=True)
+    if uniq.numel() == ids.numel():
+        keep = torch.arange(ids.numel())
+    else:
+        keep = torch.full((uniq.numel(),), -1, dtype=torch.long)
+        keep.scatter_reduce_(0, inv, torch.arange(ids.numel()), reduce="amax", include_self=True)
+    at = to_device(torch.cat([ids[keep], keep]), memory.device)
+    n = keep.numel()
+    where, keep_d = at[:n], at[n:]
+    memory[where] = rows[keep_d].to(memory.dtype)
+    last_update[where] = last[keep_d].to(last_update.dtype)
 
 
 def _aggregate(module: torch.nn.Module, msg: Tensor, index: Tensor, t: Tensor, dim_size: int) -> Tensor:
@@ -73,7 +123,8 @@ def _aggregate(module: torch.nn.Module, msg: Tensor, index: Tensor, t: Tensor, d
 
 
 class MessageStore:
-    r"""The messages of one direction (``key`` = event sources or destinations)."""
+    r"""The messages of one direction (``key`` = event sources or destinations), on the
+    device of ``key`` (the trainer keeps it on the host)."""
 
     def __init__(self, key: Tensor, num_nodes: int) -> None:
         self.key = key
@@ -119,7 +170,10 @@ class MemoryState:
     Args:
         memory: the user's :class:`~torch_geometric.nn.TGNMemory` (its
             parameters and ``memory`` / ``last_update`` buffers are used).
-        src, dst, t, msg: the whole stream (``[E]``, ``[E]``, ``[E]``, ``[E, F]``).
+        src, dst, t: the stream's index columns **on the host** (``[E]`` each;
+            :class:`~pyg_dynscale.ctdg.host.HostStream`): the stores and every
+            index list are computed from them.
+        msg: ``[E, F]`` the raw messages, on the memory's device.
     """
 
     def __init__(self, memory: torch.nn.Module, src: Tensor, dst: Tensor, t: Tensor, msg: Tensor) -> None:
@@ -133,11 +187,21 @@ class MemoryState:
         #: in place of the module's ``memory`` / ``last_update`` buffers; ``None``: the buffers
         self.placement = None
 
-    def _mem(self, ids: Tensor) -> Tensor:
-        return self.module.memory[ids] if self.placement is None else self.placement.read(ids)[0]
+    @property
+    def device(self) -> torch.device:
+        return self.msg.device
 
-    def _last(self, ids: Tensor) -> Tensor:
-        return self.module.last_update[ids] if self.placement is None else self.placement.read(ids)[1]
+    def _tables(self) -> tuple[Tensor, Tensor]:
+        """The device ``(memory [R, d], last_update [R])`` the rows are read from: the module's
+        buffers, or a partitioned placement's fetched table."""
+        if self.placement is None:
+            return self.module.memory, self.module.last_update
+        return self.placement.table()
+
+    def _rows(self, ids: Tensor) -> Tensor:
+        """The host row index of ``ids`` in :meth:`_tables` (the ids themselves, or the
+        placement's table positions)."""
+        return ids if self.placement is None else self.placement.rows_of(ids)
 
     def others(self, n_id: Tensor) -> Tensor:
         """The other endpoint of every stored message of ``n_id`` (whose memory the messages read)."""
@@ -154,27 +218,47 @@ class MemoryState:
         self.store_s.reset()
         self.store_d.reset()
 
-    def _messages(self, n_id: Tensor, store: MessageStore, other: Tensor, msg_module: torch.nn.Module):
-        m = self.module
-        node, ev = store.get(n_id)
-        t = self.t[ev]
-        raw = self.msg[ev]
-        t_enc = m.time_enc((t - self._last(node)).to(raw.dtype))
-        return msg_module(self._mem(node), self._mem(other[ev]), raw, t_enc), t, node
-
     def updated(self, n_id: Tensor) -> tuple[Tensor, Tensor]:
-        """``TGNMemory._get_updated_memory(n_id)``: ``([len, memory_dim], [len])``."""
+        """``TGNMemory._get_updated_memory(n_id)`` for the host ids ``n_id``:
+        ``([len, memory_dim], [len])`` on the device.
+
+        The host lists every stored message of ``n_id`` (node, other endpoint, event, time),
+        the output row of each, the message :func:`last_message` keeps per row and the new
+        ``last_update`` (the newest message time, 0 without one, as PyG's ``scatter(...,
+        "max")``); one copy takes them to the device, which computes the messages with the
+        module's ``msg_s_module`` / ``msg_d_module`` / ``time_enc`` in PyG's order, the
+        aggregation and the GRU."""
         m = self.module
-        self.assoc[n_id] = torch.arange(n_id.size(0), device=n_id.device)
-        msg_s, t_s, src_s = self._messages(n_id, self.store_s, self.dst, m.msg_s_module)
-        msg_d, t_d, src_d = self._messages(n_id, self.store_d, self.src, m.msg_d_module)
-        idx = torch.cat([src_s, src_d], dim=0)
-        msg = torch.cat([msg_s, msg_d], dim=0)
-        t = torch.cat([t_s, t_d], dim=0)
-        aggr = _aggregate(m.aggr_module, msg, self.assoc[idx], t, n_id.size(0))
-        memory = m.gru(aggr, self._mem(n_id))
-        last_update = scatter(t, idx, 0, m.num_nodes, reduce="max")[n_id]
-        return memory, last_update
+        n = n_id.numel()
+        self.assoc[n_id] = torch.arange(n, device=n_id.device)
+        node_s, ev_s = self.store_s.get(n_id)
+        node_d, ev_d = self.store_d.get(n_id)
+        t_s, t_d = self.t[ev_s], self.t[ev_d]
+        t = torch.cat([t_s, t_d])
+        index = self.assoc[torch.cat([node_s, node_d])]
+        last_update = scatter(t, index, 0, n, reduce="max")  # == scatter(t, node, 0, N, "max")[n_id]
+        last_aggr = type(m.aggr_module) is LastAggregator
+        parts = [self._rows(n_id), self._rows(node_s), self._rows(self.dst[ev_s]), ev_s, t_s,
+                 self._rows(node_d), self._rows(self.src[ev_d]), ev_d, t_d, last_update,
+                 last_message_rows(index, t, n) if last_aggr else index]
+        sizes = [p.numel() for p in parts]
+        at = torch.split(to_device(torch.cat(parts), self.device), sizes)
+        rows, (node_s, other_s, ev_s, t_s), (node_d, other_d, ev_d, t_d), last_update, aggr_at = (
+            at[0], at[1:5], at[5:9], at[9], at[10])
+        mem, last = self._tables()
+
+        def messages(module, node, other, ev, t_ev):
+            raw = self.msg[ev]
+            t_enc = m.time_enc((t_ev - last[node]).to(raw.dtype))
+            return module(mem[node], mem[other], raw, t_enc)
+
+        msg = torch.cat([messages(m.msg_s_module, node_s, other_s, ev_s, t_s),
+                         messages(m.msg_d_module, node_d, other_d, ev_d, t_d)], dim=0)
+        if last_aggr:
+            aggr = _take_rows(msg, aggr_at)
+        else:
+            aggr = m.aggr_module(msg, aggr_at, torch.cat([t_s, t_d]), n)
+        return m.gru(aggr, mem[rows]), last_update
 
     def write(self, n_id: Tensor) -> None:
         """``TGNMemory._update_memory(n_id)`` (values only: no autograd history). Partitioned: a
@@ -188,14 +272,16 @@ class MemoryState:
                 p.write_owned(n_id, memory, last_update)
                 return
             memory, last_update = self.updated(n_id)
-            self.module.memory[n_id] = memory
-            self.module.last_update[n_id] = last_update
+            write_rows(self.module.memory, self.module.last_update, [(n_id, memory, last_update)])
 
     def read(self, n_id: Tensor, training: bool) -> tuple[Tensor, Tensor]:
-        """``TGNMemory.forward(n_id)``: updated memory in training, stored memory in evaluation."""
+        """``TGNMemory.forward(n_id)`` (host ids): updated memory in training, stored memory in
+        evaluation (device tensors)."""
         if training:
             return self.updated(n_id)
-        return self._mem(n_id), self._last(n_id)
+        rows = to_device(self._rows(n_id), self.device)
+        mem, last = self._tables()
+        return mem[rows], last[rows]
 
     def update(self, a: int, b: int, training: bool, n_id: Optional[Tensor] = None) -> None:
         """``TGNMemory.update_state`` with the events ``[a, b)``."""

@@ -17,8 +17,12 @@ the same epoch loss :math:`\sum_b \ell_b |b| / E_{train}`.
 What is faster than the example, without changing a number: the per-node
 message store of ``TGNMemory`` is replaced by index ranges
 (:mod:`~pyg_dynscale.ctdg.store`), batches are index ranges instead of
-``TemporalData`` slices, and the epoch loss is summed on the device (no host
-sync per batch).
+``TemporalData`` slices, and the epoch loss is summed on the device. Every
+index list of a step (the batch's nodes, their last neighbours, their stored
+messages, a partitioned memory's requests and split sizes) is computed on
+the host from host copies of the stream (:mod:`~pyg_dynscale.ctdg.host`),
+and the device runs gathers and scatters of host-known shapes: a training
+step reads nothing back from the device (one read per epoch, the loss).
 """
 from __future__ import annotations
 
@@ -32,17 +36,20 @@ from torch import Tensor
 from torch_geometric.data import TemporalData
 from torch_geometric.nn.models.tgn import LastNeighborLoader
 
+from ..distributed.groups import bind_device, group_backend, helper_group, host_group, moves_host_tensors
+from ..distributed.transport import resolve_transport
 from ..errors import ModelInputError
 from ..runtime.metrics import average_precision, roc_auc
 from .events import check_events, split_ranges
+from .host import HostStream, to_device
 from .parallel import DelayedGradients, Traffic, gather_rows, memory_groups, wrap_ddp, world
-from .schedule import EventSchedule, LocalBatch
+from .schedule import EventSchedule, LocalBatch, Step
 from .prefetch import NeighborPrefetcher
-from .placement import PartitionedMemory
+from .placement import Channel, PartitionedMemory
 from .microbatch import BackgroundCall, MicroBatchPipeline, check_micro_batches
 from .service import MemoryService
 from .static import StaticMemory
-from .store import MemoryState
+from .store import MemoryState, write_rows
 from .trainer_placement import PlacementHooks
 from .trainer_state import StreamState
 from .trainer_traffic import TrafficReport
@@ -64,10 +71,11 @@ def _unorganised(found: tuple) -> tuple:
     return found, None, None
 
 
-def _negatives(lo: int, hi: int, size: int, device: torch.device) -> Tensor:
+def _negatives(lo: int, hi: int, size: int) -> Tensor:
     """``size`` destinations uniform in ``[lo, hi]``, drawn from the CPU generator (the same
-    numbers on every device, so a CUDA run can be checked against a CPU one)."""
-    return torch.randint(lo, hi + 1, (size,), dtype=torch.long).to(device)
+    numbers on every device, so a CUDA run can be checked against a CPU one); they stay on the
+    host, where the index lists are made."""
+    return torch.randint(lo, hi + 1, (size,), dtype=torch.long)
 
 
 class MemoryTrainer(PlacementHooks, StreamState, TrafficReport):
@@ -209,10 +217,12 @@ class MemoryTrainer(PlacementHooks, StreamState, TrafficReport):
             group: Sven §7.3's second pipeline level. A rank's root rows are
             computed right after its dispatch (with micro-batches: after the
             last micro-batch's forward), and the aggregation all-to-all that
-            writes them to their owners runs on a thread over a gloo group
-            of its own while this thread runs the temporal GNN layer, the
-            loss and the backward (DDP's all-reduce on the default group);
-            the write-back joins it. The same numbers bit for bit. One
+            writes them to their owners runs on a thread over groups of its
+            own (the rows on the default group's backend -- NCCL on GPUs --,
+            the ids and counts on a gloo group) while this thread runs the
+            temporal GNN layer, the loss and the backward (DDP's all-reduce
+            on the default group); the write-back joins it. The same numbers
+            bit for bit. One
             process: accepted, nothing changes (the emulated trainers'
             writes wait for every trainer's reads).
 
@@ -287,8 +297,11 @@ class MemoryTrainer(PlacementHooks, StreamState, TrafficReport):
         self.dynamic_memory = bool(dynamic_memory)
 
         dev, dtype = memory.memory.device, memory.memory.dtype
+        self.device = dev
         self.src, self.dst, self.t = data.src.to(dev), data.dst.to(dev), data.t.to(dev)
         self.msg = data.msg.to(dev, dtype)
+        #: the stream's index columns on the host: every index list of a step is made from them
+        self.host = HostStream.of(data.src, data.dst, data.t)
         self.val_start, self.test_start, self.num_events = split_ranges(data, val_ratio, test_ratio)
         if self.val_start == 0:
             raise ModelInputError("data", "leaves no training events after the split.", "give more events or smaller ratios.")
@@ -301,11 +314,13 @@ class MemoryTrainer(PlacementHooks, StreamState, TrafficReport):
         elif not self.dynamic_memory:
             raise ModelInputError("dynamic_memory", "is False without a static memory.", "give static_memory too.")
 
-        self.state = MemoryState(memory, self.src, self.dst, self.t, self.msg)
+        self.state = MemoryState(memory, self.host.src, self.host.dst, self.host.t, self.msg)
         self.placement: Optional[PartitionedMemory] = None
         self._row_bytes = memory.memory_dim * memory.memory.element_size() + memory.last_update.element_size()
-        self.neighbors = LastNeighborLoader(memory.num_nodes, size=self.num_neighbors, device=dev)
-        self.assoc = torch.empty(memory.num_nodes, dtype=torch.long, device=dev)
+        # on the host: which neighbours a batch sees depends on the events only (and the CPU's
+        # sort / topk ties are the reference loop's on the CPU)
+        self.neighbors = LastNeighborLoader(memory.num_nodes, size=self.num_neighbors, device="cpu")
+        self.assoc = torch.empty(memory.num_nodes, dtype=torch.long)  # host: node -> row of the batch
         params, seen = [], set()
         for mod in (memory, gnn, link_pred, self.static):
             for p in (mod.parameters() if mod is not None else ()):
@@ -322,6 +337,8 @@ class MemoryTrainer(PlacementHooks, StreamState, TrafficReport):
         #: bytes this process moved (memory rows read / written, write-back all-gathers, gradients)
         self._traffic = Traffic()
         self.rank, self.world_size = world()
+        if self.world_size > 1:  # before the first collective (NCCL and the object collectives use it)
+            bind_device(dev)
         self._setup_placement(memory_placement, partition, memory_service, prefetch)
         micro_batches = check_micro_batches(micro_batches)
         if prefetch and micro_batches != 1:
@@ -339,15 +356,24 @@ class MemoryTrainer(PlacementHooks, StreamState, TrafficReport):
             raise ModelInputError("overlap_aggregation", f"is True with memory_placement={self.memory_placement!r}, "
                                   "which has no aggregation.", "use memory_placement='sven' or 'partitioned'.")
         self._groups, self._ddp = None, None
-        #: ``overlap_aggregation`` under a process group: the aggregation's own group (None: inline)
-        self._agg_group = None
+        #: ``overlap_aggregation`` under a process group: the aggregation's own channel (None: inline)
+        self._agg_channel: Optional[Channel] = None
+        #: the group host values go over (the memory copies' ids and counts, the traffic report)
+        self._host_group = None
         i, j, k = self.parallelism
         if self.world_size > 1:
             _, self._groups = memory_groups(self.parallelism, self.world_size)
-            if overlap_aggregation:  # every rank, same order: one more group, created once
-                import torch.distributed as dist
-
-                self._agg_group = dist.new_group(backend="gloo")
+            # every rank, same order (each call a world collective where a group is made)
+            self._host_group = host_group(None)
+            copy_group = self._groups[self.rank // (i * j)]  # each rank asks for its own copy's twin
+            self._copy_host = None if copy_group is None else host_group(copy_group)
+            if self.placement is not None:
+                self.placement.connect(Channel(self._host_group, resolve_transport("auto", dev)))
+            if overlap_aggregation:  # its own groups: it runs on a thread next to this one's collectives
+                rows = helper_group(None, purpose="aggregation")  # the default group's backend (NCCL on GPUs)
+                ids = rows if moves_host_tensors(group_backend(rows)) else helper_group(
+                    None, backend="gloo", purpose="aggregation")
+                self._agg_channel = Channel(ids, resolve_transport("auto", dev, rows))
             self._ddp = wrap_ddp(self, self._traffic, self._delayed)
         #: trainers of the schedule this process runs (all of them on one process: the emulation)
         self.trainers = list(range(i * j * k)) if self.world_size == 1 else [self.rank]
@@ -369,7 +395,7 @@ class MemoryTrainer(PlacementHooks, StreamState, TrafficReport):
                     f"prefetch=True with parallelism={self.parallelism!r} is not built: the prefetcher mirrors one "
                     "memory copy's neighbour loader per process without epoch parallelism (use j = 1, and k > 1 "
                     "only across processes).")
-            self.prefetcher = NeighborPrefetcher(memory.num_nodes, self.num_neighbors, dev)
+            self.prefetcher = NeighborPrefetcher(memory.num_nodes, self.num_neighbors, "cpu")
         #: partitioned placement with the prefetcher: local batches whose dispatch / aggregation
         #: id lists came from the prefetch thread
         self.prefetched = {"dispatch": 0, "aggregation": 0}
@@ -384,7 +410,7 @@ class MemoryTrainer(PlacementHooks, StreamState, TrafficReport):
 
     # ------------------------------------------------------------------ pieces
     def _split_bounds(self, a: int, b: int) -> tuple[int, int]:
-        d = self.dst[a:b]
+        d = self.host.dst[a:b]
         return int(d.min()), int(d.max())
 
     def _set_training(self, mode: bool) -> None:
@@ -397,29 +423,40 @@ class MemoryTrainer(PlacementHooks, StreamState, TrafficReport):
                 mod.train(mode)
         self._training = mode
 
-    def _embed(self, n_id: Tensor, training: bool, lookup=None) -> tuple[Tensor, Tensor, Tensor]:
-        """``(n_id, z, ...)`` of the batch nodes ``n_id`` (sorted unique); ``lookup``: the
-        prefetched ``self.neighbors(n_id)`` (a future)."""
+    def _embed(self, n_id: Tensor, training: bool, lookup=None) -> Tensor:
+        """``z`` of the batch nodes ``n_id`` (host, sorted unique) and their last neighbours;
+        ``lookup``: the prefetched ``self.neighbors(n_id)`` (a future). The lookup, the node rows
+        (:attr:`assoc`) and the neighbour edges are host lists; one copy takes the edges, their
+        times and event ids to the device."""
         n_id, edge_index, e_id = self.neighbors(n_id) if lookup is None else lookup.result()
-        self.assoc[n_id] = torch.arange(n_id.size(0), device=n_id.device)
+        self.assoc[n_id] = torch.arange(n_id.size(0))
         self._traffic.memory_read += n_id.numel() * self._row_bytes
         z, last_update = self.state.read(n_id, training)
+        m = e_id.numel()
+        parts = [edge_index.reshape(-1), self.host.t[e_id], e_id] + ([n_id] if self.static is not None else [])
+        at = to_device(torch.cat(parts), self.device)
+        edges, t_e, e_dev = at[:2 * m].view(2, m), at[2 * m:3 * m], at[3 * m:4 * m]
         if self.static is not None:
-            z = z + self.static(n_id) if self.dynamic_memory else self.static(n_id)
-        return self.gnn(z, last_update, edge_index, self.t[e_id], self.msg[e_id])
+            n_dev = at[4 * m:]
+            z = z + self.static(n_dev) if self.dynamic_memory else self.static(n_dev)
+        return self.gnn(z, last_update, edges, t_e, self.msg[e_dev])
 
     def _scores(self, a: int, b: int, neg: Tensor, training: bool, lookup=None) -> tuple[Tensor, Tensor, Tensor]:
-        src, dst = self.src[a:b], self.dst[a:b]
+        """The logits of events ``[a, b)`` against their host negatives ``neg``: ``(pos_out, neg_out,
+        z)`` (:attr:`assoc` keeps the rows of ``z``)."""
+        src, dst = self.host.src[a:b], self.host.dst[a:b]
         z = self._embed(torch.cat([src, dst, neg]).unique(), training, lookup)
+        rows = to_device(self.assoc[torch.cat([src, dst, neg])], self.device)
+        s, d, n = rows[:b - a], rows[b - a:2 * (b - a)], rows[2 * (b - a):]
         # z[src] gathered twice, as the example does: one shared gather would sum the two
         # gradients before the scatter, which rounds differently (last-bit differences)
-        pos_out = self.link_pred(z[self.assoc[src]], z[self.assoc[dst]])
-        return pos_out, self.link_pred(z[self.assoc[src]], z[self.assoc[neg]]), z
+        pos_out = self.link_pred(z[s], z[d])
+        return pos_out, self.link_pred(z[s], z[n]), z
 
     def _advance(self, a: int, b: int, training: bool) -> None:
         """Memory and neighbour loader take the events ``[a, b)``."""
         self.state.update(a, b, training)
-        self.neighbors.insert(self.src[a:b], self.dst[a:b])
+        self.neighbors.insert(self.host.src[a:b], self.host.dst[a:b])
 
     def _reset(self) -> None:
         self.state.reset()
@@ -468,13 +505,13 @@ class MemoryTrainer(PlacementHooks, StreamState, TrafficReport):
             zero = sum(p.sum() for p in self.optimizer_params if p.requires_grad) * 0.0
         if self._micro is not None:  # the micro-batch pipeline around the dispatch and the compute below
             out = self._micro.share(self, lb)
-            if self._agg_group is not None and lb.writes_memory and lb.num_events:  # the merged rows are final
+            if self._agg_channel is not None and lb.writes_memory and lb.num_events:  # the merged rows are final
                 self._post_aggregation(lb.memory_copy)
             return out if zero is None else out + zero
         if self.placement is not None:
             self._dispatch(lb)
         if lb.num_events == 0:
-            return zero if zero is not None else torch.zeros((), dtype=torch.float64, device=self.src.device)
+            return zero if zero is not None else torch.zeros((), dtype=torch.float64, device=self.device)
         ctx = self._ctx
         self._activate(lb.memory_copy)
         live = None
@@ -497,13 +534,13 @@ class MemoryTrainer(PlacementHooks, StreamState, TrafficReport):
     def _share_compute(self, lb: LocalBatch, neg: Tensor, ctx: dict) -> Tensor:
         """:meth:`_share`'s reads and compute: the weighted loss, the queued write rows."""
         lookup = ctx["lookups"].pop(lb.trainer, None)
-        early = self._agg_group is not None and lb.writes_memory
+        early = self._agg_channel is not None and lb.writes_memory
         if early:  # the memory update's output is final now: post the aggregation before the GNN layer
             self._queue_roots(lb, ctx)
             if self._micro is None:
                 self._post_aggregation(lb.memory_copy)
         if ctx["fork"]:
-            dev = [self.src.device] if self.src.device.type == "cuda" else []
+            dev = [self.device] if self.device.type == "cuda" else []
             with torch.random.fork_rng(devices=dev):
                 torch.manual_seed(self._rng_seed(ctx["iteration"], lb.trainer))
                 pos_out, neg_out, _ = self._scores(lb.start, lb.end, neg, True, lookup)
@@ -522,7 +559,7 @@ class MemoryTrainer(PlacementHooks, StreamState, TrafficReport):
     def _queue_roots(self, lb: LocalBatch, ctx: dict) -> None:
         """Queue local batch ``lb``'s root nodes' updated memory for the write-back (no gradient,
         no random draw: the same values before or after the GNN layer)."""
-        n_id = torch.cat([self.src[lb.start:lb.end], self.dst[lb.start:lb.end]]).unique()
+        n_id = torch.cat([self.host.src[lb.start:lb.end], self.host.dst[lb.start:lb.end]]).unique()
         with torch.no_grad():
             rows, last = self.state.updated(n_id)
         ctx["pending"].setdefault(lb.memory_copy, []).append((n_id, rows, last))
@@ -536,12 +573,12 @@ class MemoryTrainer(PlacementHooks, StreamState, TrafficReport):
         prepared = self._ctx["agg_plans"]
         plans = [prepared.pop(x) for x in spans] if all(x in prepared for x in spans) else None
         self.prefetched["aggregation"] += len(plans or [])
-        batches = [(self.src[x:y], self.dst[x:y]) + tuple(w) for (x, y), w in zip(spans, mine)]
-        return (batches, plans, self._agg_group), sum(x[0].numel() for x in mine)
+        batches = [(self.host.src[x:y], self.host.dst[x:y]) + tuple(w) for (x, y), w in zip(spans, mine)]
+        return (batches, plans, self._agg_channel), sum(x[0].numel() for x in mine)
 
     def _post_aggregation(self, copy: int) -> None:
         """``overlap_aggregation``: start the aggregation of this rank's final root rows on a
-        thread over the aggregation group (this rank's dispatch of the step is done: every rank's
+        thread over the aggregation groups (this rank's dispatch of the step is done: every rank's
         dispatch all-to-all has completed before any rank's aggregation reaches it)."""
         args, roots = self._aggregate(copy)
         job = BackgroundCall(self.placement.aggregate, *args)
@@ -569,7 +606,7 @@ class MemoryTrainer(PlacementHooks, StreamState, TrafficReport):
                 i, j, _ = self.parallelism
                 n_id, rows, last = (torch.cat([x[k] for x in mine]) for k in range(3)) if mine else (None, None, None)
                 mine = gather_rows(self._groups[copy], i * j, n_id, rows, last, self.memory.memory_dim,
-                                   self._traffic, self.memory.memory)
+                                   self._traffic, self.memory.memory, self._copy_host)
         self._activate(copy)
         m = self.memory
         if self.service is not None:  # applied by the service thread while this one steps the optimizer
@@ -577,21 +614,20 @@ class MemoryTrainer(PlacementHooks, StreamState, TrafficReport):
             self._traffic.memory_write += sum(x[0].numel() for x in mine) * self._row_bytes
             mine = []
         with torch.no_grad():
-            for n_id, rows, last in mine:
-                m.memory[n_id] = rows
-                m.last_update[n_id] = last
-                self._traffic.memory_write += n_id.numel() * self._row_bytes
+            write_rows(m.memory, m.last_update, mine)  # in trainer order: a later writer wins
+        self._traffic.memory_write += sum(x[0].numel() for x in mine) * self._row_bytes
+        src, dst = self.host.src[a:b], self.host.dst[a:b]
         self.state.store_s.put(a, b)
         self.state.store_d.put(a, b)
-        self.neighbors.insert(self.src[a:b], self.dst[a:b])
+        self.neighbors.insert(src, dst)
         if self.prefetcher is not None:
-            self.prefetcher.insert(self.src[a:b], self.dst[a:b])
+            self.prefetcher.insert(src, dst)
 
     def _draw_negatives(self, step, lo: int, hi: int) -> None:
         """Every copy's negatives of ``step``: ``j`` sets per global batch from the global stream."""
         j = self.parallelism[1]
         for c, q, _, a, b in step.fresh:  # every process draws every copy's negatives: one stream
-            self._ctx["negs"][(c, q)] = _negatives(lo, hi, j * (b - a), self.src.device).view(j, b - a)
+            self._ctx["negs"][(c, q)] = _negatives(lo, hi, j * (b - a)).view(j, b - a)
 
     def _prefetch(self, step) -> None:
         """Queue the neighbour lookups of ``step``'s local batches (its negatives drawn, the events
@@ -605,13 +641,67 @@ class MemoryTrainer(PlacementHooks, StreamState, TrafficReport):
                 continue
             o = lb.start - lb.batch_start
             neg = self._ctx["negs"][(lb.memory_copy, lb.position)][lb.negative_set, o:o + lb.num_events]
-            n_id = torch.cat([self.src[lb.start:lb.end], self.dst[lb.start:lb.end], neg]).unique()
+            n_id = torch.cat([self.host.src[lb.start:lb.end], self.host.dst[lb.start:lb.end], neg]).unique()
             # partitioned: the id lists too, from the mailbox this step's write-back left (queued after
             # it; the mailbox changes next at the next write-back, after the dispatch took the lists)
             then = None
             if self.placement is not None:  # after a reset the dispatch organises for itself (a fresh mailbox)
                 then = _unorganised if step.resets else functools.partial(self._organise, lb.start, lb.end, neg)
             self._ctx["next_lookups"][t] = self.prefetcher.lookup(n_id, then)
+
+    def _train_step(self, step: Step, steps: list) -> Tensor:
+        """One optimizer step of the schedule (``steps[step.iteration]``): every trainer's share
+        forward and backward, the write-back, the optimizer step. Returns the step loss (a
+        ``float64`` device scalar: nothing is read back)."""
+        j = self.parallelism[1]
+        ctx = self._ctx
+        lo, hi = ctx["bounds"]
+        self.optimizer.zero_grad()
+        ctx["iteration"] = step.iteration
+        if self.prefetcher is None or step.iteration == 0:
+            self._draw_negatives(step, lo, hi)
+        ctx["lookups"], ctx["next_lookups"] = ctx["next_lookups"], {}
+        if self.service is not None:
+            if step.resets:
+                self.service.drain()
+            self.service.plan("R", [t for t in self.trainers if step.local[t].num_events])
+            if step.fresh:
+                self.service.plan("W", [-1])
+        for c in step.resets:
+            if c in self._copies:
+                self._activate(c)
+                self._reset()
+        if self.prefetcher is not None and step.iteration == 0:  # the mirror starts as the loader
+            nb = self.neighbors
+            self.prefetcher.load(nb.neighbors, nb.e_id, nb.cur_e_id)
+        if j > 1:
+            for c, q, _, _, _ in step.fresh:
+                if c in self._copies:
+                    self._activate(c)
+                    ctx["snaps"][(c, q)] = self._snapshot()
+            old = step.iteration - j + 1
+            for key in [key for key in ctx["snaps"] if key[1] < old]:
+                del ctx["snaps"][key], ctx["negs"][key]
+        step_loss = torch.zeros((), dtype=torch.float64, device=self.device)
+        for t in self.trainers:
+            lb = step.local[t]
+            if self._ddp is None and lb.num_events == 0:
+                continue
+            share = self._ddp(lb) if self._ddp is not None else self._share(lb)
+            share.backward()
+            step_loss = step_loss + share.detach().to(torch.float64)
+        for c, _, _, a, b in step.fresh:  # after every read of the step: the barrier before write-back
+            if c in self._copies:
+                self._write_back(c, a, b)
+        if self.prefetcher is not None and step.iteration + 1 < len(steps):
+            nxt = steps[step.iteration + 1]
+            self._draw_negatives(nxt, lo, hi)
+            self._prefetch(nxt)
+        if self._delayed is None:
+            self.optimizer.step()
+        else:
+            self._delayed.step(self.optimizer)
+        return step_loss
 
     def train_epoch(self) -> float:
         r"""One epoch of the schedule over the training events; returns
@@ -634,62 +724,16 @@ class MemoryTrainer(PlacementHooks, StreamState, TrafficReport):
         before = (self._traffic.gradients, self._traffic.gather)
         if self.placement is not None:
             self.placement.begin_epoch()
-        dev = self.src.device
+        dev = self.device
         # with the prefetcher the next step's negatives are drawn before this step's optimizer step: the
         # dropout must not draw from the global stream in between (per-trainer seeds, as for i*j*k > 1)
-        self._ctx = ctx = {"negs": {}, "snaps": {}, "pending": {}, "fork": i * j * k > 1 or self.prefetcher is not None,
-                           "spans": {}, "roots": [], "sum": torch.zeros((), dtype=torch.float64, device=dev),
-                           "lookups": {}, "next_lookups": {}, "agg_plans": {}, "posted": {}}
+        self._ctx = {"negs": {}, "snaps": {}, "pending": {}, "fork": i * j * k > 1 or self.prefetcher is not None,
+                     "spans": {}, "roots": [], "sum": torch.zeros((), dtype=torch.float64, device=dev),
+                     "lookups": {}, "next_lookups": {}, "agg_plans": {}, "posted": {}, "bounds": (lo, hi)}
         steps = sched.steps()
-        events, losses = 0, []
-        for step in steps:
-            self.optimizer.zero_grad()
-            ctx["iteration"] = step.iteration
-            if self.prefetcher is None or step.iteration == 0:
-                self._draw_negatives(step, lo, hi)
-            ctx["lookups"], ctx["next_lookups"] = ctx["next_lookups"], {}
-            if self.service is not None:
-                if step.resets:
-                    self.service.drain()
-                self.service.plan("R", [t for t in self.trainers if step.local[t].num_events])
-                if step.fresh:
-                    self.service.plan("W", [-1])
-            for c in step.resets:
-                if c in self._copies:
-                    self._activate(c)
-                    self._reset()
-            if self.prefetcher is not None and step.iteration == 0:  # the mirror starts as the loader
-                nb = self.neighbors
-                self.prefetcher.load(nb.neighbors, nb.e_id, nb.cur_e_id)
-            if j > 1:
-                for c, q, _, _, _ in step.fresh:
-                    if c in self._copies:
-                        self._activate(c)
-                        ctx["snaps"][(c, q)] = self._snapshot()
-                old = step.iteration - j + 1
-                for key in [key for key in ctx["snaps"] if key[1] < old]:
-                    del ctx["snaps"][key], ctx["negs"][key]
-            step_loss = torch.zeros((), dtype=torch.float64, device=dev)
-            for t in self.trainers:
-                lb = step.local[t]
-                events += lb.num_events
-                if self._ddp is None and lb.num_events == 0:
-                    continue
-                share = self._ddp(lb) if self._ddp is not None else self._share(lb)
-                share.backward()
-                step_loss = step_loss + share.detach().to(torch.float64)
-            for c, _, _, a, b in step.fresh:  # after every read of the step: the barrier before write-back
-                if c in self._copies:
-                    self._write_back(c, a, b)
-            if self.prefetcher is not None and step.iteration + 1 < len(steps):
-                nxt = steps[step.iteration + 1]
-                self._draw_negatives(nxt, lo, hi)
-                self._prefetch(nxt)
-            losses.append(step_loss)
-            if self._delayed is None:
-                self.optimizer.step()
-            else:
-                self._delayed.step(self.optimizer)
+        losses = [self._train_step(step, steps) for step in steps]
+        events = sum(lb.num_events for step in steps for lb in (step.local[t] for t in self.trainers))
+        ctx = self._ctx
         if self._delayed is not None:  # the last all-reduce waited for, its gradient applied
             self._delayed.flush(self.optimizer)
         if self.service is not None:
@@ -758,7 +802,7 @@ class MemoryTrainer(PlacementHooks, StreamState, TrafficReport):
         aps, aucs, rr_sum, n = [], [], 0.0, 0
         for x, y in self.schedule.eval_batches(a, b):
             if score:
-                neg = _negatives(lo, hi, y - x, self.src.device)
+                neg = _negatives(lo, hi, y - x)
                 # partitioned: every rank walks every batch, fetching what it does not own
                 lookup = self._fetch_batch(x, y, neg, False) if self.placement is not None else None
                 pos_out, neg_out, z = self._scores(x, y, neg, False, lookup)
@@ -777,10 +821,10 @@ class MemoryTrainer(PlacementHooks, StreamState, TrafficReport):
         """``[B]`` :math:`1/\\text{rank}` of each positive among ``mrr_negatives`` of the batch's negatives."""
         B = b - a
         S = min(self.mrr_negatives, B)
-        src = self.src[a:b]
-        cand = neg[(torch.arange(B, device=neg.device).view(-1, 1) + torch.arange(S, device=neg.device)) % B]  # [B, S]
-        zs = z[self.assoc[src]].repeat_interleave(S, dim=0)
-        neg_scores = self.link_pred(zs, z[self.assoc[cand.reshape(-1)]]).view(B, S)
+        cand = neg[(torch.arange(B).view(-1, 1) + torch.arange(S)) % B]  # [B, S] on the host
+        rows = to_device(torch.cat([self.assoc[self.host.src[a:b]], self.assoc[cand.reshape(-1)]]), self.device)
+        zs = z[rows[:B]].repeat_interleave(S, dim=0)
+        neg_scores = self.link_pred(zs, z[rows[B:]]).view(B, S)
         p = pos_out.view(B, 1)
         rank = 1.0 + (neg_scores > p).sum(1).to(p.dtype) + 0.5 * (neg_scores == p).sum(1).to(p.dtype)
         return 1.0 / rank

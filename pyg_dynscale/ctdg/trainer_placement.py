@@ -67,7 +67,7 @@ class PlacementHooks:
         if isinstance(partition, str) and partition == "flexbicut":
             from .presample import trainer_requests
 
-            requests = trainer_requests(self.src.cpu(), self.dst.cpu(), n, self.val_start, self.batch_size,
+            requests = trainer_requests(self.host.src, self.host.dst, n, self.val_start, self.batch_size,
                                         self.world_size, self.num_neighbors)
         owner = resolve_partition(partition, n, self.world_size, requests)
         self.placement = PartitionedMemory(owner, self.rank, self.world_size, m.memory_dim, m.memory.dtype,
@@ -83,7 +83,7 @@ class PlacementHooks:
         for :meth:`~pyg_dynscale.ctdg.trainer.MemoryTrainer._embed`. Every rank calls it every step
         (an empty batch fetches nothing)."""
         if lb.num_events == 0:
-            self.placement.fetch(self.src[:0])
+            self.placement.fetch(self.host.src[:0])
             return
         ready = self._ctx["lookups"].get(lb.trainer)
         if ready is not None:  # the prefetch thread's lookup and id lists: only the rows move now
@@ -103,13 +103,13 @@ class PlacementHooks:
         (roots, neighbour-edge endpoints and, in training, the other endpoint of each stored message
         of the sampled nodes: the mailbox as it is now)."""
         n_id, edge_index, _ = found
-        occ = [self.src[a:b], self.dst[a:b], neg, n_id[edge_index[0]]]
+        occ = [self.host.src[a:b], self.host.dst[a:b], neg, n_id[edge_index[0]]]
         return torch.cat(occ + ([self.state.others(n_id)] if training else []))
 
     def _organise(self, a: int, b: int, neg: Tensor, found: tuple) -> tuple:
         """On the prefetch thread: local batch ``[a, b)``'s dispatch and aggregation id lists from
         its neighbour lookup ``found``; runs after the write-back before it (the mailbox it reads)."""
-        src, dst = self.src[a:b], self.dst[a:b]
+        src, dst = self.host.src[a:b], self.host.dst[a:b]
         plan = self.placement.organise_fetch(self._occurrences(a, b, neg, found, True))
         return found, plan, self.placement.organise_aggregate(src, dst, torch.cat([src, dst]).unique())
 
@@ -119,7 +119,7 @@ class PlacementHooks:
         stored messages of the sampled nodes are applied first: their other endpoints are read too
         (the memory update of evaluation fetches for itself,
         :meth:`~pyg_dynscale.ctdg.store.MemoryState.write`)."""
-        found = self.neighbors(torch.cat([self.src[a:b], self.dst[a:b], neg]).unique())
+        found = self.neighbors(torch.cat([self.host.src[a:b], self.host.dst[a:b], neg]).unique())
         occ = self._occurrences(a, b, neg, found, training)
         (self.placement if placement is None else placement).fetch(occ)  # placement: a table view
         return _Ready(found)

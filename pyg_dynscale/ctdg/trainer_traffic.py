@@ -79,15 +79,15 @@ class TrafficReport:
                 "matrix": plans}
 
     def _all_gather_long(self, x: Tensor) -> Tensor:
-        """``[world, *x.shape]``: every rank's ``x`` (the host tensor itself on one process)."""
+        """``[world, *x.shape]``: every rank's host tensor ``x`` (over the host group: nothing
+        waits on the device; ``x`` itself on one process)."""
         if self.world_size == 1:
             return x.unsqueeze(0)
         import torch.distributed as dist
 
-        mine = x.to(self.src.device)
-        out = [torch.empty_like(mine) for _ in range(self.world_size)]
-        dist.all_gather(out, mine)
-        return torch.stack(out).cpu()
+        out = [torch.empty_like(x) for _ in range(self.world_size)]
+        dist.all_gather(out, x.contiguous(), group=self._host_group)
+        return torch.stack(out)
 
     def _predicted_gather(self, roots: list) -> int:
         """The replicated write-back's all-gather bytes from the root counts of every rank of this

@@ -18,7 +18,7 @@ from .test_micro_batches import _run, _same, _trainer
 def test_one_process_overlap_changes_nothing():
     _same(_run(2, 1, overlap_aggregation=True), _run(2, 1), "one process")
     tr = _trainer(1, 1, overlap_aggregation=True)
-    assert tr._agg_group is None  # one process: the emulated trainers' writes wait for every read
+    assert tr._agg_channel is None  # one process: the emulated trainers' writes wait for every read
     tr.close()
 
 
