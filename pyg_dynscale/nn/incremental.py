@@ -493,11 +493,12 @@ def incremental_reuse(impl: type, basis: IncrementalBasis) -> type:
     else:
         return impl
 
-    def input_basis(self, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor]) -> Tensor:
+    def input_basis(self, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor],
+                    loops: Optional[Tensor] = None) -> Tensor:
         s = spec(self)
         out = None if s is None else basis(x, edge_weight, s[0], s[1], **s[2])
         if out is None:
-            return impl.input_basis(self, x, edge_index, edge_weight)
+            return impl.input_basis(self, x, edge_index, edge_weight, loops)
         return out if s[0] == "cheb" else out.unsqueeze(1)
 
     return type(f"Incremental{impl.__name__}", (impl,), {"input_basis": input_basis, "__doc__": impl.__doc__,

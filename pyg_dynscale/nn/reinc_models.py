@@ -32,15 +32,18 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.nn import GCNConv
-from torch_geometric.nn.conv.gcn_conv import gcn_norm
+
+from .graph_norm import gcn_norm as graph_gcn_norm
 
 __all__ = ["GCRNM1", "GCRNM2", "CDGCN", "gcn_graph", "gcn_aggregate"]
 
 
-def gcn_graph(conv: GCNConv, edge_index: Tensor, n: int, edge_weight: Optional[Tensor], dtype: torch.dtype) -> tuple:
+def gcn_graph(conv: GCNConv, edge_index: Tensor, n: int, edge_weight: Optional[Tensor], dtype: torch.dtype,
+              loops: Optional[Tensor] = None) -> tuple:
     r"""``(edge_index, weight)`` of :math:`\hat A = D^{-1/2}(A + I)D^{-1/2}`
-    as ``conv`` normalizes (its ``improved``, ``add_self_loops``, ``flow``)."""
-    return gcn_norm(edge_index, edge_weight, n, conv.improved, conv.add_self_loops, conv.flow, dtype)
+    as ``conv`` normalizes (its ``improved``, ``add_self_loops``, ``flow``); ``loops``: host positions
+    of the self-loops of ``edge_index`` if known (nothing read back, :mod:`~pyg_dynscale.nn.graph_norm`)."""
+    return graph_gcn_norm(conv, edge_index, n, edge_weight, dtype, loops)
 
 
 def gcn_aggregate(conv: GCNConv, graph: tuple, u: Tensor) -> Tensor:

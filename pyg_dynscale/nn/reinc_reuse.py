@@ -54,21 +54,27 @@ class GCNInputReuse:
         #: ``[N_all, 1, F]``: :math:`\hat A_t X_t` of every snapshot
         self.basis = self.input_basis(x, edge_index, edge_weight)
 
-    def input_basis(self, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor]) -> Tensor:
-        r"""``[n, 1, F]``: :math:`\hat A x` on one graph (the first GCN's normalization, no grad)."""
+    def input_basis(self, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor],
+                    loops: Optional[Tensor] = None, grad: bool = False) -> Tensor:
+        r"""``[n, 1, F]``: :math:`\hat A x` on one graph (the first GCN's normalization; ``loops``: as
+        :meth:`normalize`; ``grad``: keep the autograd graph of ``x``, else none)."""
         conv = self.first_conv()
-        g = gcn_graph(conv, edge_index, x.shape[0], edge_weight, x.dtype)
+        g = gcn_graph(conv, edge_index, x.shape[0], edge_weight, x.dtype, loops)
+        if grad:
+            return gcn_aggregate(conv, g, x).unsqueeze(1)
         with torch.no_grad():
             return gcn_aggregate(conv, g, x).unsqueeze(1)
 
     def first_conv(self) -> torch.nn.Module:
         return self.cell.convs[0]
 
-    def normalize(self, edge_index: Tensor, n: int, edge_weight: Optional[Tensor], dtype: torch.dtype) -> Optional[tuple]:
-        r""":math:`\hat A` of the batch graph for the layers above the first (``None``: one layer, no graph op)."""
+    def normalize(self, edge_index: Tensor, n: int, edge_weight: Optional[Tensor], dtype: torch.dtype,
+                  loops: Optional[Tensor] = None) -> Optional[tuple]:
+        r""":math:`\hat A` of the batch graph for the layers above the first (``None``: one layer, no graph op;
+        ``loops``: host positions of the self-loops of ``edge_index`` if known: nothing is read back)."""
         if self.cell.num_layers == 1:
             return None
-        return gcn_graph(self.first_conv(), edge_index, n, edge_weight, dtype)
+        return gcn_graph(self.first_conv(), edge_index, n, edge_weight, dtype, loops)
 
     def encode(self, basis: Tensor) -> Tensor:
         raise NotImplementedError
@@ -149,8 +155,9 @@ class GCRNM2Reuse(GCNInputReuse):
     def first_conv(self) -> torch.nn.Module:
         return self.cell.conv_x[0]
 
-    def normalize(self, edge_index: Tensor, n: int, edge_weight: Optional[Tensor], dtype: torch.dtype) -> tuple:
-        return gcn_graph(self.first_conv(), edge_index, n, edge_weight, dtype)
+    def normalize(self, edge_index: Tensor, n: int, edge_weight: Optional[Tensor], dtype: torch.dtype,
+                  loops: Optional[Tensor] = None) -> tuple:
+        return gcn_graph(self.first_conv(), edge_index, n, edge_weight, dtype, loops)
 
     def encode(self, basis: Tensor) -> Tensor:
         return gcn_project(self.cell.conv_x[0], basis[:, 0])
@@ -180,7 +187,8 @@ class TGCNLocalReuse(GCNInputReuse):
     def first_conv(self) -> torch.nn.Module:
         return self.cell.conv_z
 
-    def normalize(self, edge_index: Tensor, n: int, edge_weight: Optional[Tensor], dtype: torch.dtype) -> None:
+    def normalize(self, edge_index: Tensor, n: int, edge_weight: Optional[Tensor], dtype: torch.dtype,
+                  loops: Optional[Tensor] = None) -> None:
         return None
 
     def encode(self, basis: Tensor) -> Tensor:

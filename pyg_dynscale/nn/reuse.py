@@ -35,16 +35,24 @@ float64 against the cell itself).
 """
 from __future__ import annotations
 
+import contextlib
 import warnings
 from typing import Optional
 
 import torch
 from torch import Tensor
 
+from .graph_norm import cheb_norm, gcn_norm
 from .reinc_reuse import LAYER_REUSE
 
 __all__ = ["ChebReuse", "GConvGRUReuse", "GConvLSTMReuse", "GCLSTMReuse", "TGCNReuse", "DCRNNReuse", "reuse_for",
            "spread", "Propagation", "static_basis"]
+
+
+def _grad(keep: bool) -> contextlib.AbstractContextManager:
+    """``torch.no_grad()``, or (``keep``) the caller's grad mode: an input basis is parameter-free, but the
+    basis of a prediction carries its gradient."""
+    return contextlib.nullcontext() if keep else torch.no_grad()
 
 
 def _is_pygt(module: torch.nn.Module, name: str) -> bool:
@@ -261,17 +269,21 @@ class ChebReuse:
         #: ``[N_all, K, F]``: the input basis of every snapshot, computed once
         self.basis = self.input_basis(x, edge_index, edge_weight)
 
-    def input_basis(self, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor]) -> Tensor:
-        r"""``[n, K, F]``: :math:`T_k(\hat L) x` on one graph (no grad)."""
-        with torch.no_grad():
-            return torch.stack(cheb_basis(x, self.operators(self.normalize(edge_index, x.shape[0], edge_weight, x.dtype)),
-                                          self.K), 1)
+    def input_basis(self, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor],
+                    loops: Optional[Tensor] = None, grad: bool = False) -> Tensor:
+        r"""``[n, K, F]``: :math:`T_k(\hat L) x` on one graph (``loops``: as :meth:`normalize`; ``grad``: keep
+        the autograd graph of ``x``, e.g. a fed-back prediction, else none)."""
+        with _grad(grad):
+            g = self.normalize(edge_index, x.shape[0], edge_weight, x.dtype, loops)
+            return torch.stack(cheb_basis(x, self.operators(g), self.K), 1)
 
-    def normalize(self, edge_index: Tensor, n: int, edge_weight: Optional[Tensor], dtype: torch.dtype) -> tuple:
+    def normalize(self, edge_index: Tensor, n: int, edge_weight: Optional[Tensor], dtype: torch.dtype,
+                  loops: Optional[Tensor] = None) -> tuple:
         r"""``(edge_index, norm)`` of :math:`\hat L` (``ChebConv.__norm__`` as the cell's call runs it:
-        ``lambda_max=None``, i.e. twice the largest entry of :math:`L`, 2 for non-negative weights)."""
-        conv = getattr(self.cell, self.hidden_conv)
-        return conv.__norm__(edge_index, n, edge_weight, conv.normalization, None, dtype=dtype, batch=None)
+        ``lambda_max=None``, i.e. twice the largest entry of :math:`L`, 2 for non-negative weights);
+        ``loops``: host positions of the self-loops of ``edge_index``, if known: nothing is read back
+        (:func:`~pyg_dynscale.nn.graph_norm.cheb_norm`)."""
+        return cheb_norm(getattr(self.cell, self.hidden_conv), edge_index, n, edge_weight, dtype, loops)
 
     @staticmethod
     def operators(graph, n: Optional[int] = None, fast: bool = False):  # noqa: ANN001, ANN205
@@ -381,7 +393,8 @@ class GCLSTMReuse(ChebReuse):
         self.K = len(cell.conv_i.lins)
         self.basis = self.input_basis(x, edge_index, edge_weight)
 
-    def input_basis(self, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor]) -> Tensor:
+    def input_basis(self, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor],
+                    loops: Optional[Tensor] = None, grad: bool = False) -> Tensor:
         """``[n, 1, F]``: ``x`` itself."""
         return x.unsqueeze(1)
 
@@ -415,16 +428,17 @@ class TGCNReuse:
         #: ``[N_all, 1, F]``: :math:`\hat A_t X_t` of every snapshot
         self.basis = self.input_basis(x, edge_index, edge_weight)
 
-    def input_basis(self, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor]) -> Tensor:
-        r"""``[n, 1, F]``: :math:`\hat A x` on one graph (GCN's normalization, no grad)."""
-        from torch_geometric.nn.conv.gcn_conv import gcn_norm
-
-        conv = self.cell.conv_z
-        ei, w = gcn_norm(edge_index, edge_weight, x.shape[0], conv.improved, conv.add_self_loops, conv.flow, x.dtype)
-        with torch.no_grad():
+    def input_basis(self, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor],
+                    loops: Optional[Tensor] = None, grad: bool = False) -> Tensor:
+        r"""``[n, 1, F]``: :math:`\hat A x` on one graph (GCN's normalization; ``loops``: host positions of
+        the self-loops of ``edge_index`` if known, :func:`~pyg_dynscale.nn.graph_norm.gcn_norm`; ``grad``:
+        keep the autograd graph of ``x``)."""
+        ei, w = gcn_norm(self.cell.conv_z, edge_index, x.shape[0], edge_weight, x.dtype, loops)
+        with _grad(grad):
             return spread(ei, w, x).unsqueeze(1)
 
-    def normalize(self, edge_index: Tensor, n: int, edge_weight: Optional[Tensor], dtype: torch.dtype) -> None:
+    def normalize(self, edge_index: Tensor, n: int, edge_weight: Optional[Tensor], dtype: torch.dtype,
+                  loops: Optional[Tensor] = None) -> None:
         """No graph operation runs inside the step."""
         return None
 
@@ -483,9 +497,11 @@ class DCRNNReuse:
         #: ``[N_all, 2K, F]``: forward then backward diffusion basis of every snapshot's ``X``
         self.basis = self.input_basis(x, edge_index, edge_weight)
 
-    def input_basis(self, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor]) -> Tensor:
-        """``[n, 2K, F]``: the diffusion basis of ``x`` on one graph (no grad)."""
-        with torch.no_grad():
+    def input_basis(self, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor],
+                    loops: Optional[Tensor] = None, grad: bool = False) -> Tensor:
+        """``[n, 2K, F]``: the diffusion basis of ``x`` on one graph (``grad``: keep the autograd graph of
+        ``x``)."""
+        with _grad(grad):
             o, i = self._basis(x, self.normalize(edge_index, x.shape[0], edge_weight, x.dtype))
             return torch.stack(o + i, 1)
 
@@ -497,8 +513,10 @@ class DCRNNReuse:
             return False
         return edge_weight is None or bool((edge_weight != 0).all())
 
-    def normalize(self, edge_index: Tensor, n: int, edge_weight: Optional[Tensor], dtype: torch.dtype) -> tuple:
-        """``(edge_index, norm_out, reverse_edge_index, norm_in)`` as ``DConv`` computes them."""
+    def normalize(self, edge_index: Tensor, n: int, edge_weight: Optional[Tensor], dtype: torch.dtype,
+                  loops: Optional[Tensor] = None) -> tuple:
+        """``(edge_index, norm_out, reverse_edge_index, norm_in)`` as ``DConv`` computes them (no value
+        is read back: ``loops`` is not needed)."""
         row, col = edge_index
         w = edge_weight.to(dtype) if edge_weight is not None else torch.ones(row.numel(), dtype=dtype, device=row.device)
         deg_out = torch.zeros(n, dtype=dtype, device=row.device).index_add_(0, row, w)
