@@ -363,12 +363,13 @@ def build_window_cache(trainer: object, impl: type, bound: Optional[int], policy
         return obj, WindowCache(obj, g, trainer.view.lags, rows)
 
     def compute(t: int) -> Tensor:
+        # the snapshot's self-loops are host data: its normalization reads nothing back
         if trainer._static:
             x, ei, ew = trainer._gather(trainer._x, [t]), ei_all, ew_all
         else:
             x, ei, ew, _, _ = trainer._union([t])
         with default_dtype(trainer.dtype):
-            return impl(cell, x, ei, ew).basis
+            return obj.input_basis(x, ei, ew, trainer._union_loops([t]))
 
     L, starts = trainer.view.lags, trainer.view.starts.index_select(0, trainer.view.split("train")).tolist()
     first = next(s + j for s in starts for j in range(L) if rows(s + j) > 0)

@@ -39,12 +39,14 @@ encoder's (same number of hops and normalization: checked on one snapshot,
 bit for bit). Otherwise (``y`` not ``x`` shifted, e.g. standardized
 features, or another basis) the decoder's basis of :math:`Z` is computed
 once for the whole storage and reused by every window and epoch. The GO step
-reads a zero basis (the aggregation of zeros); free-running steps aggregate
-the prediction with the decoder's own call (it depends on the parameters).
-With a bounded cache (``cache_bytes``) a shared basis is read through the
-cache without inserting (held entries are reused, missing ones computed);
-a basis of its own is then not built and teacher-forced steps call the
-decoder as it is.
+reads a zero basis (the aggregation of zeros); a free-running step computes
+the input basis of the prediction on the step's graph with its gradient (it
+depends on the parameters) and runs the reuse's step on it, as a
+teacher-forced step does. With a bounded cache (``cache_bytes``) a shared
+basis is read through the cache without inserting (held entries are reused,
+missing ones computed); a basis of its own is then not built and a
+teacher-forced step computes the ground truth's basis on its graph. Without a
+reuse object the decoder is called as it is.
 
 **Teacher forcing** (scheduled sampling with a fixed probability
 :math:`p`): in :meth:`WindowTrainer.train_epoch`, step :math:`k \ge 1` of
@@ -269,12 +271,14 @@ class Seq2Seq:
         y = trainer._gather(trainer._y, [t - 1 for t in ts])
         return y.reshape(y.shape[0], -1).to(trainer.device, trainer.dtype)
 
-    def _graph(self, trainer: Any, B: int, ei: Tensor, n: int, ew: Optional[Tensor]) -> Any:
-        """The decoder's normalized batch graph: once per batch size on a static graph."""
+    def _graph(self, trainer: Any, ts: list, ei: Tensor, n: int, ew: Optional[Tensor]) -> Any:
+        """The decoder's normalized batch graph of snapshots ``ts``: once per batch
+        size on a static graph; no value read back (the self-loops are host data)."""
         if not trainer._static:
-            return self.impl.normalize(ei, n, ew, trainer.dtype)
+            return self.impl.normalize(ei, n, ew, trainer.dtype, trainer._union_loops(ts))
+        B = len(ts)
         if B not in self._graph_cache:
-            self._graph_cache = {B: self.impl.normalize(ei, n, ew, trainer.dtype)}
+            self._graph_cache = {B: self.impl.normalize(ei, n, ew, trainer.dtype, trainer._union_loops(ts))}
         return self._graph_cache[B]
 
     # ------------------------------------------------------------------ decoding
@@ -295,15 +299,18 @@ class Seq2Seq:
             ts = [s + L - 1 + k for s in starts]
             x, ei, ew, ef, _ = trainer._union(ts)
             n = x.shape[0]
-            if self.impl is not None and (k == 0 or (forced[k] and (self.shared or self._basis is not None))):
-                if k == 0:
-                    basis = x.new_zeros(n, self._zero_k, self.width)
-                elif self.shared:
-                    basis = trainer._cache.global_cache.read(ts)
-                else:
-                    basis = trainer._gather(self._basis, ts)
+            if self.impl is not None:
                 with default_dtype(trainer.dtype):
-                    y, states = self.impl.step(basis, self._graph(trainer, B, ei, n, ew), states)
+                    if k == 0:  # GO: the basis of zeros
+                        basis = x.new_zeros(n, self._zero_k, self.width)
+                    elif forced[k] and self.shared:
+                        basis = trainer._cache.global_cache.read(ts)
+                    elif forced[k] and self._basis is not None:
+                        basis = trainer._gather(self._basis, ts)
+                    else:  # the ground truth's basis, or the prediction's with its gradient (it depends on the parameters)
+                        u = self._truth(trainer, ts) if forced[k] else prev
+                        basis = self.impl.input_basis(u, ei, ew, trainer._union_loops(ts), grad=not forced[k])
+                    y, states = self.impl.step(basis, self._graph(trainer, ts, ei, n, ew), states)
             else:
                 u = x.new_zeros(n, self.width) if k == 0 else (self._truth(trainer, ts) if forced[k] else prev)
                 y, states = self.decoder.step(u, ei, ew, states, ef)

@@ -91,7 +91,9 @@ import torch
 from torch import Tensor
 
 from .._optional import PYGT_INSTALL_HINT
+from ..distributed.groups import host_group
 from ..errors import MissingDependencyError, ModelInputError, UnsupportedModelError
+from ..nn.graph_norm import self_loops
 from ..nn.snapshot_model import infer_spec
 from ..partition.halo_plan import HaloDepth, hop_distance
 from ..runtime.losses import row_losses
@@ -385,6 +387,9 @@ class NodeBatches:
         self._node_id = sig.node_id.cpu()
         self._V = int(sig.num_vertices)
         self.sampling = None if num_neighbors is None else NeighbourSampling(num_neighbors)
+        #: the group the ranks' host counts are summed over (a gloo twin of an NCCL group; made here, on
+        #: every rank: the trainer is built collectively)
+        self._host_group = host_group(None) if trainer.world_size > 1 else None
         self._plans: dict = {}
         self._seeds: Optional[torch.Generator] = None
 
@@ -486,8 +491,8 @@ class NodeBatches:
             ei = p.edge_index.to(dev)
             ew = tr._ew.index_select(0, edges) if tr._ew is not None else None
             st = tuple(torch.cat([c, c.new_zeros(1, c.shape[1])]).index_select(0, p.state_in.to(dev)) for c in carried)
-            if use_reuse:
-                graph = tr._reuse.normalize(ei, int(p.nodes.numel()), ew, dt)
+            if use_reuse:  # the plan's edges are host data: their self-loops are known (nothing read back)
+                graph = tr._reuse.normalize(ei, int(p.nodes.numel()), ew, dt, self_loops(p.edge_index))
                 y, new = tr._reuse.step(tr._reuse.basis.index_select(0, rows), graph, st)
             else:
                 ef = {k: v.index_select(0, edges) for k, v in tr._ef.items()}
@@ -535,9 +540,8 @@ class NodeBatches:
         if pred.dim() == 2 and pred.shape[1] == 1 and tgt.dim() == 1 and tr.loss_kind != "ce":
             pred = pred.squeeze(1)
         per = row_losses(tr.loss_kind, pred, tgt)
-        seg = win.to(tr.device)
-        counts = torch.bincount(seg, minlength=len(starts))
-        means, _ = tr._window_mean(per, seg, counts)
+        counts = torch.bincount(win, minlength=len(starts))  # the windows of the rows: host data of the plan
+        means, _ = tr._window_mean(per, win.to(tr.device), counts)
         return means
 
     def predict(self, wins: Tensor) -> tuple:
@@ -586,12 +590,12 @@ class NodeBatches:
             pairs = [(S, w) for S in nodes for w in batches]
         else:
             pairs = [(S, w) for w in batches for S in nodes]
-        tr.batch_losses = []
-        for S, parts in pairs:
-            if tr.world_size > 1:
-                total = self._windows_with_rows(parts, S)
-                if total:
-                    tr.batch_losses.append(tr._step_distributed(parts, S, total))
+        values: list = []  # the step losses, on the device until the epoch's end
+        totals = self._windows_with_rows(pairs) if tr.world_size > 1 else None
+        for i, (S, parts) in enumerate(pairs):
+            if totals is not None:
+                if totals[i]:
+                    values.append(tr._step_distributed(parts, S, totals[i]))
                 continue
             tr.optimizer.zero_grad()
             loss = self.node_batch_loss(torch.cat(parts), S)
@@ -599,29 +603,34 @@ class NodeBatches:
                 continue
             loss.backward()
             tr.optimizer.step()
-            tr.batch_losses.append(float(loss.detach()))
+            values.append(loss.detach())
+        tr.batch_losses = tr._read_losses(values)
         tr.epoch += 1
         return sum(tr.batch_losses) / max(len(tr.batch_losses), 1)
 
-    def _windows_with_rows(self, parts: list, S: Tensor) -> int:
-        r""":math:`|\mathcal{B}'_S|` under a process group: each rank counts its
-        blocks' windows with a target row in ``S`` (it holds their
-        snapshots), one all-reduce sums the counts (8 bytes, counted as
-        ``traffic.loss``)."""
+    def _windows_with_rows(self, pairs: list) -> list:
+        r""":math:`|\mathcal{B}'_S|` of every (node batch, global batch) pair
+        of an epoch under a process group: each rank counts its blocks'
+        windows with a target row in ``S`` from its host copy of the node ids
+        (it holds their snapshots), and one all-reduce of host integers over
+        the host group (gloo; 8 bytes per pair, counted as ``traffic.loss``)
+        sums them for the whole epoch before its first step."""
         import torch.distributed as dist
 
         tr = self.trainer
         L = tr.view.lags
-        n = 0
-        for b in tr.my_blocks:
-            for s in tr.view.starts.index_select(0, parts[b]).tolist():
-                t = self._held([s + L - 1])[0]   # horizon > 1: fixed vertex sets, every row present
-                ids = self._node_id[self._nptr[t]:self._nptr[t + 1]]
-                n += int(bool(torch.isin(ids, S).any()))
-        count = torch.tensor([float(n)], dtype=torch.float64, device=tr.device)
-        tr.traffic.loss += count.numel() * count.element_size()
-        dist.all_reduce(count)
-        return int(count.item())
+        counts = torch.zeros(len(pairs), dtype=torch.long)
+        for i, (S, parts) in enumerate(pairs):
+            n = 0
+            for b in tr.my_blocks:
+                for s in tr.view.starts.index_select(0, parts[b]).tolist():
+                    t = self._held([s + L - 1])[0]   # horizon > 1: fixed vertex sets, every row present
+                    ids = self._node_id[self._nptr[t]:self._nptr[t + 1]]
+                    n += int(bool(torch.isin(ids, S).any()))
+            counts[i] = n
+        tr.traffic.loss += counts.numel() * counts.element_size()
+        dist.all_reduce(counts, group=self._host_group)
+        return counts.tolist()
 
 
 def check_node_batch_args(node_batch_size: Optional[int], num_neighbors: Optional[Sequence[int]],

@@ -22,11 +22,12 @@ parts, part :math:`r` on rank :math:`r`.
 * ``"replicated"`` (PyGT's Dask + DDP placement): every rank holds the whole
   signal; the window indices are split exactly as above.
 
-Both compute the same numbers. The only collectives of a training step are
+Both compute the same numbers. The only collective of a training step is
 the gradient all-reduce of ``DistributedDataParallel`` (a comm hook that sums
-the ranks' shares, :func:`sum_hook`, and counts the bytes) and one
-all-reduce of the batch loss (8 bytes); ``evaluate()`` all-reduces its sums
-(a few floats). :class:`Traffic` holds the counts.
+the ranks' shares, :func:`sum_hook`, and counts the bytes); the batch losses
+(8 bytes per step) stay on the device and are summed over the ranks by one
+all-reduce at the epoch's end; ``evaluate()`` all-reduces its sums (a few
+floats). :class:`Traffic` holds the counts.
 """
 from __future__ import annotations
 
@@ -83,7 +84,9 @@ class Traffic:
             window is computed where its snapshots are).
         gradients: ``DistributedDataParallel``'s gradient all-reduces
             (the parameter bytes once per optimizer step).
-        loss: the batch loss all-reduce (8 bytes per step).
+        loss: the batch losses' all-reduce (8 bytes per step, one all-reduce
+            per epoch; node batches add 8 bytes per (node batch, global batch)
+            pair for their counts, one all-reduce per epoch over gloo).
         metrics: ``evaluate()``'s sums.
         setup: ``DistributedDataParallel``'s broadcast of rank 0's
             parameters at construction.

@@ -42,7 +42,9 @@ from typing import Any, Callable, Optional, Sequence, Union
 import torch
 from torch import Tensor
 
+from ..distributed.groups import bind_device
 from ..errors import ModelInputError, UnsupportedModelError
+from ..nn.graph_norm import self_loops
 from ..nn.snapshot_model import SnapshotModel, default_dtype
 from ..runtime.fused import eval_mode
 from ..runtime.losses import LOSSES, check_loss, row_losses
@@ -75,12 +77,16 @@ def _rank() -> int:
     return int(dist.get_rank()) if dist.is_available() and dist.is_initialized() else 0
 
 
+def _process_group() -> bool:
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized()
+
+
 def _world_size() -> int:
     import torch.distributed as dist
 
-    if dist.is_available() and dist.is_initialized():
-        return int(dist.get_world_size())
-    return 1
+    return int(dist.get_world_size()) if _process_group() else 1
 
 
 class WindowTrainer:
@@ -270,6 +276,10 @@ class WindowTrainer:
         fl = [p for p in params if p.is_floating_point()]
         self.dtype = fl[0].dtype if fl else sig.x.dtype
         self.device = fl[0].device if fl else sig.x.device
+        if _process_group():
+            # before the first collective (DDP's broadcast below, a helper group): NCCL makes a group's
+            # communicator on the current device, cuda:0 on a rank that has not bound its own
+            bind_device(self.device)
         self._edge_fields = () if (self.sequence_model or self.window_model) else edge_fields_of(self.model, sig)
         #: global ``[T+1]`` vertex-time offsets (metadata: which windows of a batch have target rows)
         self._gptr = sig.node_ptr.tolist()
@@ -380,6 +390,8 @@ class WindowTrainer:
         self._ef = {k: sig.fields[k].values.to(self.device) for k in self._edge_fields}
         self._node_ptr, self._edge_ptr = sig.node_ptr.tolist(), sig.edge_ptr.tolist()
         self._node_id = sig.node_id.to(self.device)
+        #: host positions of the storage's self-loops (the batch graphs are normalized without a read-back)
+        self._loops = self_loops(sig.edge_index.cpu())
         #: global snapshot -> position in the storage (``None``: the identity, every snapshot held)
         self._pos = None if self.view.held is None else self.view._local.tolist()
 
@@ -479,15 +491,38 @@ class WindowTrainer:
                               for b, t in enumerate(ts)])
         return x, ei, ew, ef, rows
 
-    def _reuse_graph(self, B: int, ei: Tensor, n: int, ew: Optional[Tensor]) -> tuple:
-        """The normalized batch-step graph for reuse: once per batch size on a
-        static graph, once per step otherwise."""
+    def _union_loops(self, ts: list) -> Tensor:
+        """Host ``[L]`` positions of the self-loops in the edge list of
+        :meth:`_union` of snapshots ``ts`` (host data: a normalization of the
+        union that is told where they are reads nothing back,
+        :mod:`~pyg_dynscale.nn.graph_norm`)."""
+        loops = self._loops
+        if loops.numel() == 0:
+            return loops
+        ts = self._loc(ts)
+        if self._static:  # B copies of the first snapshot's edges
+            E = self._edge_ptr[1]
+            one = loops[loops < E]
+            return (torch.arange(len(ts)).unsqueeze(1) * E + one.unsqueeze(0)).flatten()
+        out, off = [], 0
+        for t in ts:
+            a, b = self._edge_ptr[t], self._edge_ptr[t + 1]
+            lo, hi = torch.searchsorted(loops, torch.tensor([a, b])).tolist()
+            out.append(loops[lo:hi] - a + off)
+            off += b - a
+        return torch.cat(out)
+
+    def _reuse_graph(self, B: int, ts: list, ei: Tensor, n: int, ew: Optional[Tensor]) -> tuple:
+        """The normalized batch-step graph (snapshots ``ts``) for reuse: once per
+        batch size on a static graph, once per step otherwise; no value is read
+        back (the union's self-loops are known on the host)."""
         if self._static:
             key = ("reuse", B)
             if self._reuse_cache.get("key") != key:
-                self._reuse_cache = {"key": key, "graph": self._reuse.normalize(ei, n, ew, self.dtype)}
+                graph = self._reuse.normalize(ei, n, ew, self.dtype, self._union_loops(ts))
+                self._reuse_cache = {"key": key, "graph": graph}
             return self._reuse_cache["graph"]
-        return self._reuse.normalize(ei, n, ew, self.dtype)
+        return self._reuse.normalize(ei, n, ew, self.dtype, self._union_loops(ts))
 
     def _sequence_outputs(self, starts: list) -> Tensor:
         """PyGT's ``BatchedDCRNN`` on the batch: ``X [B, L, N, F]`` gathered from
@@ -533,7 +568,7 @@ class WindowTrainer:
                 y = x.new_zeros((0,) + tuple(self.model.output_shape))
             else:
                 if self._reuse is not None:
-                    y, new = self._cache.step(j, ts, self._reuse_graph(B, ei, n, ew), st)
+                    y, new = self._cache.step(j, ts, self._reuse_graph(B, ts, ei, n, ew), st)
                 else:
                     y, new = self.model.step(x, ei, ew, st, ef)
                 if self._fixed:
@@ -548,25 +583,30 @@ class WindowTrainer:
         return self._finish(starts, torch.cat(outs) if H > 1 else outs[0])
 
     def _finish(self, starts: list, y: Tensor, head: bool = True) -> tuple:
-        """Head, target rows, window of each row and rows per window of output rows
-        ``y`` ordered (horizon step, window, node)."""
+        """Head, target rows, window of each row (on the device) and rows per
+        window (``[B]``, a host tensor: the row counts are host data, so
+        nothing sized by them waits for the device) of output rows ``y``
+        ordered (horizon step, window, node)."""
         B, L, H = len(starts), self.view.lags, self.view.horizon
         pred = self.head(y) if head and self.head is not None else y
         self._check_widths(pred)
         targets = [[s + L - 1 + k for s in starts] for k in range(H)]
         targets = [self._loc(tk) for tk in targets]
-        per_k = [torch.tensor([self._node_ptr[t + 1] - self._node_ptr[t] for t in tk], device=self.device)
-                 for tk in targets]
         flat = [t for tk in targets for t in tk]
+        # rows of each (horizon step, window): from the host offsets
+        rows = [self._node_ptr[t + 1] - self._node_ptr[t] for t in flat]
         if self._uniform:
             nn_ = self._node_ptr[1]
             idx = torch.tensor(flat, device=self.device)
             tgt = self._y.view(-1, nn_, *self._y.shape[1:]).index_select(0, idx).reshape(-1, *self._y.shape[1:])
         else:
             tgt = torch.cat([self._y[self._node_ptr[t]:self._node_ptr[t + 1]] for t in flat])
-        win = torch.arange(B, device=self.device)
-        seg = torch.cat([torch.repeat_interleave(win, c) for c in per_k])
-        counts = torch.stack(per_k).sum(0)
+        win = torch.arange(B, device=self.device).repeat(H)
+        if self._uniform:
+            seg = win.repeat_interleave(self._node_ptr[1])
+        else:
+            seg = win.repeat_interleave(torch.tensor(rows, device=self.device), output_size=sum(rows))
+        counts = torch.tensor(rows, dtype=torch.long).view(H, B).sum(0)
         return pred, tgt.to(self.device), seg, counts
 
     def _check_widths(self, pred: Tensor) -> None:
@@ -587,10 +627,16 @@ class WindowTrainer:
 
     @staticmethod
     def _window_mean(per: Tensor, seg: Tensor, counts: Tensor) -> tuple:
-        """Per-window mean of row values and the mask of windows with rows."""
+        """Per-window mean of row values (``seg``: window of each row;
+        ``counts``: rows per window, a host tensor) over the windows with rows,
+        and their mask (host). The windows kept are chosen on the host: no
+        boolean mask of a device tensor (whose size the host would wait for)."""
         sums = per.new_zeros(counts.numel()).index_add_(0, seg, per)
         has = counts > 0
-        return sums[has] / counts[has].to(per.dtype), has
+        if bool(has.all()):
+            return sums / counts.to(per.device, per.dtype), has
+        keep = has.nonzero().flatten()
+        return sums.index_select(0, keep.to(per.device)) / counts[keep].to(per.device, per.dtype), has
 
     def batch_loss(self, wins: Tensor) -> Tensor:
         r""":math:`\mathcal{L}_{\mathcal{B}}` of the windows ``wins`` (differentiable)."""
@@ -629,13 +675,13 @@ class WindowTrainer:
         means, _ = self._window_mean(row_losses(self.loss_kind, pred, tgt), seg, counts)
         return means.sum() / total + zero
 
-    def _step_distributed(self, parts: list, nodes: Optional[Tensor] = None, total: Optional[int] = None) -> float:
+    def _step_distributed(self, parts: list, nodes: Optional[Tensor] = None, total: Optional[int] = None) -> Tensor:
         r"""One global batch under a process group: this rank's blocks' windows,
         its share of the batch loss through ``DistributedDataParallel`` (whose
-        comm hook sums the gradients), one all-reduce of the loss (``nodes``,
-        ``total``: a node batch and its windows with target rows)."""
-        import torch.distributed as dist
-
+        comm hook sums the gradients) (``nodes``, ``total``: a node batch and
+        its windows with target rows). Returns the share, ``[1]`` float64 on
+        the device: :meth:`_read_losses` sums the shares of an epoch's steps
+        over the ranks with one all-reduce."""
         mine = [parts[b] for b in self.my_blocks if parts[b].numel()]
         total = self._windows_with_rows(torch.cat(parts)) if total is None else total
         self.optimizer.zero_grad()
@@ -645,8 +691,24 @@ class WindowTrainer:
         value = share.detach().reshape(1).to(torch.float64)
         self.traffic.loss += value.numel() * value.element_size()
         self.traffic.steps += 1
-        dist.all_reduce(value)
-        return float(value)
+        return value
+
+    def _read_losses(self, values: list) -> list:
+        """The batch losses of an epoch as floats, from its steps' losses kept on
+        the device (one ``[]`` tensor per step; under a process group the
+        ``[1]`` float64 shares of :meth:`_step_distributed`, summed over the
+        ranks by one all-reduce of the user's group: the same floats on every
+        rank). The one host read-back of the epoch: a step never waits for
+        the device to report its loss."""
+        if not values:
+            return []
+        if self.world_size > 1:
+            import torch.distributed as dist
+
+            buf = torch.cat(values)
+            dist.all_reduce(buf)
+            return buf.tolist()
+        return torch.stack(values).tolist()
 
     def train_epoch(self) -> float:
         """One epoch over the training windows: one optimizer step per global
@@ -660,8 +722,8 @@ class WindowTrainer:
             self.head.train()
         if self.decoder is not None:
             self.decoder.train()
-        total, nb = 0.0, 0
-        self.batch_losses = []
+        nb = 0
+        values: list = []
         e = self.epoch
         if self._cache is not None:
             self._cache.plan_epoch(planned_batches(self, e), planned_batches(self, e + 1))
@@ -669,17 +731,19 @@ class WindowTrainer:
         for parts in block_batch_parts(self.view.split("train"), self.batch_size, self.blocks, self.shuffle, g):
             self._batch_index = nb  # the global batch's teacher-forcing draws (windows/decoder.py)
             if self.world_size > 1:
-                value = self._step_distributed(parts)
+                values.append(self._step_distributed(parts))
             else:
                 self.optimizer.zero_grad()
                 loss = self.batch_loss(torch.cat(parts))
                 loss.backward()
                 self.optimizer.step()
-                value = float(loss.detach())
-            self.batch_losses.append(value)
-            total += value
+                values.append(loss.detach())  # read once, at the epoch's end
             nb += 1
+        self.batch_losses = self._read_losses(values)
         self.epoch += 1
+        total = 0.0
+        for value in self.batch_losses:
+            total += value
         return total / max(nb, 1)
 
     # ---- checkpoints (pyg-dynscale train --windows --checkpoint-dir / --resume)
@@ -749,7 +813,8 @@ class WindowTrainer:
             raise ModelInputError("split", f"'{split}' has no windows.", "use another split or change ratio.")
         wins = self._eval[split]
         kinds = ("ce", "accuracy") if self.loss_kind == "ce" else ("mse", "mae")
-        sums = dict.fromkeys(kinds, 0.0)
+        # float64 sums on the device (the Python floats they replace were float64 too): read once at the end
+        sums = {kind: torch.zeros((), dtype=torch.float64, device=self.device) for kind in kinds}
         k = 0
         predict = self._predict if self._node_batches is None else self._node_batches.predictor()
         with eval_mode(self.model, self.head, self.decoder):
@@ -763,15 +828,16 @@ class WindowTrainer:
                     else:
                         per = row_losses(kind, pred, tgt)
                     m, has = self._window_mean(per, seg, counts)
-                    sums[kind] += float(m.sum())
-                k += int(has.sum())
+                    sums[kind] = sums[kind] + m.sum().to(torch.float64)
+                k += int(has.sum())  # a host mask
+        buf = torch.stack([*sums.values(), torch.tensor(float(k), dtype=torch.float64, device=self.device)])
         if self.world_size > 1:
             import torch.distributed as dist
 
-            buf = torch.tensor([*sums.values(), float(k)], dtype=torch.float64, device=self.device)
             self.traffic.metrics += buf.numel() * buf.element_size()
             dist.all_reduce(buf)
-            sums, k = dict(zip(kinds, buf[:-1].tolist())), int(buf[-1])
+        values = buf.tolist()
+        sums, k = dict(zip(kinds, values[:-1])), int(values[-1])
         out = {kind: v / max(k, 1) for kind, v in sums.items()}
         if "mse" in out:
             out["rmse"] = out["mse"] ** 0.5

@@ -127,9 +127,9 @@ class WindowModelRunner:
         """``[B N, out]``: the model's output for the windows starting at
         ``starts``, rows ordered (window, node)."""
         tr, L, n = self.trainer, self.L, self.n
-        idx = torch.tensor(tr._loc([s + p for s in starts for p in range(L)]), device=tr.device).view(-1, L)
+        idx = torch.tensor(tr._loc([s + p for s in starts for p in range(L)])).view(-1, L)  # host
         with default_dtype(tr.dtype):
-            out = self._reused(idx) if self.reuse is not None else self._called(idx)
+            out = self._reused(idx) if self.reuse is not None else self._called(idx.to(tr.device))
         return out.reshape(len(starts) * n, -1)
 
     def _called(self, idx: Tensor) -> Tensor:
@@ -149,14 +149,17 @@ class WindowModelRunner:
         return self.model(X.reshape(B * n, *X.shape[2:]), self._union[1], self._union[2])
 
     def _reused(self, idx: Tensor) -> Tensor:
-        r""":math:`g_t` of each distinct snapshot once, then :math:`\sum_p \pi_p g_{s_w+p}` per window."""
+        r""":math:`g_t` of each distinct snapshot once, then :math:`\sum_p \pi_p g_{s_w+p}` per window
+        (``idx``: the windows' snapshots, host data: the distinct ones are found on the host)."""
         uniq, inv = torch.unique(idx, return_inverse=True)
+        self.computed = int(uniq.numel())
+        dev = self.basis.device
+        uniq, inv = uniq.to(dev), inv.to(dev)
         rows = self.basis.index_select(0, uniq).reshape(-1, 1, self.basis.shape[2])
         w = self.reuse.weights()
         proj = self.reuse.project(rows, w)
         zero = proj.new_zeros(proj.shape[0], int(self.model.out_channels))
         g, _ = self.reuse.step_projected(proj, None, (zero,), w)
-        self.computed = int(uniq.numel())
         g = g.view(-1, self.n, g.shape[1])
         probs = torch.nn.functional.softmax(self.model._attention, dim=0)
         acc = 0

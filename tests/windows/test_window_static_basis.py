@@ -54,9 +54,9 @@ def _spy(monkeypatch, impl):
     seen = []
     orig = impl.input_basis
 
-    def input_basis(self, x, edge_index, edge_weight):
+    def input_basis(self, x, edge_index, edge_weight, *loops):
         seen.append(int(edge_index.shape[1]))
-        return orig(self, x, edge_index, edge_weight)
+        return orig(self, x, edge_index, edge_weight, *loops)
 
     monkeypatch.setattr(impl, "input_basis", input_basis)
     return seen
