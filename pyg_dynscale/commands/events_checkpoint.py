@@ -11,6 +11,10 @@ copy back, so the same world size resumes it), and per rank the epoch counter,
 the random state after the epoch's validation pass and the byte counters
 (``rank<r>/...``). It is written after each epoch's validation, so a resumed
 run draws and computes what the uninterrupted run does, bit for bit.
+
+A checkpoint resumes on another device too (a CPU run's on CUDA and the
+other way round): the loader asks it for the device-dependent keys (the CUDA
+generator's state) only where it holds them (:func:`stream_template`).
 """
 from __future__ import annotations
 
@@ -22,7 +26,7 @@ from typing import Any, Optional
 
 from ..errors import CommandError
 
-__all__ = ["events_record", "find_resume", "events_mismatch_message", "RECORD_OPTIONS"]
+__all__ = ["events_record", "find_resume", "events_mismatch_message", "stream_template", "RECORD_OPTIONS"]
 
 #: field of the run record -> the option that sets it (for messages)
 RECORD_OPTIONS = {"model": "--model", "data": "PATH", "parallelism": "--parallelism", "world_size": "--nproc",
@@ -149,3 +153,19 @@ def check_checkpoint_args(args: argparse.Namespace) -> None:
         parent = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(parent):
             raise CommandError(f"--checkpoint-dir: the folder '{parent}' does not exist; create it first.")
+
+
+def stream_template(trainer: Any, path: str) -> dict:
+    """The ``{key: Tensor}`` that :func:`~pyg_dynscale.distributed.checkpoint.load_checkpoint` fills
+    from the checkpoint at ``path`` for ``trainer.load_stream_state``: the trainer's
+    ``stream_state()`` keys, except its device-dependent ones (``trainer.device_rng_keys()``: the
+    CUDA generator's state), which are asked for only where the checkpoint holds them -- DCP
+    refuses a key the checkpoint lacks, so a CPU checkpoint would not load on CUDA otherwise.
+    The trainer restores what is missing as ``load_stream_state`` states."""
+    from ..distributed.checkpoint import saved_extra
+
+    stream = trainer.stream_state()
+    for key in trainer.device_rng_keys():
+        stream.pop(key, None)
+        stream.update({k: v for k, v in saved_extra(path, key).items() if k == key})
+    return stream

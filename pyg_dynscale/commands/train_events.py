@@ -350,7 +350,7 @@ def train_events(args: argparse.Namespace, rank: int, world: int, init: Callable
 
     from ..distributed.checkpoint import CheckpointDamagedError, load_checkpoint, save_checkpoint
     from ..errors import DynScaleError
-    from .events_checkpoint import events_record, find_resume
+    from .events_checkpoint import events_record, find_resume, stream_template
     from .launch import attempt_note, restarts_so_far
 
     t_start = time.perf_counter()
@@ -374,7 +374,7 @@ def train_events(args: argparse.Namespace, rank: int, world: int, init: Callable
     progress: dict = {"losses": [], "epoch_seconds": [], "val_metrics": []}
     start = 0
     if resume_from is not None:
-        stream = trainer.stream_state()  # this rank's keys: DCP fills them in place
+        stream = stream_template(trainer, resume_from[1])  # this rank's keys: DCP fills them in place
         try:
             progress = load_checkpoint(resume_from[1], trainer.modules, trainer.optimizer, record,
                                        extra=stream)["progress"]

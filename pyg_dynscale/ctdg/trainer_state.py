@@ -3,10 +3,24 @@ needs besides modules and optimizer (every memory copy as it was at the end of t
 training epoch, the random generators, the byte counters; with a partitioned placement each
 owner's rows and the partition) as the flat ``{key: Tensor}`` that
 :func:`~pyg_dynscale.distributed.checkpoint.save_checkpoint` writes, and back.
+
+**Across devices.** A CUDA run also saves its CUDA generator (``rank<r>/cuda_rng``: the
+attention dropout draws from it with parallelism ``(1, 1, 1)`` and no prefetcher); a CPU run
+has none. :meth:`StreamState.device_rng_keys` names such keys, so that a loader asks the
+checkpoint only for those it holds (:func:`pyg_dynscale.commands.events_checkpoint.stream_template`):
+a CUDA checkpoint resumes on the CPU (the CPU generator, restored, is all a CPU run draws
+from) and a CPU checkpoint on CUDA (the CUDA generator is then seeded with
+:math:`f(\text{seed}, \text{epoch})`, the trainer's per-step seed function at step and trainer
+:math:`-1`: deterministic, but not the draws an uninterrupted CUDA run would make -- those
+never equal a CPU run's anyway). Everything else is device-independent: host tensors, or
+device tensors that load onto any device.
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
+from torch import Tensor
 
 from ..errors import ModelInputError
 
@@ -66,7 +80,9 @@ class StreamState:
         * ``rank<r>/epoch``, ``rank<r>/rng`` (the global generator the next
           epoch's negatives and, with ``(1, 1, 1)``, its dropout draw from;
           evaluation re-seeds it, so it is taken after any evaluation),
-          ``rank<r>/traffic`` (the byte counters).
+          ``rank<r>/traffic`` (the byte counters); on CUDA ``rank<r>/cuda_rng``
+          (:meth:`device_rng_keys`; see the module docstring for a checkpoint
+          resumed on another device).
         * Partitioned placements: each rank's own rows as
           ``copy<c>/owner<r>/memory [n_r, d]`` and ``.../last_update [n_r]``
           (every owner writes its part), and the partition, ``copy<c>/owner [N]``.
@@ -78,8 +94,7 @@ class StreamState:
                f"rank{r}/rng": torch.get_rng_state(),
                f"rank{r}/traffic": torch.tensor([t.memory_read, t.memory_write, t.gather, t.gradients, t.setup],
                                                 dtype=torch.long)}
-        if self.src.device.type == "cuda":
-            out[f"rank{r}/cuda_rng"] = torch.cuda.get_rng_state(self.src.device)
+        out.update(self._device_rng())
         if self._copies is not None:
             for c, snap in self._copies.items():
                 out.update(_flat_snapshot(f"copy{c}/", self._train_end if c == self._live else snap))
@@ -102,6 +117,28 @@ class StreamState:
                     out[f"{head}/owner"] = self.placement.owner.cpu().clone()
             out[key] = x
         return out
+
+    def _device_rng(self) -> dict:
+        """The states of the device generators this trainer draws from besides the CPU one:
+        ``{"rank<r>/cuda_rng": state}`` on CUDA, ``{}`` on the CPU."""
+        if self.device.type == "cuda":
+            return {f"rank{self.rank}/cuda_rng": torch.cuda.get_rng_state(self.device)}
+        return {}
+
+    def device_rng_keys(self) -> list:
+        """The keys of :meth:`stream_state` that only a run on this kind of device writes (a
+        checkpoint written on another device lacks them, or has others): a loader takes them
+        from the checkpoint only where it holds them."""
+        return list(self._device_rng())
+
+    def _set_device_rng(self, state: Optional[Tensor]) -> None:
+        """Restore the CUDA generator from ``state``, or (``None``: the checkpoint was written on
+        another device) seed it with the trainer's seed function of ``(seed, epoch, -1, -1)``."""
+        gen = torch.cuda.default_generators[self.device.index if self.device.index is not None else 0]
+        if state is not None:
+            gen.set_state(state.cpu())
+        else:
+            gen.manual_seed(self._rng_seed(-1, -1))
 
     def _held(self) -> list:
         """The memory copies this process holds (all ``k`` in the emulation)."""
@@ -130,8 +167,8 @@ class StreamState:
                                   "resume with the same parallelism and world size.")
         self.epoch = int(state[f"rank{r}/epoch"])
         torch.set_rng_state(state[f"rank{r}/rng"].cpu())
-        if f"rank{r}/cuda_rng" in state and self.src.device.type == "cuda":
-            torch.cuda.set_rng_state(state[f"rank{r}/cuda_rng"].cpu(), self.src.device)
+        for key in self.device_rng_keys():  # a device generator; a checkpoint of another device lacks it
+            self._set_device_rng(state.get(key))
         tr = [int(v) for v in state[f"rank{r}/traffic"]]
         t = self._traffic
         t.memory_read, t.memory_write, t.gather, t.gradients, t.setup = tr

@@ -392,6 +392,7 @@ class WindowTrainer:
         self._node_id = sig.node_id.to(self.device)
         #: host positions of the storage's self-loops (the batch graphs are normalized without a read-back)
         self._loops = self_loops(sig.edge_index.cpu())
+        self._loop_ptr: Optional[Tensor] = None
         #: global snapshot -> position in the storage (``None``: the identity, every snapshot held)
         self._pos = None if self.view.held is None else self.view._local.tolist()
 
@@ -504,13 +505,18 @@ class WindowTrainer:
             E = self._edge_ptr[1]
             one = loops[loops < E]
             return (torch.arange(len(ts)).unsqueeze(1) * E + one.unsqueeze(0)).flatten()
-        out, off = [], 0
-        for t in ts:
-            a, b = self._edge_ptr[t], self._edge_ptr[t + 1]
-            lo, hi = torch.searchsorted(loops, torch.tensor([a, b])).tolist()
-            out.append(loops[lo:hi] - a + off)
-            off += b - a
-        return torch.cat(out)
+        if self._loop_ptr is None:  # per storage snapshot, its range of ``loops`` (sorted positions)
+            self._loop_ptr = torch.searchsorted(loops, torch.tensor(self._edge_ptr))
+        t = torch.tensor(ts, dtype=torch.long)
+        eptr = torch.tensor(self._edge_ptr)
+        ec = eptr[t + 1] - eptr[t]
+        lo, cnt = self._loop_ptr[t], self._loop_ptr[t + 1] - self._loop_ptr[t]
+        total = int(cnt.sum())
+        first = torch.cumsum(cnt, 0) - cnt
+        # snapshot b's loops at lo_b .. lo_b + cnt_b - 1, moved from its storage edges to its union edges
+        at = torch.repeat_interleave(lo - first, cnt, output_size=total) + torch.arange(total)
+        shift = torch.cumsum(ec, 0) - ec - eptr[t]
+        return loops[at] + torch.repeat_interleave(shift, cnt, output_size=total)
 
     def _reuse_graph(self, B: int, ts: list, ei: Tensor, n: int, ew: Optional[Tensor]) -> tuple:
         """The normalized batch-step graph (snapshots ``ts``) for reuse: once per

@@ -223,6 +223,23 @@ PINNED = {
 }
 
 
+@pytest.mark.parametrize("data", ["chickenpox", "covid"])
+def test_the_self_loops_planned_on_the_host_are_the_unions(data):
+    """The batch graphs are normalized from self-loop positions the trainer computes from host offsets: they are
+    exactly the self-loops of the union it builds (static graph: B copies of one snapshot; changing: each
+    snapshot's own), for any list of snapshots."""
+    from pyg_dynscale.nn.graph_norm import self_loops
+
+    build, _ = cell(data=data, T=12)()
+    tr = build()
+    g = torch.Generator().manual_seed(0)
+    for _ in range(12):
+        ts = torch.randint(0, 12, (int(torch.randint(1, 6, (1,), generator=g)),), generator=g).tolist()
+        _, ei, _, _, _ = tr._union(ts)
+        loops = tr._union_loops(ts)
+        assert loops.numel() > 0 and torch.equal(loops, self_loops(ei)), ts
+
+
 def _only_the_epoch_read(events: list) -> bool:
     return len(events) == 1 and events[0].startswith(EPOCH_READ)
 
