@@ -10,7 +10,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -92,10 +91,8 @@ def test_bench_gpu_quick_cpu_rows(tmp_path: Path) -> None:
 
 def test_gpu_check_without_cuda_says_so_and_exits_0(tmp_path: Path) -> None:
     page = tmp_path / "gpu.md"
-    t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, str(BENCH / "gpu_check.py"), "--report", str(page)],
                           capture_output=True, text=True, env=_env(), timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip() == "no CUDA device: nothing to check"
-    assert not page.exists()  # nothing measured, nothing recorded
-    assert time.perf_counter() - t0 < 60
+    assert not page.exists()  # nothing measured, nothing recorded (no test run, no benchmark: the one line above)
