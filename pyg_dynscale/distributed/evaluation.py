@@ -13,7 +13,10 @@ temporal exchange (decomposed path) or state exchange (black-box path),
 counted and planned like any other. Its loss counts the evaluated window's
 snapshots only, with global normalizers, so the result equals
 :meth:`FusedTrainer.evaluate(signal) <pyg_dynscale.runtime.FusedTrainer.evaluate>`
-(tested in float64). Stale caching is off in it (evaluation is exact).
+(tested in float64). Stale caching is off in it (evaluation is exact). It
+makes no process group: its host values go over the training trainer's
+host group (:func:`~.groups.host_group` returns the one made at training
+set-up), so the ranks of one subgroup can evaluate while the others do not.
 """
 from __future__ import annotations
 

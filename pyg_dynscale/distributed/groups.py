@@ -1,7 +1,7 @@
-r"""The process groups a trainer needs besides the user's, created the way torch requires.
+r"""The process groups a trainer needs besides the user's, created the way torch requires, and the device a rank binds.
 
-``torch.distributed.new_group`` must be entered by **every rank of the
-default group, in the same order**, members or not: groups are named by a
+**Groups.** ``torch.distributed.new_group`` must be entered by **every rank of
+the default group, in the same order**, members or not: groups are named by a
 per-process counter, so a group created on a subgroup's ranks only takes a
 name that the other ranks give to a different group, and the two
 rendezvous meet each other's peers (a hang, or rows from the wrong ranks).
@@ -14,28 +14,58 @@ world, as with any ``new_group``), each with its *own* request -- the ranks of
 its group, a backend, a purpose; the requests are all-gathered over a host
 group of the whole world, and every rank creates every requested group not
 made before, in one sorted order. A group is made once per ``(ranks,
-backend, purpose)`` and reused (a later-window evaluator or a second trainer
-gets the same one).
+backend, purpose)`` and reused: a later call that finds its group made
+returns it without any communication (a later-window evaluator on one
+subgroup, a second trainer), so only the calls that create groups are world
+collectives. Every rank holds the same made groups (each was made on every
+rank), so "made before" is the same answer everywhere for the same request.
 
-:func:`bind_device` makes the training GPU this process's current device
-before the first NCCL collective: NCCL (and the object collectives, which
-stage their bytes on ``torch.cuda.current_device()``) use the current device,
-so an unbound rank ``r > 0`` would act on ``cuda:0``.
+**Host values.** A device-only backend (:data:`DEVICE_ONLY_BACKENDS`: NCCL)
+moves device tensors only; host values (counters, flags, the set-up
+agreement's objects) go over a gloo group of the same ranks,
+:func:`host_group`. Object collectives (``all_gather_object``) over NCCL would
+stage their bytes on ``torch.cuda.current_device()`` and read them back: the
+package runs them over :func:`host_group` only.
+
+**Binding.** :func:`bind_device` makes the training GPU this process's current
+device before the first NCCL collective: NCCL uses the current device for
+the communicators it creates lazily (and the object collectives for their
+staging), so an unbound rank ``r > 0`` would act on ``cuda:0`` -- two ranks on
+one GPU, which NCCL refuses ("Duplicate GPU detected").
+
+After ``destroy_process_group`` the groups made here die with it; a new
+default group (a later ``init_process_group``) starts a new set (the default
+group's identity is checked on every call).
 """
 from __future__ import annotations
 
 import os
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 import torch
 import torch.distributed as dist
 
-__all__ = ["bind_device", "local_cuda_device", "group_backend", "moves_host_tensors", "group_ranks", "helper_group",
-           "host_group", "world_host_group", "reset_helper_groups"]
+__all__ = ["DEVICE_ONLY_BACKENDS", "DEVICE_BINDERS", "bind_device", "local_cuda_device", "group_backend",
+           "backend_names", "moves_host_tensors", "device_backend_type", "group_ranks", "helper_group", "host_group",
+           "world_host_group", "reset_helper_groups"]
+
+#: backends that move tensors of one device type only -> that device type. Such a group gets a gloo twin for
+#: host values (:func:`host_group`) and never carries an object collective. A third-party device-only
+#: backend adds its name here (the tests' CPU stand-in for NCCL, ``tests/fake_nccl.py``, adds ``"fake_nccl"``).
+DEVICE_ONLY_BACKENDS: dict[str, str] = {"nccl": "cuda"}
+
+
+def _set_cuda_device(device: torch.device) -> None:
+    torch.cuda.set_device(device)  # looked up at the call: tests replace torch.cuda.set_device
+
+
+#: device type -> the function that makes a device of that type this process's current one (device types
+#: without an entry have nothing to bind: the CPU)
+DEVICE_BINDERS: dict[str, Callable[[torch.device], None]] = {"cuda": _set_cuda_device}
 
 #: ``(ranks, backend, purpose) -> group``: the groups :func:`helper_group` made in this process
 _MADE: dict[tuple, Any] = {}
-#: the host (gloo) group of the whole world the requests travel on (``None``: not made yet)
+#: the host (gloo) group of the whole world the requests travel on (empty: not made yet)
 _WORLD_HOST: list = []
 #: the default group the groups above belong to (a new default group, after ``destroy_process_group``
 #: and ``init_process_group``, starts a new set)
@@ -56,17 +86,22 @@ def local_cuda_device() -> torch.device:
 
 
 def bind_device(device: Union[str, torch.device, None]) -> Optional[torch.device]:
-    """Make ``device`` (a CUDA device) this process's current device; a no-op for
-    any other device. Returns the bound device (``None`` when nothing was bound).
-    ``"cuda"`` without an index binds :func:`local_cuda_device`."""
+    """Make ``device`` this process's current device (``torch.cuda.set_device``
+    for a CUDA device; a no-op for the CPU). Returns the bound device (the
+    ``device_id`` for ``init_process_group``), ``None`` when nothing was bound.
+    ``"cuda"`` without an index binds :func:`local_cuda_device`.
+
+    Call it before the first collective of an NCCL group (every trainer and
+    command of the package does, before its set-up collectives)."""
     if device is None:
         return None
     dev = torch.device(device)
-    if dev.type != "cuda":
-        return None
-    if dev.index is None:
+    if dev.type == "cuda" and dev.index is None:
         dev = local_cuda_device()
-    torch.cuda.set_device(dev)
+    binder = DEVICE_BINDERS.get(dev.type)
+    if binder is None:
+        return None
+    binder(dev)
     return dev
 
 
@@ -76,9 +111,26 @@ def group_backend(group: Optional[Any] = None) -> str:
     return str(dist.get_backend(group)).lower()
 
 
+def backend_names(backend: str) -> tuple[str, ...]:
+    """The backends named in ``backend``: ``"nccl"`` -> ``("nccl",)``,
+    ``"cpu:gloo,cuda:nccl"`` -> ``("gloo", "nccl")``."""
+    return tuple(part.split(":")[-1].strip() for part in str(backend).lower().split(",") if part.strip())
+
+
 def moves_host_tensors(backend: str) -> bool:
-    """Whether a group of ``backend`` runs collectives on CPU tensors."""
-    return "gloo" in backend or "mpi" in backend
+    """Whether a group of ``backend`` runs collectives on host (CPU) tensors:
+    every backend but a device-only one (:data:`DEVICE_ONLY_BACKENDS`); a
+    mapping such as ``"cpu:gloo,cuda:nccl"`` does (through gloo)."""
+    return any(name not in DEVICE_ONLY_BACKENDS for name in backend_names(backend))
+
+
+def device_backend_type(backend: str) -> Optional[str]:
+    """The device type whose tensors a device-only part of ``backend`` moves
+    (``"cuda"`` for NCCL), ``None`` when it has no device-only part."""
+    for name in backend_names(backend):
+        if name in DEVICE_ONLY_BACKENDS:
+            return DEVICE_ONLY_BACKENDS[name]
+    return None
 
 
 def group_ranks(group: Optional[Any] = None) -> tuple[int, ...]:
@@ -104,11 +156,17 @@ def helper_group(group: Optional[Any] = None, backend: Optional[str] = None, pur
     r"""A group with the ranks of ``group`` on ``backend`` (default: ``group``'s
     own) for ``purpose``, created collectively and reused.
 
-    A collective over the **world**: every rank of the default group calls it
-    at the same point, each with its own ``group`` (ranks of different
-    subgroups ask for different groups). One ``all_gather_object`` over
-    :func:`world_host_group` collects the requests; then every rank enters
-    ``new_group`` for each requested group not made before, in sorted order.
+    A call whose group was made before returns it at once, without
+    communication. A call that makes one is a collective over the **world**:
+    every rank of the default group calls it at the same point, each with its
+    own ``group`` (ranks of different subgroups ask for different groups). One
+    ``all_gather_object`` over :func:`world_host_group` collects the
+    requests; then every rank enters ``new_group`` for each requested group
+    not made before, in sorted order. (Every rank holds the same made groups,
+    so a request is new on one rank exactly when it is new on all: the ranks
+    of a trainer's group agree on whether to communicate; the ranks of
+    *different* subgroups must all be at this point when any of them asks for
+    a new group, as with any ``new_group``.)
 
     Args:
         group: the trainer's process group (``None``: the world).
@@ -121,18 +179,23 @@ def helper_group(group: Optional[Any] = None, backend: Optional[str] = None, pur
     Returns:
         the group (``None`` stands for the default group: a world-sized
         request on the default group's backend with ``purpose="host"``
-        needs no new group).
+        needs no new group; a world-sized gloo request for ``"host"`` is
+        :func:`world_host_group`).
     """
     ranks = group_ranks(group)
     backend = (backend or group_backend(group)).lower()
     world = dist.get_world_size()
-    if purpose == "host" and ranks == tuple(range(world)) and backend == group_backend(None):
+    everyone = ranks == tuple(range(world))
+    if purpose == "host" and everyone and backend == group_backend(None):
         return None  # the default group itself
+    if purpose == "host" and everyone and backend == "gloo":
+        return world_host_group()
     mine = (ranks, backend, purpose)
     _current()
+    if mine in _MADE:
+        return _MADE[mine]
     if world == 1:
-        if mine not in _MADE:
-            _MADE[mine] = dist.new_group(ranks=list(ranks), backend=backend)
+        _MADE[mine] = dist.new_group(ranks=list(ranks), backend=backend)
         return _MADE[mine]
     requests: list = [None] * world
     dist.all_gather_object(requests, mine, group=world_host_group())
@@ -146,7 +209,7 @@ def helper_group(group: Optional[Any] = None, backend: Optional[str] = None, pur
 def host_group(group: Optional[Any] = None) -> Optional[Any]:
     """The group host values of ``group`` are reduced over: ``group`` itself when
     its backend moves host tensors, else its gloo twin from :func:`helper_group`
-    (a world collective in that case)."""
+    (a world collective the first time, see there)."""
     if moves_host_tensors(group_backend(group)):
         return group
     return helper_group(group, backend="gloo", purpose="host")

@@ -20,6 +20,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from .groups import bind_device
+
 __all__ = ["spawn", "SpawnError", "free_port"]
 
 
@@ -47,7 +49,9 @@ def _entry(rank: int, world_size: int, port: int, backend: str, timeout: float, 
     torch.set_num_threads(threads)
     try:
         if backend == "nccl" and torch.cuda.is_available():  # one GPU per rank (NCCL refuses two on one)
-            torch.cuda.set_device(rank % torch.cuda.device_count())
+            # no device_id to init_process_group: NCCL would connect eagerly there, and ranks sharing a GPU
+            # would fail inside it with NCCL's error before a trainer's own check could name the shared GPU
+            bind_device(torch.device("cuda", rank % torch.cuda.device_count()))
         dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout))
         try:
             # plain pickle: tensors travel by value (a shared-memory handle dies with this process)
@@ -69,8 +73,10 @@ def spawn(fn: Callable[..., Any], world_size: int, *args: Any, backend: str = "g
             picklable too.
         world_size: number of processes.
         backend: ``"gloo"`` (CPU ranks, or several ranks sharing a GPU
-            through the staged exchange) or ``"nccl"`` (rank ``r`` on GPU
-            ``r mod device_count``).
+            through the staged exchange), ``"nccl"`` (rank ``r`` on GPU
+            ``r mod device_count``, bound before the group is made), or a
+            backend registered with ``Backend.register_backend`` in the
+            module ``fn`` lives in (the tests' CPU stand-in for NCCL).
         timeout: seconds a collective may wait (a rank that died makes the
             others fail after this long instead of hanging).
         threads: ``torch.set_num_threads`` in each process (1 by default:

@@ -7,6 +7,14 @@ carries each rank's local error (then every rank raises: its own error, or
 "failed on rank r") and a summary of what the rank was given (then every rank
 raises if the summaries differ: another signal, partition, model, loss,
 fusion, dtype, stale policy, device type or exchange).
+
+The agreement and :func:`check_one_gpu_per_rank` are object collectives: they
+run over the group's host (gloo) twin (:func:`~.groups.host_group`), never
+over NCCL -- an object collective over NCCL stages its bytes on
+``torch.cuda.current_device()`` (``cuda:0`` on a rank that has not bound its
+GPU yet: two ranks on one GPU, which NCCL refuses with its own error instead
+of ours) and reads them back. :func:`bind` makes the training GPU current
+before the first NCCL collective.
 """
 from __future__ import annotations
 
@@ -19,8 +27,10 @@ import torch
 import torch.distributed as dist
 
 from ..errors import DecompositionMismatchError, DynScaleError, ModelInputError, PartitionError
+from .groups import bind_device, host_group
 
-__all__ = ["resolve_device", "check_pattern", "setup_summary", "agree", "check_one_gpu_per_rank", "param_digest"]
+__all__ = ["resolve_device", "bind", "check_pattern", "setup_summary", "agree", "check_one_gpu_per_rank",
+           "param_digest"]
 
 
 def param_digest(modules: Sequence[Optional[torch.nn.Module]]) -> str:
@@ -55,6 +65,21 @@ def resolve_device(modules: Sequence[Optional[torch.nn.Module]], device: Union[s
         raise ModelInputError("model", f"is on {next(iter(devs))} but training runs on {dev}.",
                               f"call model.to({str(dev)!r}) (and the head) first.")
     return dev, (params[0].dtype if params else torch.float32)
+
+
+def bind(device: torch.device) -> None:
+    """Make the training device this process's current device
+    (:func:`~.groups.bind_device`: ``torch.cuda.set_device`` for a GPU) before
+    any NCCL collective; a device that cannot be bound is a
+    :class:`ModelInputError` (raised before the set-up agreement, which
+    carries it to the other ranks)."""
+    try:
+        bind_device(device)
+    except (RuntimeError, ValueError, AssertionError) as exc:  # torch's errors for a device it cannot select
+        raise ModelInputError("device", f"is {device}, which this process cannot make its current device "
+                              f"({type(exc).__name__}: {exc}).",
+                              "give each rank an existing GPU, cuda:LOCAL_RANK (see torch.cuda.device_count()).") \
+            from exc
 
 
 def check_pattern(model: Any, partition: Any, dtype: torch.dtype) -> Any:
@@ -93,12 +118,13 @@ def setup_summary(signal: Any, partition: Any, modules: Sequence[Optional[torch.
 
 
 def agree(error: Optional[DynScaleError], summary: Optional[dict], group: Optional[Any] = None) -> None:
-    """One ``all_gather``: raise on every rank if any rank's set-up failed
-    (``error``: this rank's; then ``summary`` is ``None``) or if the ranks'
-    summaries differ."""
+    """One ``all_gather`` over ``group``'s host group (:func:`~.groups.host_group`:
+    a world collective when it makes the gloo twin of an NCCL group): raise on
+    every rank if any rank's set-up failed (``error``: this rank's; then
+    ``summary`` is ``None``) or if the ranks' summaries differ."""
     mine = {"error": None if error is None else f"{type(error).__name__}: {error}", "summary": summary}
     everyone: list = [None] * dist.get_world_size(group)
-    dist.all_gather_object(everyone, mine, group=group)
+    dist.all_gather_object(everyone, mine, group=host_group(group))
     if error is not None:
         raise error
     failed = [(r, e["error"]) for r, e in enumerate(everyone) if e["error"] is not None]
@@ -117,9 +143,11 @@ def agree(error: Optional[DynScaleError], summary: Optional[dict], group: Option
 
 
 def check_one_gpu_per_rank(device: torch.device, group: Optional[Any] = None) -> None:
-    """NCCL refuses two ranks on one GPU: name the shared GPU on every rank."""
+    """NCCL refuses two ranks on one GPU: name the shared GPU on every rank
+    (an ``all_gather`` over ``group``'s host group, before any NCCL
+    collective: NCCL's own error would come first otherwise)."""
     gpus: list = [None] * dist.get_world_size(group)
-    dist.all_gather_object(gpus, f"{socket.gethostname()}:{device}", group=group)
+    dist.all_gather_object(gpus, f"{socket.gethostname()}:{device}", group=host_group(group))
     if len(set(gpus)) < len(gpus):
         shared = sorted({g for g in gpus if gpus.count(g) > 1})
         raise ModelInputError("device", f"{shared[0]} is used by ranks "

@@ -51,7 +51,7 @@ from .evaluation import LaterWindow, later_window_evaluator, window_link_scores
 from .exchange import Communicator
 from .fusion_groups import check_fusion_groups
 from .local import ExchangeMap, halo_keys, positions_in
-from .setup_checks import agree, check_one_gpu_per_rank, check_pattern, resolve_device, setup_summary
+from .setup_checks import agree, bind, check_one_gpu_per_rank, check_pattern, resolve_device, setup_summary
 from .snapshot_engine import SnapshotEngine
 from .stale import StaleCache, StaleConfig
 from .time_windows import RankWindow
@@ -114,7 +114,9 @@ class DistributedTrainer:
         lr: learning rate of the default optimizer.
         device: training device (default: the model's): ``"cpu"``, or
             ``"cuda:LOCAL_RANK"`` (one GPU per rank over NCCL, or several
-            ranks sharing a GPU through the staged exchange).
+            ranks sharing a GPU through the staged exchange). A GPU becomes
+            the process's current device (``torch.cuda.set_device``) at the
+            start of set-up, before any collective.
         backend: how rows reach the collectives: ``"auto"`` (direct when the
             group's backend moves tensors of the device -- gloo: CPU, NCCL:
             CUDA --, staged for a CUDA model over gloo), ``"direct"`` or
@@ -145,7 +147,12 @@ class DistributedTrainer:
             of the module (a tensor for one state, a tuple such as
             ``(h, c)`` for several).
         snapshot_reduction: ``"mean"`` or ``"sum"`` over snapshots.
-        group: process group (default: the world).
+        group: process group (default: the world). Set-up is a collective
+            over the group; over the **world** too when the group's backend
+            is NCCL and its gloo twin for host values does not exist yet
+            (:func:`~pyg_dynscale.distributed.groups.host_group`: made on every
+            rank, reused by later trainers and evaluators on the same ranks):
+            with subgroups, every rank builds its trainer at the same point.
         check: self-check PyGT adapters at wrap time.
         stale: the stale embedding cache (DGC §5.2) used while training:
             ``None``/``"off"`` (exact), ``"drift"`` / ``"drift:<eps>"`` (the
@@ -178,8 +185,7 @@ class DistributedTrainer:
 
         # torchrun --nproc-per-node 4 train.py
         dist.init_process_group("nccl")              # or "gloo" for CPU ranks
-        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-        model = model.to(f"cuda:{os.environ['LOCAL_RANK']}")
+        model = model.to(f"cuda:{os.environ['LOCAL_RANK']}")  # the trainer binds this GPU before any NCCL call
         part = partition(signal, "pgc", dist.get_world_size(), model.dependency_pattern())
         trainer = DistributedTrainer(model, signal, part, head=torch.nn.Linear(32, 1), loss="mse")
         for epoch in range(100):
@@ -270,6 +276,9 @@ class DistributedTrainer:
         tg = None
         try:
             self.device, self.dtype = resolve_device([self.model, head], device, group)
+            # the training GPU is this process's current device before any NCCL collective: NCCL makes its
+            # communicators on the current device (an unbound rank r > 0 would use cuda:0)
+            bind(self.device)
             #: how rows reach the collectives (:mod:`.transport`)
             self.transport = resolve_transport(backend, self.device, group)
             if partition.num_parts != self.world_size:
@@ -290,10 +299,12 @@ class DistributedTrainer:
             fusion=f"{self.fusion}:{self.fusion_budget}:{fusion_groups}",
             dtype=self.dtype, stale=self.stale.config.describe() if self.stale is not None else "off",
             device=self.device, transport=self.transport)
+        # object collectives over the group's host (gloo) twin, made here on every rank of the world when the
+        # group is NCCL (groups.host_group): none of them touches NCCL, so two ranks on one GPU get our error
         agree(error, summary, group)
         if self.device.type == "cuda" and self.transport.name == "direct":
             check_one_gpu_per_rank(self.device, group)
-        self.transport.prepare()
+        self.transport.prepare()  # the host group made by the agreement (no new group, no communication)
         self.signal, self.partition = signal, partition
         self.comm = Communicator(group, self.device, self.dtype, transport=self.transport)
         if self.stale is not None:

@@ -22,9 +22,12 @@ device type).
 
 Host values (report counters, the has-a-gradient flags of the gradient
 all-reduce) are reduced on the host over a
-gloo group -- the group itself, or one gloo group created once at set-up
-when the group's backend is NCCL (:meth:`Transport.prepare`) -- so reading
-them never waits on the device.
+gloo group -- the group itself, or, when the group's backend moves device
+tensors only (NCCL), its gloo twin from :func:`~.groups.host_group`, made
+collectively on every rank of the world at set-up and shared by every
+trainer on the same ranks (:meth:`Transport.prepare`) -- so reading them never
+waits on the device. Which backends are device-only is
+:data:`~.groups.DEVICE_ONLY_BACKENDS`.
 """
 from __future__ import annotations
 
@@ -35,6 +38,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from ..errors import ModelInputError
+from .groups import device_backend_type, group_backend, host_group, moves_host_tensors
 
 __all__ = ["Transport", "DirectTransport", "StagedTransport", "resolve_transport", "TRANSPORTS", "group_backend"]
 
@@ -42,18 +46,11 @@ __all__ = ["Transport", "DirectTransport", "StagedTransport", "resolve_transport
 TRANSPORTS = ("auto", "direct", "staged")
 
 
-def group_backend(group: Optional[Any] = None) -> str:
-    """The backend name of ``group`` (``"gloo"``, ``"nccl"``, or a
-    ``"cpu:gloo,cuda:nccl"``-style mapping), lower case."""
-    return str(dist.get_backend(group)).lower()
-
-
-def _moves_cuda(backend: str) -> bool:
-    return "nccl" in backend
-
-
-def _moves_cpu(backend: str) -> bool:
-    return "gloo" in backend or "mpi" in backend
+def _moves_device(backend: str, device_type: str) -> bool:
+    """Whether ``backend`` runs collectives on tensors of ``device_type``
+    directly: host tensors over gloo, CUDA tensors over NCCL (a device-only
+    backend moves its own device type: :data:`~.groups.DEVICE_ONLY_BACKENDS`)."""
+    return (device_type == "cpu" and moves_host_tensors(backend)) or device_backend_type(backend) == device_type
 
 
 class Transport:
@@ -71,20 +68,21 @@ class Transport:
         self.group = group
         self.device = torch.device(device)
         self.backend = group_backend(group)
-        self.host_group: Optional[Any] = group if _moves_cpu(self.backend) else None
+        #: the group host values go over (``None``: the default group, or not made yet for a device-only backend)
+        self.host_group: Optional[Any] = group if moves_host_tensors(self.backend) else None
 
     def prepare(self) -> None:
-        """Create the gloo group for host values when the group's backend
-        moves device tensors only (a collective: every rank of the world
-        calls it at the same point of set-up)."""
-        if self.host_group is None and not _moves_cpu(self.backend):
-            ranks = dist.get_process_group_ranks(self.group) if self.group is not None else None
-            self.host_group = dist.new_group(ranks=ranks, backend="gloo")
+        """Set the gloo group for host values when the group's backend moves
+        device tensors only: :func:`~.groups.host_group`, a collective over the
+        world the first time (every rank of the world calls it at the same
+        point of set-up); later trainers on the same ranks reuse that group
+        without communicating."""
+        if self.host_group is None and not moves_host_tensors(self.backend):
+            self.host_group = host_group(self.group)
 
     def all_reduce_host(self, x: Tensor, op: Any = dist.ReduceOp.SUM) -> Tensor:
         """The reduction over ranks of the host tensor ``x`` (a new tensor)."""
-        if self.host_group is None:
-            self.prepare()
+        self.prepare()
         out = x.detach().clone().contiguous()
         dist.all_reduce(out, op=op, group=self.host_group)
         return out
@@ -100,8 +98,13 @@ class Transport:
         raise NotImplementedError
 
     def broadcast_(self, x: Tensor, src: int = 0) -> None:
-        """Overwrite ``x`` (in place) with rank ``src``'s."""
+        """Overwrite ``x`` (in place) with that of rank ``src`` *of the group*."""
         raise NotImplementedError
+
+    def _src(self, group: Optional[Any], src: int) -> int:
+        """The global rank of the group's rank ``src`` (``dist.broadcast`` takes
+        global ranks: rank 0 of a subgroup of ranks ``[2, 3]`` is rank 2)."""
+        return src if group is None else dist.get_global_rank(group, src)
 
     def describe(self) -> str:
         return f"{self.name} ({self.backend}, {self.device})"
@@ -127,9 +130,9 @@ class DirectTransport(Transport):
 
     def broadcast_(self, x: Tensor, src: int = 0) -> None:
         if x.device.type == "cpu" and self.device.type != "cpu":
-            dist.broadcast(x, src, group=self.host_group)
+            dist.broadcast(x, self._src(self.host_group, src), group=self.host_group)
         else:
-            dist.broadcast(x, src, group=self.group)
+            dist.broadcast(x, self._src(self.group, src), group=self.group)
 
 
 class StagedTransport(Transport):
@@ -171,10 +174,10 @@ class StagedTransport(Transport):
 
     def broadcast_(self, x: Tensor, src: int = 0) -> None:
         if x.device.type == "cpu":
-            dist.broadcast(x, src, group=self.group)
+            dist.broadcast(x, self._src(self.group, src), group=self.group)
             return
         host = self._to_host(x.contiguous())
-        dist.broadcast(host, src, group=self.group)
+        dist.broadcast(host, self._src(self.group, src), group=self.group)
         x.copy_(host)
 
 
@@ -198,18 +201,17 @@ def resolve_transport(choice: str, device: torch.device, group: Optional[Any] = 
         raise ModelInputError("device", f"is {device}; the distributed runtime trains on CPU or CUDA ranks.",
                               "move the model to 'cpu' or 'cuda:LOCAL_RANK'.")
     if choice == "staged":
-        if not _moves_cpu(backend):
+        if not moves_host_tensors(backend):
             raise ModelInputError("backend", f"is 'staged' but the process group uses {backend}; the staged exchange "
                                   "moves host buffers over gloo.", "init the process group with backend='gloo'.")
         return StagedTransport(group, device)
+    if _moves_device(backend, device.type):
+        return DirectTransport(group, device)
     if device.type == "cpu":
-        if not _moves_cpu(backend):
-            raise ModelInputError("device", f"is cpu but the process group uses {backend}, which moves CUDA tensors "
-                                  "only.", "init the process group with backend='gloo' for CPU ranks, or move the "
-                                  "model to 'cuda:LOCAL_RANK'.")
-        return DirectTransport(group, device)
-    if _moves_cuda(backend):
-        return DirectTransport(group, device)
+        raise ModelInputError("device", f"is cpu but the process group uses {backend}, which moves "
+                              f"{device_backend_type(backend) or 'device'} tensors only.",
+                              "init the process group with backend='gloo' for CPU ranks, or move the "
+                              "model to 'cuda:LOCAL_RANK'.")
     if choice == "direct":
         raise ModelInputError("backend", f"is 'direct' with a CUDA model but the process group uses {backend}, which "
                               "cannot all_to_all CUDA tensors.", "use backend='staged' (or 'auto', which picks it: "
