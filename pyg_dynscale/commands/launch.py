@@ -91,14 +91,12 @@ def machine_plan(args: argparse.Namespace, local_world_size: int) -> DevicePlan:
 def bind_device(device: str) -> Optional[Any]:
     """Make ``device`` this process's current GPU before the process group
     exists (NCCL and the object collectives use the current device); the
-    ``device_id`` for an NCCL group, else ``None``."""
-    import torch
+    ``device_id`` for an NCCL group, else ``None``. The package's one
+    implementation, :func:`pyg_dynscale.distributed.groups.bind_device` (imported
+    here when called: the command line starts without torch)."""
+    from ..distributed.groups import bind_device as bind
 
-    dev = torch.device(device)
-    if dev.type != "cuda":
-        return None
-    torch.cuda.set_device(dev)
-    return dev
+    return bind(device)
 
 
 # ------------------------------------------------------------------ launching

@@ -327,14 +327,14 @@ def traffic_report(trainer, world: int) -> dict:
     import torch
     import torch.distributed as dist
 
+    from ..distributed.groups import host_group
+
     t = trainer.traffic()
     summed = ["measured", "predicted"] + (["local"] if "local" in t else [])
     keys = [(part, kind) for part in summed for kind in sorted(t[part])]
-    if world > 1:
+    if world > 1:  # host integers: summed over the host (gloo) group on every backend
         x = torch.tensor([int(t[part][kind]) for part, kind in keys], dtype=torch.long)
-        if dist.get_backend() == "nccl":
-            x = x.to(trainer.optimizer_params[0].device)
-        dist.all_reduce(x)
+        dist.all_reduce(x, group=host_group(None))
         for (part, kind), v in zip(keys, x.tolist()):
             t[part][kind] = v
     if "matrix" in t:
@@ -349,6 +349,7 @@ def train_events(args: argparse.Namespace, rank: int, world: int, init: Callable
     from tqdm.auto import tqdm
 
     from ..distributed.checkpoint import CheckpointDamagedError, load_checkpoint, save_checkpoint
+    from ..distributed.groups import host_group
     from ..errors import DynScaleError
     from .events_checkpoint import events_record, find_resume, stream_template
     from .launch import attempt_note, restarts_so_far
@@ -393,8 +394,8 @@ def train_events(args: argparse.Namespace, rank: int, world: int, init: Callable
         t0 = time.perf_counter()
         loss = trainer.train_epoch()
         took = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
-        if world > 1 and dist.get_backend() == "gloo":  # an epoch lasts until its slowest rank is done
-            dist.all_reduce(took, op=dist.ReduceOp.MAX)
+        if world > 1:  # an epoch lasts until its slowest rank is done: a host value, over gloo on every backend
+            dist.all_reduce(took, op=dist.ReduceOp.MAX, group=host_group(None))
         if not math.isfinite(loss):
             raise FloatingPointError(f"the training loss is {loss} at epoch {epoch + 1}; lower --lr or use "
                                      "--dtype float64.")
@@ -474,8 +475,10 @@ def run(args: argparse.Namespace) -> int:
     if dist.is_initialized():
         fail("a torch.distributed process group is already initialized in this process; run "
              "`pyg-dynscale train-events` in its own process (or under torchrun).")
+    from .launch import bind_device
+
     device = "cuda:0" if args.device == "cuda" else "cpu"
-    report = train_events(args, 0, 1, lambda: None, device)
+    report = train_events(args, 0, 1, lambda: bind_device(device), device)  # no process group: the GPU bound
     print_report(args, report)
     return 0
 

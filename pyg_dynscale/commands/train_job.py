@@ -281,8 +281,8 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
     if loss == "bce_link":
         scores, labels = trainer.link_scores(test_sig, test_part, continue_state=continued)  # on the device
         everyone: list = [None] * world
-        dist.all_gather_object(everyone, (scores.detach().cpu().double().tolist(),
-                                          labels.detach().cpu().double().tolist()))
+        dist.all_gather_object(everyone, (scores.detach().cpu().double().tolist(),  # over gloo, never NCCL
+                                          labels.detach().cpu().double().tolist()), group=trainer.transport.host_group)
         metric_name = "auc"
         test_metric = roc_auc(torch.tensor(sum((e[0] for e in everyone), [])),
                               torch.tensor(sum((e[1] for e in everyone), [])))

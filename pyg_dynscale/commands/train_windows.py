@@ -42,6 +42,7 @@ def train_windows(args: argparse.Namespace, rank: int, world: int, init_process_
 
     from ..distributed.checkpoint import (CheckpointDamagedError, CheckpointMismatchError, check_run,
                                           latest_checkpoint, load_checkpoint, save_checkpoint)
+    from ..distributed.groups import host_group
     from ..errors import DynScaleError
     from ..nn.zoo import build_model
     from ..windows import WindowTrainer
@@ -117,9 +118,9 @@ def train_windows(args: argparse.Namespace, rank: int, world: int, init_process_
     for epoch in bar:
         t0 = time.perf_counter()
         loss_value = trainer.train_epoch()
-        took = torch.tensor([time.perf_counter() - t0], dtype=torch.float64, device=trainer.device)
-        if world > 1:  # an epoch lasts until its slowest rank is done
-            dist.all_reduce(took, op=dist.ReduceOp.MAX)
+        took = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
+        if world > 1:  # an epoch lasts until its slowest rank is done: a host value, over gloo on every backend
+            dist.all_reduce(took, op=dist.ReduceOp.MAX, group=host_group(None))
         if not math.isfinite(loss_value):
             raise FloatingPointError(f"the training loss is {loss_value} at epoch {epoch + 1}; lower --lr or use "
                                      "--dtype float64.")
@@ -136,7 +137,7 @@ def train_windows(args: argparse.Namespace, rank: int, world: int, init_process_
     held = trainer._x.shape[0]
     every = [None] * world
     if world > 1:
-        dist.all_gather_object(every, held)
+        dist.all_gather_object(every, held, group=host_group(None))  # an object collective: never over NCCL
     else:
         every = [held]
     row_bytes = trainer._x[:1].numel() * trainer._x.element_size()
