@@ -87,8 +87,8 @@ def _jobs(rank: int, world: int, events_csv: str, edges: str) -> dict:
     torch.set_num_threads(1)
     out: dict = {}
     init = lambda: launch.bind_device("cpu")  # noqa: E731 -- the commands' init minus init_process_group
-    # MemoryTrainer.evaluate broadcasts its metrics as an object over the default group (pyg_dynscale/ctdg,
-    # not this test's subject): the object rule is off for train-events only
+    # this job checks the command's own collectives (epoch time, traffic); MemoryTrainer's object collectives
+    # are pyg_dynscale/ctdg's, checked by its own tests: the object rule is off for train-events only
     fake_nccl.RULES["objects"] = False
     train_events.time = _slow_clock(rank)
     args = build_parser().parse_args(["train-events", events_csv, "--epochs", "2", "--batch-size", "20",
