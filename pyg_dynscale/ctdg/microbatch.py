@@ -230,8 +230,8 @@ class MicroBatchPipeline:
         n = self._count(ctx["iteration"], trainer.batch_size, trainer.world_size, trainer.device)
         ranges = micro_ranges(lb.start, lb.end, n)
         neg = ctx["negs"][(lb.memory_copy, lb.position)] if lb.num_events else None
-        for view in self.views:  # counters of this epoch and phase (begin_epoch replaces the dict)
-            view.epoch, view.phase = self.placement.epoch, self.placement.phase
+        for view in self.views:  # counters of this epoch and phase (begin_epoch replaces the dict), its groups
+            view.epoch, view.phase, view.channel = self.placement.epoch, self.placement.phase, self.placement.channel
         pending = ctx["pending"].setdefault(lb.memory_copy, [])
         spans = ctx["spans"].setdefault(lb.memory_copy, [])
         first = len(pending)

@@ -854,6 +854,6 @@ class MemoryTrainer(PlacementHooks, StreamState, TrafficReport):
             import torch.distributed as dist
 
             box = [out]
-            dist.broadcast_object_list(box, src=0)
+            dist.broadcast_object_list(box, src=0, group=self._host_group)  # objects: never over NCCL
             out = box[0]
         return out
