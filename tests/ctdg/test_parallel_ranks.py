@@ -1,7 +1,7 @@
 """DistTGL's i x j x k parallelism under a gloo process group == its single-process emulation
-(float64, dropout on): losses, parameters and every held memory copy after every step, replicas
-identical after every step, the same epoch loss and evaluation on every rank; with the memory service and
-the neighbour prefetcher too. One spawned job per world size."""
+(float64, dropout on): losses, parameters and every held memory copy after every step, the evaluation's
+scores, replicas identical after every step, the same epoch loss and evaluation on every rank; with the
+memory service and the neighbour prefetcher too. One spawned job per world size."""
 from __future__ import annotations
 
 import math
@@ -38,8 +38,18 @@ def _run(case, rank=0, world=1):
     tr.optimizer.step = recorded_step
     losses = [tr.train_epoch() for _ in range(2)]
     stats = tr.stats()  # training only (evaluation reads the memory directly)
-    return {"losses": losses, "batch": tr.batch_losses.tolist(), "records": records, "val": tr.evaluate("val"),
-            "test": tr.evaluate("test"), "stats": stats}
+    scores, forward = [], tr.link_pred.forward
+
+    def recorded(*args):  # every score of the evaluation (AP, AUC, MRR are functions of them)
+        z = forward(*args)
+        scores.append(z.detach().reshape(-1).clone())
+        return z
+
+    tr.link_pred.forward = recorded
+    out = {"losses": losses, "batch": tr.batch_losses.tolist(), "records": records, "val": tr.evaluate("val"),
+           "test": tr.evaluate("test"), "stats": stats}
+    out["scores"] = torch.cat(scores)
+    return out
 
 
 def _ranks(rank, world):
@@ -59,9 +69,10 @@ def _check(world):
         assert len(runs[0]["records"]) == len(ref["records"]) == 2 * len(ref["batch"]) > 6
         for a, b in zip(runs[0]["losses"] + runs[0]["batch"], ref["losses"] + ref["batch"]):
             assert math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12), par
-        for key in ("ap", "auc", "mrr"):
-            assert math.isclose(runs[0]["val"][key], ref["val"][key], abs_tol=1e-9), par
-            assert math.isclose(runs[0]["test"][key], ref["test"][key], abs_tol=1e-9), par
+        # rank 0's evaluation (memory copy 0, whose result every rank reports): its scores to rounding
+        # (AP, AUC and MRR are step functions of them: a score that moves by an ulp can tie with another,
+        # or stop tying, and move AUC by a pair's weight -- (3, 1, 1) does on this stream)
+        torch.testing.assert_close(runs[0]["scores"], ref["scores"], atol=1e-9, rtol=0)
         for s, (p_ref, mem_ref) in enumerate(ref["records"]):
             for r, run in enumerate(runs):
                 p, mem = run["records"][s]
