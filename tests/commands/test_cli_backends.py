@@ -87,16 +87,12 @@ def _jobs(rank: int, world: int, events_csv: str, edges: str) -> dict:
     torch.set_num_threads(1)
     out: dict = {}
     init = lambda: launch.bind_device("cpu")  # noqa: E731 -- the commands' init minus init_process_group
-    # this job checks the command's own collectives (epoch time, traffic); MemoryTrainer's object collectives
-    # are pyg_dynscale/ctdg's, checked by its own tests: the object rule is off for train-events only
-    fake_nccl.RULES["objects"] = False
     train_events.time = _slow_clock(rank)
     args = build_parser().parse_args(["train-events", events_csv, "--epochs", "2", "--batch-size", "20",
                                       "--memory-dim", "4", "--time-dim", "2", "--embedding-dim", "4",
                                       "--dtype", "float64", "--parallelism", "2,1,1", "--no-progress"])
     r = train_events.train_events(args, rank, world, init, "cpu")
     out["events"] = {"epoch_seconds": r["epoch_seconds"], "traffic": r["traffic"]["measured"]}
-    fake_nccl.RULES["objects"] = True
     # full-batch train, links (the test AUC gathers every rank's scores as objects)
     args = build_parser().parse_args(["train", edges, "--window", "100", "--target", "link", "--hidden", "4",
                                       "--epochs", "2", "--no-progress", "--device", "cpu"])
