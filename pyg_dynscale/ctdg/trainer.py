@@ -37,6 +37,7 @@ from torch_geometric.data import TemporalData
 from torch_geometric.nn.models.tgn import LastNeighborLoader
 
 from ..distributed.groups import bind_device, group_backend, helper_group, host_group, moves_host_tensors
+from ..distributed.setup_checks import check_gpu_sharing
 from ..distributed.transport import resolve_transport
 from ..errors import ModelInputError
 from ..runtime.metrics import average_precision, roc_auc
@@ -339,6 +340,7 @@ class MemoryTrainer(PlacementHooks, StreamState, TrafficReport):
         self.rank, self.world_size = world()
         if self.world_size > 1:  # before the first collective (NCCL and the object collectives use it)
             bind_device(dev)
+            check_gpu_sharing(dev)  # two ranks on one GPU over NCCL: our message, before NCCL's
         self._setup_placement(memory_placement, partition, memory_service, prefetch)
         micro_batches = check_micro_batches(micro_batches)
         if prefetch and micro_batches != 1:

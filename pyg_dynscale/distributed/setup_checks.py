@@ -27,10 +27,10 @@ import torch
 import torch.distributed as dist
 
 from ..errors import DecompositionMismatchError, DynScaleError, ModelInputError, PartitionError
-from .groups import bind_device, host_group
+from .groups import bind_device, device_backend_type, group_backend, host_group
 
 __all__ = ["resolve_device", "bind", "check_pattern", "setup_summary", "agree", "check_one_gpu_per_rank",
-           "param_digest"]
+           "param_digest", "check_gpu_sharing"]
 
 
 def param_digest(modules: Sequence[Optional[torch.nn.Module]]) -> str:
@@ -154,3 +154,14 @@ def check_one_gpu_per_rank(device: torch.device, group: Optional[Any] = None) ->
                               f"{[r for r, g in enumerate(gpus) if g == shared[0]]}; NCCL needs one GPU per rank.",
                               "give each rank cuda:LOCAL_RANK, or share the GPU through a gloo group "
                               "(backend='staged', chosen automatically over gloo).")
+
+
+def check_gpu_sharing(device: torch.device, group: Optional[Any] = None) -> None:
+    """:func:`check_one_gpu_per_rank` where it matters: a GPU device on a
+    backend that runs its collectives on that GPU (NCCL). Every trainer calls it
+    after binding the device and before its first device collective, so two
+    ranks on one GPU get this message on every rank, not NCCL's own error from
+    inside the first collective. (Over gloo several ranks may share a GPU: the
+    staged exchange.)"""
+    if device.type != "cpu" and device_backend_type(group_backend(group)) == device.type:
+        check_one_gpu_per_rank(device, group)

@@ -51,7 +51,7 @@ from .evaluation import LaterWindow, later_window_evaluator, window_link_scores
 from .exchange import Communicator
 from .fusion_groups import check_fusion_groups
 from .local import ExchangeMap, halo_keys, positions_in
-from .setup_checks import agree, bind, check_one_gpu_per_rank, check_pattern, resolve_device, setup_summary
+from .setup_checks import agree, bind, check_gpu_sharing, check_pattern, resolve_device, setup_summary
 from .snapshot_engine import SnapshotEngine
 from .stale import StaleCache, StaleConfig
 from .time_windows import RankWindow
@@ -302,8 +302,7 @@ class DistributedTrainer:
         # object collectives over the group's host (gloo) twin, made here on every rank of the world when the
         # group is NCCL (groups.host_group): none of them touches NCCL, so two ranks on one GPU get our error
         agree(error, summary, group)
-        if self.device.type == "cuda" and self.transport.name == "direct":
-            check_one_gpu_per_rank(self.device, group)
+        check_gpu_sharing(self.device, group)
         self.transport.prepare()  # the host group made by the agreement (no new group, no communication)
         self.signal, self.partition = signal, partition
         self.comm = Communicator(group, self.device, self.dtype, transport=self.transport)

@@ -43,6 +43,7 @@ import torch
 from torch import Tensor
 
 from ..distributed.groups import bind_device
+from ..distributed.setup_checks import check_gpu_sharing
 from ..errors import ModelInputError, UnsupportedModelError
 from ..nn.graph_norm import self_loops
 from ..nn.snapshot_model import SnapshotModel, default_dtype
@@ -280,6 +281,7 @@ class WindowTrainer:
             # before the first collective (DDP's broadcast below, a helper group): NCCL makes a group's
             # communicator on the current device, cuda:0 on a rank that has not bound its own
             bind_device(self.device)
+            check_gpu_sharing(self.device)  # two ranks on one GPU over NCCL: our message, before NCCL's
         self._edge_fields = () if (self.sequence_model or self.window_model) else edge_fields_of(self.model, sig)
         #: global ``[T+1]`` vertex-time offsets (metadata: which windows of a batch have target rows)
         self._gptr = sig.node_ptr.tolist()
