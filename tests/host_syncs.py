@@ -16,7 +16,10 @@ a device tensor) is free, as it is on a GPU.
 
 What it cannot see: ``.to("cpu")`` (on the CPU it is the identity and does
 not dispatch; the package writes device-to-host copies as ``.cpu()``, which
-is counted), and reads of tensors no marked tensor flowed into.
+is counted), and reads of tensors no marked tensor flowed into. On the CPU a
+trainer's ``.to(device)`` and ``device=`` factories return host tensors;
+:func:`on_the_device` makes those that a given part of the package creates
+device-resident, as a GPU run would.
 
 Usage::
 
@@ -27,16 +30,18 @@ Usage::
 """
 from __future__ import annotations
 
+import contextlib
 import functools
+import sys
 import traceback
-from typing import Any, Iterable, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-__all__ = ["HostSyncs", "SYNC_OPS"]
+__all__ = ["HostSyncs", "SYNC_OPS", "count_host_syncs", "on_the_device"]
 
 #: ops that read a value of their first tensor argument back to the host (or size their output by it)
 SYNC_OPS = frozenset({
@@ -221,3 +226,62 @@ def count_host_syncs(fn: Any, *, modules: Iterable[Optional[torch.nn.Module]] = 
             syncs.mark_optimizer(optimizer)
         fn()
     return syncs
+
+
+#: the factories :func:`on_the_device` follows (called with ``device=``)
+_FACTORIES = ("tensor", "as_tensor", "arange", "zeros", "ones", "full", "empty")
+
+
+def _names_a_device(args: tuple, kwargs: dict) -> bool:
+    for a in (*args, kwargs.get("device")):
+        if isinstance(a, torch.device):
+            return True
+        if isinstance(a, str):
+            try:
+                torch.device(a)
+                return True
+            except RuntimeError:
+                pass
+    return False
+
+
+@contextlib.contextmanager
+def on_the_device(syncs: HostSyncs, scope: str) -> Iterator[None]:
+    """Emulate the training device for ``syncs`` while active: a ``.to(<device>)`` of a host
+    tensor and a factory called with ``device=``, made by code whose file path contains
+    ``scope`` (e.g. ``"pyg_dynscale/windows/"``), return device-resident tensors (a copy where
+    ``.to`` would return the host tensor itself, as a host-to-device copy does). Host planning
+    in that code (tensors made without naming a device) stays on the host."""
+    to = torch.Tensor.to
+
+    def in_scope() -> bool:  # frames: this, the wrapper, its caller
+        return scope in sys._getframe(2).f_code.co_filename.replace("\\", "/")
+
+    @functools.wraps(to)
+    def to_device(t: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        out = to(t, *args, **kwargs)
+        if _names_a_device(args, kwargs) and not syncs.is_device(t) and in_scope():
+            if out.untyped_storage()._cdata == t.untyped_storage()._cdata:
+                out = out.clone()
+            syncs.mark(out)
+        return out
+
+    def factory(f: Callable) -> Callable:
+        @functools.wraps(f)
+        def made(*args: Any, **kwargs: Any) -> Any:
+            out = f(*args, **kwargs)
+            if kwargs.get("device") is not None and in_scope():
+                syncs.mark(out)
+            return out
+        return made
+
+    saved = {name: getattr(torch, name) for name in _FACTORIES}
+    torch.Tensor.to = to_device
+    for name, f in saved.items():
+        setattr(torch, name, factory(f))
+    try:
+        yield
+    finally:
+        torch.Tensor.to = to
+        for name, f in saved.items():
+            setattr(torch, name, f)

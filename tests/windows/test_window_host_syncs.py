@@ -26,11 +26,8 @@ run equals one process.
 from __future__ import annotations
 
 import collections
-import contextlib
-import functools
 import math
-import sys
-from typing import Any, Callable
+from typing import Callable
 
 import pytest
 import torch
@@ -38,76 +35,20 @@ import torch
 from pyg_dynscale.distributed.launch import spawn
 from pyg_dynscale.windows import WindowTrainer
 from tests import fake_nccl
-from tests.host_syncs import HostSyncs
+from tests.host_syncs import HostSyncs, on_the_device
 from tests.windows.helpers import chickenpox, covid
 
 #: the trainer's own code: its ``device=`` factories and ``.to(device)`` copies put tensors on the training device
 SCOPE = "pyg_dynscale/windows/"
-_FACTORIES = ("tensor", "as_tensor", "arange", "zeros", "ones", "full", "empty")
 #: the one read-back of a training epoch (its batch losses) and of an evaluation (its sums)
 EPOCH_READ = "Tensor.tolist at windows/trainer.py"
-
-
-def _from_windows() -> bool:
-    """Whether the caller of the wrapped function is the trainer's code (frames: this, the wrapper, its caller)."""
-    return SCOPE in sys._getframe(2).f_code.co_filename.replace("\\", "/")
-
-
-def _names_a_device(args: tuple, kwargs: dict) -> bool:
-    for a in (*args, kwargs.get("device")):
-        if isinstance(a, torch.device):
-            return True
-        if isinstance(a, str):
-            try:
-                torch.device(a)
-                return True
-            except RuntimeError:
-                pass
-    return False
-
-
-@contextlib.contextmanager
-def on_the_device(syncs: HostSyncs):
-    """Emulate the training device for ``syncs`` while active: a ``.to(<device>)`` of a host tensor and a factory
-    called with ``device=`` in pyg_dynscale/windows return device-resident tensors (a copy where ``.to`` would
-    return the host tensor itself, as a host-to-device copy does)."""
-    to = torch.Tensor.to
-
-    @functools.wraps(to)
-    def to_device(t: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-        out = to(t, *args, **kwargs)
-        if _names_a_device(args, kwargs) and not syncs.is_device(t) and _from_windows():
-            if out.untyped_storage()._cdata == t.untyped_storage()._cdata:
-                out = out.clone()
-            syncs.mark(out)
-        return out
-
-    def factory(f: Callable) -> Callable:
-        @functools.wraps(f)
-        def made(*args: Any, **kwargs: Any) -> Any:
-            out = f(*args, **kwargs)
-            if kwargs.get("device") is not None and _from_windows():
-                syncs.mark(out)
-            return out
-        return made
-
-    saved = {name: getattr(torch, name) for name in _FACTORIES}
-    torch.Tensor.to = to_device
-    for name, f in saved.items():
-        setattr(torch, name, factory(f))
-    try:
-        yield
-    finally:
-        torch.Tensor.to = to
-        for name, f in saved.items():
-            setattr(torch, name, f)
 
 
 def count(make: Callable) -> dict:
     """Build the trainer ``make()`` gives (``(constructor, modules)``: data and modules made outside the counter)
     on the emulated device, then count one training epoch and one evaluation."""
     build, modules = make()
-    with HostSyncs() as syncs, on_the_device(syncs):
+    with HostSyncs() as syncs, on_the_device(syncs, SCOPE):
         syncs.mark_modules(*modules)
         tr = build()
         setup = syncs.count
