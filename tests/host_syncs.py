@@ -246,16 +246,18 @@ def _names_a_device(args: tuple, kwargs: dict) -> bool:
 
 
 @contextlib.contextmanager
-def on_the_device(syncs: HostSyncs, scope: str) -> Iterator[None]:
+def on_the_device(syncs: HostSyncs, scope: "str | tuple[str, ...]") -> Iterator[None]:
     """Emulate the training device for ``syncs`` while active: a ``.to(<device>)`` of a host
     tensor and a factory called with ``device=``, made by code whose file path contains
     ``scope`` (e.g. ``"pyg_dynscale/windows/"``), return device-resident tensors (a copy where
     ``.to`` would return the host tensor itself, as a host-to-device copy does). Host planning
     in that code (tensors made without naming a device) stays on the host."""
     to = torch.Tensor.to
+    scopes = (scope,) if isinstance(scope, str) else tuple(scope)
 
     def in_scope() -> bool:  # frames: this, the wrapper, its caller
-        return scope in sys._getframe(2).f_code.co_filename.replace("\\", "/")
+        path = sys._getframe(2).f_code.co_filename.replace("\\", "/")
+        return any(s in path for s in scopes)
 
     @functools.wraps(to)
     def to_device(t: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""Every benchmark runs: the ``--quick`` mode of the nine without a smoke test
+"""Every benchmark runs: the ``--quick`` mode of the ten without a smoke test
 elsewhere, each checked for what its table must say (the others: bench_schemes,
 bench_blackbox, bench_gpu, bench_generator, bench_temporal_fusion,
 bench_transfer and bench_pgc_scale are run by the tests of their modules)."""
@@ -176,3 +176,17 @@ def test_bench_ctdg_quick():
         ex, mine, ratio, ex_loss, loss = float(r[-7]), float(r[-6]), float(r[-5].rstrip("x")), r[-4], r[-3]
         assert abs(mine / ex - ratio) <= 0.011 * ratio + 0.01
         assert ex_loss == loss  # the trainer reproduces the example's loss
+
+
+def test_bench_host_syncs_quick():
+    pytest.importorskip("torch_geometric_temporal")
+    out = _quick("bench_host_syncs")
+    rows = {ln[:48].strip(): ln[48:].split() for ln in out.splitlines() if ln.startswith("  ") and "syncs/st" not in ln}
+    example = rows["PyG examples/tgn.py train()"]
+    assert float(example[0]) >= 1  # the example reads back every step (its float(loss) at least)
+    for placement in ("replicated", "partitioned", "sven"):  # the trainer's steps read nothing back (counted)
+        r = rows[f"MemoryTrainer, memory_placement='{placement}'"]
+        assert float(r[0]) == 0 and r[1] == "0" and r[3] == "none" and float(r[2]) > 0, r
+    pygt = rows["PyGT loop, BatchedDCRNN(K=3)"]
+    ours = rows["WindowTrainer, DCRNN(K=3), reuse=True"]
+    assert float(ours[0]) < 1 <= float(pygt[0])  # one read-back per epoch vs several per batch
