@@ -27,6 +27,7 @@ epoch from the schedule.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
@@ -43,8 +44,9 @@ from pyg_dynscale.distributed.launch import spawn  # noqa: E402
 PARALLELISMS = [(1, 1, 1), (2, 1, 1), (1, 2, 1), (1, 1, 2)]
 
 
-def example_epoch(data, train_data, model, loader, neighbor_loader, optimizer, assoc):
-    """One epoch of the example's ``train()`` (its code, its modules)."""
+def example_epoch(data, train_data, model, loader, neighbor_loader, optimizer, assoc, around=None):
+    """One epoch of the example's ``train()`` (its code, its modules); ``around(batch)``, if given, is a
+    context manager each batch's body runs in (bench_host_syncs.py counts there)."""
     memory, gnn, link_pred = model.memory, model.gnn, model.link_pred
     criterion = torch.nn.BCEWithLogitsLoss()
     memory.train()
@@ -54,21 +56,22 @@ def example_epoch(data, train_data, model, loader, neighbor_loader, optimizer, a
     neighbor_loader.reset_state()
     total_loss = 0
     for batch in loader:
-        optimizer.zero_grad()
-        n_id, edge_index, e_id = neighbor_loader(batch.n_id)
-        assoc[n_id] = torch.arange(n_id.size(0))
-        z, last_update = memory(n_id)
-        z = gnn(z, last_update, edge_index, data.t[e_id], data.msg[e_id])
-        pos_out = link_pred(z[assoc[batch.src]], z[assoc[batch.dst]])
-        neg_out = link_pred(z[assoc[batch.src]], z[assoc[batch.neg_dst]])
-        loss = criterion(pos_out, torch.ones_like(pos_out))
-        loss += criterion(neg_out, torch.zeros_like(neg_out))
-        memory.update_state(batch.src, batch.dst, batch.t, batch.msg)
-        neighbor_loader.insert(batch.src, batch.dst)
-        loss.backward()
-        optimizer.step()
-        memory.detach()
-        total_loss += float(loss) * batch.num_events
+        with around(batch) if around is not None else contextlib.nullcontext():
+            optimizer.zero_grad()
+            n_id, edge_index, e_id = neighbor_loader(batch.n_id)
+            assoc[n_id] = torch.arange(n_id.size(0), device=n_id.device)
+            z, last_update = memory(n_id)
+            z = gnn(z, last_update, edge_index, data.t[e_id], data.msg[e_id])
+            pos_out = link_pred(z[assoc[batch.src]], z[assoc[batch.dst]])
+            neg_out = link_pred(z[assoc[batch.src]], z[assoc[batch.neg_dst]])
+            loss = criterion(pos_out, torch.ones_like(pos_out))
+            loss += criterion(neg_out, torch.zeros_like(neg_out))
+            memory.update_state(batch.src, batch.dst, batch.t, batch.msg)
+            neighbor_loader.insert(batch.src, batch.dst)
+            loss.backward()
+            optimizer.step()
+            memory.detach()
+            total_loss += float(loss.detach()) * batch.num_events
     return total_loss / train_data.num_events
 
 

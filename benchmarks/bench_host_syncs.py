@@ -27,6 +27,7 @@ excluded: a proxy for kernel launches. Ratios are theirs / ours.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from typing import Any, Callable, Optional
@@ -35,6 +36,7 @@ import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 from pyg_dynscale.ctdg import TGN, MemoryTrainer, synthetic_events  # noqa: E402
 from tests.host_syncs import HostSyncs, on_the_device  # noqa: E402
 
@@ -68,47 +70,35 @@ def _model(d, seed: int = 0) -> TGN:
 
 
 def example_steps(d, epochs: int) -> tuple[list, float]:
-    """PyG's ``examples/tgn.py`` ``train()``, each batch counted (data, memory, loader state and
-    ``assoc`` on the device, as the example puts them)."""
+    """PyG's ``examples/tgn.py`` ``train()`` (``bench_ctdg.example_epoch``), each batch counted, with
+    the data, the memory, the neighbour loader's state and ``assoc`` on the device, as the example
+    puts them."""
+    from bench_ctdg import example_epoch
     from torch_geometric.loader import TemporalDataLoader
     from torch_geometric.nn.models.tgn import LastNeighborLoader
 
     model = _model(d)
-    memory, gnn, link_pred = model.memory, model.gnn, model.link_pred
     train_data, _, _ = d.train_val_test_split(val_ratio=0.15, test_ratio=0.15)
     loader = TemporalDataLoader(train_data, batch_size=200, neg_sampling_ratio=1.0)
     nl = LastNeighborLoader(d.num_nodes, size=10)
-    opt = torch.optim.Adam(set(memory.parameters()) | set(gnn.parameters()) | set(link_pred.parameters()), lr=1e-4)
-    criterion = torch.nn.BCEWithLogitsLoss()
+    opt = torch.optim.Adam(set(model.memory.parameters()) | set(model.gnn.parameters())
+                           | set(model.link_pred.parameters()), lr=1e-4)
     assoc = torch.empty(d.num_nodes, dtype=torch.long)
-    per_step, ops = [], 0
+    per_step, ops = [], [0]
+
+    @contextlib.contextmanager
+    def counted(batch):
+        with HostSyncs() as s:
+            s.mark_modules(model.memory, model.gnn, model.link_pred).mark_optimizer(opt)
+            s.mark(d.src, d.dst, d.t, d.msg, train_data.src, assoc, nl.neighbors, nl.e_id, nl._assoc)
+            s.mark(batch.src, batch.dst, batch.t, batch.msg, batch.neg_dst, batch.n_id)
+            yield
+        per_step.append(s.count)
+        ops[0] += s.device_ops
+
     for _ in range(epochs):
-        memory.train(), gnn.train(), link_pred.train()
-        memory.reset_state()
-        nl.reset_state()
-        for batch in loader:  # the example's loop body, verbatim
-            with HostSyncs() as s:
-                s.mark_modules(memory, gnn, link_pred).mark_optimizer(opt)
-                s.mark(d.src, d.dst, d.t, d.msg, train_data.src, assoc, nl.neighbors, nl.e_id, nl._assoc)
-                s.mark(*[b for b in (batch.src, batch.dst, batch.t, batch.msg, batch.neg_dst, batch.n_id)])
-                opt.zero_grad()
-                n_id, edge_index, e_id = nl(batch.n_id)
-                assoc[n_id] = torch.arange(n_id.size(0), device=n_id.device)
-                z, last_update = memory(n_id)
-                z = gnn(z, last_update, edge_index, d.t[e_id], d.msg[e_id])
-                pos_out = link_pred(z[assoc[batch.src]], z[assoc[batch.dst]])
-                neg_out = link_pred(z[assoc[batch.src]], z[assoc[batch.neg_dst]])
-                loss = criterion(pos_out, torch.ones_like(pos_out))
-                loss += criterion(neg_out, torch.zeros_like(neg_out))
-                memory.update_state(batch.src, batch.dst, batch.t, batch.msg)
-                nl.insert(batch.src, batch.dst)
-                loss.backward()
-                opt.step()
-                memory.detach()
-                _ = float(loss.detach()) * batch.num_events  # the example's total_loss += float(loss) * ...
-            per_step.append(s.count)
-            ops += s.device_ops
-    return per_step, ops / len(per_step)
+        example_epoch(d, train_data, model, loader, nl, opt, assoc, around=counted)
+    return per_step, ops[0] / len(per_step)
 
 
 def _device_state(tr: MemoryTrainer) -> list:
@@ -198,7 +188,6 @@ def main(argv: Optional[list] = None) -> dict:
     ap.add_argument("--quick", action="store_true", help="a smaller stream and one window family (smoke test)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     print("Host read-backs (syncs) and device ops per step, counted on the CPU (tests/host_syncs.py); "
           "ratios: theirs / ours\n")
     return {"events": section_events(args.quick), "windows": section_windows(args.quick)}
