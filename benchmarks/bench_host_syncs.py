@@ -103,7 +103,7 @@ def example_steps(d, epochs: int) -> tuple[list, float]:
 
 def _device_state(tr: MemoryTrainer) -> list:
     """What a GPU run of the trainer keeps on the device when a step starts."""
-    out = [tr.src, tr.dst, tr.t, tr.msg, tr._ctx.get("sum")]
+    out = [tr.msg, tr._ctx.get("sum")]
     if tr.placement is not None:
         out += [tr.placement.memory, tr.placement.last_update, *tr.placement.table()]
     return [x for x in out if x is not None]

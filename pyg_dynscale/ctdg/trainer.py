@@ -299,9 +299,10 @@ class MemoryTrainer(PlacementHooks, StreamState, TrafficReport):
 
         dev, dtype = memory.memory.device, memory.memory.dtype
         self.device = dev
-        self.src, self.dst, self.t = data.src.to(dev), data.dst.to(dev), data.t.to(dev)
+        #: ``[E, F]`` the raw messages, on the device (the only column of the stream the device reads whole)
         self.msg = data.msg.to(dev, dtype)
-        #: the stream's index columns on the host: every index list of a step is made from them
+        #: the stream's index columns on the host: every index list of a step is made from them (the
+        #: device gets the slices a step needs, e.g. the neighbour edges' times, with that step's copy)
         self.host = HostStream.of(data.src, data.dst, data.t)
         self.val_start, self.test_start, self.num_events = split_ranges(data, val_ratio, test_ratio)
         if self.val_start == 0:

@@ -64,7 +64,7 @@ def run(placement: str, options: dict, device: str, world: int) -> dict:
         batch += tr.batch_losses.detach().cpu().tolist()
     measured = dict(tr.traffic()["measured"])
     memory, last_update = tr.memory_copy()
-    out = {"losses": losses, "batch": batch, "measured": measured, "device": str(tr.src.device),
+    out = {"losses": losses, "batch": batch, "measured": measured, "device": str(tr.device),
            "params": torch.cat([p.detach().reshape(-1).cpu() for p in tr.optimizer_params]),
            "memory": memory.cpu(), "last_update": last_update.cpu(), "val": tr.evaluate("val"),
            "test": tr.evaluate("test"), "syncs": None if syncs is None else f"{syncs} in {len(tr.batch_losses)} steps"}

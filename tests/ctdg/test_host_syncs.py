@@ -1,6 +1,6 @@
 """Host read-backs per training step of MemoryTrainer (issue 35, item 4: at most one per step on every
 placement): :class:`tests.host_syncs.HostSyncs` around every step (the ``_train_step`` seam) of two epochs,
-with the device-resident tensors of a GPU run marked (the stream's device columns, the modules, their
+with the device-resident tensors of a GPU run marked (the stream's messages, the modules, their
 gradients, Adam's state, the owners' rows, the epoch's loss accumulator); every placement and variant on one
 process (the emulation of (2, 1, 1), (1, 2, 1), (1, 1, 2) included) and on 2 gloo ranks. The counter only
 sees the main thread (the prefetch, memory-service and aggregation threads do not stall it). The epoch's
@@ -37,7 +37,7 @@ def _trainer(world: int, parallelism=None, placement: str = "replicated", **kw) 
 
 def _device_state(tr: MemoryTrainer) -> list:
     """What lives on the device in a GPU run when a step starts (what flows from it is followed)."""
-    out = [tr.src, tr.dst, tr.t, tr.msg, tr._ctx.get("sum")]
+    out = [tr.msg, tr._ctx.get("sum")]
     if tr.placement is not None:
         out += [tr.placement.memory, tr.placement.last_update, *tr.placement.table()]
         if tr._micro is not None:
