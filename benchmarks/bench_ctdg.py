@@ -44,6 +44,17 @@ from pyg_dynscale.distributed.launch import spawn  # noqa: E402
 PARALLELISMS = [(1, 1, 1), (2, 1, 1), (1, 2, 1), (1, 1, 2)]
 
 
+def example_setup(data, model) -> tuple:
+    """The example's globals for ``model``: ``(train_data, train loader, LastNeighborLoader, Adam, assoc)``
+    (its split, batch 200 with one negative per event, 10 neighbours, lr 1e-4)."""
+    train_data, _, _ = data.train_val_test_split(val_ratio=0.15, test_ratio=0.15)
+    loader = TemporalDataLoader(train_data, batch_size=200, neg_sampling_ratio=1.0)
+    nl = LastNeighborLoader(data.num_nodes, size=10)
+    opt = torch.optim.Adam(set(model.memory.parameters()) | set(model.gnn.parameters())
+                           | set(model.link_pred.parameters()), lr=1e-4)
+    return train_data, loader, nl, opt, torch.empty(data.num_nodes, dtype=torch.long)
+
+
 def example_epoch(data, train_data, model, loader, neighbor_loader, optimizer, assoc, around=None):
     """One epoch of the example's ``train()`` (its code, its modules); ``around(batch)``, if given, is a
     context manager each batch's body runs in (bench_host_syncs.py counts there)."""
@@ -81,12 +92,7 @@ def run(name, data, epochs):
     state = {k: v.clone() for k, v in model.state_dict().items()}
     # the example
     torch.manual_seed(0)
-    train_data, _, _ = data.train_val_test_split(val_ratio=0.15, test_ratio=0.15)
-    loader = TemporalDataLoader(train_data, batch_size=200, neg_sampling_ratio=1.0)
-    nl = LastNeighborLoader(data.num_nodes, size=10)
-    opt = torch.optim.Adam(set(model.memory.parameters()) | set(model.gnn.parameters())
-                           | set(model.link_pred.parameters()), lr=1e-4)
-    assoc = torch.empty(data.num_nodes, dtype=torch.long)
+    train_data, loader, nl, opt, assoc = example_setup(data, model)
     t0 = time.perf_counter()
     for _ in range(epochs):
         ref_loss = example_epoch(data, train_data, model, loader, nl, opt, assoc)

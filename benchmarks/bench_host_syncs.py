@@ -73,17 +73,10 @@ def example_steps(d, epochs: int) -> tuple[list, float]:
     """PyG's ``examples/tgn.py`` ``train()`` (``bench_ctdg.example_epoch``), each batch counted, with
     the data, the memory, the neighbour loader's state and ``assoc`` on the device, as the example
     puts them."""
-    from bench_ctdg import example_epoch
-    from torch_geometric.loader import TemporalDataLoader
-    from torch_geometric.nn.models.tgn import LastNeighborLoader
+    from bench_ctdg import example_epoch, example_setup
 
     model = _model(d)
-    train_data, _, _ = d.train_val_test_split(val_ratio=0.15, test_ratio=0.15)
-    loader = TemporalDataLoader(train_data, batch_size=200, neg_sampling_ratio=1.0)
-    nl = LastNeighborLoader(d.num_nodes, size=10)
-    opt = torch.optim.Adam(set(model.memory.parameters()) | set(model.gnn.parameters())
-                           | set(model.link_pred.parameters()), lr=1e-4)
-    assoc = torch.empty(d.num_nodes, dtype=torch.long)
+    train_data, loader, nl, opt, assoc = example_setup(d, model)
     per_step, ops = [], [0]
 
     @contextlib.contextmanager
