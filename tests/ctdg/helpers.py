@@ -15,3 +15,23 @@ class Stream:
         out = fn(*args)
         self.state = torch.get_rng_state()
         return out
+
+
+def evaluation_scores(trainer, splits=("val", "test")):
+    """``({split: metrics}, scores)``: ``trainer.evaluate(split)`` of each split, and every score its link
+    predictor made there (``[S]``, on the host) -- AP, AUC and MRR are step functions of the scores, so a
+    comparison to rounding compares the scores (a score moved by an ulp can tie with another, or stop
+    tying, and move AUC by a pair's weight)."""
+    scores, forward = [], trainer.link_pred.forward
+
+    def recorded(*args):
+        z = forward(*args)
+        scores.append(z.detach().reshape(-1).cpu().clone())
+        return z
+
+    trainer.link_pred.forward = recorded
+    try:
+        metrics = {split: trainer.evaluate(split) for split in splits}
+    finally:
+        trainer.link_pred.forward = forward
+    return metrics, torch.cat(scores)

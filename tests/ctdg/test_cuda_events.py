@@ -4,15 +4,18 @@ DistTGL's mini-batch x epoch parallelism emulated in one process. Skipped withou
 GPU (``make gpu-check`` runs them where there is one).
 
 The stream has distinct timestamps and no node gets more events in one batch than
-``num_neighbors``: otherwise PyG's own modules pick differently on the two devices
-(``LastNeighborLoader.insert`` writes a node's surplus events to the same slots, and
-on CUDA an arbitrary write wins; ``LastAggregator``'s arg-max breaks timestamp ties
-by an arbitrary message) -- see docs/events.md."""
+``num_neighbors``: on the GPU run of 2026-11-27 PyG's own modules picked differently on
+the two devices there (``LastNeighborLoader.insert`` on the device, ``LastAggregator``'s
+arg-max on ties). The trainer now makes both choices on the host (docs/events.md), so the
+restriction only keeps this test the one that ran then. Compared: losses, parameters,
+the memory and the validation scores (not AP / AUC / MRR, step functions of them) to
+1e-9."""
 import pytest
 import torch
 
 from pyg_dynscale.ctdg import TGN, MemoryTrainer, synthetic_events
 from tests import cuda_cases as cc
+from tests.ctdg.helpers import evaluation_scores
 
 pytestmark = cc.cuda
 #: more than any node's events in one batch of 50 (31 here)
@@ -31,7 +34,8 @@ def run(device: str, parallelism=(1, 1, 1), epochs: int = 2) -> dict:
     trainer = MemoryTrainer(model, data, batch_size=50, lr=1e-3, num_neighbors=NEIGHBORS, seed=7, parallelism=parallelism)
     losses = [trainer.train_epoch() for _ in range(epochs)]
     batch_losses = trainer.batch_losses.detach().cpu()
-    return {"losses": losses, "batch_losses": batch_losses, "val": trainer.evaluate("val"),
+    scores = evaluation_scores(trainer, ("val",))[1]
+    return {"losses": losses, "batch_losses": batch_losses, "scores": scores,
             "params": torch.cat([p.detach().reshape(-1).cpu() for p in model.parameters()]),
             "memory": model.memory.memory.detach().cpu(), "trainer": trainer}
 
@@ -43,13 +47,12 @@ def assert_same(got: dict, ref: dict) -> None:
         assert abs(a - b) < 1e-9, (got["losses"], ref["losses"])
     torch.testing.assert_close(got["params"], ref["params"], atol=1e-9, rtol=0)
     torch.testing.assert_close(got["memory"], ref["memory"], atol=1e-9, rtol=0)
-    for key in ("ap", "auc", "mrr"):
-        assert abs(got["val"][key] - ref["val"][key]) < 1e-9, (key, got["val"], ref["val"])
+    torch.testing.assert_close(got["scores"], ref["scores"], atol=1e-9, rtol=0)
 
 
 @pytest.mark.parametrize("parallelism", [(1, 1, 1), (2, 1, 1), (1, 2, 1)])
 def test_cuda_memory_trainer_equals_cpu(parallelism):
     ref = run("cpu", parallelism)
     got = run("cuda", parallelism)
-    assert got["trainer"].src.device.type == "cuda" and got["trainer"].memory.memory.device.type == "cuda"
+    assert got["trainer"].device.type == "cuda" and got["trainer"].memory.memory.device.type == "cuda"
     assert_same(got, ref)

@@ -10,6 +10,7 @@ import torch
 
 from pyg_dynscale.ctdg import TGN, MemoryTrainer, synthetic_events
 from pyg_dynscale.distributed.launch import spawn
+from tests.ctdg.helpers import evaluation_scores
 
 CASES = {2: [((2, 1, 1), False), ((1, 2, 1), False), ((1, 1, 2), False), ((1, 1, 2), True)], 3: [((3, 1, 1), True)]}
 
@@ -38,18 +39,9 @@ def _run(case, rank=0, world=1):
     tr.optimizer.step = recorded_step
     losses = [tr.train_epoch() for _ in range(2)]
     stats = tr.stats()  # training only (evaluation reads the memory directly)
-    scores, forward = [], tr.link_pred.forward
-
-    def recorded(*args):  # every score of the evaluation (AP, AUC, MRR are functions of them)
-        z = forward(*args)
-        scores.append(z.detach().reshape(-1).clone())
-        return z
-
-    tr.link_pred.forward = recorded
-    out = {"losses": losses, "batch": tr.batch_losses.tolist(), "records": records, "val": tr.evaluate("val"),
-           "test": tr.evaluate("test"), "stats": stats}
-    out["scores"] = torch.cat(scores)
-    return out
+    metrics, scores = evaluation_scores(tr)
+    return {"losses": losses, "batch": tr.batch_losses.tolist(), "records": records, "val": metrics["val"],
+            "test": metrics["test"], "stats": stats, "scores": scores}
 
 
 def _ranks(rank, world):

@@ -12,6 +12,7 @@ import torch
 
 from pyg_dynscale.ctdg import TGN, MemoryTrainer, synthetic_events
 from pyg_dynscale.distributed.launch import spawn
+from tests.ctdg.helpers import evaluation_scores
 
 BATCH = 20
 
@@ -58,19 +59,11 @@ def _run(placement: str, world: int, updater: str = "gru", partition=None) -> di
     traffic = tr.traffic()
     memory = tr.memory_copy()
     params = torch.cat([p.detach().reshape(-1) for p in tr.optimizer_params])
-    scores, forward = [], tr.link_pred.forward
-
-    def recorded(*args):  # every score of the evaluation (AP, AUC, MRR are functions of them)
-        z = forward(*args)
-        scores.append(z.detach().reshape(-1).clone())
-        return z
-
-    tr.link_pred.forward = recorded
+    metrics, scores = evaluation_scores(tr)
     out = {"losses": losses, "batch": tr.batch_losses.tolist(), "params": params, "memory": memory,
-           "val": tr.evaluate("val"), "test": tr.evaluate("test"), "traffic": traffic, "lists": lists,
-           "val_start": tr.val_start}
+           "val": metrics["val"], "test": metrics["test"], "traffic": traffic, "lists": lists,
+           "val_start": tr.val_start, "scores": scores}
     out["eval_memory"] = tr.memory_copy()  # after the flush and the validation and test events
-    out["scores"] = torch.cat(scores)
     tr.close()
     return out
 
