@@ -104,3 +104,32 @@ def count_host_syncs(fn: Callable[[], Any], device: Any) -> tuple[Any, Optional[
             torch.cuda.set_sync_debug_mode("default")
     top = ", ".join(f"{k} x{n}" for k, n in where.most_common(4))
     return out, f"{sum(where.values())}" + (f" ({top})" if top else "")
+
+
+def build_window(name: str, device: str, later: bool) -> tuple:
+    """:func:`build`, and with ``later`` its signal split in two halves: ``(model, head, loss, training
+    signal, kwargs, later window or None)``; a case with ``h0`` then gets one initial state per
+    training sequence."""
+    m, head, loss, sig, kw = build(name, device)
+    test = None
+    if later:
+        sig, test = sig.split(0.5)
+        if name.endswith("_h0"):
+            kw = {**kw, "h0": cases.initial_state(name, sig).to(device)}
+    return m, head, loss, sig, kw, test
+
+
+def two_ranks_on_both_devices(run: Callable, items: list, check: Callable, label: Callable[[Any], str],
+                              record_property: Callable, devices: tuple = ("cpu", "cuda:0")) -> None:
+    """``run(rank, world, items, devices)`` on 2 gloo ranks sharing the GPU (each item's result per
+    device, ``[{device: result}]``; ``devices``: the reference, then the device under test), each
+    item's host syncs on the device under test recorded for the report (``label(item)`` names it; its
+    ``"syncs"`` entry), then ``check(results, items, devices)``."""
+    from pyg_dynscale.distributed import spawn
+
+    results = spawn(run, 2, items, devices, backend="gloo", timeout=90)
+    for i, item in enumerate(items):
+        syncs = [r[i][devices[1]]["syncs"] for r in results]
+        record_property(f"host_syncs:{label(item)} (one epoch, ranks 0 / 1)", " / ".join(map(str, syncs)))
+        print(f"host syncs of one CUDA epoch, {label(item)}: {syncs}")
+    check(results, items, devices)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pyg_dynscale.distributed import DistributedTrainer, spawn
+from pyg_dynscale.distributed import DistributedTrainer
 from pyg_dynscale.partition import Partition
 from tests import blackbox_cases as bcases
 from tests import cuda_cases as cc
@@ -53,12 +53,7 @@ def _partition(name: str, sig, scheme: str, R: int, model) -> Partition:  # noqa
 def run_config(config: tuple, device: str, R: int) -> dict:
     """One configuration on this rank, on ``device``: what the comparison reads."""
     label, name, scheme, options, later = config
-    m, head, loss, sig, kw = cc.build(name, device)
-    test = None
-    if later:
-        sig, test = sig.split(0.5)
-        if name.endswith("_h0"):  # one initial state per training sequence
-            kw = {**kw, "h0": cases.initial_state(name, sig).to(device)}
+    m, head, loss, sig, kw, test = cc.build_window(name, device, later)
     part = _partition(name, sig, scheme, R, m)
     tr = DistributedTrainer(m, sig, part, head=head, loss=loss, optimizer=cc.optimizer_for(name), **kw, **options)
     losses, measured = [], []
@@ -122,13 +117,7 @@ def check(results: list, configs: list, devices: tuple) -> None:
 
 
 def run_and_check(configs: list, record_property) -> None:  # noqa: ANN001
-    devices = ("cpu", "cuda:0")
-    results = spawn(run_configs, 2, configs, devices, backend="gloo", timeout=90)
-    for i, config in enumerate(configs):
-        syncs = [r[i]["cuda:0"]["syncs"] for r in results]
-        record_property(f"host_syncs:{config[0]} (one epoch, ranks 0 / 1)", " / ".join(map(str, syncs)))
-        print(f"host syncs of one CUDA epoch, {config[0]}: {syncs}")
-    check(results, configs, devices)
+    cc.two_ranks_on_both_devices(run_configs, configs, check, lambda c: c[0], record_property)
 
 
 def test_cuda_exchange_paths_equal_cpu(record_property):

@@ -15,7 +15,6 @@ import torch
 
 from pyg_dynscale.runtime import FusedTrainer
 from tests import cuda_cases as cc
-from tests import distributed_cases as cases
 
 pytestmark = cc.cuda
 #: model case -> evaluate a later window
@@ -25,12 +24,7 @@ CASES = {"tmgcn": False, "tgcn2_h0": True, "user_cell": True, "GConvGRU": True}
 def run(name: str, device: str) -> dict:
     """``cc.EPOCHS`` epochs of ``name`` on ``device`` (the training window only when ``CASES[name]``)."""
     later = CASES[name]
-    m, head, loss, sig, kw = cc.build(name, device)
-    test = None
-    if later:
-        sig, test = sig.split(0.5)
-        if name.endswith("_h0"):  # one initial state per training sequence
-            kw = {**kw, "h0": cases.initial_state(name, sig).to(device)}
+    m, head, loss, sig, kw, test = cc.build_window(name, device, later)
     params = list(m.parameters()) + (list(head.parameters()) if head is not None else [])
     tr = FusedTrainer(m, sig, head=head, loss=loss, optimizer=cc.optimizer_for(name)(params), **kw)
     losses = [tr.train_epoch() for _ in range(cc.EPOCHS - 1)]

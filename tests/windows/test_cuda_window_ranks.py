@@ -16,7 +16,6 @@ import math
 import pytest
 import torch
 
-from pyg_dynscale.distributed.launch import spawn
 from pyg_dynscale.windows import WindowTrainer
 from tests import cuda_cases as cc
 from tests.windows.helpers import chickenpox, covid
@@ -83,13 +82,7 @@ def check(results: list, cases: list, devices: tuple) -> None:
 
 
 def run_and_check(cases: list, record_property) -> None:  # noqa: ANN001
-    devices = ("cpu", "cuda:0")
-    results = spawn(run_cases, 2, cases, devices, backend="gloo", timeout=90)
-    for i, case in enumerate(cases):
-        syncs = [r[i]["cuda:0"]["syncs"] for r in results]
-        record_property(f"host_syncs:WindowTrainer DDP {case[0]} (one epoch, ranks 0 / 1)", " / ".join(map(str, syncs)))
-        print(f"host syncs of one CUDA epoch, WindowTrainer DDP {case[0]}: {syncs}")
-    check(results, cases, devices)
+    cc.two_ranks_on_both_devices(run_cases, cases, check, lambda c: f"WindowTrainer DDP {c[0]}", record_property)
 
 
 def test_cuda_window_trainer_two_ranks_equal_cpu(record_property):
