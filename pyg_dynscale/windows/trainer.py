@@ -394,7 +394,11 @@ class WindowTrainer:
         self._node_id = sig.node_id.to(self.device)
         #: host positions of the storage's self-loops (the batch graphs are normalized without a read-back)
         self._loops = self_loops(sig.edge_index.cpu())
+        #: host ``[T+1]`` edge offsets, and per snapshot its range of ``_loops`` (made at the first use)
+        self._eptr = torch.tensor(self._edge_ptr)
         self._loop_ptr: Optional[Tensor] = None
+        #: a static graph's loops: the first snapshot's (made at the first use)
+        self._first_loops: Optional[Tensor] = None
         #: global snapshot -> position in the storage (``None``: the identity, every snapshot held)
         self._pos = None if self.view.held is None else self.view._local.tolist()
 
@@ -505,12 +509,13 @@ class WindowTrainer:
         ts = self._loc(ts)
         if self._static:  # B copies of the first snapshot's edges
             E = self._edge_ptr[1]
-            one = loops[loops < E]
-            return (torch.arange(len(ts)).unsqueeze(1) * E + one.unsqueeze(0)).flatten()
+            if self._first_loops is None:  # once: the storage holds every snapshot's copy of them
+                self._first_loops = loops[loops < E]
+            return (torch.arange(len(ts)).unsqueeze(1) * E + self._first_loops.unsqueeze(0)).flatten()
         if self._loop_ptr is None:  # per storage snapshot, its range of ``loops`` (sorted positions)
-            self._loop_ptr = torch.searchsorted(loops, torch.tensor(self._edge_ptr))
+            self._loop_ptr = torch.searchsorted(loops, self._eptr)
         t = torch.tensor(ts, dtype=torch.long)
-        eptr = torch.tensor(self._edge_ptr)
+        eptr = self._eptr
         ec = eptr[t + 1] - eptr[t]
         lo, cnt = self._loop_ptr[t], self._loop_ptr[t + 1] - self._loop_ptr[t]
         total = int(cnt.sum())
