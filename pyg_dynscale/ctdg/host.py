@@ -10,7 +10,7 @@ None of them depends on a learned value: they are functions of the event
 stream ``(src, dst, t)``, known in advance, of the negatives (drawn from the
 CPU generator) and of the schedule. So they are computed on the **host**, on
 CPU copies of the stream's index columns (:class:`HostStream`), and reach the
-device as index tensors (:func:`to_device`: a host-to-device copy, which the
+device as index tensors (:func:`host_to_device`: a host-to-device copy, which the
 host does not wait for); the device then runs gathers and scatters of shapes
 the host already knows. The CPU gives the same permutations as the reference
 loop on the CPU (``sort`` ties, ``unique``), so a CUDA run takes exactly the
@@ -24,7 +24,7 @@ from typing import Union
 import torch
 from torch import Tensor
 
-__all__ = ["HostStream", "host_copy", "to_device"]
+__all__ = ["HostStream", "host_copy", "host_to_device"]
 
 
 def host_copy(x: Tensor) -> Tensor:
@@ -33,7 +33,7 @@ def host_copy(x: Tensor) -> Tensor:
     return x.detach().cpu()
 
 
-def to_device(x: Tensor, device: Union[str, torch.device]) -> Tensor:
+def host_to_device(x: Tensor, device: Union[str, torch.device]) -> Tensor:
     """The host tensor ``x`` on ``device``: on CUDA a copy from page-locked memory that the host
     does not wait for (the caching host allocator keeps the staging buffer until the copy has
     run, so ``x`` may change afterwards); on the CPU ``x`` itself."""

@@ -50,7 +50,7 @@ import torch
 from torch import Tensor
 
 from ..errors import ModelInputError
-from .host import to_device
+from .host import host_to_device
 
 __all__ = ["BackgroundCall", "MicroBatchPipeline", "PROFILE", "adaptive_micro_batches", "check_micro_batches",
            "fit_line", "merge_rows", "micro_ranges", "table_view"]
@@ -141,7 +141,7 @@ def merge_rows(entries: list) -> tuple[Tensor, Tensor, Tensor]:
     uniq, inv = torch.unique(n_id, return_inverse=True)
     latest = torch.full((uniq.numel(),), -1, dtype=torch.long)
     latest.scatter_reduce_(0, inv, torch.arange(n_id.numel()), reduce="amax", include_self=True)
-    at = to_device(latest, rows.device)  # a gather of host-known rows: no scatter with repeated indices
+    at = host_to_device(latest, rows.device)  # a gather of host-known rows: no scatter with repeated indices
     return uniq, rows[at], last[at]
 
 

@@ -65,7 +65,7 @@ import torch
 from torch import Tensor
 
 from ..errors import ModelInputError
-from .host import host_copy, to_device
+from .host import host_copy, host_to_device
 from .owner_map import OwnerMap
 from .store import write_rows
 
@@ -284,7 +284,7 @@ class PartitionedMemory:
             if sel.numel() == ids.numel():
                 local.append((self.map.local_of(ids), rows, last))
             elif sel.numel():
-                at = to_device(sel, self.device)
+                at = host_to_device(sel, self.device)
                 local.append((self.map.local_of(ids[sel]), rows[at], last[at]))
         write_rows(self.memory, self.last_update, local)
 
@@ -300,7 +300,7 @@ class PartitionedMemory:
 
     def read(self, ids: Tensor) -> tuple[Tensor, Tensor]:
         """``(memory [n, d], last_update [n])`` of the host ids ``ids`` from the last fetched table."""
-        p = to_device(self.rows_of(ids), self.device)
+        p = host_to_device(self.rows_of(ids), self.device)
         return self._table[0][p], self._table[1][p]
 
     def gather_full(self) -> tuple[Tensor, Tensor]:
@@ -309,7 +309,7 @@ class PartitionedMemory:
         full = self.memory.new_zeros(n, self.dim)
         last = self.last_update.new_zeros(n)
         if self.world_size == 1:
-            at = to_device(self.owned, self.device)
+            at = host_to_device(self.owned, self.device)
             full[at], last[at] = self.memory, self.last_update
             return full, last
         import torch.distributed as dist
@@ -321,7 +321,7 @@ class PartitionedMemory:
         out = [torch.empty_like(padded) for _ in range(self.world_size)]
         dist.all_gather(out, padded)
         for q in range(self.world_size):
-            at = to_device(self.map.owned(q), self.device)
+            at = host_to_device(self.map.owned(q), self.device)
             full[at], last[at] = _unpack(out[q][:sizes[q]], [(full.dtype, self.dim), (torch.long, None)])
         return full, last
 
@@ -408,7 +408,7 @@ class PartitionedMemory:
         self._call()
         self._plan("dispatch", plan.owners, plan.occurrences, plan.distinct)
         local_ids, remote_ids = plan.local_ids, plan.remote_ids
-        at = to_device(plan.local_rows, dev)
+        at = host_to_device(plan.local_rows, dev)
         local_rows = (self.memory[at], self.last_update[at])
         self._count_local("dispatch", local_ids.numel() * self.row_bytes)
         if self.world_size > 1:
@@ -416,7 +416,7 @@ class PartitionedMemory:
             recv_counts = self._exchange_counts(plan.send_counts, ch)
             sc = plan.send_counts.tolist()
             asked = self._host_all_to_all(remote_ids, sc, recv_counts, "requests", ch)  # ids others want from me
-            loc = to_device(self.map.local_of(asked), dev)
+            loc = host_to_device(self.map.local_of(asked), dev)
             reply = _pack(self.memory[loc], self.last_update[loc])
             got = self._rows_all_to_all(reply, recv_counts, sc, "dispatch", ch)
             remote_mem, remote_last = _unpack(got, [(self.memory.dtype, self.dim), (torch.long, None)])
@@ -481,7 +481,7 @@ class PartitionedMemory:
         for w, (src, dst, n_id, rows, last) in enumerate(batches):
             plan = self.organise_aggregate(src, dst, n_id) if plans is None else plans[w]
             self._plan("aggregation", plan.owners, plan.occurrences, plan.distinct)
-            at = to_device(plan.rows, dev)
+            at = host_to_device(plan.rows, dev)
             blocks.append((plan.ids, rows[at], last[at], plan.owners, plan.per_rank))
         if self.world_size == 1:
             for ids, _, _, _, _ in blocks:
@@ -504,13 +504,13 @@ class PartitionedMemory:
         sc = send_counts.tolist()
         keep, away = torch.nonzero(mine).view(-1), torch.nonzero(~mine).view(-1)
         r_ids = self._host_all_to_all(ids[away], sc, recv_counts, "aggregation", ch)  # 8 bytes per row
-        away_d = to_device(away, dev)
+        away_d = host_to_device(away, dev)
         got = self._rows_all_to_all(_pack(rows[away_d], last[away_d]), sc, recv_counts, "aggregation", ch)
         r_rows, r_last = _unpack(got, [(self.memory.dtype, self.dim), (torch.long, None)])
         parts, start = [], 0
         for q in range(self.world_size):  # source rank = trainer = chronological order
             if q == self.rank:
-                keep_d = to_device(keep, dev)
+                keep_d = host_to_device(keep, dev)
                 parts.append((ids[keep], rows[keep_d], last[keep_d]))
                 continue
             end = start + recv_counts[q]

@@ -35,7 +35,7 @@ import torch
 from torch import Tensor
 
 from ..errors import ModelInputError
-from .host import to_device
+from .host import host_to_device
 from .store import write_rows
 
 __all__ = ["MemoryService"]
@@ -188,7 +188,7 @@ class MemoryService:
     def _apply(self, kind: str, n_id: Tensor, rows: Optional[Tensor], last: Optional[Tensor]):
         if kind == "R":
             self.read_bytes += n_id.numel() * self._row
-            at = to_device(n_id, self.memory.device)
+            at = host_to_device(n_id, self.memory.device)
             return self.memory[at].clone(), self.last_update[at].clone()
         parts = n_id if isinstance(n_id, (list, tuple)) else [(n_id, rows, last)]
         with torch.no_grad():  # in order, a later part wins: one scatter per buffer

@@ -43,7 +43,7 @@ from torch import Tensor
 from torch_geometric.nn.models.tgn import LastAggregator
 from torch_geometric.utils import scatter
 
-from .host import to_device
+from .host import host_to_device
 
 __all__ = ["MemoryState", "MessageStore", "last_message", "last_message_rows", "write_rows"]
 
@@ -108,7 +108,7 @@ def write_rows(memory: Tensor, last_update: Tensor, parts: list) -> None:
     else:
         keep = torch.full((uniq.numel(),), -1, dtype=torch.long)
         keep.scatter_reduce_(0, inv, torch.arange(ids.numel()), reduce="amax", include_self=True)
-    at = to_device(torch.cat([ids[keep], keep]), memory.device)
+    at = host_to_device(torch.cat([ids[keep], keep]), memory.device)
     n = keep.numel()
     where, keep_d = at[:n], at[n:]
     memory[where] = rows[keep_d].to(memory.dtype)
@@ -242,7 +242,7 @@ class MemoryState:
                  self._rows(node_d), self._rows(self.src[ev_d]), ev_d, t_d, last_update,
                  last_message_rows(index, t, n) if last_aggr else index]
         sizes = [p.numel() for p in parts]
-        at = torch.split(to_device(torch.cat(parts), self.device), sizes)
+        at = torch.split(host_to_device(torch.cat(parts), self.device), sizes)
         rows, (node_s, other_s, ev_s, t_s), (node_d, other_d, ev_d, t_d), last_update, aggr_at = (
             at[0], at[1:5], at[5:9], at[9], at[10])
         mem, last = self._tables()
@@ -279,7 +279,7 @@ class MemoryState:
         evaluation (device tensors)."""
         if training:
             return self.updated(n_id)
-        rows = to_device(self._rows(n_id), self.device)
+        rows = host_to_device(self._rows(n_id), self.device)
         mem, last = self._tables()
         return mem[rows], last[rows]
 

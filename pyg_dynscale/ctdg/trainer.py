@@ -42,7 +42,7 @@ from ..distributed.transport import resolve_transport
 from ..errors import ModelInputError
 from ..runtime.metrics import average_precision, roc_auc
 from .events import check_events, split_ranges
-from .host import HostStream, to_device
+from .host import HostStream, host_to_device
 from .parallel import DelayedGradients, Traffic, gather_rows, memory_groups, wrap_ddp, world
 from .schedule import EventSchedule, LocalBatch, Step
 from .prefetch import NeighborPrefetcher
@@ -437,7 +437,7 @@ class MemoryTrainer(PlacementHooks, StreamState, TrafficReport):
         z, last_update = self.state.read(n_id, training)
         m = e_id.numel()
         parts = [edge_index.reshape(-1), self.host.t[e_id], e_id] + ([n_id] if self.static is not None else [])
-        at = to_device(torch.cat(parts), self.device)
+        at = host_to_device(torch.cat(parts), self.device)
         edges, t_e, e_dev = at[:2 * m].view(2, m), at[2 * m:3 * m], at[3 * m:4 * m]
         if self.static is not None:
             n_dev = at[4 * m:]
@@ -449,7 +449,7 @@ class MemoryTrainer(PlacementHooks, StreamState, TrafficReport):
         z)`` (:attr:`assoc` keeps the rows of ``z``)."""
         src, dst = self.host.src[a:b], self.host.dst[a:b]
         z = self._embed(torch.cat([src, dst, neg]).unique(), training, lookup)
-        rows = to_device(self.assoc[torch.cat([src, dst, neg])], self.device)
+        rows = host_to_device(self.assoc[torch.cat([src, dst, neg])], self.device)
         s, d, n = rows[:b - a], rows[b - a:2 * (b - a)], rows[2 * (b - a):]
         # z[src] gathered twice, as the example does: one shared gather would sum the two
         # gradients before the scatter, which rounds differently (last-bit differences)
@@ -825,7 +825,7 @@ class MemoryTrainer(PlacementHooks, StreamState, TrafficReport):
         B = b - a
         S = min(self.mrr_negatives, B)
         cand = neg[(torch.arange(B).view(-1, 1) + torch.arange(S)) % B]  # [B, S] on the host
-        rows = to_device(torch.cat([self.assoc[self.host.src[a:b]], self.assoc[cand.reshape(-1)]]), self.device)
+        rows = host_to_device(torch.cat([self.assoc[self.host.src[a:b]], self.assoc[cand.reshape(-1)]]), self.device)
         zs = z[rows[:B]].repeat_interleave(S, dim=0)
         neg_scores = self.link_pred(zs, z[rows[B:]]).view(B, S)
         p = pos_out.view(B, 1)
