@@ -79,3 +79,22 @@ class UnsupportedModelError(DynScaleError, NotImplementedError):
 class CommandError(DynScaleError):
     """A user-facing error of a ``pyg-dynscale`` subcommand: printed on stderr,
     exit status 2 (:data:`pyg_dynscale.cli.EXIT_USAGE`)."""
+
+
+class UnsupportedOptionError(DynScaleError, NotImplementedError):
+    r"""Raised for a combination of options that a trainer does not implement:
+    names the option, the value given and what to use instead. A subclass of
+    :class:`NotImplementedError`, so ``except NotImplementedError`` still
+    catches it.
+
+    Args:
+        option (str): the option as the user spells it, e.g. ``"stream"``.
+        problem (str): what is not supported, e.g. ``"is True with path='blackbox'."``.
+        instead (str): what to use instead.
+    """
+
+    def __init__(self, option: str, problem: str, instead: str) -> None:
+        self.option = option
+        self.problem = problem
+        self.instead = instead
+        super().__init__(f"option '{option}' {problem} Use instead: {instead}")
