@@ -36,7 +36,7 @@ from typing import Callable, Sequence
 import torch
 from torch import Tensor
 
-from ..errors import ModelInputError
+from ..errors import ModelInputError, UnsupportedOptionError
 
 __all__ = ["FusionUnit", "GroupCost", "plan_shared_halo", "plan_time_order", "plan_per_unit", "halo_rows_loaded",
            "POLICIES", "plan_groups", "activation_row_width", "check_fusion_groups"]
@@ -235,6 +235,6 @@ def check_fusion_groups(policy: str, fusion: object, model: torch.nn.Module) -> 
                               f"is {policy!r} with fusion={fusion!r}: it groups under a memory budget.",
                               "pass fusion=<bytes of activations per group>.")
     if any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules()):
-        raise NotImplementedError(f"fusion_groups={policy!r} with {type(model).__name__}: BatchNorm statistics across "
-                                  "layer-by-layer groups are not built (each group would update the running "
-                                  "statistics); use fusion_groups='snapshots'.")
+        raise UnsupportedOptionError("fusion_groups", f"is {policy!r} with {type(model).__name__}, which has "
+                                     "BatchNorm: each layer-by-layer group would update its running statistics.",
+                                     "fusion_groups='snapshots'.")

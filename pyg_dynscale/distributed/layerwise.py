@@ -38,7 +38,7 @@ import torch
 from torch import Tensor
 
 from ..data.placement import TensorMap
-from ..errors import DecompositionMismatchError
+from ..errors import DecompositionMismatchError, UnsupportedOptionError
 from ..nn.decomposed import FusedGraph, Halo
 from .fusion_groups import FusionUnit, GroupCost, plan_groups
 from .local import node_subset_graph
@@ -126,8 +126,9 @@ class _GroupHalo(Halo):
         return payload
 
     def all_reduce(self, x: Tensor) -> Tensor:
-        raise NotImplementedError("node-set reductions (BatchNorm) across layer-by-layer groups are not built: "
-                                  "each group's call would also update the running statistics once.")
+        raise UnsupportedOptionError("fusion_groups", "runs layer-by-layer groups, in which a node-set reduction "
+                                     "(BatchNorm) would update the running statistics once per group.",
+                                     "fusion_groups='snapshots'.")
 
 
 class LayerwiseGroups:

@@ -27,16 +27,20 @@ from typing import Any, Callable, Iterator, Optional, Union
 import torch
 from torch import Tensor
 
-from ..errors import ModelInputError
+from ..errors import ModelInputError, UnsupportedOptionError
 from ..nn.decomposed import DecomposedModule, FusedGraph, check_initial_state
 from ..nn.snapshot_model import SnapshotModel
 from ..partition.halo_plan import StatePlan
+from ..training import BaseTrainer, Metrics, TrafficReport, build_optimizer
+from ..training.options import OptimizerSpec, renamed_keyword
 from .evaluation import carry_initial_state, check_positions, joined_window
 from .losses import LOSSES, SnapshotMean, Targets, check_loss, link_row_losses, resolve_targets, row_losses
-from .paths import as_signal, edge_fields_of, prepare_snapshot_model, resolve_model
+from .metrics import link_metrics, node_metrics
+from .paths import as_signal, data_argument, edge_fields_of, prepare_snapshot_model, resolve_model
 from .snapshot_runner import SnapshotRunner, initial_states
 from .streaming import StreamedRun
 from .time_blocks import TimeBlockCheckpoint, check_windowable
+from .trainer_state import load_trainer_state, seed_generators, trainer_state
 
 __all__ = ["FusedTrainer", "LOSSES", "snapshot_mean", "resolve_targets", "Targets", "eval_mode"]
 
@@ -72,8 +76,12 @@ def _device_of(module: torch.nn.Module) -> Optional[torch.device]:
     return next(iter(devs)) if devs else None
 
 
-class FusedTrainer:
+class FusedTrainer(BaseTrainer):
     r"""Full-batch training of a decomposed dynamic GNN over a snapshot signal.
+
+    The trainer surface of :mod:`pyg_dynscale.training` (:meth:`train_epoch`,
+    :meth:`evaluate` ``-> Metrics``, :meth:`traffic`, :meth:`state_dict` /
+    :meth:`load_state_dict`, :meth:`close` and ``with``).
 
     Args:
         model: a :class:`~pyg_dynscale.nn.DecomposedModule` (``TGCN``,
@@ -84,8 +92,9 @@ class FusedTrainer:
             ``(y, h)``, ``(h, c)`` or ``(y, h, c)`` -- PyGT's other recurrent
             cells, or a PyGT example's ``RecurrentGCN`` -- run on the
             black-box path (docs/blackbox.md). The loss is computed on ``y``.
-        signal: the training signal (a window ``signal[a:b]`` works too), a
+        data: the training signal (a window ``signal[a:b]`` works too), a
             :class:`~pyg_dynscale.data.DynamicGraphSignal` or a PyGT signal.
+            ``signal=`` is its deprecated keyword.
         head: optional row-wise module applied to every vertex-time node's
             output (e.g. ``Sequential(ReLU(), Linear(32, 1))``); its
             parameters are trained as well.
@@ -93,9 +102,16 @@ class FusedTrainer:
             ``"ce"`` (node classification), ``"bce_link"`` (link prediction:
             logits of the ``link_index`` pairs vs. ``link_label``), or a
             callable ``(trainer, outputs) -> loss``.
-        optimizer: a ``torch.optim`` optimizer over the trained parameters
-            (default: Adam with ``lr``).
-        lr: learning rate of the default optimizer.
+        optimizer: ``"adam"`` (default, as PyGT's and DGC's loops),
+            ``"sgd"``, a :class:`torch.optim.Optimizer` subclass or a callable
+            ``params -> Optimizer``, built over the model's and the head's
+            parameters with ``lr`` (:func:`~pyg_dynscale.training.build_optimizer`);
+            a built optimizer still works (deprecated).
+        lr: the learning rate (default 0.01).
+        seed: seeds the global random generators (CPU and CUDA) at
+            construction, i.e. what the model's and head's dropout draw;
+            the trainer draws nothing else (full batch, no shuffling, no
+            negatives). ``None`` (default): the generators as they are.
         device: where to train (default: the model's device). A signal on
             another device is moved with
             :func:`~pyg_dynscale.data.transfer.transfer_to_device`
@@ -138,17 +154,22 @@ class FusedTrainer:
         for epoch in range(50):
             loss = trainer.train_epoch()
         y_hat = trainer.predict()      # [N, 1], vertex-time node order
+        trainer.evaluate(test)["mse"]  # the later window, each vertex's state continued
     """
+
+    #: epochs trained (restored by :meth:`load_state_dict`)
+    epoch: int = 0
 
     def __init__(
         self,
         model: torch.nn.Module,
-        signal: Any,
+        data: Any = None,
         *,
         head: Optional[torch.nn.Module] = None,
         loss: Union[str, Callable[["FusedTrainer", Tensor], Tensor]] = "mse",
-        optimizer: Optional[torch.optim.Optimizer] = None,
+        optimizer: OptimizerSpec = "adam",
         lr: float = 0.01,
+        seed: Optional[int] = None,
         device: Union[str, torch.device, None] = None,
         target: str = "y",
         link_index: str = "edge_label_index",
@@ -162,9 +183,13 @@ class FusedTrainer:
         checkpoint_every: Optional[int] = None,
         stream: bool = False,
         reuse: bool = True,
+        **deprecated: Any,
     ) -> None:
+        deprecated = renamed_keyword("FusedTrainer", deprecated, "signal", "data")
+        signal = data_argument("FusedTrainer", data, deprecated)
         if not isinstance(reuse, bool):
             raise ModelInputError("reuse", f"is {reuse!r}.", "pass True or False.")
+        seed_generators(seed)
         signal = as_signal(signal)
         self.model: Union[DecomposedModule, SnapshotModel] = resolve_model(model, path, depth, check)
         #: ``"decomposed"`` or ``"blackbox"``
@@ -227,13 +252,14 @@ class FusedTrainer:
             self.time_blocks = TimeBlockCheckpoint(self.model, signal, checkpoint_every)
         self._prepare_targets(target, link_index, link_label)
         params = list(self.model.parameters()) + (list(head.parameters()) if head is not None else [])
-        self.optimizer = optimizer if optimizer is not None else torch.optim.Adam(params, lr=lr)
+        self.optimizer = build_optimizer("adam" if optimizer is None else optimizer, params, lr)
 
     def _init_streamed(self, signal: Any, every: Optional[int], h0: Optional[Tensor], target: str, link_index: str,
-                       link_label: str, optimizer: Optional[torch.optim.Optimizer], lr: float) -> None:
+                       link_label: str, optimizer: OptimizerSpec, lr: float) -> None:
         if self.path != "decomposed":
-            raise NotImplementedError("stream=True runs the decomposed path; the black-box path keeps its per-step "
-                                      "inputs on the device (train it with checkpoint_every alone).")
+            raise UnsupportedOptionError("stream", "is True on the black-box path, which keeps its per-step inputs "
+                                         "on the device.", "stream=False with checkpoint_every=B (gradient "
+                                         "checkpointing in windows of B snapshots).")
         if every is None:
             raise ModelInputError("checkpoint_every", "is None with stream=True; streaming moves windows of snapshots.",
                                   "give checkpoint_every=B, the snapshots resident on the device at a time.")
@@ -253,7 +279,7 @@ class FusedTrainer:
         self.streamed = StreamedRun(self.model, signal, every, self.device, self._params_dtype(), self.head,
                                     self.loss_kind, self.snapshot_reduction, target, link_index, link_label, h0)
         params = list(self.model.parameters()) + (list(self.head.parameters()) if self.head is not None else [])
-        self.optimizer = optimizer if optimizer is not None else torch.optim.Adam(params, lr=lr)
+        self.optimizer = build_optimizer("adam" if optimizer is None else optimizer, params, lr)
 
     @property
     def stream_stats(self) -> Any:
@@ -267,7 +293,9 @@ class FusedTrainer:
         the black-box step inputs); the model and optimizer are the caller's.
         Used to check, without a GPU, that the hot loop touches no host tensor."""
         if self.streamed is not None:
-            raise NotImplementedError("place() on a streamed trainer: its windows are moved per use.")
+            raise UnsupportedOptionError("stream", "is True: a streamed trainer's windows are moved per use, so "
+                                         "place() has nothing resident to map.", "place() on a trainer with "
+                                         "stream=False.")
         self.graph = self.graph.apply_tensors(fn)
         for name in ("target", "label_src", "label_dst", "label_time", "label", "h0"):
             v = getattr(self, name)
@@ -303,8 +331,8 @@ class FusedTrainer:
     def outputs(self) -> Tensor:
         """``[N, H]`` model outputs (before the head) of all vertex-time nodes."""
         if self.streamed is not None:
-            raise NotImplementedError("outputs() with stream=True: the outputs of all snapshots would not fit on "
-                                      "the device; use predict() (rows on the host) or compute_loss().")
+            raise UnsupportedOptionError("stream", "is True: outputs() would hold the outputs of all snapshots on "
+                                         "the device.", "predict() (rows on the host) or compute_loss().")
         if self.runner is not None:
             return self.runner.outputs()
         x = self.graph.x.to(self._params_dtype())
@@ -337,13 +365,17 @@ class FusedTrainer:
             return kind(self, out)
         if kind == "bce_link":
             return self.mean(link_row_losses(self.link_logits(out), self.label))
+        return self.mean(row_losses(kind, self._node_predictions(out), self.target))
+
+    def _node_predictions(self, out: Tensor) -> Tensor:
+        """The head's rows of ``out``, one per vertex-time node (checked)."""
         pred = self._apply_head(out)
         if pred.shape[0] != self.graph.num_nodes:
             raise ModelInputError(
                 "model", f"returned {pred.shape[0]} rows for {self.graph.num_nodes} vertex-time nodes.",
                 "node losses need one output row per node (MPNN-LSTM: use window=1 on the signal).",
             )
-        return self.mean(row_losses(kind, pred, self.target))
+        return pred
 
     def train_epoch(self) -> float:
         """One full-batch epoch: forward over all snapshots, one backward, one step."""
@@ -356,37 +388,73 @@ class FusedTrainer:
         self.optimizer.step()
         if self.runner is not None:
             self.model.detach_carried()
+        self.epoch += 1
         return float(loss.detach())
 
     @torch.no_grad()
-    def evaluate(self, signal: Any = None, *, continue_state: bool = True) -> float:
-        r"""The loss in eval mode, without gradients.
+    def evaluate(self, data: Any = None, *, continue_state: bool = True, **deprecated: Any) -> Metrics:
+        r"""Metrics in eval mode, without gradients: a
+        :class:`~pyg_dynscale.training.Metrics` ``{name: float}`` with
+        ``"loss"`` (the training loss function, same targets and reduction)
+        and the loss's own name (``"mse"``, ``"mae"``, ``"ce"``,
+        ``"bce_link"``); for ``"mse"``/``"mae"`` both ``"mse"`` and ``"mae"``
+        (PyGT's per-snapshot mean, averaged over snapshots); for
+        ``"bce_link"`` also ``"auc"`` and ``"ap"`` of the pairs' logits (each
+        where both classes occur). A streamed trainer or a callable loss
+        reports ``"loss"`` (and a streamed built-in loss's name with
+        ``snapshot_reduction="mean"``).
 
         Args:
-            signal: ``None`` -- the training signal's loss (from ``h0``); or a
-                later window (the test split: the snapshots right after the
+            data: ``None`` -- the training signal (from ``h0``); or a later
+                window (the test split: the snapshots right after the
                 training signal, a :class:`~pyg_dynscale.data.DynamicGraphSignal`
-                or a PyGT signal) -- its loss with the same loss, targets and
-                reduction.
-            continue_state: with ``signal``: ``True`` -- each vertex starts
-                ``signal`` from the state it reached at the end of the
+                or a PyGT signal) -- its metrics with the same loss, targets
+                and reduction. ``signal=`` is its deprecated keyword.
+            continue_state: with ``data``: ``True`` -- each vertex starts
+                ``data`` from the state it reached at the end of the
                 training signal, recomputed with the current parameters
                 (PyGT's loop running the training then the test snapshots
                 carrying ``h``; :mod:`~pyg_dynscale.runtime.evaluation`);
                 ``False`` -- from a zero state.
         """
-        if signal is None:
+        if deprecated:
+            deprecated = renamed_keyword("FusedTrainer.evaluate", deprecated, "signal", "data")
+            data = data_argument("FusedTrainer.evaluate", data, deprecated, required=False)
+        if data is None:
             with eval_mode(self.model, self.head):
-                return float(self.compute_loss())
-        ev, _, _ = self._evaluator(signal, continue_state)
+                return self._metrics()
+        ev, _, _ = self._evaluator(data, continue_state)
         return ev.evaluate()
 
+    def _metrics(self) -> Metrics:
+        """:meth:`evaluate`'s metrics of the trainer's own signal (the caller sets eval mode and no-grad)."""
+        kind = self.loss_kind
+        if self.streamed is not None or callable(kind):
+            loss = float(self.compute_loss())
+            named = {kind: loss} if isinstance(kind, str) and self.snapshot_reduction == "mean" else {}
+            return Metrics(loss=loss, **named)
+        out = self.outputs()
+        if kind != "bce_link":
+            return Metrics({k: float(v) for k, v in node_metrics(kind, self._node_predictions(out), self.target,
+                                                                  self.mean).items()})
+        logits = self.link_logits(out)
+        loss = float(self.mean(link_row_losses(logits, self.label)))
+        labels = self.label
+        if self._first_snapshot:  # a later window's evaluator: the window's pairs only
+            keep = self.label_time >= self._first_snapshot
+            logits, labels = logits[keep], labels[keep]
+        return Metrics(loss=loss, bce_link=loss, **link_metrics(logits, labels))
+
     @torch.no_grad()
-    def predict(self, signal: Any = None, *, continue_state: bool = True) -> Tensor:
+    def predict(self, data: Any = None, *, continue_state: bool = True, **deprecated: Any) -> Tensor:
         """Eval-mode outputs (after the head) of all vertex-time nodes, ``[N, *]``
         in vertex-time node order (``signal.node_ptr`` splits them by snapshot);
-        with ``signal``, those of that later window (``continue_state`` as
+        with ``data``, those of that later window (``continue_state`` as
         :meth:`evaluate`)."""
+        if deprecated:
+            deprecated = renamed_keyword("FusedTrainer.predict", deprecated, "signal", "data")
+            data = data_argument("FusedTrainer.predict", data, deprecated, required=False)
+        signal = data
         if signal is not None:
             ev, _, first_node = self._evaluator(signal, continue_state)
             return ev.predict()[first_node:]
@@ -405,8 +473,10 @@ class FusedTrainer:
         if hit is not None and hit[0] is signal:
             return hit[1]
         if self.streamed is not None:
-            raise NotImplementedError("evaluate(signal) / predict(signal) on a streamed trainer (stream=True) is not "
-                                      "built: build a FusedTrainer for the later window.")
+            raise UnsupportedOptionError("stream", "is True: evaluate(data) / predict(data) of a later window runs "
+                                         "the joined training and later snapshots on the device.",
+                                         "a FusedTrainer over the later window (FusedTrainer(model, later, "
+                                         "stream=True).evaluate()), or stream=False.")
         if continue_state and callable(self.loss_kind):
             raise ModelInputError("loss", "is a callable: it would see the rows of the training window too.",
                                   "use one of the built-in losses, or continue_state=False.")
@@ -425,6 +495,42 @@ class FusedTrainer:
                           path=self.path, check=False, **opts)
         if first and ev.mean is not None:
             ev.mean = ev.mean.from_snapshot(first)
+        ev._first_snapshot = first
         out = (ev, first, int(joined.node_ptr[first]))
         self._evaluators = {key: (signal, out)}
         return out
+
+    # ------------------------------------------------------------ the trainer surface
+    #: the first snapshot whose rows a later window's evaluator reports (0: all)
+    _first_snapshot: int = 0
+
+    def traffic(self) -> TrafficReport:
+        r"""One process: no collective bytes (``measured`` and ``predicted``
+        totals 0). ``report["host_to_device"]``: ``{"load": bytes the signal's
+        transfer to the device moved at set-up (0 when it was there),
+        "epoch": bytes the last epoch's streamed windows moved (stream=True,
+        else 0)}``."""
+        load = int(self.transfer_stats["bytes_moved"]) if self.transfer_stats else 0
+        epoch = int(self.streamed.stats.bytes_moved) if self.streamed is not None else 0
+        return TrafficReport({}, {}, host_to_device={"load": load, "epoch": epoch})
+
+    def _carried_module(self) -> Optional[torch.nn.Module]:
+        """The user's module on the black-box path (whose carried tensors the state saves), else ``None``."""
+        return self.model.module if self.path == "blackbox" else None
+
+    def state_dict(self) -> dict:
+        r"""What a trainer built from the same arguments needs to continue bit
+        for bit (:mod:`~pyg_dynscale.runtime.trainer_state`): the model's and
+        head's ``state_dict``, the optimizer's, :attr:`epoch`, the global
+        random generators (CPU, CUDA) and a black-box module's carried
+        tensors."""
+        return trainer_state({"model": self.model, "head": self.head}, self.optimizer, self.epoch,
+                             carried=self._carried_module())
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict`'s output (this also sets the global random generators)."""
+        self.epoch = load_trainer_state(state, {"model": self.model, "head": self.head}, self.optimizer,
+                                        carried=self._carried_module())
+
+    def _release(self) -> None:
+        self._evaluators = {}

@@ -1,10 +1,14 @@
 r"""Task metrics on the temporal test split."""
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
-__all__ = ["average_precision", "roc_auc"]
+from .losses import row_losses
+
+__all__ = ["average_precision", "roc_auc", "as_snapshot_mean", "node_metrics", "link_metrics"]
 
 
 def roc_auc(scores: Tensor, labels: Tensor) -> float:
@@ -69,3 +73,49 @@ def average_precision(scores: Tensor, labels: Tensor) -> float:
     seen = (torch.nonzero(last).view(-1) + 1).to(torch.float64)
     recall_gain = torch.diff(tp, prepend=tp.new_zeros(1)) / n_pos
     return float((recall_gain * (tp / seen)).sum())
+
+
+def as_snapshot_mean(value: Tensor, mean: Any) -> Tensor:
+    r"""``value``, a reduction by ``mean`` (a
+    :class:`~pyg_dynscale.runtime.losses.SnapshotMean`), as the mean over
+    snapshots: divided by :math:`T'` when ``mean`` sums over snapshots
+    (``snapshot_reduction="sum"``), unchanged otherwise (the same division
+    the ``"mean"`` reduction does)."""
+    if mean.reduction == "mean":
+        return value
+    return value / max(int(mean.has.numel()), 1)
+
+
+def node_metrics(kind: str, pred: Tensor, target: Tensor, mean: Any) -> dict[str, Tensor]:
+    r"""The evaluation metrics of node predictions (0-dim tensors, no host
+    read): ``"loss"`` (``kind``'s loss with the training reduction) and
+    ``kind`` itself; for regression (``"mse"``/``"mae"``) both ``"mse"`` and
+    ``"mae"``, each PyGT's per-snapshot mean averaged over snapshots
+    (:func:`as_snapshot_mean`).
+
+    Args:
+        kind: ``"mse"``, ``"mae"`` or ``"ce"``.
+        pred: ``[n, *]`` predictions (after the head).
+        target: ``[n, *]`` targets.
+        mean: the :class:`~pyg_dynscale.runtime.losses.SnapshotMean` of the rows.
+    """
+    loss = mean(row_losses(kind, pred, target))
+    out = {"loss": loss, kind: loss}
+    if kind in ("mse", "mae"):
+        out[kind] = as_snapshot_mean(loss, mean)
+        other = "mae" if kind == "mse" else "mse"
+        out[other] = as_snapshot_mean(mean(row_losses(other, pred, target)), mean)
+    return out
+
+
+def link_metrics(scores: Tensor, labels: Tensor) -> dict[str, float]:
+    """``{"auc", "ap"}`` of link ``scores`` (:func:`roc_auc`,
+    :func:`average_precision`); a metric undefined for the labels (one class
+    absent) is left out."""
+    out: dict[str, float] = {}
+    for name, fn in (("auc", roc_auc), ("ap", average_precision)):
+        try:
+            out[name] = fn(scores, labels)
+        except ValueError:
+            pass
+    return out

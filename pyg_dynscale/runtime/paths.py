@@ -21,7 +21,7 @@ from ..nn.decomposed import DecomposedModule
 from ..nn.halo_check import check_halo
 from ..nn.snapshot_model import SnapshotModel
 
-__all__ = ["PATHS", "resolve_model", "as_signal", "prepare_snapshot_model", "edge_fields_of", "model_pattern",
+__all__ = ["PATHS", "resolve_model", "as_signal", "data_argument", "prepare_snapshot_model", "edge_fields_of", "model_pattern",
            "partition_for_model"]
 
 PATHS = ("auto", "decomposed", "blackbox")
@@ -39,6 +39,23 @@ def as_signal(signal: Any) -> Any:
         return DynamicGraphSignal.from_pygt(signal)
     raise ModelInputError("signal", f"is a {type(signal).__name__}.",
                           "pass a DynamicGraphSignal or a PyGT signal (StaticGraphTemporalSignal, DynamicGraphTemporalSignal, ...).")
+
+
+def data_argument(owner: str, data: Any, extra: dict, required: bool = True) -> Any:
+    """The trainer's data from its ``data`` argument and ``extra``, the other
+    keywords it was given after :func:`~pyg_dynscale.training.options.renamed_keyword`
+    moved ``signal=`` to ``data=`` (an unknown keyword is a :class:`TypeError`,
+    as Python's own)."""
+    extra = dict(extra)
+    if "data" in extra:
+        if data is not None:
+            raise TypeError(f"{owner}() got multiple values for argument 'data'")
+        data = extra.pop("data")
+    if extra:
+        raise TypeError(f"{owner}() got an unexpected keyword argument {next(iter(extra))!r}")
+    if data is None and required:
+        raise TypeError(f"{owner}() missing 1 required argument: 'data'")
+    return data
 
 
 def resolve_model(model: torch.nn.Module, path: str = "auto", depth: Any = "auto",

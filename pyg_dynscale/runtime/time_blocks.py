@@ -25,27 +25,29 @@ import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from ..errors import ModelInputError
+from ..errors import ModelInputError, UnsupportedOptionError
 from ..nn.decomposed import DecomposedModule, FusedGraph
 
 __all__ = ["TimeBlockCheckpoint", "check_windowable"]
 
 
 def check_windowable(model: DecomposedModule) -> None:
-    """Raise :class:`NotImplementedError` unless every block of ``model`` has a
-    recurrent time encoder and it has no BatchNorm (see the module doc)."""
+    """Raise :class:`~pyg_dynscale.errors.UnsupportedOptionError` (option
+    ``checkpoint_every``) unless every block of ``model`` has a recurrent time
+    encoder and it has no BatchNorm (see the module doc)."""
     kinds = {b.time_kind for b in model.dependency_pattern().blocks}
     if kinds != {"recurrent"} or not model.state_width:
         why = ("attention reads every earlier appearance, not one window" if "attention" in kinds
                else "TM-GCN's M-transform reads the earlier snapshots of its band, across window boundaries"
                if "window" in kinds else "windows carry a recurrent state from one window to the next")
-        raise NotImplementedError(
-            f"checkpoint_every on the decomposed path needs a recurrent time encoder in every block; "
-            f"{type(model).__name__} has time kinds {sorted(kinds)} ({why}); use path='blackbox' or train without "
-            "checkpointing.")
+        raise UnsupportedOptionError(
+            "checkpoint_every", f"is set on the decomposed path, which needs a recurrent time encoder in every block; "
+            f"{type(model).__name__} has time kinds {sorted(kinds)} ({why}).",
+            "path='blackbox', or checkpoint_every=None.")
     if any(isinstance(s, torch.nn.modules.batchnorm._BatchNorm) for s in model.modules()):
-        raise NotImplementedError(f"checkpoint_every with {type(model).__name__}: the recomputation would update "
-                                  "its BatchNorm running statistics twice.")
+        raise UnsupportedOptionError("checkpoint_every", f"is set with {type(model).__name__}, which has BatchNorm: "
+                                     "the recomputation would update its running statistics twice.",
+                                     "checkpoint_every=None.")
 
 
 class TimeBlockCheckpoint:

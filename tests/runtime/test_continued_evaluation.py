@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from pyg_dynscale.data.concat import concat_signals
-from pyg_dynscale.errors import ModelInputError
+from pyg_dynscale.errors import ModelInputError, UnsupportedOptionError
 from pyg_dynscale.runtime import FusedTrainer
 from pyg_dynscale.runtime.losses import SnapshotMean
-from tests import blackbox_cases as bc
+from tests.helpers import blackbox_cases as bc
 
 pytestmark = pytest.mark.skipif(not bc.HAVE_PYGT, reason="needs torch_geometric_temporal")
 
@@ -51,18 +51,19 @@ def test_continued_evaluation_is_the_pygt_loop(name):
     for _ in range(3):
         tr.train_epoch()
     ref_loss, ref_pred = pygt_loop(name, m, head, train, test)
-    got = tr.evaluate(test)
+    got = tr.evaluate(test)["loss"]
     assert got == pytest.approx(ref_loss, abs=1e-9)
     assert torch.allclose(tr.predict(test), ref_pred, atol=1e-9, rtol=0)
     # the mutation: a zero state at the first test snapshot is another number
-    zero = tr.evaluate(test, continue_state=False)
+    zero = tr.evaluate(test, continue_state=False)["loss"]
     assert abs(zero - ref_loss) > 1e-6
-    assert zero == pytest.approx(FusedTrainer(m, test, head=head, loss="mse").evaluate(), abs=1e-12)
-    assert tr.evaluate() == pytest.approx(FusedTrainer(m, train, head=head, loss="mse").evaluate(), abs=1e-12)
+    assert zero == pytest.approx(FusedTrainer(m, test, head=head, loss="mse").evaluate()["loss"], abs=1e-12)
+    assert tr.evaluate()["loss"] == pytest.approx(FusedTrainer(m, train, head=head, loss="mse").evaluate()["loss"],
+                                                 abs=1e-12)
     # the evaluator is kept while the same signal is asked for, and follows the parameters
     assert tr._evaluator(test, True) is tr._evaluator(test, True)
     tr.train_epoch()
-    assert tr.evaluate(test) == pytest.approx(pygt_loop(name, m, head, train, test)[0], abs=1e-9)
+    assert tr.evaluate(test)["loss"] == pytest.approx(pygt_loop(name, m, head, train, test)[0], abs=1e-9)
 
 
 def test_continued_evaluation_carries_h0():
@@ -75,7 +76,7 @@ def test_continued_evaluation_carries_h0():
     tr = FusedTrainer(m, train, head=head, loss="mse", lr=0.05, h0=h0)
     tr.train_epoch()
     table = torch.zeros(sig.num_vertices, bc.H, dtype=torch.float64).index_copy(0, seq_vertex, h0)
-    assert tr.evaluate(test) == pytest.approx(pygt_loop("TGCN", m, head, train, test, table)[0], abs=1e-9)
+    assert tr.evaluate(test)["loss"] == pytest.approx(pygt_loop("TGCN", m, head, train, test, table)[0], abs=1e-9)
 
 
 def test_window_loss_and_errors():
@@ -121,19 +122,20 @@ def test_blackbox_h0_is_the_loop_started_from_it(name):
             for t, s in zip(tables, new):
                 t[d.n_id] = s
             losses.append(((head(y).squeeze(-1) - d.y) ** 2).mean())
-    assert tr.evaluate() == pytest.approx(float(torch.stack(losses).mean()), abs=1e-9)
-    assert abs(tr.evaluate() - FusedTrainer(m, train, head=head, loss="mse").evaluate()) > 1e-6
+    assert tr.evaluate()["loss"] == pytest.approx(float(torch.stack(losses).mean()), abs=1e-9)
+    assert abs(tr.evaluate()["loss"] - FusedTrainer(m, train, head=head, loss="mse").evaluate()["loss"]) > 1e-6
     tr.train_epoch()
     start = [torch.zeros(sig.num_vertices, w, dtype=torch.float64).index_copy(0, seq_vertex, h) for h, w in
              zip(h0, WIDTHS[name])]
-    assert tr.evaluate(test) == pytest.approx(pygt_loop(name, m, head, train, test, start)[0], abs=1e-9)
+    assert tr.evaluate(test)["loss"] == pytest.approx(pygt_loop(name, m, head, train, test, start)[0], abs=1e-9)
     with pytest.raises(ModelInputError, match="h0"):
         FusedTrainer(m, train, head=head, loss="mse", h0=h0[0][:, :2])
 
 
 def test_refusals_name_the_fix():
     """DySAT's positions must cover the joined snapshots; a streamed trainer
-    does not build the joined evaluation (NotImplementedError)."""
+    does not build the joined evaluation (UnsupportedOptionError naming
+    stream)."""
     from pyg_dynscale.nn import DySAT, TGCN
 
     sig = bc.signal("plain", seed=9)
@@ -143,9 +145,10 @@ def test_refusals_name_the_fix():
     tr = FusedTrainer(short, train, head=torch.nn.Linear(bc.H, 1).double(), loss="mse")
     with pytest.raises(ModelInputError, match="num_time_steps >= 5"):
         tr.evaluate(test)
-    assert tr.evaluate(test, continue_state=False) > 0
+    assert tr.evaluate(test, continue_state=False)["loss"] > 0
     full = DySAT(bc.F, bc.H, sig.num_snapshots, structural_heads=2, temporal_heads=2).double()
-    assert FusedTrainer(full, train, loss="mse", head=torch.nn.Linear(bc.H, 1).double()).evaluate(test) > 0
+    assert FusedTrainer(full, train, loss="mse", head=torch.nn.Linear(bc.H, 1).double()).evaluate(test)["loss"] > 0
     streamed = FusedTrainer(TGCN(bc.F, bc.H).double(), train, loss="mse", stream=True, checkpoint_every=2)
-    with pytest.raises(NotImplementedError, match="streamed"):
+    with pytest.raises(UnsupportedOptionError, match="option 'stream'") as err:
         streamed.evaluate(test)
+    assert err.value.option == "stream" and "FusedTrainer(model, later" in err.value.instead

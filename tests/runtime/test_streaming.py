@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from pyg_dynscale.data.transfer import diff_encode
-from pyg_dynscale.errors import ModelInputError
+from pyg_dynscale.errors import ModelInputError, UnsupportedOptionError
 from pyg_dynscale.nn import TGCN
 from pyg_dynscale.runtime import FusedTrainer
-from tests import distributed_cases as cases
+from tests.helpers import distributed_cases as cases
 
 TOL = dict(rtol=0, atol=1e-10)
 
@@ -42,7 +42,7 @@ def test_streamed_equals_in_memory(name, loss_kind, every):
             assert st.train_epoch() == pytest.approx(ref.train_epoch(), abs=1e-12)
         for a, b in zip(p_st, p_ref):
             torch.testing.assert_close(a, b, **TOL)
-        assert st.evaluate() == pytest.approx(ref.evaluate(), abs=1e-12)
+        assert st.evaluate()["loss"] == pytest.approx(ref.evaluate()["loss"], abs=1e-12)
         pred = st.predict()
         assert pred.device.type == "cpu"
         torch.testing.assert_close(pred, ref.predict(), **TOL)
@@ -107,6 +107,10 @@ def test_graph_difference_moves_less_than_whole_windows_on_a_static_graph():
     tr.train_epoch()
     s = tr.stream_stats
     assert 0 < s.bytes_moved < s.bytes_naive
+    # traffic(): one process, no collective bytes; the epoch's host -> device copies as their own entry
+    report = tr.traffic()
+    assert report["measured"]["total"] == report["predicted"]["total"] == 0
+    assert report["host_to_device"] == {"load": 0, "epoch": s.bytes_moved}
 
 
 def test_stream_refusals():
@@ -118,8 +122,16 @@ def test_stream_refusals():
         FusedTrainer(m, sig, head=head, stream=True)
     with pytest.raises(ModelInputError, match="callable"):
         FusedTrainer(m, sig, head=head, loss=lambda tr, out: out.sum(), checkpoint_every=2, stream=True)
-    with pytest.raises(NotImplementedError, match="recurrent time encoder"):
+    with pytest.raises(UnsupportedOptionError, match="option 'checkpoint_every'.*recurrent time encoder"):
         FusedTrainer(DySAT(cases.F, 4, cases.T).double(), sig, loss="bce_link", checkpoint_every=2, stream=True)
     tr = FusedTrainer(m, sig, head=head, checkpoint_every=2, stream=True)
-    with pytest.raises(NotImplementedError, match="predict"):
+    with pytest.raises(UnsupportedOptionError, match="option 'stream'.*predict"):
         tr.outputs()
+    with pytest.raises(UnsupportedOptionError, match="option 'stream'") as err:
+        tr.place(lambda t: t)
+    assert err.value.option == "stream"
+    from torch_geometric_temporal.nn.recurrent import GConvGRU
+
+    with pytest.raises(UnsupportedOptionError, match="option 'stream'.*black-box") as err:
+        FusedTrainer(GConvGRU(cases.F, 4, 2).double(), sig, checkpoint_every=2, stream=True)
+    assert "checkpoint_every" in err.value.instead
