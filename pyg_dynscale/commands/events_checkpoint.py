@@ -20,13 +20,10 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import os
-import sys
 from typing import Any, Optional
 
-from ..errors import CommandError
 
-__all__ = ["events_record", "find_resume", "events_mismatch_message", "stream_template", "RECORD_OPTIONS"]
+__all__ = ["events_record", "events_mismatch_message", "stream_template", "RECORD_OPTIONS"]
 
 #: field of the run record -> the option that sets it (for messages)
 RECORD_OPTIONS = {"model": "--model", "data": "PATH", "parallelism": "--parallelism", "world_size": "--nproc",
@@ -115,46 +112,6 @@ def events_mismatch_message(exc: Any, args: argparse.Namespace) -> str:
             "a new --checkpoint-dir.")
 
 
-def find_resume(args: argparse.Namespace, record: dict, rank: int, prog: str, note: str = "") -> Optional[tuple]:
-    """``(epoch, path)`` of the newest complete checkpoint to resume from (``None``: start fresh), checked
-    against ``record`` and for missing files before the processes connect (the same error on every rank)."""
-    from ..distributed.checkpoint import (CheckpointDamagedError, CheckpointMismatchError, check_run,
-                                          latest_checkpoint, verify_checkpoint)
-
-    if not args.resume:
-        return None
-    found = latest_checkpoint(args.checkpoint_dir)
-    if found is None:
-        if rank == 0:
-            print(f"{prog}: --resume: no complete checkpoint in '{args.checkpoint_dir}' yet; starting fresh at epoch "
-                  f"1 of {args.epochs}{note}.", file=sys.stderr, flush=True)
-        return None
-    try:
-        check_run(found[1], record)
-        verify_checkpoint(found[1])
-    except CheckpointMismatchError as exc:
-        raise CommandError(events_mismatch_message(exc, args)) from None
-    except CheckpointDamagedError as exc:
-        raise CommandError(f"--resume: {exc}") from None
-    return found
-
-
-def check_checkpoint_args(args: argparse.Namespace) -> None:
-    """``--checkpoint-dir`` / ``--checkpoint-every`` / ``--resume`` (no data needed)."""
-    if args.checkpoint_every < 1:
-        raise CommandError(f"--checkpoint-every must be >= 1, got {args.checkpoint_every}.")
-    if args.resume and not args.checkpoint_dir:
-        raise CommandError("--resume needs --checkpoint-dir DIR.")
-    if args.checkpoint_dir is not None:
-        path = args.checkpoint_dir
-        if os.path.exists(path) and not os.path.isdir(path):
-            raise CommandError(f"--checkpoint-dir '{path}' is a file, not a directory; give a directory (it is "
-                               "created if missing), or move the file away.")
-        parent = os.path.dirname(os.path.abspath(path))
-        if not os.path.isdir(parent):
-            raise CommandError(f"--checkpoint-dir: the folder '{parent}' does not exist; create it first.")
-
-
 def stream_template(trainer: Any, path: str) -> dict:
     """The ``{key: Tensor}`` that :func:`~pyg_dynscale.distributed.checkpoint.load_checkpoint` fills
     from the checkpoint at ``path`` for ``trainer.load_stream_state``: the trainer's
@@ -162,7 +119,7 @@ def stream_template(trainer: Any, path: str) -> dict:
     CUDA generator's state), which are asked for only where the checkpoint holds them -- DCP
     refuses a key the checkpoint lacks, so a CPU checkpoint would not load on CUDA otherwise.
     The trainer restores what is missing as ``load_stream_state`` states."""
-    from ..distributed.checkpoint import saved_extra
+    from ..training.checkpoint import saved_extra
 
     stream = trainer.stream_state()
     for key in trainer.device_rng_keys():

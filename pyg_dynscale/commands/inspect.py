@@ -14,13 +14,11 @@ written to stdout.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import os
-import sys
 from typing import Any
 
 from ..errors import CommandError
+from .output import print_report
 
 SCHEMA_VERSION = 1
 FORMATS = ("auto", "pygt-json", "edgelist", "dynscale")
@@ -137,14 +135,5 @@ def _format_text(r: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.json:
-        # Keep stdout machine-readable: anything a loader prints goes to stderr.
-        with contextlib.redirect_stdout(sys.stderr):
-            report = inspect_path(args.path, format=args.format, window=args.window)
-    else:
-        report = inspect_path(args.path, format=args.format, window=args.window)
-    if args.json:
-        print(json.dumps(report, sort_keys=False))
-    else:
-        print(_format_text(report))
-    return 0
+    return print_report(args.json, lambda: inspect_path(args.path, format=args.format, window=args.window),
+                        _format_text)

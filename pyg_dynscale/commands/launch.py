@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Optional
 
-from .train_options import LAUNCHER_OPTIONS, DEVICES, PROG, fail
+from .job import fail
+from .train_options import LAUNCHER_OPTIONS, DEVICES, PROG
 
 
 # ------------------------------------------------------------------- devices
@@ -94,7 +95,7 @@ def bind_device(device: str) -> Optional[Any]:
     ``device_id`` for an NCCL group, else ``None``. The package's one
     implementation, :func:`pyg_dynscale.distributed.groups.bind_device` (imported
     here when called: the command line starts without torch)."""
-    from ..distributed.groups import bind_device as bind
+    from ..training.ranks import bind_device as bind
 
     return bind(device)
 
@@ -133,7 +134,7 @@ def launch_workers(args: argparse.Namespace) -> int:
     from torch.distributed.run import get_args_parser
     from torch.distributed.run import run as torchrun
 
-    from ..distributed.failure import LAUNCHER_PID_ENV
+    from ..training.failure import LAUNCHER_PID_ENV
 
     targs = get_args_parser().parse_args(
         ["--standalone", "--nproc-per-node", str(args.nproc), "--max-restarts", str(args.max_restarts),
@@ -213,7 +214,7 @@ def _reporting_agent(base: type) -> type:
     from torch.distributed.elastic.agent.server.api import WorkerState
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
-    from ..distributed.failure import say
+    from ..training.failure import say
 
     class RestartReportingAgent(base):  # type: ignore[misc, valid-type]
         _failed_attempts = 0
@@ -337,7 +338,7 @@ def report_runtime_failure(rank: int, world: int, exc: BaseException, timeout: O
     torchrun's ``SIGTERM``); else publish and report ours."""
     from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
 
-    from ..distributed.failure import (HEARTBEAT_SECONDS, SILENT_BEATS, RankNotAnsweringError, diagnose_peers,
+    from ..training.failure import (HEARTBEAT_SECONDS, SILENT_BEATS, RankNotAnsweringError, diagnose_peers,
                                        is_transport_error, launcher_gone, local_pid, publish_failure,
                                        report_launcher_gone, say)
 

@@ -37,35 +37,37 @@ same way.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import gc
 import os
-from datetime import timedelta
 from typing import Any
 
+from .job import fail, group_timeout, start
 from .launch import (DevicePlan, bind_device, in_torchrun, init_torchrun_group, launch_workers, machine_plan,  # noqa: F401
                      report_runtime_failure, plan_devices, worker_argv)
 from .train_checks import check_args, run_record  # noqa: F401
 from .train_job import train  # noqa: F401
 from .train_windows import train_windows
-from .train_options import DEVICES, DTYPES, FORMATS, PROG, SCHEMA_VERSION, fail, add_parser  # noqa: F401
+from .train_options import DEVICES, DTYPES, FORMATS, PROG, SCHEMA_VERSION, add_parser  # noqa: F401
 from .train_report import print_report  # noqa: F401
 
 __all__ = ["add_parser", "run", "train", "check_args", "run_record", "worker_argv", "plan_devices", "DevicePlan",
-           "DEVICES", "DTYPES", "FORMATS", "PROG", "SCHEMA_VERSION"]
+           "DEVICES", "DTYPES", "FORMATS", "PROG", "SCHEMA_VERSION", "fail"]
 
 
 def run(args: argparse.Namespace) -> int:
     check_args(args)
-    if in_torchrun():
-        return _worker(args)
-    if args.nproc is not None:
-        return launch_workers(args)
+    return start(args, PROG, alone=lambda: _alone(args), worker=lambda *ranks: _worker(args, *ranks),
+                 launch=launch_workers)
+
+
+def _job(args: argparse.Namespace) -> Any:
+    """The job of one rank: full-batch :func:`train`, or :func:`train_windows` with ``--windows``."""
+    return train_windows if getattr(args, "windows", None) is not None else train
+
+
+def _alone(args: argparse.Namespace) -> None:
+    """One process, a world of one rank (its own process group, on the machine's device)."""
     import torch.distributed as dist
 
-    if dist.is_initialized():
-        fail("a torch.distributed process group is already initialized in this process; run "
-              "`pyg-dynscale train` in its own process (or under torchrun).")
     plan = machine_plan(args, 1)
     device = plan.device(0)
     store = dist.HashStore()
@@ -81,62 +83,22 @@ def run(args: argparse.Namespace) -> int:
         if dist.is_initialized():
             dist.destroy_process_group()
     print_report(args, report, plan)
-    return 0
 
 
-def _job(args: argparse.Namespace) -> Any:
-    """The job of one rank: full-batch :func:`train`, or :func:`train_windows` with ``--windows``."""
-    return train_windows if getattr(args, "windows", None) is not None else train
+def _worker(args: argparse.Namespace, rank: int, world: int, local_rank: int) -> None:
+    """One rank under torchrun (:func:`~pyg_dynscale.commands.job.run_worker` reports its failure)."""
+    # torchrun sets LOCAL_RANK / LOCAL_WORLD_SIZE; a hand-made environment without them is taken as one
+    # machine (overestimating the local ranks only picks the staged exchange, never two ranks per GPU on NCCL)
+    plan = machine_plan(args, int(os.environ.get("LOCAL_WORLD_SIZE", world)))
+    device = plan.device(local_rank)
 
+    def init() -> None:
+        from ..training.failure import start_heartbeat
 
-def _worker(args: argparse.Namespace) -> int:
-    """One rank under torchrun: train, and on failure say which rank failed
-    and why (publishing the cause for the others) before exiting non-zero."""
-    import torch.distributed as dist
-    from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
+        init_torchrun_group(rank, world, group_timeout(args), plan.backend, device)
+        # from here on a rank that stops answering can be told from one that is only slow
+        args._stop_heartbeat = start_heartbeat(rank)
 
-    from ..distributed.failure import install_stop_report, is_transport_error, publish_failure, say
-    from ..errors import DynScaleError
-
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    args._rank_label = f" (rank {rank})"
-    install_stop_report(rank, world, PROG)
-    backend_timeout = timedelta(seconds=args.timeout)
-    args._stop_heartbeat = lambda: None
-    try:
-        if args.nproc is not None and args.nproc != world:
-            fail(f"--nproc {args.nproc} differs from torchrun's world size {world}; drop --nproc under torchrun.")
-        # torchrun sets LOCAL_RANK / LOCAL_WORLD_SIZE; a hand-made environment without them is taken as one
-        # machine (overestimating the local ranks only picks the staged exchange, never two ranks per GPU on NCCL)
-        local_rank = int(os.environ.get("LOCAL_RANK", rank))
-        plan = machine_plan(args, int(os.environ.get("LOCAL_WORLD_SIZE", world)))
-        device = plan.device(local_rank)
-
-        def init() -> None:
-            from ..distributed.failure import start_heartbeat
-
-            init_torchrun_group(rank, world, backend_timeout, plan.backend, device)
-            # from here on a rank that stops answering can be told from one that is only slow
-            args._stop_heartbeat = start_heartbeat(rank)
-
-        report = _job(args)(args, rank, world, init, device)
-        if rank == 0:
-            print_report(args, report, plan)
-        return 0
-    except (DynScaleError, OSError, ValueError) as exc:
-        if dist.is_initialized() and is_transport_error(exc):
-            return report_runtime_failure(rank, world, exc, args.timeout)
-        publish_failure(rank, f"{type(exc).__name__}: {exc}")
-        ErrorHandler().record_exception(exc)
-        say(f"{PROG}: error (rank {rank}): {exc}")
-        return 2
-    except Exception as exc:
-        return report_runtime_failure(rank, world, exc, args.timeout)
-    finally:
-        args._stop_heartbeat()
-        if dist.is_initialized():
-            gc.collect()  # objects holding collectives' threads (DDP's reducer) go while the group exists
-            with contextlib.suppress(Exception):
-                dist.destroy_process_group()
-
-
+    report = _job(args)(args, rank, world, init, device)
+    if rank == 0:
+        print_report(args, report, plan)

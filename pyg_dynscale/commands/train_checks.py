@@ -9,7 +9,8 @@ import os
 from typing import Any, Optional
 
 from .launch import in_torchrun, plan_devices
-from .train_options import REFUSED_DTYPES, fail, dtype_refusal
+from .job import check_checkpoint_options, check_launch_options, fail
+from .train_options import REFUSED_DTYPES, dtype_refusal
 
 
 # ---------------------------------------------------------------------- checks
@@ -36,12 +37,7 @@ def check_args(args: argparse.Namespace) -> None:
     for name in ("epochs", "hidden", "threads", "checkpoint_every"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             fail(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}.")
-    if args.nproc is not None and args.nproc < 1:
-        fail(f"--nproc must be >= 1, got {args.nproc}.")
-    if args.max_restarts < 0:
-        fail(f"--max-restarts must be >= 0, got {args.max_restarts}.")
-    if args.max_restarts and args.nproc is None:
-        fail("--max-restarts needs --nproc (under torchrun, pass --max-restarts to torchrun).")
+    check_launch_options(args)
     if not (math.isfinite(args.lr) and args.lr > 0):
         fail(f"--lr must be a positive number, got {args.lr}.")
     if not (math.isfinite(args.timeout) and args.timeout > 0):
@@ -279,16 +275,7 @@ def _check_output_paths(args: argparse.Namespace) -> None:
             fail(f"--save-partition: the folder '{parent}' does not exist; create it first.")
         if not os.access(path if os.path.exists(path) else parent, os.W_OK):
             fail(f"--save-partition: cannot write '{path}' (permission denied); choose a writable location.")
-    if args.checkpoint_dir is not None:
-        path = args.checkpoint_dir
-        if os.path.exists(path) and not os.path.isdir(path):
-            fail(f"--checkpoint-dir '{path}' is a file, not a directory; give a directory (it is created if "
-                  "missing), or move the file away.")
-        parent = os.path.dirname(os.path.abspath(path))
-        if not os.path.isdir(parent):
-            fail(f"--checkpoint-dir: the folder '{parent}' does not exist; create it first.")
-        if not os.access(path if os.path.exists(path) else parent, os.W_OK):
-            fail(f"--checkpoint-dir: cannot write into '{path}' (permission denied); choose a writable directory.")
+    check_checkpoint_options(args)
 
 
 def _expected_world(args: argparse.Namespace) -> int:
@@ -302,7 +289,7 @@ def _check_resume(args: argparse.Namespace) -> None:
     readable, and the fields of the run that need no data (model, width,
     hyperparameters, processes) equal to this run's; :func:`train` checks the
     rest (data fingerprint, scheme) before the processes connect."""
-    from ..distributed.checkpoint import (CheckpointDamagedError, CheckpointMismatchError, check_run,
+    from ..training.checkpoint import (CheckpointDamagedError, CheckpointMismatchError, check_run,
                                           latest_checkpoint, verify_checkpoint)
 
     found = latest_checkpoint(args.checkpoint_dir)

@@ -32,17 +32,13 @@ micro-batch pipelining. The report adds
 from __future__ import annotations
 
 import argparse
-import contextlib
-import gc
-import json
 import math
 import os
-import sys
 import time
-from datetime import timedelta
 from typing import Any, Callable
 
-from ..errors import CommandError
+from .job import Job, check_checkpoint_options, check_launch_options, fail, group_timeout, start
+from .output import report_json
 
 PROG = "pyg-dynscale train-events"
 FORMATS = ("auto", "jodie", "edgelist")
@@ -57,10 +53,6 @@ GRADIENT_SYNC = ("sync", "delayed")
 SCHEMA_VERSION = 1
 
 __all__ = ["add_parser", "run", "train_events", "check_args"]
-
-
-def fail(message: str) -> None:
-    raise CommandError(message)
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -232,9 +224,7 @@ def check_args(args: argparse.Namespace) -> None:
     """Checks that need no data (the launcher and every rank)."""
     import torch
 
-    from .events_checkpoint import check_checkpoint_args
-
-    check_checkpoint_args(args)
+    check_checkpoint_options(args)
     if os.path.isdir(args.path):
         fail(f"PATH '{args.path}' is a directory; give an events file.")
     if not os.path.exists(args.path):
@@ -242,12 +232,7 @@ def check_args(args: argparse.Namespace) -> None:
     for name in ("epochs", "batch_size", "memory_dim", "time_dim", "embedding_dim", "num_neighbors", "threads"):
         if getattr(args, name) < 1:
             fail(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}.")
-    if args.nproc is not None and args.nproc < 1:
-        fail(f"--nproc must be >= 1, got {args.nproc}.")
-    if args.max_restarts < 0:
-        fail(f"--max-restarts must be >= 0, got {args.max_restarts}.")
-    if args.max_restarts and args.nproc is None:
-        fail("--max-restarts needs --nproc (under torchrun, pass --max-restarts to torchrun).")
+    check_launch_options(args)
     for name in ("lr", "timeout"):
         if not (math.isfinite(getattr(args, name)) and getattr(args, name) > 0):
             fail(f"--{name} must be a positive number, got {getattr(args, name)}.")
@@ -327,7 +312,7 @@ def traffic_report(trainer, world: int) -> dict:
     import torch
     import torch.distributed as dist
 
-    from ..distributed.groups import host_group
+    from ..training.ranks import host_group
 
     t = trainer.traffic()
     summed = ["measured", "predicted"] + (["local"] if "local" in t else [])
@@ -345,24 +330,19 @@ def traffic_report(trainer, world: int) -> dict:
 def train_events(args: argparse.Namespace, rank: int, world: int, init: Callable[[], None], device: str) -> dict:
     """The job of one rank: the report (the same on every rank)."""
     import torch
-    import torch.distributed as dist
-    from tqdm.auto import tqdm
 
-    from ..distributed.checkpoint import CheckpointDamagedError, load_checkpoint, save_checkpoint
-    from ..distributed.groups import host_group
     from ..errors import DynScaleError
-    from .events_checkpoint import events_record, find_resume, stream_template
-    from .launch import attempt_note, restarts_so_far
+    from .events_checkpoint import events_mismatch_message, events_record, stream_template
 
-    t_start = time.perf_counter()
+    job = Job(args, rank, world, PROG, time.perf_counter)
     torch.set_num_threads(args.threads)
     try:
         data = load_events(args)
     except DynScaleError as exc:
         fail(f"PATH '{args.path}': {exc}")
     partition = partition_arg(args, int(data.num_nodes), world)  # before the processes connect: every rank fails
-    record = events_record(args, parse_parallelism(args.parallelism), data, world, partition)
-    resume_from = find_resume(args, record, rank, PROG, attempt_note()) if args.checkpoint_dir else None
+    job.find_resume(events_record(args, parse_parallelism(args.parallelism), data, world, partition),
+                    lambda exc: events_mismatch_message(exc, args))
     init()
     try:
         trainer = build(args, data, device, partition)
@@ -373,42 +353,19 @@ def train_events(args: argparse.Namespace, rank: int, world: int, init: Callable
         fail(f"not built for these options: {exc}")
     i, j, k = trainer.parallelism
     progress: dict = {"losses": [], "epoch_seconds": [], "val_metrics": []}
-    start = 0
-    if resume_from is not None:
-        stream = stream_template(trainer, resume_from[1])  # this rank's keys: DCP fills them in place
-        try:
-            progress = load_checkpoint(resume_from[1], trainer.modules, trainer.optimizer, record,
-                                       extra=stream)["progress"]
-        except CheckpointDamagedError as exc:
-            fail(f"--resume: {exc}")
-        trainer.load_stream_state(stream)
-        start = resume_from[0]
-        if rank == 0:
-            print(f"{PROG}: resumed from checkpoint epoch {start}{attempt_note()}", file=sys.stderr, flush=True)
+    # this rank's keys: DCP fills them in place
+    stream = stream_template(trainer, job.resume_from[1]) if job.resume_from is not None else None
+    progress, start = job.restore(trainer.modules, trainer.optimizer, progress, extra=stream,
+                                  then=lambda: trainer.load_stream_state(stream))
+
+    def after(loss: float) -> dict:
+        # the validation pass before the checkpoint: it re-seeds the generator the next epoch draws from
+        progress["val_metrics"].append(trainer.evaluate("val"))
+        return {"val_ap": f"{progress['val_metrics'][-1]['ap']:.4f}"}
+
+    job.epochs(trainer, progress, start, desc=f"tgn {i}x{j}x{k} on {world} process(es)", after=after,
+               state=trainer.stream_state)
     losses, seconds, val = progress["losses"], progress["epoch_seconds"], progress["val_metrics"]
-    checkpoints = []
-    bar = tqdm(range(start, args.epochs), initial=start, total=args.epochs,
-               desc=f"tgn {i}x{j}x{k} on {world} process(es)", unit="epoch",
-               disable=rank != 0 or args.no_progress, file=sys.stderr, mininterval=0.5)
-    for epoch in bar:
-        t0 = time.perf_counter()
-        loss = trainer.train_epoch()
-        took = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
-        if world > 1:  # an epoch lasts until its slowest rank is done: a host value, over gloo on every backend
-            dist.all_reduce(took, op=dist.ReduceOp.MAX, group=host_group(None))
-        if not math.isfinite(loss):
-            raise FloatingPointError(f"the training loss is {loss} at epoch {epoch + 1}; lower --lr or use "
-                                     "--dtype float64.")
-        losses.append(loss)
-        seconds.append(float(took))
-        val.append(trainer.evaluate("val"))
-        bar.set_postfix(loss=f"{loss:.4f}", val_ap=f"{val[-1]['ap']:.4f}", refresh=False)
-        done = epoch + 1
-        if args.checkpoint_dir and (done % args.checkpoint_every == 0 or done == args.epochs):
-            # after the validation pass: it re-seeds the generator the next epoch draws from
-            checkpoints.append(save_checkpoint(args.checkpoint_dir, done, trainer.modules, trainer.optimizer, record,
-                                               progress, extra=trainer.stream_state()))
-    bar.close()
     traffic = traffic_report(trainer, world)  # the last training epoch's
     stats = trainer.stats()  # training only
     test = trainer.evaluate("test")
@@ -430,15 +387,13 @@ def train_events(args: argparse.Namespace, rank: int, world: int, init: Callable
         "epoch_seconds": seconds,
         "events_per_second": trainer.val_start / (sum(seconds) / len(seconds)),
         "trained_events_per_second": steps_events / (sum(seconds) / len(seconds)),
-        "bytes": stats, "traffic": traffic, "total_seconds": time.perf_counter() - t_start,
-        "checkpoints": checkpoints, "resumed_from": resume_from[1] if resume_from else None,
-        "resumed_from_epoch": resume_from[0] if resume_from else None, "restarts": restarts_so_far(),
+        "bytes": stats, "traffic": traffic, **job.fields(),
     }
 
 
 def print_report(args: argparse.Namespace, r: dict) -> None:
     if args.json:
-        print(json.dumps(r, allow_nan=True), flush=True)
+        print(report_json(r), flush=True)
         return
     from ..partition.metrics import format_bytes
 
@@ -463,43 +418,18 @@ def print_report(args: argparse.Namespace, r: dict) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .launch import in_torchrun, launch_workers
+    from .launch import bind_device, init_torchrun_group, launch_workers
 
     check_args(args)
-    if in_torchrun():
-        return _worker(args)
-    if args.nproc is not None:
-        return launch_workers(args)
-    import torch.distributed as dist
 
-    if dist.is_initialized():
-        fail("a torch.distributed process group is already initialized in this process; run "
-             "`pyg-dynscale train-events` in its own process (or under torchrun).")
-    from .launch import bind_device
+    def alone() -> None:
+        device = "cuda:0" if args.device == "cuda" else "cpu"
+        report = train_events(args, 0, 1, lambda: bind_device(device), device)  # no process group: the GPU bound
+        print_report(args, report)
 
-    device = "cuda:0" if args.device == "cuda" else "cpu"
-    report = train_events(args, 0, 1, lambda: bind_device(device), device)  # no process group: the GPU bound
-    print_report(args, report)
-    return 0
+    def worker(rank: int, world: int, local_rank: int) -> None:
+        import torch
 
-
-def _worker(args: argparse.Namespace) -> int:
-    """One rank under torchrun: train, and on failure say which rank failed and why."""
-    import torch
-    import torch.distributed as dist
-    from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
-
-    from ..distributed.failure import install_stop_report, is_transport_error, publish_failure, say
-    from ..errors import DynScaleError
-    from .launch import init_torchrun_group, report_runtime_failure
-
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    args._rank_label = f" (rank {rank})"
-    install_stop_report(rank, world, PROG)
-    try:
-        if args.nproc is not None and args.nproc != world:
-            fail(f"--nproc {args.nproc} differs from torchrun's world size {world}; drop --nproc under torchrun.")
-        local_rank = int(os.environ.get("LOCAL_RANK", rank))
         device, backend = "cpu", "gloo"
         if args.device == "cuda":
             local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
@@ -508,21 +438,8 @@ def _worker(args: argparse.Namespace) -> int:
                      "NCCL needs one GPU per process.")
             device, backend = f"cuda:{local_rank % torch.cuda.device_count()}", "nccl"
         report = train_events(args, rank, world, lambda: init_torchrun_group(
-            rank, world, timedelta(seconds=args.timeout), backend, device), device)
+            rank, world, group_timeout(args), backend, device), device)
         if rank == 0:
             print_report(args, report)
-        return 0
-    except (DynScaleError, OSError, ValueError) as exc:
-        if dist.is_initialized() and is_transport_error(exc):
-            return report_runtime_failure(rank, world, exc, args.timeout)
-        publish_failure(rank, f"{type(exc).__name__}: {exc}")
-        ErrorHandler().record_exception(exc)
-        say(f"{PROG}: error (rank {rank}): {exc}")
-        return 2
-    except Exception as exc:
-        return report_runtime_failure(rank, world, exc, args.timeout)
-    finally:
-        if dist.is_initialized():
-            gc.collect()  # objects holding collectives' threads (DDP's reducer) go while the group exists
-            with contextlib.suppress(Exception):
-                dist.destroy_process_group()
+
+    return start(args, PROG, alone=alone, worker=worker, launch=launch_workers)

@@ -5,13 +5,12 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import sys
 import time
 from typing import Any, Callable
 
-from .launch import attempt_note, restarts_so_far
+from .job import Job, fail
 from .train_checks import mismatch_message, read_partition, readable_reason, run_record
-from .train_options import PROG, SCHEMA_VERSION, fail
+from .train_options import PROG, SCHEMA_VERSION
 from .user_model import build_user_model, describe_head, needs_sorted_edges, runtime_path
 
 
@@ -120,18 +119,15 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
     ``device``, this rank's)."""
     import torch
     import torch.distributed as dist
-    from tqdm.auto import tqdm
 
     from ..distributed import DistributedTrainer
-    from ..distributed.checkpoint import (CheckpointDamagedError, CheckpointMismatchError, check_run,
-                                          latest_checkpoint, load_checkpoint, save_checkpoint, saved_extra)
     from ..errors import PartitionError, SignalValidationError
     from ..nn.zoo import build_model, partition_pattern
     from ..partition.io import save_partition
     from ..partition.partition import SCHEMES
     from ..runtime.metrics import roc_auc
 
-    t_start = time.perf_counter()
+    job = Job(args, rank, world, PROG, time.perf_counter)
     torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype)
     # ---- data and everything that can be checked before the processes connect
@@ -167,21 +163,8 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
     if user is not None:
         user_pattern = _check_user_path(model, train_sig, args, torch.empty((), dtype=dtype).element_size())
     scheme = part.scheme if part is not None else args.scheme
-    record = run_record(args, train_sig.fingerprint(), world, scheme)
-    resume_from = None
-    if args.resume:
-        found = latest_checkpoint(args.checkpoint_dir)
-        if found is not None:
-            try:
-                check_run(found[1], record)  # before the processes connect: the same error on every rank
-            except CheckpointMismatchError as exc:
-                fail(mismatch_message(exc, args))
-            except CheckpointDamagedError as exc:
-                fail(f"--resume: {exc}")
-            resume_from = found
-        elif rank == 0:  # said once, where the report is printed
-            print(f"{PROG}: --resume: no complete checkpoint in '{args.checkpoint_dir}' yet; starting fresh at epoch "
-                  f"1 of {args.epochs}{attempt_note()}.", file=sys.stderr, flush=True)
+    resume_from = job.find_resume(run_record(args, train_sig.fingerprint(), world, scheme),
+                                  lambda exc: mismatch_message(exc, args))
     saved_part = os.path.join(args.checkpoint_dir, "partition.pt") if args.checkpoint_dir else None
     if part is None and resume_from is not None and os.path.isfile(saved_part):
         try:  # the exact partition of the interrupted run
@@ -225,54 +208,38 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
     modules = torch.nn.ModuleDict({"model": model, **({"head": head} if head is not None else {})})
     progress: dict = {"losses": [], "epoch_seconds": [], "bytes_measured": {}, "bytes_predicted": {},
                       "stale_factor": [], "stale_fresh_fraction": []}
-    start = 0
-    if resume_from is not None:
-        # DCP loads into the state dict's existing tensors, on the model's device: a checkpoint written on
-        # another device (CPU <-> CUDA) resumes here too
-        # the stale cache goes on with what it held (a checkpoint written without one leaves it empty)
-        stale_prefix = f"rank{rank}/stale/"
-        try:
-            stale_state = saved_extra(resume_from[1], stale_prefix) if trainer.stale is not None else {}
-            progress = load_checkpoint(resume_from[1], modules, trainer.optimizer, record,
-                                       extra=stale_state or None)["progress"]
-        except CheckpointDamagedError as exc:
-            fail(f"--resume: {exc}")
+    stale_prefix = f"rank{rank}/stale/"
+    # the stale cache goes on with what it held (a checkpoint written without one leaves it empty)
+    stale_state = job.saved(stale_prefix) if trainer.stale is not None else {}
+
+    def restored() -> None:
         if trainer.stale is not None:
             trainer.stale.load_state_dict({k[len(stale_prefix):]: v for k, v in stale_state.items()})
-        start = resume_from[0]
         # the optimizer state carries its learning rate: a record written before it held "lr" is checked here
-        restored = trainer.optimizer.param_groups[0]["lr"]
-        if not math.isclose(restored, args.lr, rel_tol=1e-9):
-            fail(f"--resume: the checkpoint {resume_from[1]} trained with lr {restored!r} (restored with its "
-                  f"optimizer state), this run asks for --lr {args.lr!r}; resume with --lr {restored!r}, or use a "
-                  "new --checkpoint-dir.")
-        if rank == 0:  # after a restart too: the launcher said why it restarted, this says where training goes on
-            print(f"{PROG}: resumed from checkpoint epoch {start}{attempt_note()}", file=sys.stderr, flush=True)
-    checkpoints = []
-    bar = tqdm(range(start, args.epochs), initial=start, total=args.epochs, desc=f"{user.name if user else args.model} x{world}",
-               unit="epoch", disable=rank != 0 or args.no_progress, file=sys.stderr, mininterval=0.5)
-    for epoch in bar:
-        loss_value = trainer.train_epoch()
-        if not math.isfinite(loss_value):
-            raise FloatingPointError(f"the training loss is {loss_value} at epoch {epoch + 1}; lower --lr or use "
-                                     "--dtype float64.")
+        lr = trainer.optimizer.param_groups[0]["lr"]
+        if not math.isclose(lr, args.lr, rel_tol=1e-9):
+            fail(f"--resume: the checkpoint {resume_from[1]} trained with lr {lr!r} (restored with its optimizer "
+                 f"state), this run asks for --lr {args.lr!r}; resume with --lr {lr!r}, or use a new "
+                 "--checkpoint-dir.")
+
+    progress, start = job.restore(modules, trainer.optimizer, progress, extra=stale_state or None, then=restored)
+
+    def after(loss_value: float) -> dict:
         traffic = trainer.traffic()
-        progress["losses"].append(loss_value)
-        progress["epoch_seconds"].append(_max_over_ranks(trainer.transport, trainer.epoch_seconds[-1]))
         for key in ("measured", "predicted"):
             for kind, value in traffic[key].items():
                 progress[f"bytes_{key}"].setdefault(kind, []).append(int(value))
         if trainer.stale is not None:
             progress["stale_factor"].append(trainer.stale.history[-1]["factor"])
             progress["stale_fresh_fraction"].append(trainer.stale.fresh_fraction(trainer.comm.group))
-        bar.set_postfix(loss=f"{loss_value:.4f}", refresh=False)
-        done = epoch + 1
-        if args.checkpoint_dir and (done % args.checkpoint_every == 0 or done == args.epochs):
-            stale_state = None if trainer.stale is None else \
-                {f"rank{rank}/stale/{k}": v for k, v in trainer.stale.state_dict().items()}
-            checkpoints.append(save_checkpoint(args.checkpoint_dir, done, modules, trainer.optimizer, record, progress,
-                                               extra=stale_state))
-    bar.close()
+        return {}
+
+    def state() -> Any:
+        return None if trainer.stale is None else \
+            {f"{stale_prefix}{k}": v for k, v in trainer.stale.state_dict().items()}
+
+    job.epochs(trainer, progress, start, desc=f"{user.name if user else args.model} x{world}", after=after,
+               state=state)
     cuda_peak = _peak_memory_per_rank(trainer.transport, trainer.device, rank, world)
     # ---- test metric on the later snapshots, each vertex's state continued from the end of the training
     # snapshots (DistributedTrainer.evaluate(test, partition)); an attention time encoder (DySAT: position
@@ -299,7 +266,6 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
         # what the run used: the optimizer's learning rate after any resume (not just the option), where it
         # resumed from
         "lr": float(trainer.optimizer.param_groups[0]["lr"]), "optimizer": "adam", "loss": loss,
-        "resumed_from": resume_from[1] if resume_from else None, "restarts": restarts_so_far(),
         "locality": bool(part.meta.get("locality", False)), "recompute_every": args.recompute_every, "stale": args.stale_config.describe()
         if args.stale_config.enabled else "off", "stale_factor": progress.get("stale_factor", []),
         "stale_fresh_fraction": progress.get("stale_fresh_fraction", []),
@@ -312,20 +278,10 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
         "load_bytes": final["load"], "partition_seconds": float(part.seconds),
         "partition_meta": {k: v for k, v in part.meta.items() if k in ("winner", "start", "cap", "coarsened")},
         "auto": part.meta.get("auto"),
-        "setup_seconds": trainer.setup_seconds, "resumed_from_epoch": resume_from[0] if resume_from else None,
-        "checkpoints": checkpoints, "total_seconds": time.perf_counter() - t_start,
+        "setup_seconds": trainer.setup_seconds, **job.fields(),
         "device": str(trainer.device), "backend": trainer.transport.backend, "exchange": trainer.transport.name,
         "cuda_peak_memory_bytes": cuda_peak,
     }
-
-
-def _max_over_ranks(transport: Any, value: float) -> float:
-    """The slowest rank's value (an epoch lasts until its last rank is done);
-    reduced on the host (an NCCL group moves CUDA tensors only)."""
-    import torch
-    import torch.distributed as dist
-
-    return float(transport.all_reduce_host(torch.tensor([value], dtype=torch.float64), op=dist.ReduceOp.MAX))
 
 
 def _peak_memory_per_rank(transport: Any, device: Any, rank: int, world: int) -> list:

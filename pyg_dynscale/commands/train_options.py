@@ -4,8 +4,6 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..errors import CommandError
-
 
 SCHEMA_VERSION = 1
 FORMATS = ("auto", "pygt-json", "edgelist", "dynscale")
@@ -157,8 +155,3 @@ def _model_type(names: tuple) -> Any:
             "PATH.py:ClassName or package.module:ClassName)")
 
     return model
-
-
-def fail(message: str) -> None:
-
-    raise CommandError(message)

@@ -2,16 +2,16 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Optional
 
 from .launch import DevicePlan
+from .output import report_json
 
 
 # -------------------------------------------------------------------- output
 def print_report(args: argparse.Namespace, r: dict, plan: Optional[DevicePlan] = None) -> None:
     if args.json:
-        print(json.dumps(r, allow_nan=False), flush=True)
+        print(report_json(r), flush=True)
         return
     if r.get("mode") == "windows":
         from .train_windows import print_windows_report

@@ -19,13 +19,12 @@ bit, a checkpoint of another run refused naming the option.
 from __future__ import annotations
 
 import argparse
-import math
-import sys
 import time
-from typing import Any, Callable
+from typing import Callable
 
+from .job import Job, fail
 from .train_job import check_target, load_signal
-from .train_options import SCHEMA_VERSION, fail
+from .train_options import PROG, SCHEMA_VERSION
 
 #: the field of a WindowTrainer error -> the option that sets it
 _FIELD_OPTIONS = {"lags": "--windows", "horizon": "--horizon", "stride": "--stride", "batch_size": "--batch-size",
@@ -38,40 +37,22 @@ def train_windows(args: argparse.Namespace, rank: int, world: int, init_process_
     every rank)."""
     import torch
     import torch.distributed as dist
-    from tqdm.auto import tqdm
 
-    from ..distributed.checkpoint import (CheckpointDamagedError, CheckpointMismatchError, check_run,
-                                          latest_checkpoint, load_checkpoint, save_checkpoint)
-    from ..distributed.groups import host_group
     from ..errors import DynScaleError
     from ..nn.zoo import build_model
+    from ..training.ranks import host_group
     from ..windows import WindowTrainer
-    from .launch import attempt_note, restarts_so_far
     from .train_checks import mismatch_message, run_record
     from .user_model import build_user_model, describe_head
 
-    t_start = time.perf_counter()
+    job = Job(args, rank, world, PROG, time.perf_counter)
     torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype)
     signal = load_signal(args)
     if args.model == "dcrnn":  # as full-batch training: PyGT's DConv on edges sorted by (target, source)
         signal = signal.sort_edges()
     check_target(signal, args)
-    record = run_record(args, signal.fingerprint(), world, None)
-    resume_from = None
-    if args.resume:
-        found = latest_checkpoint(args.checkpoint_dir)
-        if found is not None:
-            try:
-                check_run(found[1], record)  # before the processes connect: the same error on every rank
-            except CheckpointMismatchError as exc:
-                fail(mismatch_message(exc, args))
-            except CheckpointDamagedError as exc:
-                fail(f"--resume: {exc}")
-            resume_from = found
-        elif rank == 0:
-            print(f"pyg-dynscale train: --resume: no complete checkpoint in '{args.checkpoint_dir}' yet; starting "
-                  f"fresh at epoch 1 of {args.epochs}{attempt_note()}.", file=sys.stderr, flush=True)
+    job.find_resume(run_record(args, signal.fingerprint(), world, None), lambda exc: mismatch_message(exc, args))
     user = args.user_model
     user_kwargs = None
     if user is not None:
@@ -97,42 +78,16 @@ def train_windows(args: argparse.Namespace, rank: int, world: int, init_process_
     num_vt = signal.num_vertex_time_nodes
     del signal  # under --placement blocks the trainer holds its snapshots only
     progress: dict = {"losses": [], "epoch_seconds": [], "batch_losses": []}
-    start = 0
-    if resume_from is not None:
-        extra = trainer.progress_state()  # this rank's keys: DCP fills them in place
-        try:
-            progress = load_checkpoint(resume_from[1], trainer.modules, trainer.optimizer, record,
-                                       extra=extra)["progress"]
-        except CheckpointDamagedError as exc:
-            fail(f"--resume: {exc}")
-        trainer.load_progress_state(extra)
-        start = resume_from[0]
-        if rank == 0:
-            print(f"pyg-dynscale train: resumed from checkpoint epoch {start}{attempt_note()}", file=sys.stderr,
-                  flush=True)
-    checkpoints = []
-    bar = tqdm(range(start, args.epochs), initial=start, total=args.epochs,
-               desc=f"{user.name if user else args.model} windows x{world}",
-               unit="epoch", disable=rank != 0 or args.no_progress, file=sys.stderr, mininterval=0.5)
-    losses, seconds = progress["losses"], progress["epoch_seconds"]
-    for epoch in bar:
-        t0 = time.perf_counter()
-        loss_value = trainer.train_epoch()
-        took = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
-        if world > 1:  # an epoch lasts until its slowest rank is done: a host value, over gloo on every backend
-            dist.all_reduce(took, op=dist.ReduceOp.MAX, group=host_group(None))
-        if not math.isfinite(loss_value):
-            raise FloatingPointError(f"the training loss is {loss_value} at epoch {epoch + 1}; lower --lr or use "
-                                     "--dtype float64.")
-        losses.append(loss_value)
-        seconds.append(float(took))
+    extra = trainer.progress_state()  # this rank's keys: DCP fills them in place
+    progress, start = job.restore(trainer.modules, trainer.optimizer, progress, extra=extra,
+                                  then=lambda: trainer.load_progress_state(extra))
+
+    def after(loss: float) -> dict:
         progress["batch_losses"] = list(trainer.batch_losses)
-        bar.set_postfix(loss=f"{loss_value:.4f}", refresh=False)
-        done = epoch + 1
-        if args.checkpoint_dir and (done % args.checkpoint_every == 0 or done == args.epochs):
-            checkpoints.append(save_checkpoint(args.checkpoint_dir, done, trainer.modules, trainer.optimizer, record,
-                                               progress, extra=trainer.progress_state()))
-    bar.close()
+        return {}
+
+    job.epochs(trainer, progress, start, desc=f"{user.name if user else args.model} windows x{world}", after=after,
+               state=trainer.progress_state)
     test = trainer.evaluate("test")
     held = trainer._x.shape[0]
     every = [None] * world
@@ -153,12 +108,10 @@ def train_windows(args: argparse.Namespace, rank: int, world: int, init_process_
                     "train": int(trainer.view.split("train").numel()), "test": int(trainer.view.split("test").numel())},
         "vertex_time_nodes": num_vt, "held_vertex_time_nodes": every,
         "held_feature_bytes": [n * row_bytes for n in every],
-        "losses": losses, "batch_losses": progress["batch_losses"],
+        "losses": progress["losses"], "batch_losses": progress["batch_losses"],
         "test_metric": test["mse"], "test_metric_name": "mse", "test_metrics": test,
-        "epoch_seconds": seconds, "traffic": trainer.traffic.as_dict(),
-        "total_seconds": time.perf_counter() - t_start, "device": str(trainer.device),
-        "checkpoints": checkpoints, "resumed_from": resume_from[1] if resume_from else None,
-        "resumed_from_epoch": resume_from[0] if resume_from else None, "restarts": restarts_so_far(),
+        "epoch_seconds": progress["epoch_seconds"], "traffic": trainer.traffic.as_dict(),
+        "device": str(trainer.device), **job.fields(),
     }
 
 

@@ -50,6 +50,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from ..errors import CommandError
+from .job import fail
 
 __all__ = ["INPUT_SIZE_KEYWORDS", "MODULE_PREFIX", "UserModel", "is_model_spec", "parse_model_args",
            "load_user_model", "build_user_model", "output_width", "default_head", "describe_head", "runtime_path",
@@ -63,10 +64,6 @@ MODULE_PREFIX = "pyg_dynscale_user_"
 _IDENTIFIER = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 _BY_NAME = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-
-
-def fail(message: str) -> None:
-    raise CommandError(message)
 
 
 def is_model_spec(text: str) -> bool:

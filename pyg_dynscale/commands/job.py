@@ -1,0 +1,321 @@
+r"""What every training subcommand's job shares (``train``, ``train --windows``,
+``train-events``): how a run starts (one process, a ``--nproc`` launch or a
+torchrun worker), the checkpoint it resumes from, the epoch loop with its
+checkpoints and its stop on a non-finite loss, the one-line failure
+(:func:`fail`) and the report fields they give (:meth:`Job.fields`; a
+report is printed as JSON by :func:`~pyg_dynscale.commands.output.report_json`).
+
+A subcommand keeps its options, its trainer's construction and its report's
+fields; one rank's run of it reads
+
+.. code-block:: python
+
+    job = Job(args, rank, world, PROG)        # the job's clock starts
+    ...                                       # load the data
+    job.find_resume(record, mismatch_message) # before the processes connect
+    init()
+    trainer = ...
+    progress, start = job.restore(trainer.modules, trainer.optimizer, progress, extra=...)
+    job.epochs(trainer, progress, start, desc="...", state=...)
+    return {..., **job.fields()}
+
+An epoch lasts until its slowest rank is done: every rank records the
+largest of the ranks' wall times (:func:`slowest_rank_seconds`), so the
+report is the same on every rank. Checkpoints are written every
+``--checkpoint-every`` epochs and after the last
+(:func:`~pyg_dynscale.training.checkpoint.save_checkpoint`), with the
+trainer's own state (``state``) beside the modules and the optimizer.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import math
+import os
+import sys
+import time
+from datetime import timedelta
+from typing import Any, Callable, NoReturn, Optional
+
+from ..errors import CommandError
+
+__all__ = ["fail", "NonFiniteLossError", "check_finite", "check_launch_options", "check_checkpoint_options",
+           "slowest_rank_seconds", "resumable_checkpoint", "Job",
+           "start", "run_worker", "group_timeout"]
+
+
+def fail(message: str) -> NoReturn:
+    """Stop the command with ``message``: one line on stderr and exit status 2
+    (:func:`pyg_dynscale.cli.main`), or on a torchrun worker the rank's line."""
+    raise CommandError(message)
+
+
+class NonFiniteLossError(CommandError, FloatingPointError):
+    """The training loss became NaN or infinite: the run stops at that epoch
+    (a :class:`FloatingPointError` too, as it was raised before)."""
+
+
+def check_finite(loss: float, epoch: int) -> None:
+    """Raise :class:`NonFiniteLossError` naming the 1-based ``epoch`` and the fix if ``loss`` is NaN or
+    infinite (every rank sees the same all-reduced loss: every rank stops)."""
+    if not math.isfinite(loss):
+        raise NonFiniteLossError(f"the training loss is {loss} at epoch {epoch}; lower --lr or use --dtype float64.")
+
+
+# ------------------------------------------------------------ the options
+def check_launch_options(args: argparse.Namespace) -> None:
+    """``--nproc`` and ``--max-restarts`` (no data needed: the launcher and every rank)."""
+    if args.nproc is not None and args.nproc < 1:
+        fail(f"--nproc must be >= 1, got {args.nproc}.")
+    if args.max_restarts < 0:
+        fail(f"--max-restarts must be >= 0, got {args.max_restarts}.")
+    if args.max_restarts and args.nproc is None:
+        fail("--max-restarts needs --nproc (under torchrun, pass --max-restarts to torchrun).")
+
+
+def check_checkpoint_options(args: argparse.Namespace) -> None:
+    """``--checkpoint-every``, ``--resume`` and ``--checkpoint-dir`` (a directory, or one to create, that
+    can be written into); no data needed."""
+    if args.checkpoint_every < 1:
+        fail(f"--checkpoint-every must be >= 1, got {args.checkpoint_every}.")
+    if args.resume and not args.checkpoint_dir:
+        fail("--resume needs --checkpoint-dir DIR.")
+    if args.checkpoint_dir is None:
+        return
+    path = args.checkpoint_dir
+    if os.path.exists(path) and not os.path.isdir(path):
+        fail(f"--checkpoint-dir '{path}' is a file, not a directory; give a directory (it is created if missing), "
+             "or move the file away.")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        fail(f"--checkpoint-dir: the folder '{parent}' does not exist; create it first.")
+    if not os.access(path if os.path.exists(path) else parent, os.W_OK):
+        fail(f"--checkpoint-dir: cannot write into '{path}' (permission denied); choose a writable directory.")
+
+
+# ----------------------------------------------------------------- the ranks
+def slowest_rank_seconds(seconds: float, world: int) -> float:
+    """The largest of the ranks' ``seconds`` (a collective when ``world > 1``): a host value, reduced over the
+    host (gloo) group on every backend."""
+    if world <= 1:
+        return float(seconds)
+    import torch
+    import torch.distributed as dist
+
+    from ..training.ranks import host_group
+
+    took = torch.tensor([float(seconds)], dtype=torch.float64)
+    dist.all_reduce(took, op=dist.ReduceOp.MAX, group=host_group(None))
+    return float(took)
+
+
+# ---------------------------------------------------------------- resuming
+def resumable_checkpoint(directory: str, record: dict, mismatch: Callable[[Any], str], *,
+                         ignore: tuple = ()) -> Optional[tuple[int, str]]:
+    """``(epoch, path)`` of the newest complete checkpoint in ``directory`` (``None``: none yet), checked
+    against the run ``record`` (but the fields in ``ignore``) and for missing files; a checkpoint of another
+    run fails with ``mismatch(error)``'s line, a damaged one with ``--resume: <what is wrong>``."""
+    from ..training.checkpoint import (CheckpointDamagedError, CheckpointMismatchError, check_run,
+                                       latest_checkpoint, verify_checkpoint)
+
+    found = latest_checkpoint(directory)
+    if found is None:
+        return None
+    try:
+        check_run(found[1], record, ignore=ignore)
+        verify_checkpoint(found[1])
+    except CheckpointMismatchError as exc:
+        fail(mismatch(exc))
+    except CheckpointDamagedError as exc:
+        fail(f"--resume: {exc}")
+    return found
+
+
+class Job:
+    r"""One rank's run of a training subcommand: where it resumes from, its
+    epochs and checkpoints, and the report fields they give.
+
+    Args:
+        args: the subcommand's options (``epochs``, ``checkpoint_dir``,
+            ``checkpoint_every``, ``resume``, ``no_progress``).
+        rank, world: this rank and the number of ranks.
+        prog: the command's name, the prefix of its lines on stderr.
+        clock: the clock the epochs are timed with (the subcommand's
+            ``time.perf_counter``).
+    """
+
+    def __init__(self, args: argparse.Namespace, rank: int, world: int, prog: str,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.args, self.rank, self.world, self.prog = args, rank, world, prog
+        #: the run record a checkpoint must match to be resumed (:meth:`find_resume`), written into every one
+        self.record: dict = {}
+        self.clock = clock
+        self.started = clock()
+        #: ``(epoch, path)`` of the checkpoint this run continues, or ``None``
+        self.resume_from: Optional[tuple[int, str]] = None
+        #: the checkpoints this run wrote, in order
+        self.checkpoints: list[str] = []
+        self._modules: Any = None
+        self._optimizer: Any = None
+
+    def _say(self, line: str) -> None:
+        if self.rank == 0:  # said once, where the report is printed
+            print(f"{self.prog}: {line}", file=sys.stderr, flush=True)
+
+    def find_resume(self, record: dict, mismatch: Callable[[Any], str]) -> Optional[tuple[int, str]]:
+        """Take the run ``record``; with ``--resume``, the checkpoint to continue
+        (:func:`resumable_checkpoint`: called before the processes connect, so every rank fails alike); with
+        none yet, rank 0 says that the run starts fresh."""
+        self.record = record
+        if not self.args.resume:
+            return None
+        from .launch import attempt_note
+
+        self.resume_from = resumable_checkpoint(self.args.checkpoint_dir, self.record, mismatch)
+        if self.resume_from is None:
+            self._say(f"--resume: no complete checkpoint in '{self.args.checkpoint_dir}' yet; starting fresh at "
+                      f"epoch 1 of {self.args.epochs}{attempt_note()}.")
+        return self.resume_from
+
+    def saved(self, prefix: str) -> dict:
+        """Empty tensors shaped as the continued checkpoint's ``extra`` keys under ``prefix``
+        (:func:`~pyg_dynscale.training.checkpoint.saved_extra`: what only the checkpoint knows the shapes
+        of), ``{}`` without a checkpoint to continue."""
+        if self.resume_from is None:
+            return {}
+        from ..training.checkpoint import CheckpointDamagedError, saved_extra
+
+        try:
+            return saved_extra(self.resume_from[1], prefix)
+        except CheckpointDamagedError as exc:
+            fail(f"--resume: {exc}")
+
+    def restore(self, modules: Any, optimizer: Any, progress: dict, extra: Optional[dict] = None,
+                then: Optional[Callable[[], None]] = None) -> tuple[dict, int]:
+        """``(progress, first epoch)``: ``(progress, 0)`` without a checkpoint to continue; else
+        ``modules``, ``optimizer`` and the tensors of ``extra`` (this rank's keys: filled in place) loaded
+        from it, and its progress and epoch. ``then()`` runs after the load and before rank 0 says where
+        training goes on (it restores the trainer's state from ``extra``, and may still refuse the run).
+        ``modules`` and ``optimizer`` are what :meth:`epochs` checkpoints."""
+        self._modules, self._optimizer = modules, optimizer
+        if self.resume_from is None:
+            return progress, 0
+        from ..training.checkpoint import CheckpointDamagedError, load_checkpoint
+        from .launch import attempt_note
+
+        # DCP loads into the state dict's existing tensors, on the model's device: a checkpoint written on
+        # another device (CPU <-> CUDA) resumes here too
+        try:
+            progress = load_checkpoint(self.resume_from[1], modules, optimizer, self.record, extra=extra)["progress"]
+        except CheckpointDamagedError as exc:
+            fail(f"--resume: {exc}")
+        if then is not None:
+            then()
+        # after a restart too: the launcher said why it restarted, this says where training goes on
+        self._say(f"resumed from checkpoint epoch {self.resume_from[0]}{attempt_note()}")
+        return progress, self.resume_from[0]
+
+    def epochs(self, trainer: Any, progress: dict, start: int, *, desc: str,
+               after: Optional[Callable[[float], dict]] = None,
+               state: Callable[[], Optional[dict]] = lambda: None) -> None:
+        r"""Train epochs ``start + 1`` to ``--epochs``: each one's loss and slowest-rank time appended to
+        ``progress["losses"]`` and ``progress["epoch_seconds"]``, a non-finite loss stopping the run
+        (:func:`check_finite`), then ``after(loss)`` (the subcommand's own progress; it returns more fields
+        for the progress bar), then a checkpoint every ``--checkpoint-every`` epochs and after the last with
+        ``progress`` and ``state()`` (the trainer's own tensors, keys per rank) -- so a resumed run continues
+        from what the next epoch would have started from."""
+        from tqdm.auto import tqdm
+
+        from ..training.checkpoint import save_checkpoint
+
+        args = self.args
+        bar = tqdm(range(start, args.epochs), initial=start, total=args.epochs, desc=desc, unit="epoch",
+                   disable=self.rank != 0 or args.no_progress, file=sys.stderr, mininterval=0.5)
+        for epoch in bar:
+            t0 = self.clock()
+            loss = trainer.train_epoch()
+            took = slowest_rank_seconds(self.clock() - t0, self.world)  # every rank: before a rank may stop
+            check_finite(loss, epoch + 1)
+            progress["losses"].append(loss)
+            progress["epoch_seconds"].append(took)
+            shown = after(loss) if after is not None else {}
+            bar.set_postfix(loss=f"{loss:.4f}", **shown, refresh=False)
+            done = epoch + 1
+            if args.checkpoint_dir and (done % args.checkpoint_every == 0 or done == args.epochs):
+                self.checkpoints.append(save_checkpoint(args.checkpoint_dir, done, self._modules, self._optimizer,
+                                                        self.record, progress, extra=state()))
+        bar.close()
+
+    def fields(self) -> dict:
+        """The report fields every subcommand has: the checkpoints written, where the run resumed from,
+        torchrun's restarts, the seconds since the job started."""
+        from .launch import restarts_so_far
+
+        return {"checkpoints": self.checkpoints, "resumed_from": self.resume_from[1] if self.resume_from else None,
+                "resumed_from_epoch": self.resume_from[0] if self.resume_from else None,
+                "restarts": restarts_so_far(), "total_seconds": self.clock() - self.started}
+
+
+# --------------------------------------------------------------- launching
+def start(args: argparse.Namespace, prog: str, *, alone: Callable[[], None],
+          worker: Callable[[int, int, int], None], launch: Callable[[argparse.Namespace], int]) -> int:
+    """Run the subcommand the way it was started: as a torchrun worker (:func:`run_worker` with
+    ``worker``), as the launcher of ``--nproc`` workers (``launch(args)``), or alone in this process
+    (``alone()``, refused where a process group exists already). Returns the exit status."""
+    from .launch import in_torchrun
+
+    if in_torchrun():
+        return run_worker(args, prog, worker)
+    if args.nproc is not None:
+        return launch(args)
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        fail("a torch.distributed process group is already initialized in this process; run "
+             f"`{prog}` in its own process (or under torchrun).")
+    alone()
+    return 0
+
+
+def run_worker(args: argparse.Namespace, prog: str, body: Callable[[int, int, int], None]) -> int:
+    """One rank under torchrun: ``body(rank, world, local_rank)`` trains (and prints the report on rank 0);
+    on failure the rank says which rank failed and why (publishing the cause for the others) and exits
+    non-zero: 2 for the user's input (one line), 1 otherwise. ``body`` may set ``args._stop_heartbeat``
+    (called at the end). The process group is destroyed on the way out."""
+    import torch.distributed as dist
+    from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
+
+    from ..errors import DynScaleError
+    from ..training.failure import install_stop_report, is_transport_error, publish_failure, say
+    from .launch import report_runtime_failure
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    args._rank_label = f" (rank {rank})"
+    install_stop_report(rank, world, prog)
+    args._stop_heartbeat = lambda: None
+    try:
+        if args.nproc is not None and args.nproc != world:
+            fail(f"--nproc {args.nproc} differs from torchrun's world size {world}; drop --nproc under torchrun.")
+        body(rank, world, int(os.environ.get("LOCAL_RANK", rank)))
+        return 0
+    except (DynScaleError, OSError, ValueError) as exc:
+        if dist.is_initialized() and is_transport_error(exc):
+            return report_runtime_failure(rank, world, exc, args.timeout)
+        publish_failure(rank, f"{type(exc).__name__}: {exc}")
+        ErrorHandler().record_exception(exc)
+        say(f"{prog}: error (rank {rank}): {exc}")
+        return 2
+    except Exception as exc:
+        return report_runtime_failure(rank, world, exc, args.timeout)
+    finally:
+        args._stop_heartbeat()
+        if dist.is_initialized():
+            gc.collect()  # objects holding collectives' threads (DDP's reducer) go while the group exists
+            with contextlib.suppress(Exception):
+                dist.destroy_process_group()
+
+
+def group_timeout(args: argparse.Namespace) -> timedelta:
+    """``--timeout`` as the process group's timeout."""
+    return timedelta(seconds=args.timeout)
