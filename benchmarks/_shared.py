@@ -53,7 +53,7 @@ def sven_args(doc: str, argv=None):
 def spawn_two(rank_fn, args) -> list:
     """``rank_fn(rank, world, args)`` on 2 gloo processes (every rank's result); prints the setup
     with the load average at the start and the end (other processes distort the figures)."""
-    from pyg_dynscale.distributed.launch import spawn
+    from pyg_dynscale.training.launch import spawn
 
     load0 = os.getloadavg()[0]
     runs = spawn(rank_fn, 2, args, timeout=3600)

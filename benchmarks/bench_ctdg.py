@@ -39,7 +39,7 @@ from torch_geometric.nn.models.tgn import LastNeighborLoader
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks._shared import DATASETS  # noqa: E402
 from pyg_dynscale.ctdg import TGN, EventSchedule, MemoryTrainer, load_event_list, synthetic_events  # noqa: E402
-from pyg_dynscale.distributed.launch import spawn  # noqa: E402
+from pyg_dynscale.training.launch import spawn  # noqa: E402
 
 PARALLELISMS = [(1, 1, 1), (2, 1, 1), (1, 2, 1), (1, 1, 2)]
 

@@ -62,7 +62,7 @@ from benchmarks._shared import DATASETS  # noqa: E402
 from benchmarks.bench_event_partition import table as balance_table  # noqa: E402
 from pyg_dynscale.ctdg import TGN, MemoryTrainer, load_event_list, synthetic_events  # noqa: E402
 from pyg_dynscale.ctdg.placement import resolve_partition  # noqa: E402
-from pyg_dynscale.distributed.launch import spawn  # noqa: E402
+from pyg_dynscale.training.launch import spawn  # noqa: E402
 
 PLACEMENTS = ("replicated", "partitioned", "sven")
 NAMES = {"replicated": "DepCache", "partitioned": "DepComm", "sven": "Sven"}

@@ -735,7 +735,7 @@ def section_placement(args, out: list) -> None:
     if not _has_kw(WindowTrainer.__init__, "placement"):
         print("not built yet: WindowTrainer(placement=\"blocks\"|\"replicated\") (issue 26 item 6)")
         return
-    from pyg_dynscale.distributed.launch import spawn
+    from pyg_dynscale.training.launch import spawn
 
     weeks = 40 if args.quick else None
     B = 8 if args.quick else args.batch_size

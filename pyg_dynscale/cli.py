@@ -74,7 +74,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of the ``pyg-dynscale`` console script."""
     raw = list(sys.argv[1:] if argv is None else argv)
     if "TORCHELASTIC_RUN_ID" in os.environ:  # a torchrun worker: first of all, never outlive the launcher
-        from .distributed.failure import die_with_launcher
+        from .training.failure import die_with_launcher
 
         die_with_launcher(f"pyg-dynscale {raw[0] if raw else ''}".strip())
     parser = build_parser()

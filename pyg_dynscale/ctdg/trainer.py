@@ -26,9 +26,9 @@ step reads nothing back from the device (one read per epoch, the loss).
 """
 from __future__ import annotations
 
-import functools
 import gc
 import math
+import warnings
 from typing import Optional, Union
 
 import torch
@@ -36,28 +36,38 @@ from torch import Tensor
 from torch_geometric.data import TemporalData
 from torch_geometric.nn.models.tgn import LastNeighborLoader
 
-from ..distributed.groups import bind_device, group_backend, helper_group, host_group, moves_host_tensors
-from ..distributed.setup_checks import check_gpu_sharing
 from ..distributed.transport import resolve_transport
-from ..errors import ModelInputError
+from ..errors import DynScaleError, ModelInputError, UnsupportedOptionError
 from ..runtime.metrics import average_precision, roc_auc
+from ..training.options import build_optimizer, deprecated_positionals
+from ..training.ranks import (agree, bind_device, check_gpu_sharing, group_backend, helper_group, host_group,
+                              moves_host_tensors)
+from ..training.surface import BaseTrainer, Metrics
+from ..training.traffic import TrafficReport
+from .event_traffic import EventTraffic
 from .events import check_events, split_ranges
-from .host import HostStream, host_to_device
-from .parallel import DelayedGradients, Traffic, gather_rows, memory_groups, wrap_ddp, world
-from .schedule import EventSchedule, LocalBatch, Step
+from .host import HostStream
+from .memory_copies import MemoryCopies
+from .memory_placement import Channel, PartitionedMemory
+from .microbatch import MicroBatchPipeline, check_micro_batches
+from .parallel import DelayedGradients, gather_rows, local_world_size, memory_groups, world, wrap_ddp
+from .partitioned_fetch import PartitionedFetch, build_placement
 from .prefetch import NeighborPrefetcher
-from .placement import Channel, PartitionedMemory
-from .microbatch import BackgroundCall, MicroBatchPipeline, check_micro_batches
+from .schedule import EventSchedule, LocalBatch, Step, check_layout
+from .scoring import LinkScorer, module_parameters
 from .service import MemoryService
 from .static import StaticMemory
+from .step_context import StepContext
 from .store import MemoryState, write_rows
-from .trainer_placement import PlacementHooks
-from .trainer_state import StreamState
-from .trainer_traffic import TrafficReport
+from .stream_checkpoint import StreamCheckpoint
 
 __all__ = ["MemoryTrainer"]
 
 _MEMORY_PARTS = ("msg_s_module", "msg_d_module", "aggr_module", "time_enc", "gru", "memory", "last_update", "num_nodes")
+#: the options that were positional before the one trainer surface, in their old order
+_POSITIONAL = ("batch_size", "lr", "num_neighbors", "negatives", "seed", "parallelism", "static_memory")
+#: the spellings of the one loss implemented: BCE on the link logits (PyG's examples/tgn.py)
+LOSSES = ("bce", "bce_with_logits", "binary_cross_entropy")
 
 
 def _positive_int(name: str, value: object) -> int:
@@ -66,10 +76,16 @@ def _positive_int(name: str, value: object) -> int:
     return value
 
 
-def _unorganised(found: tuple) -> tuple:
-    """A prefetched lookup without id lists (:meth:`~pyg_dynscale.ctdg.trainer_placement.PlacementHooks._dispatch`
-    organises them)."""
-    return found, None, None
+def _check_loss(loss: object) -> str:
+    """``loss``: the link BCE by one of its names (or ``torch.nn.BCEWithLogitsLoss`` as PyG's example builds it)."""
+    if isinstance(loss, str) and loss.lower() in LOSSES:
+        return "bce"
+    plain = isinstance(loss, torch.nn.BCEWithLogitsLoss) and loss.reduction == "mean" and loss.weight is None \
+        and loss.pos_weight is None
+    if plain or loss is torch.nn.BCEWithLogitsLoss:
+        return "bce"
+    raise UnsupportedOptionError("loss", f"is {loss!r}: the event-stream trainer scores links with binary "
+                                 "cross-entropy on the positive and negative logits only.", "loss='bce' (the default).")
 
 
 def _negatives(lo: int, hi: int, size: int) -> Tensor:
@@ -79,18 +95,45 @@ def _negatives(lo: int, hi: int, size: int) -> Tensor:
     return torch.randint(lo, hi + 1, (size,), dtype=torch.long)
 
 
-class MemoryTrainer(PlacementHooks, StreamState, TrafficReport):
+def _differs(value: object, default: object) -> bool:
+    return value is not default and (isinstance(value, Tensor) or value != default)
+
+
+def _modules(model, memory, gnn, link_pred, data) -> tuple:
+    """The three modules from ``model`` or the keywords, checked (and that ``data`` is given)."""
+    if model is not None:
+        for part in ("memory", "gnn", "link_pred"):
+            if getattr(model, part, None) is None:
+                raise ModelInputError(f"model.{part}", "is missing.",
+                                      "give a model with memory, gnn and link_pred (e.g. pyg_dynscale.ctdg.TGN).")
+        if any(x is not None for x in (memory, gnn, link_pred)):
+            raise ModelInputError("model", "is given together with memory/gnn/link_pred.", "give one or the other.")
+        memory, gnn, link_pred = model.memory, model.gnn, model.link_pred
+    for name, mod in (("memory", memory), ("gnn", gnn), ("link_pred", link_pred)):
+        if not isinstance(mod, torch.nn.Module):
+            raise ModelInputError(name, f"is {type(mod).__name__}.",
+                                  "give MemoryTrainer(model, data) or MemoryTrainer(memory=, gnn=, link_pred=, data=).")
+    missing = [p for p in _MEMORY_PARTS if not hasattr(memory, p)]
+    if missing:
+        raise ModelInputError("memory", f"lacks {missing}: it is not a torch_geometric.nn.TGNMemory.",
+                              "build the memory as PyG's examples/tgn.py does (TGNMemory).")
+    if data is None:
+        raise ModelInputError("data", "is missing.", "give the event stream as torch_geometric.data.TemporalData.")
+    return memory, gnn, link_pred
+
+
+class MemoryTrainer(BaseTrainer):
     r"""Train a memory-based temporal GNN (PyG's TGN modules) on an event stream.
 
     .. code-block:: python
 
         data = load_jodie_csv("wikipedia.csv")
         model = TGN(data.num_nodes, data.msg.size(-1), memory_dim=100, time_dim=100, embedding_dim=100)
-        trainer = MemoryTrainer(model, data, batch_size=200, lr=1e-4, num_neighbors=10)
-        for epoch in range(50):
-            loss = trainer.train_epoch()
-            val = trainer.evaluate("val")     # {"ap": ..., "auc": ..., "mrr": ...}
-            test = trainer.evaluate("test")
+        with MemoryTrainer(model, data, batch_size=200, lr=1e-4, num_neighbors=10) as trainer:
+            for epoch in range(50):
+                loss = trainer.train_epoch()
+                val = trainer.evaluate("val")  # {"loss": ..., "ap": ..., "auc": ..., "mrr": ...}
+            test = trainer.evaluate()          # the test split
 
     **Per batch** (events :math:`[a, b)`, negatives :math:`n_e`): the last
     ``num_neighbors`` neighbours of the batch's nodes (PyG's
@@ -147,14 +190,24 @@ class MemoryTrainer(PlacementHooks, StreamState, TrafficReport):
             :class:`~pyg_dynscale.ctdg.TGN`), or ``None`` with the three given.
         data (TemporalData): the whole stream (split by time inside).
         batch_size (int): events per (local) batch.
-        lr (float): Adam's learning rate.
+        lr (float): the learning rate (PyG's example: ``1e-4``).
         num_neighbors (int): ``LastNeighborLoader`` size.
-        negatives (str): ``"uniform"`` (the example's draw; the only one built).
-        seed (int): ``torch.manual_seed(seed)`` once, after everything is built.
+        negatives (str): ``"uniform"`` (the example's draw; the only one implemented).
+        seed (int, optional): ``torch.manual_seed(seed)`` once, after everything
+            is built (the negatives and the dropout draw from the global stream
+            then), and the base of the per-trainer dropout seeds; ``None``: the
+            global stream as it is (per-trainer seeds from 0).
         parallelism (tuple): ``(i, j, k)``.
         static_memory: ``None``, ``"learnable"`` or a ``[num_nodes, d]``
             tensor (pre-trained, e.g. :func:`~pyg_dynscale.ctdg.pretrain_static_memory`);
             see :class:`~pyg_dynscale.ctdg.static.StaticMemory`.
+        loss (str): ``"bce"`` (binary cross-entropy on the link logits of the
+            positives and the negatives, the example's; the only one implemented).
+        optimizer: ``"adam"`` (the example's, the default), ``"sgd"``, a
+            :class:`torch.optim.Optimizer` subclass or a callable
+            ``params -> Optimizer`` (:func:`~pyg_dynscale.training.build_optimizer`).
+        device: where the modules train (``None``: where their parameters are;
+            given, the modules are moved there).
         memory, gnn, link_pred: the three modules, when ``model`` is ``None``.
         val_ratio, test_ratio (float): the split.
         eval_seed (int): seed of every evaluation pass (the example's 12345).
@@ -172,13 +225,13 @@ class MemoryTrainer(PlacementHooks, StreamState, TrafficReport):
             as ``prefetch=False`` whenever ``i * j * k > 1``). ``j = 1``, one
             memory copy per process. With a partitioned placement the thread
             also organises the next step's dispatch and aggregation id lists
-            (:meth:`~pyg_dynscale.ctdg.placement.PartitionedMemory.organise_fetch`,
-            :meth:`~pyg_dynscale.ctdg.placement.PartitionedMemory.organise_aggregate`);
+            (:meth:`~pyg_dynscale.ctdg.memory_placement.PartitionedMemory.organise_fetch`,
+            :meth:`~pyg_dynscale.ctdg.memory_placement.PartitionedMemory.organise_aggregate`);
             not with ``micro_batches != 1``.
         dynamic_memory (bool): ``False`` feeds the embedding the static memory
             only (the pre-training of :func:`~pyg_dynscale.ctdg.pretrain_static_memory`).
         memory_placement (str): where the node memory lives (Sven's N&M
-            placement, :mod:`~pyg_dynscale.ctdg.placement`): ``"replicated"``
+            placement, :mod:`~pyg_dynscale.ctdg.memory_placement`): ``"replicated"``
             (every rank a whole copy: DistTGL, DepCache; the default),
             ``"partitioned"`` (each rank stores the rows of the vertices it
             owns; a local batch fetches the rows it reads from their owners
@@ -189,7 +242,7 @@ class MemoryTrainer(PlacementHooks, StreamState, TrafficReport):
             rounding (each owner applies the flush to its own rows).
             Parallelism ``(i, 1, 1)``, one trainer per rank, without the
             memory service; checkpoints hold each owner's rows
-            (:meth:`stream_state`). :meth:`traffic` has the bytes.
+            (:meth:`state_dict`). :meth:`traffic` has the bytes.
         partition: the owner of every vertex for a partitioned placement:
             ``"range"``, ``"interval"``, ``"flexbicut"``
             (:func:`~pyg_dynscale.partition.events.partition_vertices`;
@@ -231,22 +284,30 @@ class MemoryTrainer(PlacementHooks, StreamState, TrafficReport):
         ModelInputError: missing modules, a memory that is not a ``TGNMemory``,
             events that fail :func:`~pyg_dynscale.ctdg.events.check_events`,
             a message width other than the memory's, bad options.
-        NotImplementedError: a partitioned placement with ``j > 1``, ``k > 1``
-            or the memory service; ``prefetch=True`` with ``micro_batches != 1``.
+        UnsupportedOptionError: a partitioned placement with ``j > 1``, ``k > 1``
+            or the memory service; ``prefetch=True`` with ``micro_batches != 1``;
+            a loss other than ``"bce"``; other negatives than ``"uniform"``.
+
+    Under a process group, a bad set-up raises the same error on every rank.
+    The options after ``data`` are keyword-only (passing ``batch_size`` ..
+    ``static_memory`` positionally still works, with a :class:`DeprecationWarning`).
     """
 
     def __init__(
         self,
         model=None,
         data: Optional[TemporalData] = None,
+        *args,
         batch_size: int = 200,
         lr: float = 1e-4,
         num_neighbors: int = 10,
         negatives: str = "uniform",
-        seed: int = 0,
+        seed: Optional[int] = 0,
         parallelism=(1, 1, 1),
         static_memory: Union[None, str, Tensor] = None,
-        *,
+        loss="bce",
+        optimizer="adam",
+        device=None,
         memory: Optional[torch.nn.Module] = None,
         gnn: Optional[torch.nn.Module] = None,
         link_pred: Optional[torch.nn.Module] = None,
@@ -263,239 +324,212 @@ class MemoryTrainer(PlacementHooks, StreamState, TrafficReport):
         micro_batches: Union[int, str] = 1,
         overlap_aggregation: bool = False,
     ) -> None:
-        if model is not None:
-            for part in ("memory", "gnn", "link_pred"):
-                if getattr(model, part, None) is None:
-                    raise ModelInputError(f"model.{part}", "is missing.",
-                                          "give a model with memory, gnn and link_pred (e.g. pyg_dynscale.ctdg.TGN).")
-            if any(x is not None for x in (memory, gnn, link_pred)):
-                raise ModelInputError("model", "is given together with memory/gnn/link_pred.", "give one or the other.")
-            memory, gnn, link_pred = model.memory, model.gnn, model.link_pred
-        for name, mod in (("memory", memory), ("gnn", gnn), ("link_pred", link_pred)):
-            if not isinstance(mod, torch.nn.Module):
-                raise ModelInputError(name, f"is {type(mod).__name__}.",
-                                      "give MemoryTrainer(model, data) or MemoryTrainer(memory=, gnn=, link_pred=, data=).")
-        missing = [p for p in _MEMORY_PARTS if not hasattr(memory, p)]
-        if missing:
-            raise ModelInputError("memory", f"lacks {missing}: it is not a torch_geometric.nn.TGNMemory.",
-                                  "build the memory as PyG's examples/tgn.py does (TGNMemory).")
-        if data is None:
-            raise ModelInputError("data", "is missing.", "give the event stream as torch_geometric.data.TemporalData.")
+        if args:  # the old positional options, for one release
+            given = dict(batch_size=batch_size, lr=lr, num_neighbors=num_neighbors, negatives=negatives, seed=seed,
+                         parallelism=parallelism, static_memory=static_memory)
+            defaults = dict(batch_size=200, lr=1e-4, num_neighbors=10, negatives="uniform", seed=0,
+                            parallelism=(1, 1, 1), static_memory=None)
+            named = {k: v for k, v in given.items() if _differs(v, defaults[k])}
+            given.update(deprecated_positionals("MemoryTrainer", _POSITIONAL, args, named))
+            batch_size, lr, num_neighbors, negatives, seed, parallelism, static_memory = (given[k] for k in _POSITIONAL)
+        self.rank, self.world_size = world()
+        # ---------------- checks whose outcome may differ between ranks: agreed on before any collective
+        error: Optional[DynScaleError] = None
+        try:
+            memory, gnn, link_pred = _modules(model, memory, gnn, link_pred, data)
+            self._configure(memory, gnn, link_pred, data, batch_size=batch_size, lr=lr, num_neighbors=num_neighbors,
+                            negatives=negatives, seed=seed, parallelism=parallelism, static_memory=static_memory,
+                            loss=loss, optimizer=optimizer, device=device, val_ratio=val_ratio,
+                            test_ratio=test_ratio, eval_seed=eval_seed, mrr_negatives=mrr_negatives,
+                            dynamic_memory=dynamic_memory, memory_service=memory_service, prefetch=prefetch,
+                            memory_placement=memory_placement, partition=partition, gradient_sync=gradient_sync,
+                            micro_batches=micro_batches, overlap_aggregation=overlap_aggregation)
+        except DynScaleError as exc:
+            if self.world_size == 1:
+                raise
+            error = exc
+        if self.world_size > 1:
+            summary = None if error is not None else {
+                "parallelism": repr(self.parallelism), "memory_placement": self.memory_placement,
+                "batch_size": self.batch_size, "num_events": self.num_events, "num_nodes": self.memory.num_nodes,
+                "dtype": str(self.msg.dtype), "device_type": self.device.type, "gradient_sync": gradient_sync}
+            agree(error, summary)  # over the host (gloo) group: no NCCL collective yet
+            check_gpu_sharing(self.device)  # two ranks on one GPU over NCCL: our message, before NCCL's
+            self._connect(overlap_aggregation)
+        if seed is not None:
+            torch.manual_seed(seed)
+
+    def _configure(self, memory, gnn, link_pred, data, *, batch_size, lr, num_neighbors, negatives, seed, parallelism,
+                   static_memory, loss, optimizer, device, val_ratio, test_ratio, eval_seed, mrr_negatives,
+                   dynamic_memory, memory_service, prefetch, memory_placement, partition, gradient_sync,
+                   micro_batches, overlap_aggregation) -> None:
+        """Check the options and build everything this process holds (no collective)."""
         if negatives != "uniform":
-            raise NotImplementedError(f"negatives={negatives!r} is not built: only 'uniform' (the PyG example's draw).")
+            raise UnsupportedOptionError("negatives", f"is {negatives!r}: only uniform negatives are implemented.",
+                                         "negatives='uniform' (PyG's example's draw).")
+        self.loss = _check_loss(loss)
         self.batch_size = _positive_int("batch_size", batch_size)
         self.num_neighbors = _positive_int("num_neighbors", num_neighbors)
         if isinstance(mrr_negatives, bool) or not isinstance(mrr_negatives, int) or mrr_negatives < 0:
             raise ModelInputError("mrr_negatives", f"is {mrr_negatives!r}.", "use an integer >= 0.")
         if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0):
             raise ModelInputError("lr", f"is {lr!r}.", "use a positive learning rate.")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise ModelInputError("seed", f"is {seed!r}.", "use an integer, or None.")
+        if gradient_sync not in ("sync", "delayed"):
+            raise ModelInputError("gradient_sync", f"is {gradient_sync!r}.", "use 'sync' or 'delayed'.")
+        if not isinstance(overlap_aggregation, bool):
+            raise ModelInputError("overlap_aggregation", f"is {overlap_aggregation!r}.", "use True or False.")
         check_events(data, memory.num_nodes)
         if data.msg.size(-1) != getattr(memory, "raw_msg_dim", data.msg.size(-1)):
             raise ModelInputError("data.msg", f"has {data.msg.size(-1)} columns but the memory was built for "
                                   f"{memory.raw_msg_dim}.", "build TGNMemory / TGN with msg_dim=data.msg.size(-1).")
+        if device is not None:
+            for mod in (memory, gnn, link_pred):
+                mod.to(device)
         self.memory, self.gnn, self.link_pred = memory, gnn, link_pred
         self.seed, self.eval_seed, self.mrr_negatives = seed, eval_seed, mrr_negatives
         self.dynamic_memory = bool(dynamic_memory)
-
         dev, dtype = memory.memory.device, memory.memory.dtype
         self.device = dev
+        if self.world_size > 1:  # the training GPU is the current device before any collective (no communication)
+            bind_device(dev)
         #: ``[E, F]`` the raw messages, on the device (the only column of the stream the device reads whole)
         self.msg = data.msg.to(dev, dtype)
-        #: the stream's index columns on the host: every index list of a step is made from them (the
-        #: device gets the slices a step needs, e.g. the neighbour edges' times, with that step's copy)
+        #: the stream's index columns on the host: every index list of a step is made from them
         self.host = HostStream.of(data.src, data.dst, data.t)
         self.val_start, self.test_start, self.num_events = split_ranges(data, val_ratio, test_ratio)
         if self.val_start == 0:
             raise ModelInputError("data", "leaves no training events after the split.", "give more events or smaller ratios.")
         self.schedule = EventSchedule(self.val_start, self.batch_size, parallelism)
-        self.parallelism = (self.schedule.i, self.schedule.j, self.schedule.k)
-
+        self.parallelism = i, j, k = (self.schedule.i, self.schedule.j, self.schedule.k)
+        if self.world_size > 1:
+            check_layout(self.parallelism, self.world_size, local_world_size(self.world_size))
         self.static: Optional[StaticMemory] = None
         if static_memory is not None:
             self.static = StaticMemory(memory.num_nodes, memory.memory_dim, static_memory).to(dev, dtype)
         elif not self.dynamic_memory:
             raise ModelInputError("dynamic_memory", "is False without a static memory.", "give static_memory too.")
-
         self.state = MemoryState(memory, self.host.src, self.host.dst, self.host.t, self.msg)
-        self.placement: Optional[PartitionedMemory] = None
         self._row_bytes = memory.memory_dim * memory.memory.element_size() + memory.last_update.element_size()
         # on the host: which neighbours a batch sees depends on the events only (and the CPU's
         # sort / topk ties are the reference loop's on the CPU)
         self.neighbors = LastNeighborLoader(memory.num_nodes, size=self.num_neighbors, device="cpu")
-        self.assoc = torch.empty(memory.num_nodes, dtype=torch.long)  # host: node -> row of the batch
-        params, seen = [], set()
-        for mod in (memory, gnn, link_pred, self.static):
-            for p in (mod.parameters() if mod is not None else ()):
-                if id(p) not in seen:
-                    seen.add(id(p))
-                    params.append(p)
-        self.optimizer_params = params
-        self.optimizer = torch.optim.Adam(params, lr=lr)
-        if gradient_sync not in ("sync", "delayed"):
-            raise ModelInputError("gradient_sync", f"is {gradient_sync!r}.", "use 'sync' or 'delayed'.")
+        #: the bytes this rank moves (:class:`~pyg_dynscale.ctdg.event_traffic.EventTraffic`)
+        self.bytes = EventTraffic()
+        self.scorer = LinkScorer(gnn, link_pred, self.static, self.dynamic_memory, self.state, self.neighbors,
+                                 self.host, self.msg, self.bytes.local, self._row_bytes)
+        self.optimizer_params = module_parameters((memory, gnn, link_pred, self.static))
+        self.optimizer = build_optimizer(optimizer, self.optimizer_params, lr)
         #: ``gradient_sync="delayed"``: the previous step's gradients (None: each step applies its own)
-        self._delayed = DelayedGradients(params) if gradient_sync == "delayed" else None
+        self._delayed = DelayedGradients(self.optimizer_params) if gradient_sync == "delayed" else None
         self.criterion = torch.nn.BCEWithLogitsLoss()
-        #: bytes this process moved (memory rows read / written, write-back all-gathers, gradients)
-        self._traffic = Traffic()
-        self.rank, self.world_size = world()
-        if self.world_size > 1:  # before the first collective (NCCL and the object collectives use it)
-            bind_device(dev)
-            check_gpu_sharing(dev)  # two ranks on one GPU over NCCL: our message, before NCCL's
-        self._setup_placement(memory_placement, partition, memory_service, prefetch)
+        self.memory_placement = memory_placement
+        #: a partitioned memory's owners' store (None: replicated)
+        self.placement: Optional[PartitionedMemory] = build_placement(
+            memory_placement, partition, memory=memory, parallelism=self.parallelism, rank=self.rank,
+            world_size=self.world_size, memory_service=memory_service, host=self.host, val_start=self.val_start,
+            batch_size=self.batch_size, num_neighbors=self.num_neighbors, ledger=self.bytes.collectives)
+        self.state.placement = self.placement
+        #: dispatch and aggregation of a partitioned memory (None: replicated)
+        self.fetch = None if self.placement is None else PartitionedFetch(self.placement, self.host, self.neighbors,
+                                                                          self.state)
         micro_batches = check_micro_batches(micro_batches)
         if prefetch and micro_batches != 1:
-            raise NotImplementedError(f"prefetch=True with micro_batches={micro_batches!r} is not built: the "
-                                      "prefetcher organises whole local batches' dispatches; use one of the two.")
+            raise UnsupportedOptionError("micro_batches", f"is {micro_batches!r} with prefetch=True: the "
+                                         "prefetcher organises whole local batches' dispatches.",
+                                         "prefetch=True with micro_batches=1, or prefetch=False.")
         if micro_batches != 1 and self.memory_placement != "sven":
-            raise NotImplementedError(f"micro_batches={micro_batches!r} with memory_placement="
-                                      f"{self.memory_placement!r} is not built: micro-batch pipelining overlaps "
-                                      "the partitioned dispatch, use memory_placement='sven'.")
+            raise UnsupportedOptionError("micro_batches", f"is {micro_batches!r} with memory_placement="
+                                         f"{self.memory_placement!r}: micro-batches overlap the partitioned dispatch.",
+                                         "memory_placement='sven', or micro_batches=1.")
         #: Sven's micro-batch pipeline (``micro_batches != 1``), else None
         self._micro = MicroBatchPipeline(self.placement, micro_batches) if micro_batches != 1 else None
-        if not isinstance(overlap_aggregation, bool):
-            raise ModelInputError("overlap_aggregation", f"is {overlap_aggregation!r}.", "use True or False.")
         if overlap_aggregation and self.placement is None:
             raise ModelInputError("overlap_aggregation", f"is True with memory_placement={self.memory_placement!r}, "
                                   "which has no aggregation.", "use memory_placement='sven' or 'partitioned'.")
-        self._groups, self._ddp = None, None
-        #: ``overlap_aggregation`` under a process group: the aggregation's own channel (None: inline)
-        self._agg_channel: Optional[Channel] = None
-        #: the group host values go over (the memory copies' ids and counts, the traffic report)
-        self._host_group = None
-        i, j, k = self.parallelism
-        if self.world_size > 1:
-            _, self._groups = memory_groups(self.parallelism, self.world_size)
-            # every rank, same order (each call a world collective where a group is made)
-            self._host_group = host_group(None)
-            copy_group = self._groups[self.rank // (i * j)]  # each rank asks for its own copy's twin
-            self._copy_host = None if copy_group is None else host_group(copy_group)
-            if self.placement is not None:
-                self.placement.connect(Channel(self._host_group, resolve_transport("auto", dev)))
-            if overlap_aggregation:  # its own groups: it runs on a thread next to this one's collectives
-                rows = helper_group(None, purpose="aggregation")  # the default group's backend (NCCL on GPUs)
-                ids = rows if moves_host_tensors(group_backend(rows)) else helper_group(
-                    None, backend="gloo", purpose="aggregation")
-                self._agg_channel = Channel(ids, resolve_transport("auto", dev, rows))
-            self._ddp = wrap_ddp(self, self._traffic, self._delayed)
         #: trainers of the schedule this process runs (all of them on one process: the emulation)
         self.trainers = list(range(i * j * k)) if self.world_size == 1 else [self.rank]
-        self._live = self.rank // (i * j) if self.world_size > 1 else 0  # the memory copy in the module's buffers
-        self._copies: Optional[dict] = None  # memory copy -> snapshot (None: the live one)
-        self._ctx: dict = {}  # the current step's negatives and snapshots, for _share
+        held = list(range(k)) if self.world_size == 1 else [self.rank // (i * j)]
+        #: every memory copy this process holds, the live one in the module's buffers
+        self.copies = MemoryCopies(self.state, self.neighbors, [memory, gnn, link_pred, self.static], held,
+                                   self.placement)
+        self.stream_checkpoint = StreamCheckpoint(self.copies, self.bytes, self.placement, self.rank, dev,
+                                                  lambda epoch: self._rng_seed(-1, -1, epoch))
         self.service: Optional[MemoryService] = None
         if memory_service:
             if j > 1 or (k > 1 and self.world_size == 1):
-                raise NotImplementedError(
-                    f"memory_service=True with parallelism={self.parallelism!r} is not built: the service serves one "
-                    "memory copy per process without epoch parallelism's snapshots (use j = 1, and k > 1 only "
-                    "across processes).")
+                raise UnsupportedOptionError(
+                    "memory_service", f"is True with parallelism={self.parallelism!r}: the service serves one "
+                    "memory copy per process without epoch parallelism's snapshots.",
+                    "j = 1, and k > 1 only across processes; or memory_service=False.")
             self.service = MemoryService(memory.memory, memory.last_update)
         self.prefetcher: Optional[NeighborPrefetcher] = None
         if prefetch:
             if j > 1 or (k > 1 and self.world_size == 1):
-                raise NotImplementedError(
-                    f"prefetch=True with parallelism={self.parallelism!r} is not built: the prefetcher mirrors one "
-                    "memory copy's neighbour loader per process without epoch parallelism (use j = 1, and k > 1 "
-                    "only across processes).")
+                raise UnsupportedOptionError(
+                    "prefetch", f"is True with parallelism={self.parallelism!r}: the prefetcher mirrors one memory "
+                    "copy's neighbour loader per process without epoch parallelism.",
+                    "j = 1, and k > 1 only across processes; or prefetch=False.")
             self.prefetcher = NeighborPrefetcher(memory.num_nodes, self.num_neighbors, "cpu")
-        #: partitioned placement with the prefetcher: local batches whose dispatch / aggregation
-        #: id lists came from the prefetch thread
-        self.prefetched = {"dispatch": 0, "aggregation": 0}
-        self._epoch_traffic: Optional[dict] = None
+        self._groups, self._ddp, self._host_group, self._copy_host = None, None, None, None
+        self._ctx: Optional[StepContext] = None  # the current epoch's step context
         self.epoch = 0
         #: ``[steps]`` float64: each step's loss in the last epoch (stays on the device)
         self.batch_losses: Optional[Tensor] = None
-        self._position: Optional[str] = None  # "train" / "val" / "test": events walked so far end there
-        self._train_end = None  # memory + neighbour state at the end of the last training epoch
-        self._training = True  # whether the memory is in training mode (the flush on leaving it)
-        torch.manual_seed(seed)
+
+    def _connect(self, overlap_aggregation: bool) -> None:
+        """The process groups (every rank, same order: each ``new_group`` a world collective), the
+        placement's channels and DDP."""
+        i, j, _ = self.parallelism
+        _, self._groups = memory_groups(self.parallelism, self.world_size)
+        #: the group host values go over (the memory copies' ids and counts, the traffic report)
+        self._host_group = host_group(None)
+        copy_group = self._groups[self.rank // (i * j)]  # each rank asks for its own copy's twin
+        self._copy_host = None if copy_group is None else host_group(copy_group)
+        if self.placement is not None:
+            self.placement.connect(Channel(self._host_group, resolve_transport("auto", self.device)))
+        if overlap_aggregation:  # its own groups: it runs on a thread next to this one's collectives
+            rows = helper_group(None, purpose="aggregation")  # the default group's backend (NCCL on GPUs)
+            ids = rows if moves_host_tensors(group_backend(rows)) else helper_group(
+                None, backend="gloo", purpose="aggregation")
+            self.fetch.channel = Channel(ids, resolve_transport("auto", self.device, rows))
+        self._ddp = wrap_ddp(self, self.bytes.collectives, self._delayed)
 
     # ------------------------------------------------------------------ pieces
+    @property
+    def modules(self) -> torch.nn.ModuleDict:
+        """The trained modules in one container (``memory``, ``gnn``, ``link_pred``, ``static``
+        if any): their FQNs name the optimizer's state in :meth:`state_dict` and in a checkpoint."""
+        mods = {"memory": self.memory, "gnn": self.gnn, "link_pred": self.link_pred}
+        if self.static is not None:
+            mods["static"] = self.static
+        return torch.nn.ModuleDict(mods)
+
+    @property
+    def prefetched(self) -> dict:
+        """Partitioned placement with the prefetcher: local batches whose ``dispatch`` /
+        ``aggregation`` id lists came from the prefetch thread."""
+        return self.fetch.prefetched if self.fetch is not None else {"dispatch": 0, "aggregation": 0}
+
     def _split_bounds(self, a: int, b: int) -> tuple[int, int]:
         d = self.host.dst[a:b]
         return int(d.min()), int(d.max())
-
-    def _set_training(self, mode: bool) -> None:
-        if self._training and not mode:
-            self.state.flush()  # TGNMemory.train(False)
-        # torch.nn.Module.train, not TGNMemory.train: its flush would read the module's own (unused) store
-        torch.nn.Module.train(self.memory, mode)
-        for mod in (self.gnn, self.link_pred, self.static):
-            if mod is not None:
-                mod.train(mode)
-        self._training = mode
-
-    def _embed(self, n_id: Tensor, training: bool, lookup=None) -> Tensor:
-        """``z`` of the batch nodes ``n_id`` (host, sorted unique) and their last neighbours;
-        ``lookup``: the prefetched ``self.neighbors(n_id)`` (a future). The lookup, the node rows
-        (:attr:`assoc`) and the neighbour edges are host lists; one copy takes the edges, their
-        times and event ids to the device."""
-        n_id, edge_index, e_id = self.neighbors(n_id) if lookup is None else lookup.result()
-        self.assoc[n_id] = torch.arange(n_id.size(0))
-        self._traffic.memory_read += n_id.numel() * self._row_bytes
-        z, last_update = self.state.read(n_id, training)
-        m = e_id.numel()
-        parts = [edge_index.reshape(-1), self.host.t[e_id], e_id] + ([n_id] if self.static is not None else [])
-        at = host_to_device(torch.cat(parts), self.device)
-        edges, t_e, e_dev = at[:2 * m].view(2, m), at[2 * m:3 * m], at[3 * m:4 * m]
-        if self.static is not None:
-            n_dev = at[4 * m:]
-            z = z + self.static(n_dev) if self.dynamic_memory else self.static(n_dev)
-        return self.gnn(z, last_update, edges, t_e, self.msg[e_dev])
-
-    def _scores(self, a: int, b: int, neg: Tensor, training: bool, lookup=None) -> tuple[Tensor, Tensor, Tensor]:
-        """The logits of events ``[a, b)`` against their host negatives ``neg``: ``(pos_out, neg_out,
-        z)`` (:attr:`assoc` keeps the rows of ``z``)."""
-        src, dst = self.host.src[a:b], self.host.dst[a:b]
-        z = self._embed(torch.cat([src, dst, neg]).unique(), training, lookup)
-        rows = host_to_device(self.assoc[torch.cat([src, dst, neg])], self.device)
-        s, d, n = rows[:b - a], rows[b - a:2 * (b - a)], rows[2 * (b - a):]
-        # z[src] gathered twice, as the example does: one shared gather would sum the two
-        # gradients before the scatter, which rounds differently (last-bit differences)
-        pos_out = self.link_pred(z[s], z[d])
-        return pos_out, self.link_pred(z[s], z[n]), z
 
     def _advance(self, a: int, b: int, training: bool) -> None:
         """Memory and neighbour loader take the events ``[a, b)``."""
         self.state.update(a, b, training)
         self.neighbors.insert(self.host.src[a:b], self.host.dst[a:b])
 
-    def _reset(self) -> None:
-        self.state.reset()
-        self.neighbors.reset_state()
-
-    def _snapshot(self) -> dict:
-        nb = self.neighbors
-        return {"memory": self.state.state(), "neighbors": nb.neighbors.clone(), "e_id": nb.e_id.clone(),
-                "cur_e_id": nb.cur_e_id, "training": self._training}
-
-    def _restore(self, snap: dict) -> None:
-        self.state.load(snap["memory"])
-        nb = self.neighbors
-        nb.neighbors.copy_(snap["neighbors"])
-        nb.e_id.copy_(snap["e_id"])
-        nb.cur_e_id = snap["cur_e_id"]
-        self._training = snap["training"]
-
-    # ------------------------------------------------------------------ training
-    def _activate(self, copy: int) -> None:
-        """Make memory copy ``copy`` the one in the module's buffers (the emulation of ``k > 1``)."""
-        if self._live == copy:
-            return
-        self._copies[self._live] = self._snapshot()
-        self._restore(self._copies[copy])
-        self._copies[copy] = None
-        self._live = copy
-
-    def _rng_seed(self, iteration: int, trainer: int) -> int:
+    def _rng_seed(self, iteration: int, trainer: int, epoch: Optional[int] = None) -> int:
         """The dropout seed of one trainer's local batch (``i * j * k > 1``): a function of
         (seed, epoch, iteration, trainer), so every process draws what the emulation draws."""
-        x = self.seed
-        for v in (self.epoch, iteration, trainer):
+        x = self.seed or 0
+        for v in (self.epoch if epoch is None else epoch, iteration, trainer):
             x = (x * 1_000_003 + v) % (1 << 62)
         return x
 
+    # ------------------------------------------------------------------ training
     def _share(self, lb: LocalBatch) -> Tensor:
         r"""Trainer ``lb.trainer``'s share of the step loss,
         :math:`\ell_t \, |b_t| / (|B_g| \, j k)` (``lb.batch_start``..``batch_end`` = :math:`B_g`),
@@ -503,55 +537,55 @@ class MemoryTrainer(PlacementHooks, StreamState, TrafficReport):
         updated memory for the write-back when ``lb.writes_memory``. Under a
         process group it also adds :math:`0 \cdot \sum p` (every parameter in the
         graph on every rank, for DDP)."""
+        ctx = self._ctx
         zero = None
         if self._ddp is not None:
             zero = sum(p.sum() for p in self.optimizer_params if p.requires_grad) * 0.0
         if self._micro is not None:  # the micro-batch pipeline around the dispatch and the compute below
-            out = self._micro.share(self, lb)
-            if self._agg_channel is not None and lb.writes_memory and lb.num_events:  # the merged rows are final
-                self._post_aggregation(lb.memory_copy)
+            out = self._micro.share(lb, ctx, self.fetch, self._share_compute, self.state, self.batch_size,
+                                    self.world_size, self.device)
+            if self.fetch.channel is not None and lb.writes_memory and lb.num_events:  # the merged rows are final
+                self.fetch.post(lb.memory_copy, ctx)
             return out if zero is None else out + zero
-        if self.placement is not None:
-            self._dispatch(lb)
+        if self.fetch is not None:
+            self.fetch.dispatch(lb, ctx)
         if lb.num_events == 0:
             return zero if zero is not None else torch.zeros((), dtype=torch.float64, device=self.device)
-        ctx = self._ctx
-        self._activate(lb.memory_copy)
+        self.copies.activate(lb.memory_copy)
         live = None
         if lb.negative_set > 0:  # epoch parallelism: the memory as it was before this positive set's write
-            live = self._snapshot()
-            self._restore(ctx["snaps"][(lb.memory_copy, lb.position)])
-        o = lb.start - lb.batch_start
-        neg = ctx["negs"][(lb.memory_copy, lb.position)][lb.negative_set, o:o + lb.num_events]
+            live = self.copies.snapshot()
+            self.copies.restore(ctx.snapshots[(lb.memory_copy, lb.position)])
+        neg = ctx.negatives_of(lb)
         if self.service is not None:  # the forward reads the memory: inside this trainer's read phase
-            read_before = self._traffic.memory_read
+            read_before = self.bytes.local["memory_read"]
             with self.service.reading(lb.trainer):
                 out = self._share_compute(lb, neg, ctx)
-                self.service.count_read((self._traffic.memory_read - read_before) // self._row_bytes)
+                self.service.count_read((self.bytes.local["memory_read"] - read_before) // self._row_bytes)
         else:
             out = self._share_compute(lb, neg, ctx)
         if live is not None:
-            self._restore(live)
+            self.copies.restore(live)
         return out if zero is None else out + zero
 
-    def _share_compute(self, lb: LocalBatch, neg: Tensor, ctx: dict) -> Tensor:
+    def _share_compute(self, lb: LocalBatch, neg: Tensor, ctx: StepContext) -> Tensor:
         """:meth:`_share`'s reads and compute: the weighted loss, the queued write rows."""
-        lookup = ctx["lookups"].pop(lb.trainer, None)
-        early = self._agg_channel is not None and lb.writes_memory
+        lookup = ctx.lookups.pop(lb.trainer, None)
+        early = self.fetch is not None and self.fetch.channel is not None and lb.writes_memory
         if early:  # the memory update's output is final now: post the aggregation before the GNN layer
             self._queue_roots(lb, ctx)
             if self._micro is None:
-                self._post_aggregation(lb.memory_copy)
-        if ctx["fork"]:
+                self.fetch.post(lb.memory_copy, ctx)
+        if ctx.fork:
             dev = [self.device] if self.device.type == "cuda" else []
             with torch.random.fork_rng(devices=dev):
-                torch.manual_seed(self._rng_seed(ctx["iteration"], lb.trainer))
-                pos_out, neg_out, _ = self._scores(lb.start, lb.end, neg, True, lookup)
+                torch.manual_seed(self._rng_seed(ctx.iteration, lb.trainer))
+                pos_out, neg_out, _ = self.scorer.scores(lb.start, lb.end, neg, True, lookup)
         else:
-            pos_out, neg_out, _ = self._scores(lb.start, lb.end, neg, True, lookup)
+            pos_out, neg_out, _ = self.scorer.scores(lb.start, lb.end, neg, True, lookup)
         loss = self.criterion(pos_out, torch.ones_like(pos_out))
         loss = loss + self.criterion(neg_out, torch.zeros_like(neg_out))
-        ctx["sum"] += loss.detach().to(torch.float64) * lb.num_events
+        ctx.loss_sum.add_(loss.detach().to(torch.float64) * lb.num_events)
         weight = lb.num_events / ((lb.batch_end - lb.batch_start) * self.parallelism[1] * self.parallelism[2])
         if weight != 1.0:
             loss = loss * weight
@@ -559,66 +593,40 @@ class MemoryTrainer(PlacementHooks, StreamState, TrafficReport):
             self._queue_roots(lb, ctx)
         return loss
 
-    def _queue_roots(self, lb: LocalBatch, ctx: dict) -> None:
+    def _queue_roots(self, lb: LocalBatch, ctx: StepContext) -> None:
         """Queue local batch ``lb``'s root nodes' updated memory for the write-back (no gradient,
         no random draw: the same values before or after the GNN layer)."""
         n_id = torch.cat([self.host.src[lb.start:lb.end], self.host.dst[lb.start:lb.end]]).unique()
         with torch.no_grad():
             rows, last = self.state.updated(n_id)
-        ctx["pending"].setdefault(lb.memory_copy, []).append((n_id, rows, last))
-        ctx["spans"].setdefault(lb.memory_copy, []).append((lb.start, lb.end))
-
-    def _aggregate(self, copy: int) -> tuple:
-        """The partitioned aggregation of memory copy ``copy``'s queued rows: the arguments
-        of :meth:`~pyg_dynscale.ctdg.placement.PartitionedMemory.aggregate` and the root count."""
-        mine = self._ctx["pending"].pop(copy, [])
-        spans = self._ctx["spans"].pop(copy, [])
-        prepared = self._ctx["agg_plans"]
-        plans = [prepared.pop(x) for x in spans] if all(x in prepared for x in spans) else None
-        self.prefetched["aggregation"] += len(plans or [])
-        batches = [(self.host.src[x:y], self.host.dst[x:y]) + tuple(w) for (x, y), w in zip(spans, mine)]
-        return (batches, plans, self._agg_channel), sum(x[0].numel() for x in mine)
-
-    def _post_aggregation(self, copy: int) -> None:
-        """``overlap_aggregation``: start the aggregation of this rank's final root rows on a
-        thread over the aggregation groups (this rank's dispatch of the step is done: every rank's
-        dispatch all-to-all has completed before any rank's aggregation reaches it)."""
-        args, roots = self._aggregate(copy)
-        job = BackgroundCall(self.placement.aggregate, *args)
-        job.start()
-        self._ctx["posted"][copy] = (job, roots)
+        ctx.pending.setdefault(lb.memory_copy, []).append((n_id, rows, last))
+        ctx.spans.setdefault(lb.memory_copy, []).append((lb.start, lb.end))
 
     def _write_back(self, copy: int, a: int, b: int) -> None:
         """Memory copy ``copy`` takes global batch ``[a, b)``: its writers' root-node rows
         in trainer (= chronological) order, then the batch's messages and neighbours."""
-        if self.placement is not None:  # the owners apply every trainer's rows, in trainer order
-            posted = self._ctx["posted"].pop(copy, None)
-            if posted is not None:  # overlap_aggregation: the thread's exchange, joined (its error re-raised)
-                posted[0].result()
-                self._ctx["roots"].append(posted[1])
-            else:
-                args, roots = self._aggregate(copy)
-                self._ctx["roots"].append(roots)
-                self.placement.aggregate(*args)
+        ctx = self._ctx
+        if self.fetch is not None:  # the owners apply every trainer's rows, in trainer order
+            self.fetch.write_back(copy, ctx)
             mine = []
         else:
-            mine = self._ctx["pending"].pop(copy, [])
-            self._ctx["spans"].pop(copy, None)
-            self._ctx["roots"].append(sum(x[0].numel() for x in mine))
+            mine = ctx.pending.pop(copy, [])
+            ctx.spans.pop(copy, None)
+            ctx.roots.append(sum(x[0].numel() for x in mine))
             if self._ddp is not None:
                 i, j, _ = self.parallelism
                 n_id, rows, last = (torch.cat([x[k] for x in mine]) for k in range(3)) if mine else (None, None, None)
                 mine = gather_rows(self._groups[copy], i * j, n_id, rows, last, self.memory.memory_dim,
-                                   self._traffic, self.memory.memory, self._copy_host)
-        self._activate(copy)
+                                   self.bytes.collectives, self.memory.memory, self._copy_host)
+        self.copies.activate(copy)
         m = self.memory
+        written = sum(x[0].numel() for x in mine) * self._row_bytes
         if self.service is not None:  # applied by the service thread while this one steps the optimizer
             self.service.write(-1, list(mine))
-            self._traffic.memory_write += sum(x[0].numel() for x in mine) * self._row_bytes
             mine = []
         with torch.no_grad():
             write_rows(m.memory, m.last_update, mine)  # in trainer order: a later writer wins
-        self._traffic.memory_write += sum(x[0].numel() for x in mine) * self._row_bytes
+        self.bytes.local.add("memory_write", written)
         src, dst = self.host.src[a:b], self.host.dst[a:b]
         self.state.store_s.put(a, b)
         self.state.store_d.put(a, b)
@@ -626,44 +634,40 @@ class MemoryTrainer(PlacementHooks, StreamState, TrafficReport):
         if self.prefetcher is not None:
             self.prefetcher.insert(src, dst)
 
-    def _draw_negatives(self, step, lo: int, hi: int) -> None:
+    def _draw_negatives(self, step: Step) -> None:
         """Every copy's negatives of ``step``: ``j`` sets per global batch from the global stream."""
         j = self.parallelism[1]
+        lo, hi = self._ctx.bounds
         for c, q, _, a, b in step.fresh:  # every process draws every copy's negatives: one stream
-            self._ctx["negs"][(c, q)] = _negatives(lo, hi, j * (b - a)).view(j, b - a)
+            self._ctx.negatives[(c, q)] = _negatives(lo, hi, j * (b - a)).view(j, b - a)
 
-    def _prefetch(self, step) -> None:
+    def _prefetch(self, step: Step) -> None:
         """Queue the neighbour lookups of ``step``'s local batches (its negatives drawn, the events
         before it inserted): they run while this thread finishes the step before."""
+        ctx = self._ctx
         for c in step.resets:
-            if c in self._copies:
+            if c in self.copies.copies:
                 self.prefetcher.reset()
         for t in self.trainers:
             lb = step.local[t]
             if lb.num_events == 0:
                 continue
-            o = lb.start - lb.batch_start
-            neg = self._ctx["negs"][(lb.memory_copy, lb.position)][lb.negative_set, o:o + lb.num_events]
+            neg = ctx.negatives_of(lb)
             n_id = torch.cat([self.host.src[lb.start:lb.end], self.host.dst[lb.start:lb.end], neg]).unique()
             # partitioned: the id lists too, from the mailbox this step's write-back left (queued after
             # it; the mailbox changes next at the next write-back, after the dispatch took the lists)
-            then = None
-            if self.placement is not None:  # after a reset the dispatch organises for itself (a fresh mailbox)
-                then = _unorganised if step.resets else functools.partial(self._organise, lb.start, lb.end, neg)
-            self._ctx["next_lookups"][t] = self.prefetcher.lookup(n_id, then)
+            then = None if self.fetch is None else self.fetch.then(bool(step.resets), lb.start, lb.end, neg)
+            ctx.next_lookups[t] = self.prefetcher.lookup(n_id, then)
 
     def _train_step(self, step: Step, steps: list) -> Tensor:
         """One optimizer step of the schedule (``steps[step.iteration]``): every trainer's share
         forward and backward, the write-back, the optimizer step. Returns the step loss (a
         ``float64`` device scalar: nothing is read back)."""
         j = self.parallelism[1]
-        ctx = self._ctx
-        lo, hi = ctx["bounds"]
         self.optimizer.zero_grad()
-        ctx["iteration"] = step.iteration
+        self._ctx = ctx = self._ctx.next_step(step.iteration)
         if self.prefetcher is None or step.iteration == 0:
-            self._draw_negatives(step, lo, hi)
-        ctx["lookups"], ctx["next_lookups"] = ctx["next_lookups"], {}
+            self._draw_negatives(step)
         if self.service is not None:
             if step.resets:
                 self.service.drain()
@@ -671,20 +675,20 @@ class MemoryTrainer(PlacementHooks, StreamState, TrafficReport):
             if step.fresh:
                 self.service.plan("W", [-1])
         for c in step.resets:
-            if c in self._copies:
-                self._activate(c)
-                self._reset()
+            if c in self.copies.copies:
+                self.copies.activate(c)
+                self.copies.reset()
         if self.prefetcher is not None and step.iteration == 0:  # the mirror starts as the loader
             nb = self.neighbors
             self.prefetcher.load(nb.neighbors, nb.e_id, nb.cur_e_id)
         if j > 1:
             for c, q, _, _, _ in step.fresh:
-                if c in self._copies:
-                    self._activate(c)
-                    ctx["snaps"][(c, q)] = self._snapshot()
+                if c in self.copies.copies:
+                    self.copies.activate(c)
+                    ctx.snapshots[(c, q)] = self.copies.snapshot()
             old = step.iteration - j + 1
-            for key in [key for key in ctx["snaps"] if key[1] < old]:
-                del ctx["snaps"][key], ctx["negs"][key]
+            for key in [key for key in ctx.snapshots if key[1] < old]:
+                del ctx.snapshots[key], ctx.negatives[key]
         step_loss = torch.zeros((), dtype=torch.float64, device=self.device)
         for t in self.trainers:
             lb = step.local[t]
@@ -694,11 +698,11 @@ class MemoryTrainer(PlacementHooks, StreamState, TrafficReport):
             share.backward()
             step_loss = step_loss + share.detach().to(torch.float64)
         for c, _, _, a, b in step.fresh:  # after every read of the step: the barrier before write-back
-            if c in self._copies:
+            if c in self.copies.copies:
                 self._write_back(c, a, b)
         if self.prefetcher is not None and step.iteration + 1 < len(steps):
             nxt = steps[step.iteration + 1]
-            self._draw_negatives(nxt, lo, hi)
+            self._draw_negatives(nxt)
             self._prefetch(nxt)
         if self._delayed is None:
             self.optimizer.step()
@@ -711,29 +715,19 @@ class MemoryTrainer(PlacementHooks, StreamState, TrafficReport):
         :math:`\sum_t \ell_t |b_t| / \sum_t |b_t|` over every trainer's local
         batches (with ``(1, 1, 1)``: the example's ``train()``), the same
         float on every rank."""
-        sched = self.schedule
+        self._check_open()
         i, j, k = self.parallelism
-        if self._copies is None:  # every memory copy starts empty
-            self._set_training(True)
-            self._reset()
-            zero = self._snapshot()
-            mine = range(k) if self.world_size == 1 else [self._live]
-            self._copies = {c: (None if c == self._live else zero) for c in mine}
-        elif self._position != "train":  # evaluation walked the live copy on: back to the end of training
-            self._restore(self._train_end)
-        self._set_training(True)
+        self.copies.begin_epoch()
         torch.empty((), dtype=torch.int64).random_()  # the DataLoader iterator's seed draw
         lo, hi = self._split_bounds(0, self.val_start)
-        before = (self._traffic.gradients, self._traffic.gather)
+        self.bytes.begin_epoch()
         if self.placement is not None:
             self.placement.begin_epoch()
         dev = self.device
         # with the prefetcher the next step's negatives are drawn before this step's optimizer step: the
         # dropout must not draw from the global stream in between (per-trainer seeds, as for i*j*k > 1)
-        self._ctx = {"negs": {}, "snaps": {}, "pending": {}, "fork": i * j * k > 1 or self.prefetcher is not None,
-                     "spans": {}, "roots": [], "sum": torch.zeros((), dtype=torch.float64, device=dev),
-                     "lookups": {}, "next_lookups": {}, "agg_plans": {}, "posted": {}, "bounds": (lo, hi)}
-        steps = sched.steps()
+        self._ctx = StepContext.start((lo, hi), i * j * k > 1 or self.prefetcher is not None, dev)
+        steps = self.schedule.steps()
         losses = [self._train_step(step, steps) for step in steps]
         events = sum(lb.num_events for step in steps for lb in (step.local[t] for t in self.trainers))
         ctx = self._ctx
@@ -741,40 +735,32 @@ class MemoryTrainer(PlacementHooks, StreamState, TrafficReport):
             self._delayed.flush(self.optimizer)
         if self.service is not None:
             self.service.drain()
-        self._activate(0 if self.world_size == 1 else self._live)
         self.batch_losses = torch.stack(losses)
-        total = torch.stack([ctx["sum"], torch.tensor(float(events), dtype=torch.float64, device=dev)])
+        total = torch.stack([ctx.loss_sum, torch.tensor(float(events), dtype=torch.float64, device=dev)])
         if self._ddp is not None:
             import torch.distributed as dist
 
             dist.all_reduce(self.batch_losses)
             dist.all_reduce(total)
-        self._epoch_traffic = {"gradients": self._traffic.gradients - before[0],
-                               "gather": self._traffic.gather - before[1], "roots": ctx["roots"], "steps": len(steps)}
-        self._ctx = {}
+        self.bytes.end_epoch(ctx.roots, len(steps))
+        self._ctx = None
         self.epoch += 1
-        self._train_end = self._snapshot()
-        self._position = "train"
+        self.copies.end_epoch()
         return float(total[0] / total[1])
 
     def memory_copy(self, copy: int = 0) -> tuple[Tensor, Tensor]:
         """``(memory [N, d], last_update [N])`` of memory copy ``copy`` (clones), one this process holds.
         Partitioned: assembled from every owner's rows (a collective under a process group)."""
-        if self.placement is not None:
-            return self.placement.gather_full()
-        if self._copies is None or copy == self._live:
-            return self.memory.memory.detach().clone(), self.memory.last_update.clone()
-        if copy not in self._copies:
-            raise ModelInputError("copy", f"is {copy}: this process holds memory copy {self._live}.",
-                                  f"ask for one of {sorted(self._copies)}.")
-        snap = self._copies[copy]["memory"]
-        return snap["memory"].clone(), snap["last_update"].clone()
+        return self.copies.copy(copy)
 
-    def close(self) -> None:
-        """Stop the memory service's and the prefetcher's threads (if any) and
-        release the ``DistributedDataParallel`` wrapper while the process group
-        exists (not at a later garbage collection, possibly during interpreter
-        shutdown). The trainer cannot train afterwards."""
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ModelInputError("trainer", "is closed.", "build a new MemoryTrainer.")
+
+    def _release(self) -> None:
+        """Stop the memory service's and the prefetcher's threads (if any) and release the
+        ``DistributedDataParallel`` wrapper while the process group exists (not at a later
+        garbage collection, possibly during interpreter shutdown)."""
         if self._delayed is not None:  # no all-reduce left in flight
             self._delayed.wait()
         self._ddp = None
@@ -798,65 +784,130 @@ class MemoryTrainer(PlacementHooks, StreamState, TrafficReport):
         return self._walk_batches(a, b, score)
 
     def _walk_batches(self, a: int, b: int, score: bool) -> dict:
-        self._set_training(False)
+        self.copies.set_training(False)
         torch.manual_seed(self.eval_seed)
         torch.empty((), dtype=torch.int64).random_()  # the DataLoader iterator's seed draw
         lo, hi = self._split_bounds(a, b)
         aps, aucs, rr_sum, n = [], [], 0.0, 0
+        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         for x, y in self.schedule.eval_batches(a, b):
             if score:
                 neg = _negatives(lo, hi, y - x)
                 # partitioned: every rank walks every batch, fetching what it does not own
-                lookup = self._fetch_batch(x, y, neg, False) if self.placement is not None else None
-                pos_out, neg_out, z = self._scores(x, y, neg, False, lookup)
+                lookup = self.fetch.fetch_batch(x, y, neg, False) if self.fetch is not None else None
+                pos_out, neg_out, z = self.scorer.scores(x, y, neg, False, lookup)
+                loss = self.criterion(pos_out, torch.ones_like(pos_out)) + \
+                    self.criterion(neg_out, torch.zeros_like(neg_out))
+                loss_sum += loss.to(torch.float64) * (y - x)
                 y_pred = torch.cat([pos_out, neg_out], dim=0).sigmoid().view(-1)
                 y_true = torch.cat([torch.ones(pos_out.size(0)), torch.zeros(neg_out.size(0))]).to(y_pred.device)
                 aps.append(average_precision(y_pred, y_true))
                 aucs.append(roc_auc(y_pred, y_true))
                 if self.mrr_negatives:
-                    rr_sum += float(self._reciprocal_ranks(x, y, neg, pos_out, z).sum())
-                    n += y - x
+                    rr_sum += float(self.scorer.reciprocal_ranks(x, y, neg, pos_out, z, self.mrr_negatives).sum())
+                n += y - x
             self._advance(x, y, False)
         return {"ap": sum(aps) / len(aps) if aps else math.nan, "auc": sum(aucs) / len(aucs) if aucs else math.nan,
-                "mrr": rr_sum / n if n else math.nan}
+                "mrr": rr_sum / n if n and self.mrr_negatives else math.nan,
+                "loss": float(loss_sum / n) if n else math.nan}
 
-    def _reciprocal_ranks(self, a: int, b: int, neg: Tensor, pos_out: Tensor, z: Tensor) -> Tensor:
-        """``[B]`` :math:`1/\\text{rank}` of each positive among ``mrr_negatives`` of the batch's negatives."""
-        B = b - a
-        S = min(self.mrr_negatives, B)
-        cand = neg[(torch.arange(B).view(-1, 1) + torch.arange(S)) % B]  # [B, S] on the host
-        rows = host_to_device(torch.cat([self.assoc[self.host.src[a:b]], self.assoc[cand.reshape(-1)]]), self.device)
-        zs = z[rows[:B]].repeat_interleave(S, dim=0)
-        neg_scores = self.link_pred(zs, z[rows[B:]]).view(B, S)
-        p = pos_out.view(B, 1)
-        rank = 1.0 + (neg_scores > p).sum(1).to(p.dtype) + 0.5 * (neg_scores == p).sum(1).to(p.dtype)
-        return 1.0 / rank
-
-    def evaluate(self, split: str = "val") -> dict:
-        """AP, AUC (means over batches) and MRR on ``"val"`` or ``"test"``
-        (see the class docstring for the memory state each one starts from)."""
+    def evaluate(self, split: str = "test") -> Metrics:
+        r"""Metrics of ``"test"`` (the default) or ``"val"``: ``loss`` (the training loss, BCE on
+        the positive and negative logits, :math:`\sum_b \ell_b |b| / E_{split}`), ``ap``, ``auc``
+        (means over batches) and ``mrr`` (see the class docstring for the memory state each split
+        starts from). Under a process group: memory copy 0's result on every rank."""
+        self._check_open()
         if split not in ("val", "test"):
             raise ModelInputError("split", f"is {split!r}.", "use 'val' or 'test'.")
         a, b = (self.val_start, self.test_start) if split == "val" else (self.test_start, self.num_events)
         if a == b:
             raise ModelInputError(split, "has no events.", "use a larger val_ratio / test_ratio.")
-        if self._train_end is None:
+        copies = self.copies
+        if copies.train_end is None:
             # no epoch trained yet: the memory walks the training events without learning
-            self._reset()
-            self._training = False  # nothing stored yet: no flush
+            copies.reset()
+            copies.training = False  # nothing stored yet: no flush
             self._walk(0, self.val_start, score=False)
-            self._train_end, self._position = self._snapshot(), "train"
+            copies.train_end, copies.position = copies.snapshot(), "train"
         want = "train" if split == "val" else "val"
-        if self._position != want:
-            self._restore(self._train_end)
+        if copies.position != want:
+            copies.restore(copies.train_end)
             if split == "test":
                 self._walk(self.val_start, self.test_start, score=False)
         out = self._walk(a, b, score=True)
-        self._position = split
+        copies.position = split
         if self._ddp is not None:  # memory copy 0's result (DistTGL evaluates the first memory process)
             import torch.distributed as dist
 
             box = [out]
             dist.broadcast_object_list(box, src=0, group=self._host_group)  # objects: never over NCCL
             out = box[0]
-        return out
+        return Metrics(out)
+
+    # ------------------------------------------------------------------ bytes
+    def traffic(self) -> TrafficReport:
+        r"""Bytes of the last training epoch over every rank, measured at the collectives and
+        predicted from the id lists (a collective under a process group: call it on every rank).
+
+        Returns:
+            TrafficReport: ``measured`` -- bytes handed to the collectives, by kind: ``dispatch``
+            (memory + ``last_update`` rows served to other ranks' batches), ``requests`` (the ids
+            asked of other owners), ``aggregation`` (id + row of each written root sent to its
+            owner), ``counts`` (the ``[M]`` count vectors before each exchange), ``gather`` (the
+            replicated write-back's all-gathers, the aggregation of ``"replicated"``), ``gradients``
+            (DDP's all-reduce buffers) and ``total``; ``predicted`` -- the same kinds computed from
+            the id lists (the ``[M, M]`` matrices of rows each trainer asks of / sends to each
+            owner, gathered from every rank), the gradient buffers once per step; ``rank`` -- this
+            rank's own ``measured`` / ``predicted`` (/ ``local``); partitioned: ``local`` (bytes of
+            rows served from each rank's own store, not sent), ``redundancy`` (occurrences and
+            distinct vertices of the dispatch and aggregation lists over all ranks and Sven's
+            :math:`\eta_1`, :math:`\eta_2`: duplicated / all occurrences) and ``matrix`` (the
+            ``[M, M]`` dispatch and aggregation row counts).
+        """
+        grad = sum(p.numel() * p.element_size() for p in self.optimizer_params if p.requires_grad)
+        return self.bytes.report(placement=self.placement, gradient_bytes=grad, distributed=self._ddp is not None,
+                                 parallelism=self.parallelism, rank=self.rank, world_size=self.world_size,
+                                 group=self._host_group,
+                                 row_width=self.memory.memory_dim * self.memory.memory.element_size() + 16)
+
+    def stats(self) -> dict:
+        """Bytes this process moved so far (memory rows read / written, all-gathers, gradients, DDP's
+        set-up; the memory service's; a partitioned memory's exchanges, evaluation's as ``eval_*``).
+        The last training epoch's bytes next to their prediction: :meth:`traffic`."""
+        return self.bytes.stats(self.service, self.placement)
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict:
+        """Everything a resumed run needs at an epoch boundary: ``{"modules": ..., "optimizer": ...,
+        "stream": ...}`` (the stream part:
+        :meth:`~pyg_dynscale.ctdg.stream_checkpoint.StreamCheckpoint.state_dict`, a flat
+        ``{key: Tensor}``: every memory copy, the epoch, the random generators, the byte counters)."""
+        return {"modules": self.modules.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "stream": self.stream_checkpoint.state_dict(self.epoch)}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict` (of a trainer built with the same modules, data, parallelism
+        and world size): the next :meth:`train_epoch` then draws and computes what the saved
+        trainer's next epoch would have, bit for bit."""
+        for key in ("modules", "optimizer", "stream"):
+            if key not in state:
+                raise ModelInputError("state", f"lacks {key!r}.", "give what MemoryTrainer.state_dict() returned.")
+        self.modules.load_state_dict(state["modules"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.epoch = self.stream_checkpoint.load_state_dict(state["stream"])
+
+    def device_rng_keys(self) -> list:
+        """The keys of ``state_dict()["stream"]`` that only a run on this kind of device writes."""
+        return self.stream_checkpoint.device_rng_keys()
+
+    def stream_state(self) -> dict:
+        """Deprecated: ``state_dict()["stream"]``."""
+        warnings.warn("MemoryTrainer.stream_state() is deprecated: use state_dict()['stream'] "
+                      "(or state_dict() / load_state_dict() for the whole state).", DeprecationWarning, stacklevel=2)
+        return self.stream_checkpoint.state_dict(self.epoch)
+
+    def load_stream_state(self, state: dict) -> None:
+        """Deprecated: ``load_state_dict({"modules": ..., "optimizer": ..., "stream": state})``."""
+        warnings.warn("MemoryTrainer.load_stream_state() is deprecated: use load_state_dict() with the "
+                      "state_dict() form {'modules', 'optimizer', 'stream'}.", DeprecationWarning, stacklevel=2)
+        self.epoch = self.stream_checkpoint.load_state_dict(state)

@@ -4,16 +4,32 @@
 :class:`~pyg_dynscale.partition.CommunicationPlan`: halo exchanges inside the
 structure encoder, recurrent states across ranks in rounds, attention rows
 merged in time order, PSS-TS redistribution, global BatchNorm statistics and
-loss normalizers, and a gradient all-reduce. :func:`spawn` runs ``N`` local
-gloo processes (tests, notebooks); production jobs use ``torchrun`` (e.g.
-``pyg-dynscale train``). :func:`save_checkpoint` / :func:`load_checkpoint`
-write and restore training state with :mod:`torch.distributed.checkpoint`.
+loss normalizers, and a gradient all-reduce.
+
+The plumbing every trainer family shares lives in :mod:`pyg_dynscale.training`
+and is re-exported here: :func:`spawn` runs ``N`` local gloo processes (tests,
+notebooks; production jobs use ``torchrun``, e.g. ``pyg-dynscale train``);
+:func:`save_checkpoint` / :func:`load_checkpoint` write and restore training
+state with :mod:`torch.distributed.checkpoint`. The modules' old places
+(``pyg_dynscale.distributed.checkpoint``, ``.launch``, ``.failure``,
+``.groups``) keep importing for one release: they are the modules of
+:mod:`pyg_dynscale.training` (``groups`` is :mod:`pyg_dynscale.training.ranks`).
 """
-from .checkpoint import CheckpointMismatchError, latest_checkpoint, load_checkpoint, save_checkpoint
+import sys as _sys
+
+from ..training import checkpoint, failure, launch
+from ..training import ranks as groups
+from ..training.checkpoint import CheckpointMismatchError, latest_checkpoint, load_checkpoint, save_checkpoint
+from ..training.launch import SpawnError, free_port, spawn
 from .exchange import Communicator
-from .launch import SpawnError, free_port, spawn
 from .local import RankLayout
 from .trainer import FUSION_MODES, DistributedTrainer
+
+# the old module paths import the moved modules themselves (not copies: a test that patches
+# ``pyg_dynscale.distributed.launch.mp`` patches what spawn uses)
+for _name, _module in (("checkpoint", checkpoint), ("launch", launch), ("failure", failure), ("groups", groups)):
+    _sys.modules.setdefault(f"{__name__}.{_name}", _module)
+del _name, _module
 
 __all__ = ["DistributedTrainer", "FUSION_MODES", "Communicator", "RankLayout", "spawn", "SpawnError", "free_port",
            "save_checkpoint", "load_checkpoint", "latest_checkpoint", "CheckpointMismatchError"]

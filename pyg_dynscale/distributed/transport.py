@@ -38,7 +38,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from ..errors import ModelInputError
-from .groups import device_backend_type, group_backend, host_group, moves_host_tensors
+from ..training.ranks import device_backend_type, group_backend, host_group, moves_host_tensors
 
 __all__ = ["Transport", "DirectTransport", "StagedTransport", "resolve_transport", "TRANSPORTS", "group_backend"]
 

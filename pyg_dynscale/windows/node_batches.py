@@ -91,13 +91,13 @@ import torch
 from torch import Tensor
 
 from .._optional import PYGT_INSTALL_HINT
-from ..distributed.groups import host_group
-from ..errors import MissingDependencyError, ModelInputError, UnsupportedModelError
+from ..errors import MissingDependencyError, ModelInputError, UnsupportedModelError, UnsupportedOptionError
 from ..nn.graph_norm import self_loops
 from ..nn.snapshot_model import infer_spec
 from ..partition.halo_plan import HaloDepth, hop_distance
 from ..runtime.losses import row_losses
 from .batching import block_batch_parts
+from .window_loss import aligned, check_widths, window_mean
 
 __all__ = ["NodeBatches", "StepPlan", "plan_steps", "NeighbourSampling", "ORDERS"]
 
@@ -372,10 +372,10 @@ class NodeBatches:
                 "its reverse edges, listed sorted, by position; a subgraph pairs them as the snapshot does only "
                 "where every snapshot's edges are symmetric, distinct and grouped by source in increasing order. "
                 "Order the signal's edges so, or use node_batch_size=None.")
-        if getattr(trainer, "_seq2seq", None) is not None:
-            raise NotImplementedError(
-                "node_batch_size with a decoder (issue 26, item 2: the decoder's steps past the window would need "
-                "their own receptive fields) is not built yet; use decoder=None or node_batch_size=None.")
+        if getattr(trainer, "decoder", None) is not None:
+            raise UnsupportedOptionError(
+                "node_batch_size", "is given with a decoder: the decoder's steps past the window would need their "
+                "own receptive fields.", "decoder=None, or node_batch_size=None (whole snapshots).")
         self.trainer = trainer
         self.size = int(node_batch_size)
         self.order = order
@@ -387,9 +387,11 @@ class NodeBatches:
         self._node_id = sig.node_id.cpu()
         self._V = int(sig.num_vertices)
         self.sampling = None if num_neighbors is None else NeighbourSampling(num_neighbors)
-        #: the group the ranks' host counts are summed over (a gloo twin of an NCCL group; made here, on
-        #: every rank: the trainer is built collectively)
-        self._host_group = host_group(None) if trainer.world_size > 1 else None
+        #: the group the ranks' host counts are summed over (a gloo twin of an NCCL group): given by the trainer
+        #: after its set-up agreement (made on every rank at the same point: a group is made collectively)
+        self.host_group: Any = None
+        #: the last epoch's plan: ``{"pairs": (node batch, global batch) pairs, "steps": optimizer steps}``
+        self.last_plan: dict = {"pairs": 0, "steps": 0}
         self._plans: dict = {}
         self._seeds: Optional[torch.Generator] = None
 
@@ -419,13 +421,13 @@ class NodeBatches:
     def _held(self, ts: list) -> list:
         """Storage positions of global snapshots ``ts`` (``placement="blocks"``
         keeps a rank's snapshots only)."""
-        return self.trainer._loc(ts)
+        return self.trainer.store.positions(ts)
 
     def plan(self, starts: list, S: Tensor) -> list:
         """The :class:`StepPlan` of every step for windows starting at ``starts`` and node batch ``S``."""
         tr = self.trainer
         L, H, B = tr.view.lags, tr.view.horizon, len(starts)
-        static = tr._static and self.sampling is None
+        static = tr.store.static and self.sampling is None
         cache_key = (B, S.numpy().tobytes()) if static else None
         if cache_key is not None and cache_key in self._plans:
             return self._plans[cache_key]
@@ -439,7 +441,7 @@ class NodeBatches:
         if self.sampling is not None:
             draws = [int(torch.randint(2 ** 62, (1,), generator=self._seeds)) for _ in range(L)]
             smp = self.sampling
-            key0 = (B,) if tr._static else None
+            key0 = (B,) if tr.store.static else None
 
             def sampler(ei: Tensor, n: int, seeds: Tensor, j: int) -> tuple:
                 return smp(ei, n, seeds, draws[j], key0)
@@ -469,8 +471,8 @@ class NodeBatches:
         plans = self.plan(starts, S)
         dev, dt = tr.device, tr.dtype
         # ReInc's reuse where the input basis of every snapshot is held (exact rows for any subgraph)
-        use_reuse = (self.sampling is None and tr._reuse is not None
-                     and getattr(tr._reuse, "basis", None) is not None and hasattr(tr._reuse, "step"))
+        use_reuse = (self.sampling is None and tr.reuse_impl is not None
+                     and getattr(tr.reuse_impl, "basis", None) is not None and hasattr(tr.reuse_impl, "step"))
         # zeros before the window (rows: vertices needed later but absent from the first steps)
         c0 = int(plans[0].carried_before.numel())
         carried = tuple(torch.zeros(c0, w, device=dev, dtype=dt) for w in tr.model.state_widths)
@@ -489,14 +491,14 @@ class NodeBatches:
             rows = self._global(ts, p.nodes, noff, self._nptr).to(dev)
             edges = self._global(ts, p.edges, eoff, self._eptr).to(dev)
             ei = p.edge_index.to(dev)
-            ew = tr._ew.index_select(0, edges) if tr._ew is not None else None
+            ew = tr.store.edge_weight.index_select(0, edges) if tr.store.edge_weight is not None else None
             st = tuple(torch.cat([c, c.new_zeros(1, c.shape[1])]).index_select(0, p.state_in.to(dev)) for c in carried)
             if use_reuse:  # the plan's edges are host data: their self-loops are known (nothing read back)
-                graph = tr._reuse.normalize(ei, int(p.nodes.numel()), ew, dt, self_loops(p.edge_index))
-                y, new = tr._reuse.step(tr._reuse.basis.index_select(0, rows), graph, st)
+                graph = tr.reuse_impl.normalize(ei, int(p.nodes.numel()), ew, dt, self_loops(p.edge_index))
+                y, new = tr.reuse_impl.step(tr.reuse_impl.basis.index_select(0, rows), graph, st)
             else:
-                ef = {k: v.index_select(0, edges) for k, v in tr._ef.items()}
-                y, new = tr.model.step(tr._x.index_select(0, rows), ei, ew, st, ef)
+                ef = {k: v.index_select(0, edges) for k, v in tr.store.edge_fields.items()}
+                y, new = tr.model.step(tr.store.x.index_select(0, rows), ei, ew, st, ef)
             carried = tuple(torch.cat([nw, c, c.new_zeros(1, c.shape[1])]).index_select(0, p.carry_out.to(dev))
                             for nw, c in zip(new, carried))
             if j >= L - H:
@@ -535,13 +537,11 @@ class NodeBatches:
         if full_rows.numel() == 0:
             return torch.zeros(0, device=tr.device, dtype=tr.dtype)
         pred = tr.head(y) if tr.head is not None else y
-        tr._check_widths(pred)
-        tgt = tr._y.index_select(0, self._targets(starts, full_rows).to(tr._y.device)).to(tr.device)
-        if pred.dim() == 2 and pred.shape[1] == 1 and tgt.dim() == 1 and tr.loss_kind != "ce":
-            pred = pred.squeeze(1)
-        per = row_losses(tr.loss_kind, pred, tgt)
+        check_widths(pred, tr.store.y, tr.loss_kind)
+        tgt = tr.store.y.index_select(0, self._targets(starts, full_rows).to(tr.store.y.device)).to(tr.device)
+        per = row_losses(tr.loss_kind, aligned(pred, tgt, tr.loss_kind), tgt)
         counts = torch.bincount(win, minlength=len(starts))  # the windows of the rows: host data of the plan
-        means, _ = tr._window_mean(per, win.to(tr.device), counts)
+        means, _ = window_mean(per, win.to(tr.device), counts)
         return means
 
     def predict(self, wins: Tensor) -> tuple:
@@ -558,7 +558,7 @@ class NodeBatches:
         y = y0.new_zeros((total,) + tuple(y0.shape[1:]))
         for yp, rows, _ in parts:
             y = y.index_copy(0, rows.to(y.device), yp)
-        return tr._finish(starts, y)
+        return tr.finish(starts, y)
 
     # ------------------------------------------------------------------ epochs
     def seed_stream(self, value: int) -> None:
@@ -592,10 +592,11 @@ class NodeBatches:
             pairs = [(S, w) for w in batches for S in nodes]
         values: list = []  # the step losses, on the device until the epoch's end
         totals = self._windows_with_rows(pairs) if tr.world_size > 1 else None
+        self.last_plan = {"pairs": len(pairs), "steps": len(pairs) if totals is None else sum(1 for t in totals if t)}
         for i, (S, parts) in enumerate(pairs):
             if totals is not None:
                 if totals[i]:
-                    values.append(tr._step_distributed(parts, S, totals[i]))
+                    values.append(tr.distributed_step(parts, S, totals[i]))
                 continue
             tr.optimizer.zero_grad()
             loss = self.node_batch_loss(torch.cat(parts), S)
@@ -604,7 +605,7 @@ class NodeBatches:
             loss.backward()
             tr.optimizer.step()
             values.append(loss.detach())
-        tr.batch_losses = tr._read_losses(values)
+        tr.batch_losses = tr.read_losses(values)
         tr.epoch += 1
         return sum(tr.batch_losses) / max(len(tr.batch_losses), 1)
 
@@ -613,7 +614,7 @@ class NodeBatches:
         of an epoch under a process group: each rank counts its blocks'
         windows with a target row in ``S`` from its host copy of the node ids
         (it holds their snapshots), and one all-reduce of host integers over
-        the host group (gloo; 8 bytes per pair, counted as ``traffic.loss``)
+        the host group (gloo; 8 bytes per pair, counted as ``"loss"`` bytes)
         sums them for the whole epoch before its first step."""
         import torch.distributed as dist
 
@@ -628,8 +629,8 @@ class NodeBatches:
                     ids = self._node_id[self._nptr[t]:self._nptr[t + 1]]
                     n += int(bool(torch.isin(ids, S).any()))
             counts[i] = n
-        tr.traffic.loss += counts.numel() * counts.element_size()
-        dist.all_reduce(counts, group=self._host_group)
+        tr.ledger.add_tensor("loss", counts)
+        dist.all_reduce(counts, group=self.host_group)
         return counts.tolist()
 
 

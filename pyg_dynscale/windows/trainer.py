@@ -31,39 +31,52 @@ optimizer step per global batch (batch order:
 (``forward(x, edge_index, edge_weight) -> y``) sees each snapshot alone. With
 changing vertex sets, vertex :math:`v`'s state at :math:`t` is its state at
 its previous appearance *inside the window* (zeros at its first).
+
+The trainer owns the training: options, the model, head and decoder, the
+optimizer and the epoch loop. The held snapshots live in a
+:class:`~pyg_dynscale.windows.snapshot_store.SnapshotStore` (``trainer.store``)
+that the ReInc cache, the decoder, window models and node batches read.
 """
+
 from __future__ import annotations
 
 import gc
+import inspect
 import warnings
 import weakref
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Union
 
 import torch
 from torch import Tensor
 
-from ..distributed.groups import bind_device
-from ..distributed.setup_checks import check_gpu_sharing
-from ..errors import ModelInputError, UnsupportedModelError
-from ..nn.graph_norm import self_loops
-from ..nn.snapshot_model import SnapshotModel, default_dtype
-from ..runtime.fused import eval_mode
-from ..runtime.losses import LOSSES, check_loss, row_losses
-from ..runtime.paths import edge_fields_of
-from .batching import block_batch_parts, block_batches
-from .placement import Traffic, check_placement, eval_share, held_snapshots, sum_hook
+from ..errors import ModelInputError, UnsupportedModelError, UnsupportedOptionError
 from ..nn.incremental import DEFAULT_THRESHOLD, IncrementalBasis, incremental_reuse
 from ..nn.reuse import reuse_for
+from ..nn.snapshot_model import SnapshotModel, default_dtype
+from ..runtime.fused import eval_mode
+from ..runtime.losses import check_loss, row_losses
+from ..runtime.paths import data_argument, edge_fields_of
+from ..training import BaseTrainer, Metrics, TrafficReport, build_optimizer
+from ..training.options import OptimizerSpec, deprecated_positionals, renamed_keyword
+from ..training.ranks import agree, bind_device, check_gpu_sharing, host_group
+from .batching import block_batch_parts, block_batches
+from .block_placement import check_placement, eval_share, held_snapshots
 from .cache import build_window_cache, planned_batches
 from .decoder import build_seq2seq
-from .view import WindowView
+from .epoch_bytes import TrafficAccessor, WindowBytes, sum_hook
 from .node_batches import NodeBatches, check_node_batch_args
+from .snapshot_store import SnapshotStore, StoreLayout
+from .view import WindowView
+from .window_loss import aligned, check_widths, window_mean
 from .window_model import WindowModelRunner, check_window_model_args, is_window_model
 
 __all__ = ["WindowTrainer", "OPTIMIZERS"]
 
+#: the optimizers named by a string (:data:`pyg_dynscale.training.OPTIMIZERS`)
 OPTIMIZERS = ("sgd", "adam")
-_ISSUE = "issue 26"
+#: the options that were positional before 0.2, in their old order (deprecated_positionals)
+_POSITIONAL = ("lags", "horizon", "batch_size", "stride", "loss", "lr", "optimizer", "head", "shuffle", "reuse",
+               "blocks", "node_batch_size")
 
 
 def _is_sequence_model(model: torch.nn.Module) -> bool:
@@ -72,16 +85,16 @@ def _is_sequence_model(model: torch.nn.Module) -> bool:
                for c in type(model).__mro__)
 
 
-def _rank() -> int:
-    import torch.distributed as dist
-
-    return int(dist.get_rank()) if dist.is_available() and dist.is_initialized() else 0
-
-
 def _process_group() -> bool:
     import torch.distributed as dist
 
     return dist.is_available() and dist.is_initialized()
+
+
+def _rank() -> int:
+    import torch.distributed as dist
+
+    return int(dist.get_rank()) if _process_group() else 0
 
 
 def _world_size() -> int:
@@ -90,8 +103,16 @@ def _world_size() -> int:
     return int(dist.get_world_size()) if _process_group() else 1
 
 
-class WindowTrainer:
+class WindowTrainer(BaseTrainer):
     r"""Windowed (index-batching) training of a per-snapshot module.
+
+    The trainer surface of :mod:`pyg_dynscale.training`: ``WindowTrainer(model,
+    data, *, ...)``, :meth:`train_epoch`, :meth:`evaluate` ``-> Metrics`` (the
+    test split by default), :meth:`traffic`, :meth:`state_dict` /
+    :meth:`load_state_dict`, :meth:`close` and ``with``. The options after
+    ``data`` are keyword-only (passing ``lags`` ... ``node_batch_size``
+    positionally, in the order listed, works for one release with a
+    :class:`DeprecationWarning`).
 
     Args:
         model: a PyGT recurrent cell (``GConvGRU``, ``DCRNN``, ``TGCN``,
@@ -103,8 +124,8 @@ class WindowTrainer:
             (:mod:`~pyg_dynscale.windows.window_model`): its call on each
             window's ``X [N, F, L]`` (``periods == lags``, static graph, ``horizon=1``);
             on ``[n, F, periods]`` features it is called per snapshot.
-        signal: a :class:`~pyg_dynscale.data.DynamicGraphSignal` or a PyGT
-            signal object.
+        data: a :class:`~pyg_dynscale.data.DynamicGraphSignal` or a PyGT
+            signal object (``signal=`` is its deprecated keyword).
         lags: snapshots per window :math:`L`.
         horizon: predicted steps :math:`H`. Without ``decoder``,
             :math:`H \le L` (PyGT ``BatchedDCRNN``'s alignment: the output at
@@ -114,8 +135,12 @@ class WindowTrainer:
         batch_size: windows per global batch.
         stride: distance between window starts.
         loss: ``"mse"``, ``"mae"`` or ``"ce"``.
-        lr: learning rate.
-        optimizer: ``"sgd"``, ``"adam"`` or a factory ``f(params, lr=...)``.
+        lr: learning rate (default ``1e-3``, PyGT's index-batching examples').
+        optimizer: ``"adam"`` (default, as PyGT's index-batching examples),
+            ``"sgd"``, a :class:`torch.optim.Optimizer` subclass or a callable
+            ``params -> Optimizer`` (called with ``lr=`` when it takes it),
+            over the model's, head's and decoder's parameters
+            (:func:`~pyg_dynscale.training.build_optimizer`).
         head: optional module applied to the prediction at the last snapshot.
         shuffle: permute the windows inside each block every epoch.
         reuse: ReInc's reuse (:mod:`~pyg_dynscale.nn.reuse`) where the
@@ -144,7 +169,12 @@ class WindowTrainer:
         ratio: ``(train, val, test)`` fractions of the windows.
         standardize: z-score the features with statistics of the training
             snapshots (:class:`~pyg_dynscale.windows.view.Standardizer`).
-        seed: seed of the per-epoch shuffle.
+        seed: seeds the trainer's own draws: the per-epoch shuffle
+            (``seed + epoch``), teacher forcing and sampled neighbourhoods
+            (``None``: 0). The model's dropout draws from torch's global
+            generator, which :meth:`state_dict` carries.
+        device: where to train (``None``: where the model's parameters are);
+            given, the model, head and a decoder module are moved there.
         cache_bytes: bound in bytes of ReInc's global cache of input
             aggregations (:mod:`~pyg_dynscale.windows.cache`; ``None``:
             unbounded, every snapshot's computed once before training);
@@ -174,7 +204,7 @@ class WindowTrainer:
             and test windows read, no feature row crosses the group) or
             ``"replicated"`` (PyGT's: the whole signal on every rank, the
             window indices split the same way);
-            :mod:`~pyg_dynscale.windows.placement`. Without a process group
+            :mod:`~pyg_dynscale.windows.block_placement`. Without a process group
             the one process holds everything.
         decoder: seq2seq (DCRNN's encoder-decoder,
             :mod:`~pyg_dynscale.windows.decoder`): ``"copy"`` (a deep copy of
@@ -198,26 +228,72 @@ class WindowTrainer:
             computed once.
 
     Attributes:
-        traffic: :class:`~pyg_dynscale.windows.placement.Traffic`, the bytes
-            this rank handed to collectives by kind (``features`` stays 0).
+        store (SnapshotStore): the held snapshots
+            (:mod:`~pyg_dynscale.windows.snapshot_store`).
+        view (WindowView): the windows and their splits.
+        optimizer (torch.optim.Optimizer): built from ``optimizer`` and ``lr``.
+        batch_losses (list): the step losses of the last :meth:`train_epoch`.
 
     Shapes: a batch step calls the module once on the disjoint union of its
     :math:`B` windows' snapshots, ``x`` :math:`[\sum_b n_{t_b}, F]`.
     """
 
-    def __init__(self, model: torch.nn.Module, signal: Any, lags: int = 12, horizon: int = 1, batch_size: int = 64,
-                 stride: int = 1, loss: str = "mse", lr: float = 0.01, optimizer: Union[str, Callable] = "sgd",
-                 head: Optional[torch.nn.Module] = None, shuffle: bool = False, reuse: bool = True,
-                 blocks: Optional[int] = None, node_batch_size: Optional[int] = None, *,
-                 ratio: Sequence[float] = (0.7, 0.1, 0.2), standardize: bool = False, seed: int = 0,
-                 target: str = "y", placement: Optional[str] = None, cache_bytes: Optional[int] = None,
-                 cache_policy: str = "reinc", incremental: Union[bool, float] = False,
+    def __init__(self, model: torch.nn.Module, data: Any = None, *args: Any, lags: int = 12, horizon: int = 1,
+                 batch_size: int = 64, stride: int = 1, loss: str = "mse", lr: float = 1e-3,
+                 optimizer: OptimizerSpec = "adam", head: Optional[torch.nn.Module] = None, shuffle: bool = False,
+                 reuse: bool = True, blocks: Optional[int] = None, node_batch_size: Optional[int] = None,
+                 ratio: Sequence[float] = (0.7, 0.1, 0.2), standardize: bool = False, seed: Optional[int] = 0,
+                 device: Union[str, torch.device, None] = None, target: str = "y", placement: Optional[str] = None,
+                 cache_bytes: Optional[int] = None, cache_policy: str = "reinc", incremental: Union[bool, float] = False,
                  decoder: Union[None, str, torch.nn.Module] = None, teacher_forcing: float = 0.0,
                  decoder_input: str = "target", num_neighbors: Optional[Sequence[int]] = None,
-                 node_order: str = "seq-first") -> None:
+                 node_order: str = "seq-first", **deprecated: Any) -> None:
+        signal = data_argument("WindowTrainer", data, renamed_keyword("WindowTrainer", deprecated, "signal", "data"))
+        options = dict(lags=lags, horizon=horizon, batch_size=batch_size, stride=stride, loss=loss, lr=lr,
+                       optimizer=optimizer, head=head, shuffle=shuffle, reuse=reuse, blocks=blocks,
+                       node_batch_size=node_batch_size)
+        if args:  # an option given both ways (by keyword, not left at its default) is Python's TypeError
+            named = {k: v for k, v in options.items() if v is not _DEFAULTS[k]}
+            options.update(deprecated_positionals("WindowTrainer", _POSITIONAL, args, named))
+        options.update(ratio=ratio, standardize=standardize, seed=0 if seed is None else seed, target=target,
+                       placement=placement, cache_bytes=cache_bytes, cache_policy=cache_policy,
+                       incremental=incremental, decoder=decoder, teacher_forcing=teacher_forcing,
+                       decoder_input=decoder_input, num_neighbors=num_neighbors, node_order=node_order)
+        self.world_size, self.rank = _world_size(), _rank()
+        self._ddp: Any = None
+        #: bytes handed to collectives (:mod:`~pyg_dynscale.windows.epoch_bytes`)
+        self._bytes = WindowBytes()
+        self.device = _place(model, options["head"], options["decoder"], device, signal)
+        if not _process_group():
+            self._setup(model, signal, **options)
+            return
+        # before the first collective (the agreement, DDP's broadcast, a helper group): NCCL makes a group's
+        # communicator on the current device, cuda:0 on a rank that has not bound its own
+        bind_device(self.device)
+        error: Optional[BaseException] = None
+        try:
+            self._setup(model, signal, **options)
+        except Exception as exc:  # noqa: BLE001 - any rank-local failure: every rank raises (agree)
+            error = exc
+        # the same error on every rank: a rank whose set-up failed tells the others before any collective they
+        # would wait in; set-ups that differ between ranks are refused
+        agree(error, None if error is not None else self._summary())
+        check_gpu_sharing(self.device)  # two ranks on one GPU over NCCL: our message, before NCCL's
+        self._ddp = self._wrap_ddp()
+        if self._node_batches is not None:
+            self._node_batches.host_group = host_group(None)
+
+    # ------------------------------------------------------------------ setup
+    def _setup(self, model: torch.nn.Module, signal: Any, *, lags: int, horizon: int, batch_size: int, stride: int,
+               loss: str, lr: float, optimizer: OptimizerSpec, head: Optional[torch.nn.Module], shuffle: bool,
+               reuse: bool, blocks: Optional[int], node_batch_size: Optional[int], ratio: Sequence[float],
+               standardize: bool, seed: int, target: str, placement: Optional[str], cache_bytes: Optional[int],
+               cache_policy: str, incremental: Union[bool, float], decoder: Any, teacher_forcing: float,
+               decoder_input: str, num_neighbors: Optional[Sequence[int]], node_order: str) -> None:
+        """Everything this rank builds without a collective (checks first: a bad option fails here)."""
+        world, rank = self.world_size, self.rank
         check_node_batch_args(node_batch_size, num_neighbors, node_order)
-        world, rank = _world_size(), _rank()
-        #: ``"blocks"`` or ``"replicated"`` (:mod:`~pyg_dynscale.windows.placement`); one process holds everything
+        #: ``"blocks"`` or ``"replicated"`` (:mod:`~pyg_dynscale.windows.block_placement`); one process holds everything
         self.placement = check_placement(placement)
         if not isinstance(reuse, bool):
             raise ModelInputError("reuse", f"is {reuse!r}.", "pass True or False.")
@@ -235,7 +311,6 @@ class WindowTrainer:
         if blocks % world:
             raise ModelInputError("blocks", f"is {blocks}, not a multiple of the world size {world}.",
                                   "give every rank the same number of consecutive blocks (default: blocks = world size).")
-        self.world_size, self.rank = world, rank
         #: the blocks this rank computes (consecutive)
         self.my_blocks = range(rank * (blocks // world), (rank + 1) * (blocks // world))
         self.view = WindowView(signal, lags, horizon, stride, ratio=ratio, standardize=standardize)
@@ -245,7 +320,7 @@ class WindowTrainer:
                 "decoder", f"is None but horizon={horizon} > lags={lags}: without a decoder the window's own outputs "
                 "predict the targets (PyGT BatchedDCRNN's alignment, horizon <= lags).",
                 "pass decoder='copy' (the encoder's architecture, its own parameters) or a decoder cell (seq2seq, "
-                "DCRNN's encoder-decoder; windows/decoder.py), or use horizon <= lags.")
+                "DCRNN's encoder-decoder), or use horizon <= lags.")
         if int(self.view.split("train").numel()) < blocks:
             raise ModelInputError("blocks", f"is {blocks} but there are {int(self.view.split('train').numel())} "
                                   "training windows.", "use fewer blocks or more windows.")
@@ -273,53 +348,37 @@ class WindowTrainer:
         self.head = head
         self.loss_kind, self.lr, self.shuffle, self.reuse = loss, float(lr), bool(shuffle), reuse
         self.batch_size, self.blocks, self.seed, self.epoch = batch_size, blocks, int(seed), 0
+        #: the global batch being trained (its teacher-forcing draws, windows/decoder.py)
+        self.batch_index = 0
         params = [p for m in (self.model, head) if m is not None for p in m.parameters()]
         fl = [p for p in params if p.is_floating_point()]
         self.dtype = fl[0].dtype if fl else sig.x.dtype
-        self.device = fl[0].device if fl else sig.x.device
-        if _process_group():
-            # before the first collective (DDP's broadcast below, a helper group): NCCL makes a group's
-            # communicator on the current device, cuda:0 on a rank that has not bound its own
-            bind_device(self.device)
-            check_gpu_sharing(self.device)  # two ranks on one GPU over NCCL: our message, before NCCL's
-        self._edge_fields = () if (self.sequence_model or self.window_model) else edge_fields_of(self.model, sig)
+        edge_fields = () if (self.sequence_model or self.window_model) else edge_fields_of(self.model, sig)
         #: global ``[T+1]`` vertex-time offsets (metadata: which windows of a batch have target rows)
         self._gptr = sig.node_ptr.tolist()
         counts = sig.nodes_per_snapshot
-        n0 = int(counts[0])
-        self._uniform = bool((counts == n0).all()) and n0 > 0
-        # fixed vertex set in row order: states are handed on row by row
-        self._fixed = self._uniform and n0 == sig.num_vertices and bool(
-            (sig.node_id.view(-1, n0) == torch.arange(n0)).all())
-        self._V = sig.num_vertices
-        if self.view.horizon > 1 and not self._fixed:
-            raise NotImplementedError(
-                f"horizon={horizon} on a signal whose vertex set changes: the output rows of step L-H+k and the "
-                f"target rows of snapshot e+k would be different vertices ({_ISSUE}, item 2); use horizon=1.")
-        self._static = self._static_edges(sig)
-        self._union_cache: dict = {}
+        # the whole signal's layout: the same on every rank, whatever it holds
+        layout = StoreLayout.of(sig, edge_fields)
+        if self.view.horizon > 1 and not layout.fixed:
+            raise UnsupportedOptionError(
+                "horizon", f"is {horizon} on a signal whose vertex set changes: the output rows of step L-H+k and "
+                "the target rows of snapshot e+k would be different vertices.", "horizon=1.")
         first = int((counts > 0).nonzero().flatten()[0]) if bool((counts > 0).any()) else None
         if first is None:
-            raise ModelInputError("signal", "has no nodes.", "pass a signal with at least one node.")
+            raise ModelInputError("data", "has no nodes.", "pass a signal with at least one node.")
         if self.sequence_model:
-            if not (self._fixed and self._static):
+            if not (layout.fixed and layout.static):
                 raise ModelInputError("model", f"{type(model).__name__} takes [B, L, N, F] windows of one static graph "
                                       "with a fixed vertex set; this signal's graph or vertex set changes.",
                                       "use its per-snapshot sibling (DCRNN) on a changing graph.")
         elif not self.window_model:
             ea, eb = int(sig.edge_ptr[first]), int(sig.edge_ptr[first + 1])
             self.model.probe(self.view.x_at(first), edge_weight=sig.edge_weight is not None,
-                             edge_fields={k: sig.fields[k].values[ea:eb].to(self.device) for k in self._edge_fields})
-        # seq2seq (windows/decoder.py): the decoder's parameters are trained with the model's
-        self._seq2seq = build_seq2seq(self, decoder, teacher_forcing, decoder_input, target)
-        if self._seq2seq is not None and node_batch_size is not None:
-            raise NotImplementedError(
-                f"decoder={decoder!r} with node_batch_size={node_batch_size!r}: node mini-batches do not run a "
-                f"decoder ({_ISSUE}, item 2); pass node_batch_size=None (whole snapshots) for seq2seq.")
-        #: the decoder (a SnapshotModel; ``None``: no seq2seq)
-        self.decoder = None if self._seq2seq is None else self._seq2seq.decoder
-        if self.decoder is not None:
-            params += list(self.decoder.parameters())
+                             edge_fields={k: sig.fields[k].values[ea:eb].to(self.device) for k in edge_fields})
+        if decoder is not None and node_batch_size is not None:
+            raise UnsupportedOptionError(
+                "node_batch_size", f"is {node_batch_size!r} with decoder={decoder!r}: node mini-batches do not run "
+                "a decoder.", "node_batch_size=None (whole snapshots) for seq2seq, or decoder=None.")
         #: this rank's windows of each split for :meth:`evaluate` (all of them without a process group)
         train_parts = torch.tensor_split(self.view.split("train"), blocks)
         self._eval = {"train": torch.cat([train_parts[b] for b in self.my_blocks]),
@@ -327,32 +386,37 @@ class WindowTrainer:
         if world > 1 and self.placement == "blocks":
             self.view.hold(held_snapshots(self.view.starts, list(self._eval.values()), self.view.lags,
                                           self.view.horizon))
-            sig = self.view.signal
-        self._store(sig, target)
-        #: ReInc's reuse (:mod:`~pyg_dynscale.nn.reuse`) when ``reuse`` and the model has one
-        self._reuse = None
-        self._reuse_cache: dict = {}
+        #: the held snapshots every reader shares (:mod:`~pyg_dynscale.windows.snapshot_store`)
+        self.store = SnapshotStore(self.view, target, edge_fields, layout, self.device, self.dtype)
+        # seq2seq (windows/decoder.py): the decoder's parameters are trained with the model's
+        self._seq2seq = build_seq2seq(self, decoder, teacher_forcing, decoder_input, target)
+        #: the decoder (a SnapshotModel; ``None``: no seq2seq)
+        self.decoder = None if self._seq2seq is None else self._seq2seq.decoder
+        if self.decoder is not None:
+            params += list(self.decoder.parameters())
+        #: ReInc's reuse object (:mod:`~pyg_dynscale.nn.reuse`) when ``reuse`` and the model has one
+        self.reuse_impl = None
+        self._reuse_graph_cache: dict = {}
         if cache_bytes is not None and not reuse:
             raise ModelInputError("cache_bytes", f"is {cache_bytes!r} but reuse=False.", "pass reuse=True, or cache_bytes=None.")
-        #: ReInc's two-level cache (:mod:`~pyg_dynscale.windows.cache`) that serves ``self._reuse``
-        self._cache = None
+        #: ReInc's two-level cache (:mod:`~pyg_dynscale.windows.cache`) that serves :attr:`reuse_impl`
+        self.cache = None
         impl = None if (not reuse or self.sequence_model or self.window_model) else reuse_for(self.model.module)
         #: the window model's outputs (:mod:`~pyg_dynscale.windows.window_model`; ``None``: not one)
-        self._window_runner = WindowModelRunner(self, reuse) if self.window_model else None
+        self.window_runner = WindowModelRunner(self, reuse) if self.window_model else None
         #: the storage's layout for incremental aggregation (``None``: off), its last run in ``.last``
-        self._incremental = self._incremental_basis(incremental, cache_bytes, sig)
-        if impl is not None and self._incremental is not None:
-            impl = incremental_reuse(impl, self._incremental)
-        if impl is not None and not self._ef:  # on a static graph from its one snapshot graph (no T x E tensor)
+        self.incremental = self._incremental_basis(incremental, cache_bytes)
+        if impl is not None and self.incremental is not None:
+            impl = incremental_reuse(impl, self.incremental)
+        if impl is not None and not self.store.edge_fields:  # on a static graph from its one graph (no T x E tensor)
             with default_dtype(self.dtype):
-                self._reuse, self._cache = build_window_cache(self, impl, cache_bytes, cache_policy)
+                self.reuse_impl, self.cache = build_window_cache(self.store, self.model.module, self.view, impl,
+                                                                 cache_bytes, cache_policy)
         if self._seq2seq is not None:
             self._seq2seq.setup_reuse(self)
         self._params = params
-        #: bytes this rank handed to collectives, by kind (:class:`~pyg_dynscale.windows.placement.Traffic`)
-        self.traffic = Traffic()
-        self._ddp = self._wrap_ddp() if world > 1 else None
-        self.optimizer = self._make_optimizer(optimizer, params)
+        #: built over the model's, head's and decoder's parameters (DDP's broadcast later writes them in place)
+        self.optimizer = build_optimizer(optimizer, params, self.lr)
         #: the batch losses of the last :meth:`train_epoch`
         self.batch_losses: list = []
         #: node mini-batches (``node_batch_size``; ``None``: whole snapshots)
@@ -360,9 +424,16 @@ class WindowTrainer:
                               else NodeBatches(self, node_batch_size, num_neighbors, node_order,
                                                declared=isinstance(model, SnapshotModel)))
 
-    # ------------------------------------------------------------------ setup
-    def _incremental_basis(self, incremental: Union[bool, float], cache_bytes: Optional[int],
-                           sig: Any) -> Optional[IncrementalBasis]:
+    def _summary(self) -> dict:
+        """What every rank must agree on (:func:`~pyg_dynscale.training.ranks.agree`)."""
+        v = self.view
+        return {"lags": v.lags, "horizon": v.horizon, "stride": v.stride, "windows": v.num_windows,
+                "snapshots": v.num_snapshots_total, "batch_size": self.batch_size, "blocks": self.blocks,
+                "placement": self.placement, "loss": self.loss_kind, "dtype": str(self.dtype),
+                "device_type": self.device.type, "parameters": sum(p.numel() for p in self._params),
+                "node_batches": self._node_batches is not None, "decoder": self.decoder is not None}
+
+    def _incremental_basis(self, incremental: Union[bool, float], cache_bytes: Optional[int]) -> Optional[IncrementalBasis]:
         """``incremental`` checked; the storage's :class:`~pyg_dynscale.nn.incremental.IncrementalBasis`."""
         if isinstance(incremental, bool):
             threshold = DEFAULT_THRESHOLD if incremental else None
@@ -374,75 +445,26 @@ class WindowTrainer:
         if threshold is None:
             return None
         if cache_bytes is not None:
-            raise NotImplementedError(
-                f"incremental={incremental!r} with cache_bytes={cache_bytes!r}: the bounded cache computes each "
-                f"snapshot's entry alone, on demand; incremental aggregation of those entries ({_ISSUE}, item 4) "
-                "is not built. Pass cache_bytes=None (the basis of every snapshot computed once) or incremental=False.")
-        return IncrementalBasis(sig.node_ptr.to(self.device), sig.edge_ptr.to(self.device), self._ei, self._node_id,
-                                self._V, threshold=threshold)
-
-    def _store(self, sig: Any, target: str) -> None:
-        """The storage the batches read: the held snapshots' tensors on the
-        trainer's device and dtype (the signal's own tensors when they agree),
-        local offsets, and the global-to-local snapshot map."""
-        self._x = self.view.x.to(self.device, self.dtype)
-        self._y = sig.fields[target].values.to(self.device)
-        self._ew = None if sig.edge_weight is None else sig.edge_weight.to(self.device, self.dtype)
-        self._ei = sig.edge_index.to(self.device)
-        self._ef = {k: sig.fields[k].values.to(self.device) for k in self._edge_fields}
-        self._node_ptr, self._edge_ptr = sig.node_ptr.tolist(), sig.edge_ptr.tolist()
-        self._node_id = sig.node_id.to(self.device)
-        #: host positions of the storage's self-loops (the batch graphs are normalized without a read-back)
-        self._loops = self_loops(sig.edge_index.cpu())
-        #: host ``[T+1]`` edge offsets, and per snapshot its range of ``_loops`` (made at the first use)
-        self._eptr = torch.tensor(self._edge_ptr)
-        self._loop_ptr: Optional[Tensor] = None
-        #: a static graph's loops: the first snapshot's (made at the first use)
-        self._first_loops: Optional[Tensor] = None
-        #: global snapshot -> position in the storage (``None``: the identity, every snapshot held)
-        self._pos = None if self.view.held is None else self.view._local.tolist()
-
-    def _loc(self, ts: list) -> list:
-        """Storage positions of global snapshots ``ts``."""
-        return list(ts) if self._pos is None else [self._pos[t] for t in ts]
+            raise UnsupportedOptionError(
+                "incremental", f"is {incremental!r} with cache_bytes={cache_bytes!r}: the bounded cache computes each "
+                "snapshot's entry alone, on demand, not by incremental aggregation.",
+                "cache_bytes=None (the basis of every snapshot computed once), or incremental=False.")
+        st, sig = self.store, self.view.signal
+        return IncrementalBasis(sig.node_ptr.to(self.device), sig.edge_ptr.to(self.device), st.edge_index, st.node_id,
+                                st.num_vertices, threshold=threshold)
 
     def _wrap_ddp(self) -> Any:
         """``DistributedDataParallel`` around model + head (it broadcasts rank
-        0's parameters) with :func:`~pyg_dynscale.windows.placement.sum_hook`."""
+        0's parameters) with a comm hook that sums the ranks' gradients and
+        counts their bytes (:func:`~pyg_dynscale.training.gradients.sum_hook`)."""
         from torch.nn.parallel import DistributedDataParallel
 
-        self.traffic.setup += sum(p.numel() * p.element_size() for p in self._params)
+        self._bytes.ledger.add("setup", sum(p.numel() * p.element_size() for p in self._params))
         with warnings.catch_warnings():  # torch >= 2.12 renames it; False keeps buffers rank-local on every version
             warnings.filterwarnings("ignore", "`broadcast_buffers` is deprecated", FutureWarning)
             ddp = DistributedDataParallel(_RankShare(self), broadcast_buffers=False)
-        ddp.register_comm_hook(self.traffic, sum_hook)
+        ddp.register_comm_hook(self._bytes.ledger, sum_hook)
         return ddp
-
-    def _make_optimizer(self, optimizer: Union[str, Callable], params: list) -> torch.optim.Optimizer:
-        if callable(optimizer):
-            return optimizer(params, lr=self.lr)
-        if optimizer == "sgd":
-            return torch.optim.SGD(params, lr=self.lr)
-        if optimizer == "adam":
-            return torch.optim.Adam(params, lr=self.lr)
-        raise ModelInputError("optimizer", f"is {optimizer!r}.", f"use one of {OPTIMIZERS} or a factory f(params, lr=...).")
-
-    def _static_edges(self, sig: Any) -> bool:
-        """Whether every snapshot has the same edges and weights (a static graph)."""
-        if not self._uniform:
-            return False
-        ec = sig.edges_per_snapshot
-        if not bool((ec == ec[0]).all()):
-            return False
-        E, T = int(ec[0]), sig.num_snapshots
-        ei, ew = sig.edge_index.view(2, T, E), None if sig.edge_weight is None else sig.edge_weight.view(T, E)
-        c = max(1, (1 << 22) // max(1, E))  # snapshots per comparison: no T x E temporary
-        for t in range(0, T, c):
-            if not bool((ei[:, t:t + c] == ei[:, :1]).all()):
-                return False
-            if ew is not None and not bool((ew[t:t + c] == ew[:1]).all()):
-                return False
-        return not self._edge_fields
 
     # ------------------------------------------------------------------ batches
     def batches(self, epoch: Optional[int] = None) -> list:
@@ -452,103 +474,31 @@ class WindowTrainer:
         g = torch.Generator().manual_seed(self.seed + e) if self.shuffle else None
         return block_batches(self.view.split("train"), self.batch_size, self.blocks, self.shuffle, g)
 
-    def _gather(self, rows: Tensor, ts: list) -> Tensor:
-        """The rows of snapshots ``ts`` of a per-vertex-time-node tensor, concatenated."""
-        ts = self._loc(ts)
-        if self._uniform:
-            n = self._node_ptr[1]
-            idx = torch.tensor(ts, device=self.device)
-            return rows.view(-1, n, *rows.shape[1:]).index_select(0, idx).reshape(len(ts) * n, *rows.shape[1:])
-        return torch.cat([rows[self._node_ptr[t]:self._node_ptr[t + 1]] for t in ts])
-
-    def _union(self, ts: list) -> tuple:
-        """``x, edge_index, edge_weight, edge_fields, rows`` of the disjoint
-        union of snapshots ``ts`` (``rows``: the state rows, changing vertex
-        sets only)."""
-        B = len(ts)
-        x = self._gather(self._x, ts)
-        ts = self._loc(ts)
-        if self._static:
-            key = B
-            if key not in self._union_cache:
-                E, n = self._edge_ptr[1], self._node_ptr[1]
-                off = (torch.arange(B, device=self.device) * n).repeat_interleave(E)
-                ei = self._ei[:, :E].repeat(1, B) + off
-                ew = None if self._ew is None else self._ew[:E].repeat(B)
-                self._union_cache = {key: (ei, ew)}
-            ei, ew = self._union_cache[key]
-            ef: dict = {}
-        else:
-            eis, ews, off = [], [], 0
-            efs: dict = {k: [] for k in self._ef}
-            for t in ts:
-                a, b = self._edge_ptr[t], self._edge_ptr[t + 1]
-                eis.append(self._ei[:, a:b] + off)
-                if self._ew is not None:
-                    ews.append(self._ew[a:b])
-                for k, v in self._ef.items():
-                    efs[k].append(v[a:b])
-                off += self._node_ptr[t + 1] - self._node_ptr[t]
-            ei = torch.cat(eis, 1)
-            ew = torch.cat(ews) if self._ew is not None else None
-            ef = {k: torch.cat(v) for k, v in efs.items()}
-        rows = None
-        if not self._fixed:
-            rows = torch.cat([self._node_id[self._node_ptr[t]:self._node_ptr[t + 1]] + b * self._V
-                              for b, t in enumerate(ts)])
-        return x, ei, ew, ef, rows
-
-    def _union_loops(self, ts: list) -> Tensor:
-        """Host ``[L]`` positions of the self-loops in the edge list of
-        :meth:`_union` of snapshots ``ts`` (host data: a normalization of the
-        union that is told where they are reads nothing back,
-        :mod:`~pyg_dynscale.nn.graph_norm`)."""
-        loops = self._loops
-        if loops.numel() == 0:
-            return loops
-        ts = self._loc(ts)
-        if self._static:  # B copies of the first snapshot's edges
-            E = self._edge_ptr[1]
-            if self._first_loops is None:  # once: the storage holds every snapshot's copy of them
-                self._first_loops = loops[loops < E]
-            return (torch.arange(len(ts)).unsqueeze(1) * E + self._first_loops.unsqueeze(0)).flatten()
-        if self._loop_ptr is None:  # per storage snapshot, its range of ``loops`` (sorted positions)
-            self._loop_ptr = torch.searchsorted(loops, self._eptr)
-        t = torch.tensor(ts, dtype=torch.long)
-        eptr = self._eptr
-        ec = eptr[t + 1] - eptr[t]
-        lo, cnt = self._loop_ptr[t], self._loop_ptr[t + 1] - self._loop_ptr[t]
-        total = int(cnt.sum())
-        first = torch.cumsum(cnt, 0) - cnt
-        # snapshot b's loops at lo_b .. lo_b + cnt_b - 1, moved from its storage edges to its union edges
-        at = torch.repeat_interleave(lo - first, cnt, output_size=total) + torch.arange(total)
-        shift = torch.cumsum(ec, 0) - ec - eptr[t]
-        return loops[at] + torch.repeat_interleave(shift, cnt, output_size=total)
-
     def _reuse_graph(self, B: int, ts: list, ei: Tensor, n: int, ew: Optional[Tensor]) -> tuple:
         """The normalized batch-step graph (snapshots ``ts``) for reuse: once per
         batch size on a static graph, once per step otherwise; no value is read
         back (the union's self-loops are known on the host)."""
-        if self._static:
+        if self.store.static:
             key = ("reuse", B)
-            if self._reuse_cache.get("key") != key:
-                graph = self._reuse.normalize(ei, n, ew, self.dtype, self._union_loops(ts))
-                self._reuse_cache = {"key": key, "graph": graph}
-            return self._reuse_cache["graph"]
-        return self._reuse.normalize(ei, n, ew, self.dtype, self._union_loops(ts))
+            if self._reuse_graph_cache.get("key") != key:
+                graph = self.reuse_impl.normalize(ei, n, ew, self.dtype, self.store.union_loops(ts))
+                self._reuse_graph_cache = {"key": key, "graph": graph}
+            return self._reuse_graph_cache["graph"]
+        return self.reuse_impl.normalize(ei, n, ew, self.dtype, self.store.union_loops(ts))
 
     def _sequence_outputs(self, starts: list) -> Tensor:
         """PyGT's ``BatchedDCRNN`` on the batch: ``X [B, L, N, F]`` gathered from
         the storage (one copy per batch, as PyGT's ``IndexDataset`` batch),
         output steps ``L-H .. L-1`` as rows ordered (step, window, node)."""
-        L, H, n = self.view.lags, self.view.horizon, self._node_ptr[1]
-        idx = torch.tensor(self._loc([s + j for s in starts for j in range(L)]), device=self.device)
-        feat = self._x.view(-1, n, *self._x.shape[1:]).index_select(0, idx)
+        st = self.store
+        L, H, n = self.view.lags, self.view.horizon, st.snapshot_rows
+        idx = torch.tensor(st.positions([s + j for s in starts for j in range(L)]), device=self.device)
+        feat = st.x.view(-1, n, *st.x.shape[1:]).index_select(0, idx)
         X = feat.reshape(len(starts), L, n, -1)
-        E = self._edge_ptr[1]
-        ew = self._ew[:E] if self._ew is not None else X.new_ones(E)
+        ei, ew = st.first_graph()
+        ew = ew if ew is not None else X.new_ones(ei.shape[1])
         with default_dtype(X.dtype):
-            out = self.model(X, self._ei[:, :E], ew)
+            out = self.model(X, ei, ew)
         return out[:, L - H:].transpose(0, 1).reshape(H * len(starts) * n, *out.shape[3:])
 
     def _predict(self, wins: Tensor) -> tuple:
@@ -556,112 +506,82 @@ class WindowTrainer:
         starts = self.view.starts.index_select(0, wins).tolist()
         B, L = len(starts), self.view.lags
         if self.sequence_model:
-            return self._finish(starts, self._sequence_outputs(starts))
-        if self._window_runner is not None:
-            return self._finish(starts, self._window_runner.outputs(starts))
+            return self.finish(starts, self._sequence_outputs(starts))
+        if self.window_runner is not None:
+            return self.finish(starts, self.window_runner.outputs(starts))
         widths = self.model.state_widths
-        if self._cache is not None:
-            self._cache.begin_batch(starts)
+        if self.cache is not None:
+            self.cache.begin_batch(starts)
+        st = self.store
         states: Optional[tuple] = None
-        store: Optional[tuple] = None
+        held: Optional[tuple] = None
         H = self.view.horizon
         y = None
         outs: list = []
         for j in range(L):
             ts = [s + j for s in starts]
-            x, ei, ew, ef, rows = self._union(ts)
+            x, ei, ew, ef, rows = st.union(ts)
             n = x.shape[0]
-            if self._fixed:
-                st = states if states is not None else tuple(x.new_zeros(n, w) for w in widths)
+            if st.fixed:
+                state = states if states is not None else tuple(x.new_zeros(n, w) for w in widths)
             else:
-                if store is None:
-                    store = tuple(x.new_zeros(B * self._V, w) for w in widths)
-                st = tuple(s.index_select(0, rows) for s in store)
+                if held is None:
+                    held = tuple(x.new_zeros(B * st.num_vertices, w) for w in widths)
+                state = tuple(s.index_select(0, rows) for s in held)
             if n == 0:
                 y = x.new_zeros((0,) + tuple(self.model.output_shape))
             else:
-                if self._reuse is not None:
-                    y, new = self._cache.step(j, ts, self._reuse_graph(B, ts, ei, n, ew), st)
+                if self.reuse_impl is not None:
+                    y, new = self.cache.step(j, ts, self._reuse_graph(B, ts, ei, n, ew), state)
                 else:
-                    y, new = self.model.step(x, ei, ew, st, ef)
-                if self._fixed:
+                    y, new = self.model.step(x, ei, ew, state, ef)
+                if st.fixed:
                     states = tuple(new)
                 else:
-                    store = tuple(s.index_copy(0, rows, h) for s, h in zip(store, new))
+                    held = tuple(s.index_copy(0, rows, h) for s, h in zip(held, new))
             if j >= L - H:
                 outs.append(y)
         # target step k (snapshot e_w + k) is predicted by the output at window step L - H + k
         if self._seq2seq is not None:  # the decoder runs on from the encoder's final state
-            return self._finish(starts, self._seq2seq.decode(self, starts, states), head=False)
-        return self._finish(starts, torch.cat(outs) if H > 1 else outs[0])
+            return self.finish(starts, self._seq2seq.decode(self, starts, states), head=False)
+        return self.finish(starts, torch.cat(outs) if H > 1 else outs[0])
 
-    def _finish(self, starts: list, y: Tensor, head: bool = True) -> tuple:
-        """Head, target rows, window of each row (on the device) and rows per
-        window (``[B]``, a host tensor: the row counts are host data, so
-        nothing sized by them waits for the device) of output rows ``y``
-        ordered (horizon step, window, node)."""
+    def finish(self, starts: list, y: Tensor, head: bool = True) -> tuple:
+        """``(prediction rows, target rows, [n] window of each row, [B] rows per
+        window)`` of output rows ``y`` ordered (horizon step, window, node) of
+        the windows starting at ``starts``: the head applied (``head``), the
+        rows per window a host tensor (the row counts are host data, so
+        nothing sized by them waits for the device)."""
+        st = self.store
         B, L, H = len(starts), self.view.lags, self.view.horizon
         pred = self.head(y) if head and self.head is not None else y
-        self._check_widths(pred)
-        targets = [[s + L - 1 + k for s in starts] for k in range(H)]
-        targets = [self._loc(tk) for tk in targets]
-        flat = [t for tk in targets for t in tk]
+        check_widths(pred, st.y, self.loss_kind)
+        flat = [t for k in range(H) for t in st.positions([s + L - 1 + k for s in starts])]
         # rows of each (horizon step, window): from the host offsets
-        rows = [self._node_ptr[t + 1] - self._node_ptr[t] for t in flat]
-        if self._uniform:
-            nn_ = self._node_ptr[1]
+        rows = [st.node_ptr[t + 1] - st.node_ptr[t] for t in flat]
+        if st.uniform:
+            nn_ = st.snapshot_rows
             idx = torch.tensor(flat, device=self.device)
-            tgt = self._y.view(-1, nn_, *self._y.shape[1:]).index_select(0, idx).reshape(-1, *self._y.shape[1:])
+            tgt = st.y.view(-1, nn_, *st.y.shape[1:]).index_select(0, idx).reshape(-1, *st.y.shape[1:])
         else:
-            tgt = torch.cat([self._y[self._node_ptr[t]:self._node_ptr[t + 1]] for t in flat])
+            tgt = torch.cat([st.y[st.node_ptr[t]:st.node_ptr[t + 1]] for t in flat])
         win = torch.arange(B, device=self.device).repeat(H)
-        if self._uniform:
-            seg = win.repeat_interleave(self._node_ptr[1])
+        if st.uniform:
+            seg = win.repeat_interleave(st.snapshot_rows)
         else:
             seg = win.repeat_interleave(torch.tensor(rows, device=self.device), output_size=sum(rows))
         counts = torch.tensor(rows, dtype=torch.long).view(H, B).sum(0)
         return pred, tgt.to(self.device), seg, counts
 
-    def _check_widths(self, pred: Tensor) -> None:
-        """A prediction row must have the target's width (``ce``: one score per class)."""
-        y = self._y
-        if self.loss_kind == "ce":
-            ok = pred.dim() == 2 and y.dim() == 1
-        else:
-            p = pred.shape[1:]
-            if len(p) == 1 and p[0] == 1 and y.dim() == 1:
-                p = torch.Size([])
-            ok = p == y.shape[1:]
-        if not ok:
-            raise ModelInputError(
-                "head", f"the prediction rows have shape {list(pred.shape[1:])} but the target rows "
-                f"{list(y.shape[1:])} (loss={self.loss_kind!r}).",
-                "pass head=torch.nn.Linear(<the model's output width>, <the target's width>) (ce: the number of classes).")
-
-    @staticmethod
-    def _window_mean(per: Tensor, seg: Tensor, counts: Tensor) -> tuple:
-        """Per-window mean of row values (``seg``: window of each row;
-        ``counts``: rows per window, a host tensor) over the windows with rows,
-        and their mask (host). The windows kept are chosen on the host: no
-        boolean mask of a device tensor (whose size the host would wait for)."""
-        sums = per.new_zeros(counts.numel()).index_add_(0, seg, per)
-        has = counts > 0
-        if bool(has.all()):
-            return sums / counts.to(per.device, per.dtype), has
-        keep = has.nonzero().flatten()
-        return sums.index_select(0, keep.to(per.device)) / counts[keep].to(per.device, per.dtype), has
-
     def batch_loss(self, wins: Tensor) -> Tensor:
         r""":math:`\mathcal{L}_{\mathcal{B}}` of the windows ``wins`` (differentiable)."""
         pred, tgt, seg, counts = self._predict(wins)
-        if pred.dim() == 2 and pred.shape[1] == 1 and tgt.dim() == 1 and self.loss_kind != "ce":
-            pred = pred.squeeze(1)
-        per = row_losses(self.loss_kind, pred, tgt)
-        means, _ = self._window_mean(per, seg, counts)
+        per = row_losses(self.loss_kind, aligned(pred, tgt, self.loss_kind), tgt)
+        means, _ = window_mean(per, seg, counts)
         return means.mean() if means.numel() else per.sum() * 0.0
 
-    # ------------------------------------------------------------------ public
-    def _windows_with_rows(self, wins: Tensor) -> int:
+    # ------------------------------------------------------------------ steps under a process group
+    def windows_with_rows(self, wins: Tensor) -> int:
         """How many of ``wins`` have target rows (known on every rank: the data is there)."""
         L, H = self.view.lags, self.view.horizon
         n = 0
@@ -683,33 +603,29 @@ class WindowTrainer:
         if nodes is not None:
             return self._node_batches.window_terms(wins, nodes).sum() / total + zero
         pred, tgt, seg, counts = self._predict(wins)
-        if pred.dim() == 2 and pred.shape[1] == 1 and tgt.dim() == 1 and self.loss_kind != "ce":
-            pred = pred.squeeze(1)
-        means, _ = self._window_mean(row_losses(self.loss_kind, pred, tgt), seg, counts)
+        means, _ = window_mean(row_losses(self.loss_kind, aligned(pred, tgt, self.loss_kind), tgt), seg, counts)
         return means.sum() / total + zero
 
-    def _step_distributed(self, parts: list, nodes: Optional[Tensor] = None, total: Optional[int] = None) -> Tensor:
+    def distributed_step(self, parts: list, nodes: Optional[Tensor] = None, total: Optional[int] = None) -> Tensor:
         r"""One global batch under a process group: this rank's blocks' windows,
         its share of the batch loss through ``DistributedDataParallel`` (whose
         comm hook sums the gradients) (``nodes``, ``total``: a node batch and
         its windows with target rows). Returns the share, ``[1]`` float64 on
-        the device: :meth:`_read_losses` sums the shares of an epoch's steps
+        the device: :meth:`read_losses` sums the shares of an epoch's steps
         over the ranks with one all-reduce."""
         mine = [parts[b] for b in self.my_blocks if parts[b].numel()]
-        total = self._windows_with_rows(torch.cat(parts)) if total is None else total
+        total = self.windows_with_rows(torch.cat(parts)) if total is None else total
         self.optimizer.zero_grad()
         share = self._ddp(torch.cat(mine) if mine else None, total, nodes)
         share.backward()
         self.optimizer.step()
-        value = share.detach().reshape(1).to(torch.float64)
-        self.traffic.loss += value.numel() * value.element_size()
-        self.traffic.steps += 1
-        return value
+        self._bytes.steps += 1
+        return share.detach().reshape(1).to(torch.float64)
 
-    def _read_losses(self, values: list) -> list:
+    def read_losses(self, values: list) -> list:
         """The batch losses of an epoch as floats, from its steps' losses kept on
         the device (one ``[]`` tensor per step; under a process group the
-        ``[1]`` float64 shares of :meth:`_step_distributed`, summed over the
+        ``[1]`` float64 shares of :meth:`distributed_step`, summed over the
         ranks by one all-reduce of the user's group: the same floats on every
         rank). The one host read-back of the epoch: a step never waits for
         the device to report its loss."""
@@ -719,17 +635,28 @@ class WindowTrainer:
             import torch.distributed as dist
 
             buf = torch.cat(values)
+            self._bytes.ledger.add_tensor("loss", buf)
             dist.all_reduce(buf)
             return buf.tolist()
         return torch.stack(values).tolist()
+
+    # ------------------------------------------------------------------ the surface
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ModelInputError("trainer", "is closed.", "build a new WindowTrainer.")
 
     def train_epoch(self) -> float:
         """One epoch over the training windows: one optimizer step per global
         batch. Returns the mean batch loss (the same float on every rank).
         With ``node_batch_size``: one step per (node batch, global batch),
         :meth:`NodeBatches.train_epoch <pyg_dynscale.windows.node_batches.NodeBatches.train_epoch>`."""
+        self._check_open()
+        self._bytes.begin_epoch()
         if self._node_batches is not None:
-            return self._node_batches.train_epoch()
+            loss = self._node_batches.train_epoch()
+            plan = self._node_batches.last_plan
+            self._bytes.end_epoch(plan["steps"], plan["pairs"] if self.world_size > 1 else 0)
+            return loss
         self.model.train()
         if self.head is not None:
             self.head.train()
@@ -738,13 +665,13 @@ class WindowTrainer:
         nb = 0
         values: list = []
         e = self.epoch
-        if self._cache is not None:
-            self._cache.plan_epoch(planned_batches(self, e), planned_batches(self, e + 1))
+        if self.cache is not None:
+            self.cache.plan_epoch(planned_batches(self, e), planned_batches(self, e + 1))
         g = torch.Generator().manual_seed(self.seed + e) if self.shuffle else None
         for parts in block_batch_parts(self.view.split("train"), self.batch_size, self.blocks, self.shuffle, g):
-            self._batch_index = nb  # the global batch's teacher-forcing draws (windows/decoder.py)
+            self.batch_index = nb  # the global batch's teacher-forcing draws (windows/decoder.py)
             if self.world_size > 1:
-                values.append(self._step_distributed(parts))
+                values.append(self.distributed_step(parts))
             else:
                 self.optimizer.zero_grad()
                 loss = self.batch_loss(torch.cat(parts))
@@ -752,75 +679,27 @@ class WindowTrainer:
                 self.optimizer.step()
                 values.append(loss.detach())  # read once, at the epoch's end
             nb += 1
-        self.batch_losses = self._read_losses(values)
+        self.batch_losses = self.read_losses(values)
         self.epoch += 1
+        self._bytes.end_epoch(nb)
         total = 0.0
         for value in self.batch_losses:
             total += value
         return total / max(nb, 1)
 
-    # ---- checkpoints (pyg-dynscale train --windows --checkpoint-dir / --resume)
-    @property
-    def modules(self) -> torch.nn.ModuleDict:
-        """The trained modules in one container (``model``, ``head`` and ``decoder`` if any): their FQNs
-        name the optimizer's state in :meth:`state_dict` and in a checkpoint."""
-        mods = {"model": self.model}
-        if self.head is not None:
-            mods["head"] = self.head
-        if self.decoder is not None:
-            mods["decoder"] = self.decoder
-        return torch.nn.ModuleDict(mods)
-
-    def progress_state(self) -> dict:
-        """What a resumed run needs besides modules and optimizer, at an epoch boundary, as
-        ``{key: Tensor}`` (this rank's keys ``rank<r>/...``): the epoch counter (the shuffle and the
-        teacher-forcing draws are seeded from ``seed`` and it), the global random state (a model's
-        dropout draws from it) and the byte counters."""
-        t = self.traffic
-        return {f"rank{self.rank}/epoch": torch.tensor(self.epoch, dtype=torch.long),
-                f"rank{self.rank}/rng": torch.get_rng_state(),
-                f"rank{self.rank}/traffic": torch.tensor([t.features, t.gradients, t.loss, t.metrics, t.setup,
-                                                          t.steps], dtype=torch.long)}
-
-    def load_progress_state(self, state: dict) -> None:
-        """Restore :meth:`progress_state` (modules and optimizer are restored separately)."""
-        r = self.rank
-        for key in (f"rank{r}/epoch", f"rank{r}/rng", f"rank{r}/traffic"):
-            if key not in state:
-                raise ModelInputError("state", f"lacks {key!r}.", "give what WindowTrainer.progress_state() "
-                                      "returned on a trainer with the same world size.")
-        self.epoch = int(state[f"rank{r}/epoch"])
-        torch.set_rng_state(state[f"rank{r}/rng"].cpu())
-        t = self.traffic
-        t.features, t.gradients, t.loss, t.metrics, t.setup, t.steps = (int(v) for v in state[f"rank{r}/traffic"])
-
-    def state_dict(self) -> dict:
-        """``{"modules", "optimizer", "progress"}``: what :meth:`load_state_dict` needs to go on
-        at an epoch boundary bit for bit (references, as torch's)."""
-        return {"modules": self.modules.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "progress": self.progress_state()}
-
-    def load_state_dict(self, state: dict) -> None:
-        """Restore :meth:`state_dict` (of a trainer built with the same model, data and settings)."""
-        for key in ("modules", "optimizer", "progress"):
-            if key not in state:
-                raise ModelInputError("state", f"lacks {key!r}.", "give what WindowTrainer.state_dict() returned.")
-        self.modules.load_state_dict(state["modules"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.load_progress_state(state["progress"])
-    # ---- end of checkpoints
-
     @torch.no_grad()
-    def evaluate(self, split: str = "test") -> dict:
-        r"""Metrics of the windows of ``split`` (in order, ``batch_size`` at a
-        time), each the mean over windows of the mean over the window's
-        target rows: ``{"mse", "mae", "rmse"}`` with
-        :math:`\text{rmse} = \sqrt{\text{mse}}` (``loss="ce"``:
-        ``{"ce", "accuracy"}``). Under a process group each rank computes its
-        part of the split (its blocks for ``"train"``, a consecutive
-        :math:`1/R` of ``"val"`` / ``"test"``: the windows whose snapshots it
-        holds) and one all-reduce sums the sums: the same numbers on every
-        rank."""
+    def evaluate(self, split: str = "test") -> Metrics:
+        r"""Metrics of the windows of ``split`` (``"train"``, ``"val"`` or
+        ``"test"``; in order, ``batch_size`` at a time), each the mean over
+        windows of the mean over the window's target rows: ``{"loss", "mse",
+        "mae", "rmse"}`` with :math:`\text{rmse} = \sqrt{\text{mse}}` and
+        ``loss`` the training loss function's value (``loss="mae"``: the
+        MAE); ``loss="ce"``: ``{"loss", "ce", "accuracy"}``. Under a process
+        group each rank computes its part of the split (its blocks for
+        ``"train"``, a consecutive :math:`1/R` of ``"val"`` / ``"test"``: the
+        windows whose snapshots it holds) and one all-reduce sums the sums:
+        the same numbers on every rank (a collective: call it on every rank)."""
+        self._check_open()
         wins = self.view.split(split)
         if wins.numel() == 0:
             raise ModelInputError("split", f"'{split}' has no windows.", "use another split or change ratio.")
@@ -833,28 +712,61 @@ class WindowTrainer:
         with eval_mode(self.model, self.head, self.decoder):
             for a in range(0, int(wins.numel()), self.batch_size):
                 pred, tgt, seg, counts = predict(wins[a:a + self.batch_size])
-                if self.loss_kind != "ce" and pred.dim() == 2 and pred.shape[1] == 1 and tgt.dim() == 1:
-                    pred = pred.squeeze(1)
+                pred = aligned(pred, tgt, self.loss_kind)
                 for kind in kinds:
                     if kind == "accuracy":
                         per = (pred.argmax(-1) == tgt.long()).to(pred.dtype)
                     else:
                         per = row_losses(kind, pred, tgt)
-                    m, has = self._window_mean(per, seg, counts)
+                    m, has = window_mean(per, seg, counts)
                     sums[kind] = sums[kind] + m.sum().to(torch.float64)
                 k += int(has.sum())  # a host mask
         buf = torch.stack([*sums.values(), torch.tensor(float(k), dtype=torch.float64, device=self.device)])
         if self.world_size > 1:
             import torch.distributed as dist
 
-            self.traffic.metrics += buf.numel() * buf.element_size()
+            self._bytes.ledger.add_tensor("metrics", buf)
             dist.all_reduce(buf)
         values = buf.tolist()
         sums, k = dict(zip(kinds, values[:-1])), int(values[-1])
         out = {kind: v / max(k, 1) for kind, v in sums.items()}
         if "mse" in out:
             out["rmse"] = out["mse"] ** 0.5
-        return out
+        return Metrics(loss=out[self.loss_kind], **out)
+
+    def _traffic_report(self) -> TrafficReport:
+        """:meth:`traffic`'s report (module :mod:`~pyg_dynscale.windows.epoch_bytes`)."""
+        all_reduce = None
+        if self.world_size > 1:
+            import torch.distributed as dist
+
+            group = host_group(None)
+            all_reduce = lambda t: dist.all_reduce(t, group=group)  # noqa: E731 - host integers over gloo
+        param_bytes = sum(p.numel() * p.element_size() for p in self._params if p.requires_grad)
+        return self._bytes.report(param_bytes, self.world_size, all_reduce)
+
+    @property
+    def traffic(self) -> TrafficAccessor:
+        r"""``trainer.traffic()``: the last training epoch's bytes over all ranks
+        (a :class:`~pyg_dynscale.training.TrafficReport`; under a process
+        group a collective over the host group: call it on every rank).
+        ``report["measured"]`` -- the bytes each rank handed to the
+        collectives, counted where they are issued (DDP's comm hook, the loss
+        and count all-reduces), summed over the ranks, by kind
+        (``features``, ``gradients``, ``loss``, ``metrics``, ``setup``) with
+        ``total``; ``report["predicted"]`` -- what the window arithmetic
+        predicts for the epoch: the planned optimizer steps :math:`K` times
+        the trained parameters' bytes :math:`P` per rank for ``gradients``
+        (DDP's buckets hold each gradient once), :math:`8K` per rank for
+        ``loss`` (plus 8 per node-batch pair), 0 for ``features`` (every
+        window is computed where its snapshots are:
+        :func:`~pyg_dynscale.windows.placement_costs.placement_bytes`'s figure
+        for the blocks and replicated placements); ``steps`` (:math:`K`),
+        ``ranks`` and ``totals`` (this rank's running totals since
+        construction, ``setup`` and ``metrics`` included). One process: every
+        figure is 0. Reading the old attributes (``trainer.traffic.gradients``,
+        ``.as_dict()``) is deprecated."""
+        return TrafficAccessor(self._traffic_report, self._bytes.counts)
 
     def cache_stats(self) -> Optional[dict]:
         """ReInc's two-level cache counts (:mod:`~pyg_dynscale.windows.cache`):
@@ -862,14 +774,82 @@ class WindowTrainer:
         expired, held_bytes, peak_bytes, bound_bytes, ...}, "local": {accesses,
         hits, misses, hit_rate, peak_bytes} or None}``, cumulative since
         construction; ``None`` without reuse."""
-        return None if self._cache is None else self._cache.stats()
+        return None if self.cache is None else self.cache.stats()
 
-    def close(self) -> None:
+    # ------------------------------------------------------------------ state
+    @property
+    def modules(self) -> torch.nn.ModuleDict:
+        """The trained modules in one container (``model``, ``head`` and ``decoder`` if any): their FQNs
+        name the optimizer's state in :meth:`state_dict` and in a checkpoint."""
+        mods = {"model": self.model}
+        if self.head is not None:
+            mods["head"] = self.head
+        if self.decoder is not None:
+            mods["decoder"] = self.decoder
+        return torch.nn.ModuleDict(mods)
+
+    def _progress(self) -> dict:
+        r = self.rank
+        out = {f"rank{r}/epoch": torch.tensor(self.epoch, dtype=torch.long),
+               f"rank{r}/rng": torch.get_rng_state(), f"rank{r}/traffic": self._bytes.state()}
+        if self.device.type == "cuda":
+            out[f"rank{r}/cuda_rng"] = torch.cuda.get_rng_state(self.device)
+        return out
+
+    def _load_progress(self, state: dict) -> None:
+        r = self.rank
+        keys = [f"rank{r}/epoch", f"rank{r}/rng", f"rank{r}/traffic"]
+        if self.device.type == "cuda":
+            keys.append(f"rank{r}/cuda_rng")
+        for key in keys:
+            if key not in state:
+                raise ModelInputError("state", f"lacks {key!r}.", "give what WindowTrainer.state_dict() returned "
+                                      "on a trainer with the same world size and device type.")
+        self.epoch = int(state[f"rank{r}/epoch"])
+        torch.set_rng_state(state[f"rank{r}/rng"].cpu())
+        if self.device.type == "cuda":
+            torch.cuda.set_rng_state(state[f"rank{r}/cuda_rng"].cpu(), self.device)
+        self._bytes.load_state(state[f"rank{r}/traffic"])
+
+    def progress_state(self) -> dict:
+        """Deprecated: ``state_dict()["progress"]``."""
+        warnings.warn("WindowTrainer.progress_state() is deprecated: use state_dict()['progress'] (and "
+                      "load_state_dict()).", DeprecationWarning, stacklevel=2)
+        return self._progress()
+
+    def load_progress_state(self, state: dict) -> None:
+        """Deprecated: :meth:`load_state_dict`."""
+        warnings.warn("WindowTrainer.load_progress_state() is deprecated: use load_state_dict().",
+                      DeprecationWarning, stacklevel=2)
+        self._load_progress(state)
+
+    def state_dict(self) -> dict:
+        r"""``{"modules", "optimizer", "progress"}``: what :meth:`load_state_dict`
+        needs to go on at an epoch boundary bit for bit (references, as
+        torch's). ``progress`` holds ``{key: Tensor}`` with this rank's keys
+        ``rank<r>/...``: the epoch counter (the shuffle and the
+        teacher-forcing draws are seeded from ``seed`` and it), torch's global
+        random state (a model's dropout draws from it; ``cuda_rng`` on a GPU)
+        and the byte counters. The ReInc cache holds parameter-free values,
+        the same whether computed or held: it is not part of the state."""
+        return {"modules": self.modules.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "progress": self._progress()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict` (of a trainer built with the same model, data and settings)."""
+        for key in ("modules", "optimizer", "progress"):
+            if key not in state:
+                raise ModelInputError("state", f"lacks {key!r}.", "give what WindowTrainer.state_dict() returned.")
+        self.modules.load_state_dict(state["modules"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self._load_progress(state["progress"])
+
+    def _release(self) -> None:
         """Release the ``DistributedDataParallel`` wrapper (its reducer and the
         threads it holds) now, while the process group exists; the trainer has
         reference cycles, so without this the wrapper would go at a later garbage
         collection, possibly after ``destroy_process_group`` or during interpreter
-        shutdown (a C++ abort at exit). The trainer cannot train afterwards."""
+        shutdown (a C++ abort at exit)."""
         self._ddp = None
         gc.collect()
 
@@ -877,6 +857,22 @@ class WindowTrainer:
         name = type(self.model).__name__ if (self.sequence_model or self.window_model) else self.model.spec.name
         return (f"WindowTrainer(model={name}, {self.view!r}, batch_size={self.batch_size}, "
                 f"blocks={self.blocks}, loss={self.loss_kind!r}, reuse={self.reuse})")
+
+
+def _place(model: torch.nn.Module, head: Optional[torch.nn.Module], decoder: Any, device: Any,
+           signal: Any) -> torch.device:
+    """The trainer's device: ``device`` (the modules moved there) or where the model's parameters are."""
+    if device is not None:
+        device = torch.device(device)
+        for m in (model, head, decoder):
+            if isinstance(m, torch.nn.Module):
+                m.to(device)
+        return device
+    fl = [p for m in (model, head) if m is not None for p in m.parameters() if p.is_floating_point()]
+    if fl:
+        return fl[0].device
+    x = getattr(signal, "x", None)
+    return x.device if isinstance(x, Tensor) else torch.device("cpu")
 
 
 class _RankShare(torch.nn.Module):
@@ -895,3 +891,7 @@ class _RankShare(torch.nn.Module):
 
     def forward(self, wins: Optional[Tensor], total: int, nodes: Optional[Tensor] = None) -> Tensor:
         return self._share()(wins, total, nodes)
+
+
+#: the defaults of the options that were positional (an option given positionally and by keyword is a TypeError)
+_DEFAULTS = {k: p.default for k, p in inspect.signature(WindowTrainer.__init__).parameters.items() if k in _POSITIONAL}

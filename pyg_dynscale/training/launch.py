@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from .groups import bind_device
+from .ranks import bind_device
 
 __all__ = ["spawn", "SpawnError", "free_port"]
 

@@ -1,4 +1,7 @@
-r"""The process groups a trainer needs besides the user's, created the way torch requires, and the device a rank binds.
+r"""Ranks, groups and devices, shared by every trainer family: the process
+groups a trainer needs besides the user's, created the way torch requires; the
+device a rank trains on and binds; the set-up agreement (the same error on
+every rank, :func:`agree`); and host reductions (:func:`slowest_rank_seconds`).
 
 **Groups.** ``torch.distributed.new_group`` must be entered by **every rank of
 the default group, in the same order**, members or not: groups are named by a
@@ -36,18 +39,35 @@ one GPU, which NCCL refuses ("Duplicate GPU detected").
 After ``destroy_process_group`` the groups made here die with it; a new
 default group (a later ``init_process_group``) starts a new set (the default
 group's identity is checked on every call).
+
+**The set-up agreement.** A distributed set-up fails cleanly only if every
+rank fails: a rank that raises while the others enter a collective leaves them
+waiting until the timeout. :func:`agree` is the one ``all_gather`` of a
+trainer's set-up: it carries each rank's local error (then every rank raises:
+its own error, or "failed on rank r") and a summary of what the rank was given
+(then every rank raises if the summaries differ). The agreement and
+:func:`check_one_gpu_per_rank` are object collectives: they run over the
+group's host (gloo) twin (:func:`host_group`), never over NCCL -- an object
+collective over NCCL stages its bytes on ``torch.cuda.current_device()``
+(``cuda:0`` on a rank that has not bound its GPU yet: two ranks on one GPU,
+which NCCL refuses with its own error instead of ours) and reads them back.
+:func:`bind` makes the training GPU current before the first NCCL collective.
 """
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Optional, Union
+import socket
+from typing import Any, Callable, Optional, Sequence, Union
 
 import torch
 import torch.distributed as dist
 
+from ..errors import DynScaleError, ModelInputError
+
 __all__ = ["DEVICE_ONLY_BACKENDS", "DEVICE_BINDERS", "bind_device", "local_cuda_device", "group_backend",
            "backend_names", "moves_host_tensors", "device_backend_type", "group_ranks", "helper_group", "host_group",
-           "world_host_group", "reset_helper_groups"]
+           "world_host_group", "reset_helper_groups", "resolve_device", "bind", "agree", "check_one_gpu_per_rank",
+           "check_gpu_sharing"]
 
 #: backends that move tensors of one device type only -> that device type. Such a group gets a gloo twin for
 #: host values (:func:`host_group`) and never carries an object collective. A third-party device-only
@@ -220,3 +240,93 @@ def reset_helper_groups() -> None:
     _MADE.clear()
     _WORLD_HOST.clear()
     _DEFAULT.clear()
+
+
+# ---- the set-up every trainer makes: its device, and the same error on every rank -------------------
+
+def resolve_device(modules: Sequence[Optional[torch.nn.Module]], device: Union[str, torch.device, None],
+                   group: Optional[Any] = None) -> tuple[torch.device, torch.dtype]:
+    """The training device (default: the parameters') and dtype; the modules
+    must already be there, and a CUDA device must exist."""
+    params = [p for m in modules if m is not None for p in m.parameters()]
+    devs = {p.device for p in params}
+    if len(devs) > 1:
+        raise ModelInputError("model", f"has parameters on several devices {sorted(map(str, devs))}.",
+                              "move the model and the head to one device.")
+    dev = torch.device(device) if device is not None else (next(iter(devs)) if devs else torch.device("cpu"))
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ModelInputError("device", f"is {dev} but torch.cuda.is_available() is False (no GPU, or a "
+                                  f"CPU-only torch build); this process group uses {dist.get_backend(group)}.",
+                                  "train on the CPU (device='cpu') or on a machine with a GPU.")
+        if dev.index is None:
+            dev = torch.device("cuda", torch.cuda.current_device())
+    if devs and next(iter(devs)) != dev:
+        raise ModelInputError("model", f"is on {next(iter(devs))} but training runs on {dev}.",
+                              f"call model.to({str(dev)!r}) (and the head) first.")
+    return dev, (params[0].dtype if params else torch.float32)
+
+
+def bind(device: torch.device) -> None:
+    """Make the training device this process's current device
+    (:func:`bind_device`: ``torch.cuda.set_device`` for a GPU) before
+    any NCCL collective; a device that cannot be bound is a
+    :class:`ModelInputError` (raised before the set-up agreement, which
+    carries it to the other ranks)."""
+    try:
+        bind_device(device)
+    except (RuntimeError, ValueError, AssertionError) as exc:  # torch's errors for a device it cannot select
+        raise ModelInputError("device", f"is {device}, which this process cannot make its current device "
+                              f"({type(exc).__name__}: {exc}).",
+                              "give each rank an existing GPU, cuda:LOCAL_RANK (see torch.cuda.device_count()).") \
+            from exc
+
+
+def agree(error: Optional[DynScaleError], summary: Optional[dict], group: Optional[Any] = None) -> None:
+    """One ``all_gather`` over ``group``'s host group (:func:`host_group`:
+    a world collective when it makes the gloo twin of an NCCL group): raise on
+    every rank if any rank's set-up failed (``error``: this rank's; then
+    ``summary`` is ``None``) or if the ranks' summaries differ."""
+    mine = {"error": None if error is None else f"{type(error).__name__}: {error}", "summary": summary}
+    everyone: list = [None] * dist.get_world_size(group)
+    dist.all_gather_object(everyone, mine, group=host_group(group))
+    if error is not None:
+        raise error
+    failed = [(r, e["error"]) for r, e in enumerate(everyone) if e["error"] is not None]
+    if failed:
+        r, msg = failed[0]
+        raise ModelInputError("set-up", f"failed on rank {r}: {msg}", "fix that rank's arguments; every rank stops.")
+    for key in summary:
+        vals = [e["summary"][key] for e in everyone]
+        if len(set(vals)) > 1:
+            bad = [r for r, v in enumerate(vals) if v != vals[0]]
+            fix = ("put every rank's model on the same kind of device ('cuda:LOCAL_RANK' everywhere, or 'cpu')"
+                   if key in ("device_type", "transport") else
+                   "pass the same signal, partition, model, loss, fusion and dtype on every rank.")
+            raise ModelInputError(key, f"differs between ranks (ranks {bad} disagree with rank 0: "
+                                  f"{vals[bad[0]]!r} vs {vals[0]!r}).", fix)
+
+
+def check_one_gpu_per_rank(device: torch.device, group: Optional[Any] = None) -> None:
+    """NCCL refuses two ranks on one GPU: name the shared GPU on every rank
+    (an ``all_gather`` over ``group``'s host group, before any NCCL
+    collective: NCCL's own error would come first otherwise)."""
+    gpus: list = [None] * dist.get_world_size(group)
+    dist.all_gather_object(gpus, f"{socket.gethostname()}:{device}", group=host_group(group))
+    if len(set(gpus)) < len(gpus):
+        shared = sorted({g for g in gpus if gpus.count(g) > 1})
+        raise ModelInputError("device", f"{shared[0]} is used by ranks "
+                              f"{[r for r, g in enumerate(gpus) if g == shared[0]]}; NCCL needs one GPU per rank.",
+                              "give each rank cuda:LOCAL_RANK, or share the GPU through a gloo group "
+                              "(backend='staged', chosen automatically over gloo).")
+
+
+def check_gpu_sharing(device: torch.device, group: Optional[Any] = None) -> None:
+    """:func:`check_one_gpu_per_rank` where it matters: a GPU device on a
+    backend that runs its collectives on that GPU (NCCL). Every trainer calls it
+    after binding the device and before its first device collective, so two
+    ranks on one GPU get this message on every rank, not NCCL's own error from
+    inside the first collective. (Over gloo several ranks may share a GPU: the
+    staged exchange.)"""
+    if device.type != "cpu" and device_backend_type(group_backend(group)) == device.type:
+        check_one_gpu_per_rank(device, group)
