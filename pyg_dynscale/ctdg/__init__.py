@@ -8,19 +8,23 @@ GNNs: PyG's ``TemporalData``, ``TGNMemory`` and ``examples/tgn.py`` trained by
 
     data = load_jodie_csv("wikipedia.csv")                     # TemporalData
     model = TGN(data.num_nodes, data.msg.size(-1), memory_dim=100, time_dim=100, embedding_dim=100)
-    trainer = MemoryTrainer(model, data, batch_size=200, lr=1e-4, num_neighbors=10)
-    loss = trainer.train_epoch()
-    trainer.evaluate("val")                                    # {"ap": ..., "auc": ..., "mrr": ...}
+    with MemoryTrainer(model, data, batch_size=200, lr=1e-4, num_neighbors=10) as trainer:
+        loss = trainer.train_epoch()
+        trainer.evaluate("val")                                # {"loss": ..., "ap": ..., "auc": ..., "mrr": ...}
 
-Built: the data layer (:mod:`.events`), the trainer with DistTGL's
-:math:`i \times j \times k` parallelism (:mod:`.schedule`; one process emulates
-any schedule, :mod:`.parallel` runs it on ``torch.distributed`` processes), the
-static memory and its pre-training, the memory service (:mod:`.service`) and
-the neighbour prefetcher (:mod:`.prefetch`); Sven's partitioned memory
-(``memory_placement="partitioned" | "sven"``, :mod:`.placement`), its
-owner-local id map (:mod:`.owner_map`), the micro-batch pipeline
-(:mod:`.microbatch`) and the delayed gradient all-reduce (:mod:`.parallel`).
-Not built yet (issue 27): the command line.
+The modules: the data layer (:mod:`.events`), the trainer (:mod:`.trainer`) with
+DistTGL's :math:`i \times j \times k` parallelism (:mod:`.schedule`; one process
+emulates any schedule, :mod:`.parallel` runs it on ``torch.distributed``
+processes), the objects that hold its state -- the memory copies
+(:mod:`.memory_copies`), the step context (:mod:`.step_context`), the link
+scores (:mod:`.scoring`), the byte accounting (:mod:`.event_traffic`), the
+checkpointed stream state (:mod:`.stream_checkpoint`) --, the static memory and
+its pre-training, the memory service (:mod:`.service`) and the neighbour
+prefetcher (:mod:`.prefetch`); Sven's partitioned memory
+(``memory_placement="partitioned" | "sven"``, :mod:`.memory_placement`, the
+trainer's side in :mod:`.partitioned_fetch`), its owner-local id map
+(:mod:`.owner_map`), the micro-batch pipeline (:mod:`.microbatch`) and the
+delayed gradient all-reduce (:mod:`.parallel`).
 """
 from .events import (
     check_events,

@@ -3,7 +3,7 @@ r"""Sven's adaptive micro-batch pipelining (§7.3) for ``memory_placement="sven"
 A local batch of events :math:`[a, b)` is split into :math:`n` consecutive
 micro-batches. Micro-batch :math:`m + 1`'s dispatch (the all-to-all that
 fetches the memory rows it reads from their owners,
-:meth:`~pyg_dynscale.ctdg.placement.PartitionedMemory.fetch`) runs on a
+:meth:`~pyg_dynscale.ctdg.memory_placement.PartitionedMemory.fetch`) runs on a
 thread while this thread computes micro-batch :math:`m`'s forward; the two
 use two views of the rank's partitioned store (:func:`table_view`: the same
 owned rows and counters, each its own fetched table), so a fetch never
@@ -122,7 +122,7 @@ def adaptive_micro_batches(events: Sequence[int], nbytes: Sequence[int], seconds
 
 
 def table_view(placement):
-    """A second view of a :class:`~pyg_dynscale.ctdg.placement.PartitionedMemory`: the same owned
+    """A second view of a :class:`~pyg_dynscale.ctdg.memory_placement.PartitionedMemory`: the same owned
     rows, owner map and counters, its own fetched table (``pos``, ``_table``, ``_held``)."""
     view = copy.copy(placement)
     view.pos = torch.full_like(placement.pos, -1)
@@ -171,7 +171,7 @@ class MicroBatchPipeline:
     memory (see the module docstring).
 
     Args:
-        placement: the trainer's :class:`~pyg_dynscale.ctdg.placement.PartitionedMemory`.
+        placement: the trainer's :class:`~pyg_dynscale.ctdg.memory_placement.PartitionedMemory`.
         micro_batches: :math:`n` (an integer >= 2) or ``"auto"``.
         max_micro (int): the largest adaptive :math:`n`.
 
@@ -208,62 +208,70 @@ class MicroBatchPipeline:
         self.n = n
         return n
 
-    def _fetch(self, trainer, view, lb, a: int, b: int, neg: Optional[Tensor]):
+    def _fetch(self, fetch, view, lb, a: int, b: int, neg: Optional[Tensor]):
         """Dispatch micro-batch ``[a, b)`` into ``view`` (every rank, possibly empty); its neighbour lookup."""
-        sent = view.epoch["sent"]
-        before = sent["dispatch"] + sent["requests"]
+        ledger = view.counters.ledger  # bytes handed to the exchanges, counted at the collectives
+        before = ledger["dispatch"] + ledger["requests"]
         t0 = time.perf_counter()
         if a == b:
-            view.fetch(trainer.host.src[:0])
+            view.fetch(fetch.host.src[:0])
             found = None
         else:
             o = lb.batch_start
-            found = trainer._fetch_batch(a, b, neg[lb.negative_set, a - o:b - o], True, placement=view)
+            found = fetch.fetch_batch(a, b, neg[lb.negative_set, a - o:b - o], True, placement=view)
         if self.n is None and a < b:
-            self.samples.append((b - a, sent["dispatch"] + sent["requests"] - before, time.perf_counter() - t0))
+            self.samples.append((b - a, ledger["dispatch"] + ledger["requests"] - before, time.perf_counter() - t0))
         return found
 
-    def share(self, trainer, lb) -> Tensor:
+    def share(self, lb, ctx, fetch, compute, state, batch_size: int, world_size: int,
+              device: torch.device) -> Tensor:
         r"""Trainer ``lb.trainer``'s share of the step loss, :math:`\sum_m \ell_m |m| / (|B_g| j k)`,
-        its micro-batches' dispatches pipelined with their computation; queues one merged write."""
-        ctx = trainer._ctx
-        n = self._count(ctx["iteration"], trainer.batch_size, trainer.world_size, trainer.device)
+        its micro-batches' dispatches pipelined with their computation; queues one merged write.
+
+        Args:
+            lb (LocalBatch): the local batch; ctx (StepContext): the step's context.
+            fetch (PartitionedFetch): the trainer's dispatch (its neighbour lookups, the host stream).
+            compute (callable): ``(micro-batch, negatives, ctx) -> weighted loss`` (the trainer's).
+            state (MemoryState): reads the table of the view being computed.
+            batch_size, world_size, device: of the trainer.
+        """
+        n = self._count(ctx.iteration, batch_size, world_size, device)
         ranges = micro_ranges(lb.start, lb.end, n)
-        neg = ctx["negs"][(lb.memory_copy, lb.position)] if lb.num_events else None
-        for view in self.views:  # counters of this epoch and phase (begin_epoch replaces the dict), its groups
-            view.epoch, view.phase, view.channel = self.placement.epoch, self.placement.phase, self.placement.channel
-        pending = ctx["pending"].setdefault(lb.memory_copy, [])
-        spans = ctx["spans"].setdefault(lb.memory_copy, [])
+        neg = ctx.negatives[(lb.memory_copy, lb.position)] if lb.num_events else None
+        for view in self.views:  # the counters are shared (one object); the groups may be set after the copy
+            view.channel = self.placement.channel
+        pending = ctx.pending.setdefault(lb.memory_copy, [])
+        spans = ctx.spans.setdefault(lb.memory_copy, [])
         first = len(pending)
         losses = []
-        found = self._fetch(trainer, self.views[0], lb, *ranges[0], neg)
+        found = self._fetch(fetch, self.views[0], lb, *ranges[0], neg)
         try:
             for m, (a, b) in enumerate(ranges):
                 nxt = None
                 if m + 1 < n:
-                    nxt = BackgroundCall(self._fetch, trainer, self.views[(m + 1) % 2], lb, *ranges[m + 1], neg)
+                    nxt = BackgroundCall(self._fetch, fetch, self.views[(m + 1) % 2], lb, *ranges[m + 1], neg)
                     nxt.start()
                 try:
                     if a < b:
-                        trainer.state.placement = self.views[m % 2]
-                        ctx["lookups"][lb.trainer] = found
+                        state.placement = self.views[m % 2]
+                        ctx.lookups[lb.trainer] = found
                         micro = dataclasses.replace(lb, start=a, end=b)
                         o = lb.batch_start
                         t0 = time.perf_counter()
-                        losses.append(trainer._share_compute(micro, neg[lb.negative_set, a - o:b - o], ctx))
+                        losses.append(compute(micro, neg[lb.negative_set, a - o:b - o], ctx))
                         if self.n is None:
                             self.computes.append((b - a, time.perf_counter() - t0))
                 finally:
                     if nxt is not None:
                         found = nxt.result()
         finally:
-            trainer.state.placement = self.placement
+            state.placement = self.placement
         if len(pending) > first:  # one write per local batch, as with n = 1
             merged = merge_rows(pending[first:])
             del pending[first:], spans[first:]
             pending.append(merged)
             spans.append((lb.start, lb.end))
         if not losses:
-            return torch.zeros((), dtype=torch.float64, device=trainer.device)
+            return torch.zeros((), dtype=torch.float64, device=device)
         return torch.stack(losses).sum() if len(losses) > 1 else losses[0]
 

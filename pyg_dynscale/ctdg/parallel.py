@@ -24,16 +24,16 @@ from __future__ import annotations
 import os
 import warnings
 import weakref
-from dataclasses import dataclass
 from typing import Optional
 
 import torch
 from torch import Tensor
 
-from .placement import pack_rows, unpack_rows
+from ..training.traffic import ByteLedger
+from .memory_placement import pack_rows, unpack_rows
 from .schedule import check_layout
 
-__all__ = ["DelayedGradients", "ShareModule", "Traffic", "delayed_hook", "gather_rows", "local_world_size", "memory_groups",
+__all__ = ["DelayedGradients", "ShareModule", "delayed_hook", "gather_rows", "local_world_size", "memory_groups",
            "sum_hook", "world", "wrap_ddp"]
 
 
@@ -52,35 +52,13 @@ def local_world_size(world_size: int) -> int:
     return int(value) if value else world_size
 
 
-@dataclass
-class Traffic:
-    """Bytes this rank moved, by kind.
-
-    Attributes:
-        memory_read: memory + ``last_update`` rows read for its local batches.
-        memory_write: memory + ``last_update`` rows written into its replica.
-        gather: rows this rank contributed to the write-back all-gathers.
-        gradients: ``DistributedDataParallel``'s gradient all-reduces (buffer bytes once per step).
-        setup: DDP's broadcast of rank 0's parameters.
-    """
-
-    memory_read: int = 0
-    memory_write: int = 0
-    gather: int = 0
-    gradients: int = 0
-    setup: int = 0
-
-    def as_dict(self) -> dict:
-        return {"memory_read": self.memory_read, "memory_write": self.memory_write, "gather": self.gather,
-                "gradients": self.gradients, "setup": self.setup}
-
-
-def sum_hook(traffic, bucket):  # no annotations: DDP accepts only its own types there
-    """A ``DistributedDataParallel`` comm hook: all-reduce (sum) the bucket and count its bytes."""
+def sum_hook(ledger, bucket):  # no annotations: DDP accepts only its own types there
+    """A ``DistributedDataParallel`` comm hook: all-reduce (sum) the bucket, its bytes counted
+    into ``ledger`` (a :class:`~pyg_dynscale.training.ByteLedger`) as ``gradients``."""
     import torch.distributed as dist
 
     buf = bucket.buffer()
-    traffic.gradients += buf.numel() * buf.element_size()
+    ledger.add_tensor("gradients", buf)
     fut = dist.all_reduce(buf, async_op=True).get_future()
     return fut.then(lambda f: f.value()[0])
 
@@ -122,7 +100,7 @@ class DelayedGradients:
 
     def __init__(self, params) -> None:
         self.params = list(params)
-        self.traffic: Optional[Traffic] = None  # set by wrap_ddp
+        self.ledger: Optional[ByteLedger] = None  # set by wrap_ddp
         self.distributed = False
         self.steps = 0  # steps of this epoch so far
         self._previous: dict = {}  # id(param) -> the previous step's summed gradient (None: it had none)
@@ -149,8 +127,8 @@ class DelayedGradients:
 
         self._settle(before=self.steps)  # the previous step's all-reduces: their sums are answered now
         buf = bucket.buffer()
-        self.traffic.gradients += buf.numel() * buf.element_size()
         flat = buf.clone()  # DDP overwrites the bucket with what this hook answers
+        self.ledger.add_tensor("gradients", flat)  # the buffer handed to the all-reduce
         work = dist.all_reduce(flat, async_op=True)
         params = bucket.parameters()
         out = torch.zeros_like(buf)  # step 0: nothing to apply (and step() applies nothing)
@@ -209,20 +187,20 @@ class ShareModule(torch.nn.Module):
         return self._share()(lb)
 
 
-def wrap_ddp(trainer, traffic: Traffic, delayed: Optional[DelayedGradients] = None):
+def wrap_ddp(trainer, ledger: ByteLedger, delayed: Optional[DelayedGradients] = None):
     """``DistributedDataParallel`` around :class:`ShareModule` (rank 0's parameters broadcast), with
-    :func:`sum_hook`, or :func:`delayed_hook` when ``delayed`` is given."""
+    :func:`sum_hook`, or :func:`delayed_hook` when ``delayed`` is given; bytes into ``ledger``."""
     from torch.nn.parallel import DistributedDataParallel
 
-    traffic.setup += sum(p.numel() * p.element_size() for p in trainer.optimizer_params if p.requires_grad)
+    ledger.add("setup", sum(p.numel() * p.element_size() for p in trainer.optimizer_params if p.requires_grad))
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "`broadcast_buffers` is deprecated", FutureWarning)
         # buffers stay rank-local: the memory is the schedule's business, not DDP's
         ddp = DistributedDataParallel(ShareModule(trainer), broadcast_buffers=False)
     if delayed is None:
-        ddp.register_comm_hook(traffic, sum_hook)
+        ddp.register_comm_hook(ledger, sum_hook)
     else:
-        delayed.traffic, delayed.distributed = traffic, True
+        delayed.ledger, delayed.distributed = ledger, True
         ddp.register_comm_hook(delayed, delayed_hook)
     return ddp
 
@@ -244,7 +222,7 @@ def memory_groups(parallelism, world_size: int) -> tuple[tuple[int, int, int], l
 
 
 def gather_rows(group, size: int, n_id: Optional[Tensor], rows: Optional[Tensor], last: Optional[Tensor],
-                width: int, traffic: Traffic, like: Tensor, host_group=None) -> list:
+                width: int, ledger: ByteLedger, like: Tensor, host_group=None) -> list:
     """All-gather ``(n_id [m] on the host, rows [m, d], last_update [m] on the device)`` of the
     ``size`` ranks of ``group`` (``None``: this rank writes nothing). Returns the list in
     group-rank order (entries with ``m = 0`` for ranks that write nothing).
@@ -274,11 +252,12 @@ def gather_rows(group, size: int, n_id: Optional[Tensor], rows: Optional[Tensor]
     packed = pack_rows(rows, last.long())
     padded = packed.new_zeros(m, packed.size(1))
     padded[:mine] = packed
-    traffic.gather += padded.numel() * padded.element_size() + ids.numel() * ids.element_size()
     out = [torch.empty_like(padded) for _ in range(size)]
     out_ids = [torch.empty_like(ids) for _ in range(size)]
     dist.all_gather(out_ids, ids, group=host)
+    ledger.add_tensor("gather", ids)  # what this rank handed to each all_gather
     dist.all_gather(out, padded, group=group)
+    ledger.add_tensor("gather", padded)
     res = []
     for c, p, q in zip(counts, out, out_ids):
         r, t = unpack_rows(p[:c], like.dtype, width)

@@ -64,17 +64,20 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from ..errors import ModelInputError
+from ..errors import ModelInputError, UnsupportedOptionError
+from ..training.traffic import ByteLedger
 from .host import host_copy, host_to_device
 from .owner_map import OwnerMap
 from .store import write_rows
 
-__all__ = ["PLACEMENTS", "AggregatePlan", "Channel", "DispatchPlan", "PartitionedMemory", "check_owner",
+__all__ = ["PLACEMENTS", "AggregatePlan", "Channel", "DispatchPlan", "ExchangeCounters", "PartitionedMemory", "check_owner",
            "pack_rows", "resolve_partition", "unpack_rows"]
 
 #: the ``memory_placement`` values of :class:`~pyg_dynscale.ctdg.MemoryTrainer`
 PLACEMENTS = ("replicated", "partitioned", "sven")
 _METHODS = ("range", "interval", "flexbicut")
+#: the kinds of bytes the exchanges hand to ``all_to_all_single``
+_SENT = ("dispatch", "requests", "aggregation", "counts")
 
 
 def check_owner(owner: object, num_nodes: int, num_parts: int) -> Tensor:
@@ -101,8 +104,9 @@ def resolve_partition(partition, num_nodes: int, num_parts: int, requests: Optio
         try:
             from ..partition.events import partition_vertices
         except ImportError as exc:  # the partitioner's module is not there
-            raise NotImplementedError(f"partition={partition!r} needs pyg_dynscale.partition.events, which is not "
-                                      "built: give an owner tensor.") from exc
+            raise UnsupportedOptionError("partition", f"is {partition!r}, which needs "
+                                         "pyg_dynscale.partition.events (not importable here).",
+                                         "give a [num_nodes] int64 owner tensor.") from exc
         owner = partition_vertices(partition, num_nodes, num_parts, requests=requests)
         return check_owner(owner.to(torch.long), num_nodes, num_parts)
     return check_owner(partition, num_nodes, num_parts)
@@ -179,6 +183,76 @@ class AggregatePlan:
     per_rank: Tensor  #: ``[M]`` rows per owner (host)
 
 
+def _handed(send: Tensor, self_elements: int) -> int:
+    """Bytes of the buffer ``send`` handed to an ``all_to_all_single``, less its block for this rank
+    itself (``self_elements`` elements: what does not cross the network)."""
+    return (send.numel() - self_elements) * send.element_size()
+
+
+class ExchangeCounters:
+    r"""What a :class:`PartitionedMemory`'s exchanges count, shared by its table views
+    (:func:`~pyg_dynscale.ctdg.microbatch.table_view`) and guarded by one lock (the aggregation
+    may run on a thread, ``overlap_aggregation``).
+
+    * **Measured**: the bytes of every buffer handed to ``all_to_all_single`` (less the
+      rank's own block), written into a :class:`~pyg_dynscale.training.ByteLedger` where the
+      collective is issued; evaluation's exchanges under ``eval_<kind>``.
+    * **Predicted** (:attr:`epoch` ``["plan"]``): the ``[M]`` rows per owner the id lists imply,
+      and Eq. 1's occurrences and distinct vertices, counted apart from the transport.
+
+    Args:
+        world_size (int): the owners :math:`M`.
+        ledger (ByteLedger, optional): the ledger to write (``None``: one of its own).
+    """
+
+    def __init__(self, world_size: int, ledger: Optional[ByteLedger] = None) -> None:
+        self.world_size = world_size
+        self.ledger = ByteLedger() if ledger is None else ledger
+        self.phase = "train"
+        self.lock = threading.Lock()
+        self.begin_epoch()
+
+    def begin_epoch(self) -> None:
+        """Zero the per-epoch counters (training phase); the ledger's running totals stay."""
+        m = self.world_size
+        with self.lock:
+            self.epoch = {"local": {"dispatch": 0, "aggregation": 0},
+                          "plan": {k: torch.zeros(m, dtype=torch.long) for k in ("dispatch", "aggregation")},
+                          "calls": 0, "occurrences": {k: [0, 0] for k in ("dispatch", "aggregation")}}
+
+    def count(self, kind: str, nbytes: int) -> None:
+        """``nbytes`` handed to a collective of ``kind`` (``eval_<kind>`` while evaluating)."""
+        with self.lock:
+            self.ledger.add(kind if self.phase == "train" else f"eval_{kind}", nbytes)
+
+    def local(self, kind: str, nbytes: int) -> None:
+        """Rows served from the rank's own store (not sent)."""
+        if self.phase == "train":
+            with self.lock:
+                self.epoch["local"][kind] += nbytes
+
+    def plan(self, kind: str, owners: Tensor, occurrences: int, distinct: int) -> None:
+        """The id lists' prediction (rows per owner) and Eq. 1's counts, kept apart from the transport."""
+        if self.phase != "train":
+            return
+        per_owner = torch.bincount(owners, minlength=self.world_size)
+        with self.lock:
+            e = self.epoch
+            e["plan"][kind] += per_owner
+            e["occurrences"][kind][0] += occurrences
+            e["occurrences"][kind][1] += distinct
+
+    def call(self) -> None:
+        """One dispatch or aggregation: one ``[M]`` counts exchange under a process group."""
+        if self.phase == "train" and self.world_size > 1:
+            with self.lock:
+                self.epoch["calls"] += 1
+
+    def totals(self) -> dict:
+        """Bytes handed to the exchanges so far, training and evaluation (``eval_<kind>``)."""
+        return {k: v for k, v in self.ledger.totals().items() if k.split("_", 1)[-1] in _SENT}
+
+
 class PartitionedMemory:
     r"""The vertices one rank owns, and the exchanges that read and write the others.
 
@@ -187,6 +261,8 @@ class PartitionedMemory:
         rank, world_size (int): this process and the number of owners.
         dim (int): memory width :math:`d`; dtype, device: of the memory.
         dedup (bool): Sven's redundancy-free lists (``True``) or one row per occurrence (DepComm).
+        ledger (ByteLedger, optional): where the exchanges count the bytes they hand to
+            ``all_to_all_single`` (the trainer's; ``None``: a ledger of its own).
 
     Attributes:
         owner, pos: ``[N]`` host tensors: the owner of every vertex, the fetched table's row of
@@ -196,7 +272,7 @@ class PartitionedMemory:
     """
 
     def __init__(self, owner: Tensor, rank: int, world_size: int, dim: int, dtype: torch.dtype,
-                 device: torch.device, dedup: bool) -> None:
+                 device: torch.device, dedup: bool, ledger: Optional[ByteLedger] = None) -> None:
         self.map = OwnerMap(host_copy(owner), world_size)  # lambda_1, lambda_2 (dense), on the host
         self.owner = self.map.owner
         self.rank, self.world_size, self.dim, self.dedup = rank, world_size, dim, dedup
@@ -214,49 +290,40 @@ class PartitionedMemory:
                               torch.full((1,), torch.iinfo(torch.long).min, dtype=torch.long, device=device))
         self._held = self.owned[:0]
         self.channel = Channel()
-        self.phase = "train"
-        self.totals: dict = {}
-        #: guards the counters (shared with :func:`~pyg_dynscale.ctdg.microbatch.table_view` views)
-        self.lock = threading.Lock()
-        self.begin_epoch()
+        #: the exchanges' counters (shared with :func:`~pyg_dynscale.ctdg.microbatch.table_view` views)
+        self.counters = ExchangeCounters(world_size, ledger)
 
     def connect(self, channel: Channel) -> None:
         """The groups / transport of this rank's exchanges under a process group."""
         self.channel = channel
 
     # ------------------------------------------------------------------ counters
+    @property
+    def phase(self) -> str:
+        """``"train"`` or ``"eval"``: the counters the exchanges write (shared with the table views)."""
+        return self.counters.phase
+
+    @phase.setter
+    def phase(self, value: str) -> None:
+        self.counters.phase = value
+
+    @property
+    def epoch(self) -> dict:
+        """This training epoch's counters (:attr:`ExchangeCounters.epoch`)."""
+        return self.counters.epoch
+
     def begin_epoch(self) -> None:
         """Zero the per-epoch counters (training phase)."""
-        m = self.world_size
-        self.epoch = {"sent": {k: 0 for k in ("dispatch", "requests", "aggregation", "counts")},
-                      "local": {"dispatch": 0, "aggregation": 0},
-                      "plan": {k: torch.zeros(m, dtype=torch.long) for k in ("dispatch", "aggregation")},
-                      "calls": 0,
-                      "occurrences": {k: [0, 0] for k in ("dispatch", "aggregation")}}
+        self.counters.begin_epoch()
 
     def _count(self, kind: str, nbytes: int) -> None:
-        with self.lock:  # the aggregation may run on a thread (overlap_aggregation)
-            if self.phase == "train":
-                self.epoch["sent"][kind] += nbytes
-            key = kind if self.phase == "train" else f"eval_{kind}"
-            self.totals[key] = self.totals.get(key, 0) + nbytes
+        self.counters.count(kind, nbytes)
 
     def _plan(self, kind: str, owners: Tensor, occurrences: int, distinct: int) -> None:
-        """The id lists' prediction (rows per owner) and Eq. 1's counts, kept apart from the transport."""
-        if self.phase != "train":
-            return
-        per_owner = torch.bincount(owners, minlength=self.world_size)
-        with self.lock:
-            e = self.epoch
-            e["plan"][kind] += per_owner
-            e["occurrences"][kind][0] += occurrences
-            e["occurrences"][kind][1] += distinct
+        self.counters.plan(kind, owners, occurrences, distinct)
 
     def _call(self) -> None:
-        """One dispatch or aggregation: one ``[M]`` counts exchange under a process group."""
-        if self.phase == "train" and self.world_size > 1:
-            with self.lock:
-                self.epoch["calls"] += 1
+        self.counters.call()
 
     # ------------------------------------------------------------------ store
     def reset(self) -> None:
@@ -339,7 +406,7 @@ class PartitionedMemory:
 
             out = send.new_empty((sum(recv_counts),) + tuple(send.shape[1:]))
             dist.all_to_all_single(out, send.contiguous(), recv_counts, send_counts)
-        self._count(kind, (sum(send_counts) - send_counts[self.rank]) * width * send.element_size())
+        self._count(kind, _handed(send, send_counts[self.rank] * width))
         return out
 
     def _host_all_to_all(self, send: Tensor, send_counts: list, recv_counts: list, kind: Optional[str],
@@ -352,7 +419,7 @@ class PartitionedMemory:
         out = send.new_empty((sum(recv_counts),) + tuple(send.shape[1:]))
         dist.all_to_all_single(out, send.contiguous(), recv_counts, send_counts, group=channel.host)
         if kind is not None:
-            self._count(kind, (sum(send_counts) - send_counts[self.rank]) * width * send.element_size())
+            self._count(kind, _handed(send, send_counts[self.rank] * width))
         return out
 
     def _exchange_counts(self, send_counts: Tensor, channel: Channel) -> list:
@@ -361,7 +428,7 @@ class PartitionedMemory:
 
         recv = torch.empty_like(send_counts)
         dist.all_to_all_single(recv, send_counts, group=channel.host)
-        self._count("counts", (self.world_size - 1) * send_counts.element_size())
+        self._count("counts", _handed(send_counts, 1))
         return recv.tolist()
 
     def _by_owner(self, ids: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -431,9 +498,7 @@ class PartitionedMemory:
         self._held = held
 
     def _count_local(self, kind: str, nbytes: int) -> None:
-        if self.phase == "train":
-            with self.lock:
-                self.epoch["local"][kind] += nbytes
+        self.counters.local(kind, nbytes)
 
     # ------------------------------------------------------------------ aggregation
     def organise_aggregate(self, src: Tensor, dst: Tensor, n_id: Tensor) -> "AggregatePlan":
@@ -489,7 +554,8 @@ class PartitionedMemory:
             self.write_parts([(ids, rows, last) for ids, rows, last, _, _ in blocks])  # the later writer wins
             return
         if len(blocks) > 1:
-            raise NotImplementedError("a partitioned memory under a process group takes one trainer per rank.")
+            raise UnsupportedOptionError("parallelism", "gives a rank several writers of a partitioned memory.",
+                                         "one trainer per rank: parallelism=(world_size, 1, 1).")
         if blocks:
             ids, rows, last, own, per_rank = blocks[0]
         else:
