@@ -4,7 +4,7 @@ On a GPU every value the host reads back from a device tensor (``.item()``,
 ``.tolist()``, ``nonzero``, boolean masks, ``unique``...) waits for every kernel
 queued before it, and every small op is a kernel launch: the per-step floor of
 a loop on small graphs. Both are counted here on the CPU with
-``tests/host_syncs.py`` (a dispatch-mode counter that follows which tensors a
+``tests/helpers/host_syncs.py`` (a dispatch-mode counter that follows which tensors a
 GPU run keeps on the device), so the figures are exact and the same on any
 machine, busy or not -- no GPU needed, no timing:
 
@@ -38,7 +38,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 from pyg_dynscale.ctdg import TGN, MemoryTrainer, synthetic_events  # noqa: E402
-from tests.host_syncs import HostSyncs, on_the_device  # noqa: E402
+from tests.helpers.host_syncs import HostSyncs, on_the_device  # noqa: E402
 
 
 def _ratio(theirs: float, ours: float) -> str:
@@ -96,7 +96,7 @@ def example_steps(d, epochs: int) -> tuple[list, float]:
 
 def _device_state(tr: MemoryTrainer) -> list:
     """What a GPU run of the trainer keeps on the device when a step starts."""
-    out = [tr.msg, tr._ctx.get("sum")]
+    out = [tr.msg, None if tr._ctx is None else tr._ctx.loss_sum]
     if tr.placement is not None:
         out += [tr.placement.memory, tr.placement.last_update, *tr.placement.table()]
     return [x for x in out if x is not None]
@@ -181,7 +181,7 @@ def main(argv: Optional[list] = None) -> dict:
     ap.add_argument("--quick", action="store_true", help="a smaller stream and one window family (smoke test)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    print("Host read-backs (syncs) and device ops per step, counted on the CPU (tests/host_syncs.py); "
+    print("Host read-backs (syncs) and device ops per step, counted on the CPU (tests/helpers/host_syncs.py); "
           "ratios: theirs / ours\n")
     return {"events": section_events(args.quick), "windows": section_windows(args.quick)}
 

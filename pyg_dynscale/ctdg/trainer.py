@@ -436,7 +436,7 @@ class MemoryTrainer(BaseTrainer):
                                                                           self.state)
         micro_batches = check_micro_batches(micro_batches)
         if prefetch and micro_batches != 1:
-            raise UnsupportedOptionError("micro_batches", f"is {micro_batches!r} with prefetch=True: the "
+            raise UnsupportedOptionError("prefetch", f"is True with micro_batches={micro_batches!r}: the "
                                          "prefetcher organises whole local batches' dispatches.",
                                          "prefetch=True with micro_batches=1, or prefetch=False.")
         if micro_batches != 1 and self.memory_placement != "sven":

@@ -136,7 +136,7 @@ def test_trainer_refuses_bad_events():
         MemoryTrainer(model, d, batch_size=0)
     with pytest.raises(ModelInputError, match="split"):
         MemoryTrainer(model, d).evaluate("train")
-    with pytest.raises(NotImplementedError, match="negatives='historical'"):
+    with pytest.raises(NotImplementedError, match="negatives.*'historical'"):
         MemoryTrainer(model, d, negatives="historical")
     with pytest.raises(ModelInputError, match="memory"):
         MemoryTrainer(memory=torch.nn.Linear(2, 2), gnn=model.gnn, link_pred=model.link_pred, data=d)

@@ -1,5 +1,5 @@
 """Host read-backs per training step of MemoryTrainer (issue 35, item 4: at most one per step on every
-placement): :class:`tests.host_syncs.HostSyncs` around every step (the ``_train_step`` seam) of two epochs,
+placement): :class:`tests.helpers.host_syncs.HostSyncs` around every step (the ``_train_step`` seam) of two epochs,
 with the device-resident tensors of a GPU run marked (the stream's messages, the modules, their
 gradients, Adam's state, the owners' rows, the epoch's loss accumulator); every placement and variant on one
 process (the emulation of (2, 1, 1), (1, 2, 1), (1, 1, 2) included) and on 2 gloo ranks. The counter only
@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from pyg_dynscale.ctdg import TGN, MemoryTrainer, synthetic_events
-from pyg_dynscale.distributed.launch import spawn
-from tests.host_syncs import HostSyncs
+from pyg_dynscale.training.launch import spawn
+from tests.helpers.host_syncs import HostSyncs
 
 #: read-backs allowed per step: the issue's budget is 1; every step reaches 0, pinned so that any new
 #: read-back in a step fails
@@ -37,7 +37,7 @@ def _trainer(world: int, parallelism=None, placement: str = "replicated", **kw) 
 
 def _device_state(tr: MemoryTrainer) -> list:
     """What lives on the device in a GPU run when a step starts (what flows from it is followed)."""
-    out = [tr.msg, tr._ctx.get("sum")]
+    out = [tr.msg, None if tr._ctx is None else tr._ctx.loss_sum]
     if tr.placement is not None:
         out += [tr.placement.memory, tr.placement.last_update, *tr.placement.table()]
         if tr._micro is not None:

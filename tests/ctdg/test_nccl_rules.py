@@ -1,5 +1,5 @@
 """MemoryTrainer on 2 ranks under NCCL's rules, on the CPU (issue 35, items 1 and 3), with the tests'
-stand-in for NCCL (``tests/fake_nccl.py``: gloo underneath, NCCL's refusals on top, every collective of
+stand-in for NCCL (``tests/helpers/fake_nccl.py``: gloo underneath, NCCL's refusals on top, every collective of
 its groups logged): every placement binds its device before its first collective (NCCL would make an
 unbound rank's communicator on cuda:0), runs no object collective over the device group, moves its host
 values (the ``[M]`` counts, the requested and aggregated ids, the memory copies' ids) over gloo, so that
@@ -12,9 +12,9 @@ from collections import Counter
 
 import torch
 
-import tests.fake_nccl as fake_nccl  # registers the backend in the spawned ranks too
-from pyg_dynscale.distributed import groups
-from pyg_dynscale.distributed.launch import spawn
+import tests.helpers.fake_nccl as fake_nccl  # registers the backend in the spawned ranks too
+from pyg_dynscale.training import ranks as groups
+from pyg_dynscale.training.launch import spawn
 
 from .test_host_syncs import _trainer
 
@@ -50,8 +50,8 @@ def _run(world, parallelism, kw):
     val = tr.evaluate("val")  # its result travels as an object: over gloo
     out = {"setup": setup, "steps": steps, "loss": loss, "val": val, "traffic": traffic,
            "host": groups.group_backend(tr._host_group)}
-    if tr._agg_channel is not None:
-        ch = tr._agg_channel
+    if tr.fetch is not None and tr.fetch.channel is not None:
+        ch = tr.fetch.channel
         out["agg"] = {"rows": groups.group_backend(ch.rows.group), "ids": groups.group_backend(ch.host),
                       "own": ch.rows.group is not None and ch.host is not tr._host_group,
                       "transport": ch.rows.name}

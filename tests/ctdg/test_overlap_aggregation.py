@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from pyg_dynscale.distributed.launch import spawn
+from pyg_dynscale.training.launch import spawn
 from pyg_dynscale.errors import ModelInputError
 
 from .test_micro_batches import _run, _same, _trainer
@@ -18,7 +18,7 @@ from .test_micro_batches import _run, _same, _trainer
 def test_one_process_overlap_changes_nothing():
     _same(_run(2, 1, overlap_aggregation=True), _run(2, 1), "one process")
     tr = _trainer(1, 1, overlap_aggregation=True)
-    assert tr._agg_channel is None  # one process: the emulated trainers' writes wait for every read
+    assert tr.fetch.channel is None  # one process: the emulated trainers' writes wait for every read
     tr.close()
 
 
@@ -33,7 +33,7 @@ def _spied(world, micro, **kw):
     """A run that records, per aggregation, the thread it ran on, its group, and whether the GNN
     layer of the same step started while it was still in flight."""
     from pyg_dynscale.ctdg import MemoryTrainer
-    from pyg_dynscale.ctdg.placement import PartitionedMemory
+    from pyg_dynscale.ctdg.memory_placement import PartitionedMemory
 
     seen = []
     aggregate, scores = MemoryTrainer._post_aggregation, MemoryTrainer._scores

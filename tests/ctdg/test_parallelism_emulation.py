@@ -25,13 +25,13 @@ def _setup(par, lr=TINY):
 def _walk_one_copy(tr, batches):
     """The (1, 1, 1) trainer's memory before each of ``batches`` global batches and after all: TGNMemory's
     own update (``MemoryState.update`` of the whole batch), nothing from the parallel code path."""
-    tr._set_training(True)
-    tr._reset()
+    tr.copies.set_training(True)
+    tr.copies.reset()
     before = []
     for a, b in batches:
-        before.append(tr._snapshot())
+        before.append(tr.copies.snapshot())
         tr._advance(a, b, True)
-    return before, tr._snapshot()
+    return before, tr.copies.snapshot()
 
 
 def test_schedule_assignments():
@@ -91,9 +91,9 @@ def test_epoch_parallelism_one_writer_and_reads_before_the_positive_sets_write()
     torch.testing.assert_close(tr.memory_copy(0)[0], end["memory"]["memory"], atol=1e-9, rtol=0)  # one writer
 
     def loss(q, n):
-        one._restore(before[q])
+        one.copies.restore(before[q])
         a, b = batches[q]
-        pos, neg, _ = one._scores(a, b, negs[q][n], True)
+        pos, neg, _ = one.scorer.scores(a, b, negs[q][n], True)
         return float((one.criterion(pos, torch.ones_like(pos)) + one.criterion(neg, torch.zeros_like(neg))).detach())
 
     ref = [sum(loss(q, s - q) / j for q in range(max(0, s - j + 1), min(s, P - 1) + 1)) for s in range(P + j - 1)]

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from pyg_dynscale.ctdg import TGN, MemoryTrainer, synthetic_events
-from pyg_dynscale.ctdg.placement import check_owner
+from pyg_dynscale.ctdg.memory_placement import check_owner
 from pyg_dynscale.errors import ModelInputError
 
 

@@ -11,8 +11,8 @@ import math
 import torch
 
 from pyg_dynscale.ctdg import TGN, MemoryTrainer, synthetic_events
-from pyg_dynscale.distributed.launch import spawn
-from tests.ctdg.helpers import evaluation_scores
+from pyg_dynscale.training.launch import spawn
+from tests.helpers.event_streams import evaluation_scores
 
 BATCH = 20
 
@@ -71,21 +71,22 @@ def _run(placement: str, world: int, updater: str = "gru", partition=None) -> di
 def _resume(world, directory):
     """A checkpoint of Sven's placement (every owner writes its rows), loaded by a fresh trainer: the next
     epoch, the test metrics and the whole memory as the uninterrupted trainer's."""
-    from pyg_dynscale.distributed.checkpoint import load_checkpoint, save_checkpoint
+    from pyg_dynscale.training.checkpoint import load_checkpoint, save_checkpoint
 
     run = {"parallelism": [world, 1, 1], "world_size": world}
     tr = _trainer("sven", world)
     tr.train_epoch()
     tr.evaluate("val")
-    path = save_checkpoint(directory, 1, tr.modules, tr.optimizer, run, {}, extra=tr.stream_state())
+    path = save_checkpoint(directory, 1, tr.modules, tr.optimizer, run, {}, extra=tr.state_dict()["stream"])
     # the evaluation first: it starts from the restored end-of-training memory (an epoch resets it)
     want = [tr.evaluate("test"), tr.train_epoch(), tr.memory_copy()]
     tr.close()
     fresh = _trainer("sven", world)
     torch.manual_seed(11)  # another random stream: the checkpoint's must come back
-    stream = fresh.stream_state()
+    stream = fresh.state_dict()["stream"]
     load_checkpoint(path, fresh.modules, fresh.optimizer, run, extra=stream)
-    fresh.load_stream_state(stream)
+    fresh.load_state_dict({"modules": fresh.modules.state_dict(), "optimizer": fresh.optimizer.state_dict(),
+                           "stream": stream})
     got = [fresh.evaluate("test"), fresh.train_epoch(), fresh.memory_copy()]
     fresh.close()
     return want, got

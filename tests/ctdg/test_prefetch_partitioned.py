@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from pyg_dynscale.ctdg import TGN, MemoryTrainer, synthetic_events
-from pyg_dynscale.distributed.launch import spawn
+from pyg_dynscale.training.launch import spawn
 
 
 def _run(world, placement, prefetch, epochs=2):
@@ -80,7 +80,7 @@ def test_one_process_prefetch_equals_no_prefetch(placement):
 def test_prefetch_refuses_micro_batches():
     d = synthetic_events(100, 20, msg_dim=3, seed=1)
     model = TGN(d.num_nodes, 3, memory_dim=4, time_dim=2, embedding_dim=4)
-    with pytest.raises(NotImplementedError, match="prefetch=True with micro_batches=2"):
+    with pytest.raises(NotImplementedError, match="'prefetch' is True with micro_batches=2"):
         MemoryTrainer(model, d, parallelism=(2, 1, 1), memory_placement="sven", micro_batches=2, prefetch=True)
 
 

@@ -6,7 +6,7 @@ from torch_geometric.nn.models.tgn import MeanAggregator
 from pyg_dynscale.ctdg import TGN, EventSchedule, MemoryTrainer, pretrain_static_memory, synthetic_events
 from pyg_dynscale.errors import ModelInputError
 
-from .helpers import Stream
+from tests.helpers.event_streams import Stream
 
 
 def _setup(E=600, nodes=50, dropout=0.1, seed=2):
@@ -28,11 +28,11 @@ def test_static_memory_is_added_to_the_dynamic_memory_before_the_embedding():
     model.gnn.register_forward_pre_hook(lambda m, args: seen.append(args[0].detach().clone()))
     trainer.train_epoch()
     # the first batch again, by hand, from an empty memory: x = GRU memory + Linear(static)
-    trainer._set_training(True)
-    trainer._reset()
+    trainer.copies.set_training(True)
+    trainer.copies.reset()
     seen.clear()
     n_id = torch.cat([d.src[:40], d.dst[:40]]).unique()
-    trainer._embed(n_id, True)
+    trainer.scorer.embed(n_id, True)
     mem, _ = trainer.state.read(n_id, True)
     static_part = trainer.static.proj(static[n_id])
     torch.testing.assert_close(seen[0], mem + static_part, atol=1e-12, rtol=0)

@@ -1,5 +1,5 @@
 """``MemoryTrainer`` checkpoints under a gloo process group (2 ranks, memory parallelism (1, 1, 2): each rank holds
-its own memory copy, which persists across epochs): written with ``save_checkpoint(extra=stream_state())``,
+its own memory copy, which persists across epochs): written with ``save_checkpoint(extra=state_dict()["stream"])``,
 loaded by a fresh trainer on every rank, training goes on bit for bit (float64; losses, batch losses, val / test
 metrics, parameters, the held copy); the checkpoint holds both copies, each rank reads back its own."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from pyg_dynscale.ctdg import TGN, MemoryTrainer, synthetic_events
-from pyg_dynscale.distributed.launch import spawn
+from pyg_dynscale.training.launch import spawn
 
 
 def _trainer(init_seed):
@@ -23,27 +23,28 @@ def _go_on(tr):
     for _ in range(2):
         out.append((tr.train_epoch(), tr.batch_losses.tolist(), tr.evaluate("val")))
     params = [p.detach().clone() for p in tr.optimizer_params]
-    return out, tr.evaluate("test"), params, tr.memory_copy(tr._live)
+    return out, tr.evaluate("test"), params, tr.memory_copy(tr.copies.live)
 
 
 def _ranks(rank, world, directory):
     import torch.distributed.checkpoint as dcp
 
-    from pyg_dynscale.distributed.checkpoint import load_checkpoint, save_checkpoint
+    from pyg_dynscale.training.checkpoint import load_checkpoint, save_checkpoint
 
     torch.set_num_threads(1)
     run = {"parallelism": [1, 1, 2], "world_size": world}
     tr = _trainer(4)
     tr.train_epoch()
     tr.evaluate("val")
-    path = save_checkpoint(directory, 1, tr.modules, tr.optimizer, run, {}, extra=tr.stream_state())
+    path = save_checkpoint(directory, 1, tr.modules, tr.optimizer, run, {}, extra=tr.state_dict()["stream"])
     want = _go_on(tr)
     tr.close()
     fresh = _trainer(5)  # other parameters, other random stream
-    stream = fresh.stream_state()
+    stream = fresh.state_dict()["stream"]
     assert sorted(k for k in stream if k.startswith("copy"))[0].startswith(f"copy{rank}/")
     load_checkpoint(path, fresh.modules, fresh.optimizer, run, extra=stream)
-    fresh.load_stream_state(stream)
+    fresh.load_state_dict({"modules": fresh.modules.state_dict(), "optimizer": fresh.optimizer.state_dict(),
+                           "stream": stream})
     got = _go_on(fresh)
     keys = set(dcp.FileSystemReader(path).read_metadata().state_dict_metadata)
     return want, got, sorted({k.split("/")[0] for k in keys if k.startswith("extra.copy")})
