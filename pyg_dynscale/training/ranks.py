@@ -67,7 +67,7 @@ from ..errors import DynScaleError, ModelInputError
 __all__ = ["DEVICE_ONLY_BACKENDS", "DEVICE_BINDERS", "bind_device", "local_cuda_device", "group_backend",
            "backend_names", "moves_host_tensors", "device_backend_type", "group_ranks", "helper_group", "host_group",
            "world_host_group", "reset_helper_groups", "resolve_device", "bind", "agree", "check_one_gpu_per_rank",
-           "check_gpu_sharing"]
+           "check_gpu_sharing", "host_all_reduce", "host_all_gather_object", "slowest_rank_seconds"]
 
 #: backends that move tensors of one device type only -> that device type. Such a group gets a gloo twin for
 #: host values (:func:`host_group`) and never carries an object collective. A third-party device-only
@@ -330,3 +330,49 @@ def check_gpu_sharing(device: torch.device, group: Optional[Any] = None) -> None
     staged exchange.)"""
     if device.type != "cpu" and device_backend_type(group_backend(group)) == device.type:
         check_one_gpu_per_rank(device, group)
+
+
+# ---- host reductions: host values over the host (gloo) group, on every backend -------------------
+
+_OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
+
+
+def _world_size(group: Optional[Any]) -> int:
+    """Ranks of ``group``; 1 without a process group (a plain run: nothing to reduce)."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return 1
+    return dist.get_world_size(group)
+
+
+def host_all_reduce(x: torch.Tensor, op: Union[str, Any] = "sum", group: Optional[Any] = None) -> torch.Tensor:
+    r"""The reduction of the host tensor ``x`` over the ranks of ``group``
+    (``op``: ``"sum"``, ``"max"``, ``"min"`` or a ``ReduceOp``), a new tensor;
+    over :func:`host_group` (gloo on every backend: a host value never goes
+    through NCCL). Without a process group (or on one rank) a copy of ``x``."""
+    out = x.detach().clone().contiguous()
+    if _world_size(group) > 1:
+        dist.all_reduce(out, op=_OPS.get(op, op) if isinstance(op, str) else op, group=host_group(group))
+    return out
+
+
+def host_all_gather_object(obj: Any, group: Optional[Any] = None) -> list:
+    """Every rank's ``obj`` (picklable), in rank order of ``group``; over
+    :func:`host_group` (an object collective never runs over NCCL). ``[obj]``
+    without a process group."""
+    world = _world_size(group)
+    if world == 1:
+        return [obj]
+    everyone: list = [None] * world
+    dist.all_gather_object(everyone, obj, group=host_group(group))
+    return everyone
+
+
+def slowest_rank_seconds(seconds: float, group: Optional[Any] = None) -> float:
+    r"""The largest of the ranks' ``seconds`` (a collective of ``group`` when it
+    has more than one rank): an epoch lasts until its slowest rank is done, so
+    every rank reports this one figure. A host value, reduced in ``float64``
+    over :func:`host_group` on every backend (NCCL included)."""
+    if _world_size(group) <= 1:
+        return float(seconds)
+    took = host_all_reduce(torch.tensor([float(seconds)], dtype=torch.float64), "max", group)
+    return float(took)
