@@ -30,9 +30,11 @@ from ..data.placement import map_tensors, to_device
 from ..errors import ModelInputError
 from ..partition.concat import concat_partitions
 from ..runtime.evaluation import carry_initial_state, check_positions, joined_window
+from ..runtime.metrics import link_metrics
 from ..runtime.paths import as_signal
+from ..training import Metrics
 
-__all__ = ["LaterWindow", "later_window_evaluator", "window_link_scores"]
+__all__ = ["LaterWindow", "later_window_evaluator", "window_link_scores", "summed_metrics", "gathered_link_metrics"]
 
 
 @dataclass
@@ -94,3 +96,33 @@ def window_link_scores(window: LaterWindow) -> tuple[Tensor, Tensor]:
     if window.pairs is None:
         return logits, labels
     return logits[window.pairs], labels[window.pairs]
+
+
+def summed_metrics(parts: dict[str, Tensor], transport: Any) -> Metrics:
+    r"""The metrics whose rank shares sum to the global value (each rank's
+    :class:`~pyg_dynscale.runtime.losses.SnapshotMean` has global
+    normalizers), summed over ranks in one all-reduce of ``[len(parts)]``
+    (a collective)."""
+    names = list(parts)
+    total = transport.all_reduce(torch.stack([parts[k].detach().reshape(()) for k in names]))
+    return Metrics(zip(names, total.tolist()))
+
+
+def gathered_link_metrics(logits: Tensor, labels: Tensor, pair_ids: Tensor, num_pairs: int,
+                          keep: Optional[Tensor], transport: Any) -> dict[str, float]:
+    r"""AUC and AP of every rank's labelled pairs (a collective): each rank
+    writes its ``[L_r]`` ``logits`` and ``labels`` (the ``keep`` ones, a
+    later window's) at its pairs' global indices ``pair_ids`` of a
+    ``[3, num_pairs]`` table, zero elsewhere, with a row marking the pairs it
+    wrote; one all-reduce sums the tables (each pair is on one rank: exact)
+    and the marked pairs are scored on every rank
+    (:func:`~pyg_dynscale.runtime.metrics.link_metrics`)."""
+    if keep is not None:
+        logits, labels, pair_ids = logits[keep], labels[keep], pair_ids[keep]
+    table = logits.new_zeros(3, num_pairs)
+    table[0].index_copy_(0, pair_ids, logits.detach())
+    table[1].index_copy_(0, pair_ids, labels.to(logits.dtype))
+    table[2].index_fill_(0, pair_ids, 1.0)
+    table = transport.all_reduce(table)
+    present = table[2] > 0
+    return link_metrics(table[0][present], table[1][present])

@@ -44,10 +44,16 @@ from ..nn.snapshot_model import SnapshotModel
 from ..partition.plan import CommunicationPlan
 from ..runtime.fused import eval_mode, resolve_targets
 from ..runtime.losses import SnapshotMean, check_loss, link_row_losses, row_losses
-from ..runtime.paths import as_signal, resolve_model
+from ..runtime.metrics import node_metrics
+from ..runtime.paths import as_signal, data_argument, resolve_model
 from ..runtime.time_blocks import check_windowable
+from ..runtime.trainer_state import load_trainer_state, seed_generators, trainer_state
+from ..training import BaseTrainer, ByteLedger, Metrics, TrafficReport, build_optimizer
+from ..training.gradients import all_reduce_flat
+from ..training.options import OptimizerSpec, renamed_keyword
 from .decomposed_engine import DecomposedEngine
-from .evaluation import LaterWindow, later_window_evaluator, window_link_scores
+from .evaluation import (LaterWindow, gathered_link_metrics, later_window_evaluator, summed_metrics,
+                         window_link_scores)
 from .exchange import Communicator
 from .fusion_groups import check_fusion_groups
 from .local import ExchangeMap, halo_keys, positions_in
@@ -77,6 +83,9 @@ class RankTargets:
         src_idx, dst_idx (Tensor, optional): rows of the pairs' endpoints in
             the rank's output table (received endpoints after the local rows).
         readout (ExchangeMap, optional): the endpoints owned elsewhere.
+        pair_ids (Tensor, optional): ``[L_r]`` the pairs' indices among all
+            ``num_pairs`` labelled pairs (``bce_link``; gathers the logits of
+            every rank for AUC and AP).
     """
 
     mean: SnapshotMean
@@ -85,14 +94,19 @@ class RankTargets:
     src_idx: Optional[Tensor] = None
     dst_idx: Optional[Tensor] = None
     readout: Optional[ExchangeMap] = None
+    pair_ids: Optional[Tensor] = None
+    num_pairs: int = 0
 
 
-class DistributedTrainer:
+class DistributedTrainer(BaseTrainer):
     r"""Full-batch training of a decomposed dynamic GNN across the ranks of a
     ``torch.distributed`` process group (DGC's runtime).
 
     Call it on every rank with the same arguments, inside an initialized
-    process group whose world size equals ``partition.num_parts``.
+    process group whose world size equals ``partition.num_parts``. The
+    trainer surface of :mod:`pyg_dynscale.training` (:meth:`train_epoch`,
+    :meth:`evaluate` ``-> Metrics``, :meth:`traffic` ``-> TrafficReport``,
+    :meth:`state_dict` / :meth:`load_state_dict`, :meth:`close` and ``with``).
 
     Args:
         model: a :class:`~pyg_dynscale.nn.DecomposedModule` (``TGCN``,
@@ -103,15 +117,24 @@ class DistributedTrainer:
             called unchanged on each rank's local subgraph, with one state
             exchange per snapshot (docs/blackbox.md). Its parameters are
             broadcast from rank 0.
-        signal: the whole training signal (every rank passes the same one),
+        data: the whole training signal (every rank passes the same one),
             a :class:`~pyg_dynscale.data.DynamicGraphSignal` or a PyGT signal.
+            ``signal=`` is its deprecated keyword.
         partition: a :class:`~pyg_dynscale.partition.Partition` of ``signal``.
         head: optional row-wise module applied to every output row.
         loss: ``"mse"``, ``"mae"``, ``"ce"`` or ``"bce_link"`` (as
             :class:`~pyg_dynscale.runtime.FusedTrainer`).
-        optimizer: a callable ``params -> torch.optim.Optimizer`` (built
-            identically on every rank), default Adam with ``lr``.
-        lr: learning rate of the default optimizer.
+        optimizer: ``"adam"`` (default, as DGC's and PyGT's loops),
+            ``"sgd"``, a :class:`torch.optim.Optimizer` subclass or a callable
+            ``params -> Optimizer``, built identically on every rank with
+            ``lr`` (:func:`~pyg_dynscale.training.build_optimizer`).
+        lr: the learning rate (default 0.01).
+        seed: seeds the global random generators (CPU and CUDA) of rank
+            ``r`` with ``seed + r`` at construction, i.e. what dropout in the
+            model or head draws (the ranks compute different rows, so they
+            draw independently); the trainer draws nothing else (full batch).
+            The initial parameters are rank 0's either way. ``None``
+            (default): the generators as they are.
         device: training device (default: the model's): ``"cpu"``, or
             ``"cuda:LOCAL_RANK"`` (one GPU per rank over NCCL, or several
             ranks sharing a GPU through the staged exchange). A GPU becomes
@@ -196,13 +219,14 @@ class DistributedTrainer:
     def __init__(
         self,
         model: torch.nn.Module,
-        signal: Any,
-        partition: Any,
+        data: Any = None,
+        partition: Any = None,
         *,
         head: Optional[torch.nn.Module] = None,
         loss: str = "mse",
-        optimizer: Optional[Callable[[list], torch.optim.Optimizer]] = None,
+        optimizer: OptimizerSpec = "adam",
         lr: float = 0.01,
+        seed: Optional[int] = None,
         device: Union[str, torch.device, None] = None,
         fusion: str = "full",
         fusion_groups: str = "snapshots",
@@ -220,8 +244,13 @@ class DistributedTrainer:
         checkpoint_every: Optional[int] = None,
         backend: str = "auto",
         reuse: bool = True,
+        **deprecated: Any,
     ) -> None:
         t_setup = time.perf_counter()
+        deprecated = renamed_keyword("DistributedTrainer", deprecated, "signal", "data")
+        signal = data_argument("DistributedTrainer", data, deprecated)
+        if partition is None:
+            raise TypeError("DistributedTrainer() missing 1 required argument: 'partition'")
         # what the evaluator of a later window is built with (evaluate(signal, partition): .evaluation)
         self._options = dict(fusion=fusion, input_halo=input_halo, target=target, link_index=link_index,
                              link_label=link_label, h0=h0, snapshot_reduction=snapshot_reduction, group=group,
@@ -236,6 +265,9 @@ class DistributedTrainer:
         self.group = group
         self.rank = dist.get_rank(group)
         self.world_size = dist.get_world_size(group)
+        seed_generators(None if seed is None else seed + self.rank)
+        #: epochs trained (restored by :meth:`load_state_dict`)
+        self.epoch = 0
         signal = as_signal(signal)
         self.model = resolve_model(model, path, depth, check)
         #: ``"decomposed"`` or ``"blackbox"``
@@ -346,7 +378,9 @@ class DistributedTrainer:
         for m in [self.model] + ([head] if head is not None else []):
             for t in list(m.parameters()) + list(m.buffers()):
                 self.transport.broadcast_(t.data, 0)
-        self.optimizer = optimizer(self.params) if optimizer is not None else torch.optim.Adam(self.params, lr=lr)
+        self.optimizer = build_optimizer("adam" if optimizer is None else optimizer, self.params, lr)
+        #: bytes the gradient all-reduce hands to the collectives (counted there: :func:`.all_reduce_flat`)
+        self.gradient_bytes = ByteLedger(("grad_sync",))
         #: wall seconds of each training epoch on this rank, and the part spent in collectives
         self.epoch_seconds: list[float] = []
         self.comm_seconds: list[float] = []
@@ -392,7 +426,7 @@ class DistributedTrainer:
         far = (~local_d).nonzero().flatten()
         didx[far] = Q.numel() + positions_in(readout.recv_gid, dst[far])
         return RankTargets(mean=mean, label=tg.label[mine].to(self.dtype), src_idx=torch.searchsorted(Q, src),
-                           dst_idx=didx, readout=readout)
+                           dst_idx=didx, readout=readout, pair_ids=mine, num_pairs=int(tg.label.numel()))
 
     def place(self, fn: TensorMap) -> None:
         """Build the device copies of every host-side structure with ``fn``
@@ -471,26 +505,16 @@ class DistributedTrainer:
         has-a-gradient flags is reduced on the host (:meth:`.Transport.all_reduce_host`)."""
         if self.world_size == 1:
             return
-        ps = self.params
         t0 = time.perf_counter()
-        # which parameters got a gradient is known on the host: its union over ranks never waits on the device
-        flags = torch.tensor([p.grad is not None for p in ps], dtype=torch.int32)
-        has = (self.transport.all_reduce_host(flags) > 0).tolist()
-        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in ps])
-        flat = self.transport.all_reduce(flat)
+        all_reduce_flat(self.params, self.group, self.gradient_bytes, all_reduce=self.transport.all_reduce,
+                        all_reduce_host=self.transport.all_reduce_host, kind="grad_sync")
         self.comm.seconds += time.perf_counter() - t0
-        self.comm.bytes[(-1, "grad_sync", "grad_sync", "fwd")] += (flat.numel() * flat.element_size()
-                                                                     + flags.numel() * flags.element_size())
-        o = 0
-        for p, h in zip(ps, has):
-            n = p.numel()
-            p.grad = flat[o:o + n].view_as(p).clone() if h else None
-            o += n
 
     def train_step(self) -> Tensor:
         """One full-batch epoch on every rank; returns this rank's share of
         the loss as a 0-dim device tensor (no host synchronization)."""
         self.comm.reset_counters()
+        self.gradient_bytes.mark()
         self.model.train()
         if self.head is not None:
             self.head.train()
@@ -519,6 +543,7 @@ class DistributedTrainer:
         self.epoch_seconds.append(time.perf_counter() - t0)  # the loss read back waited for the device
         if self.stale is not None:
             self.stale.end_epoch(total)
+        self.epoch += 1
         return total
 
     def _later_window(self, signal: Any, partition: Any, continue_state: bool) -> LaterWindow:
@@ -530,18 +555,26 @@ class DistributedTrainer:
         return self._later[1]
 
     @torch.no_grad()
-    def evaluate(self, signal: Any = None, partition: Any = None, *, continue_state: bool = True) -> float:
-        r"""The global loss in eval mode (BatchNorm running statistics), no
-        gradients (a collective: call it on every rank).
+    def evaluate(self, data: Any = None, partition: Any = None, *, continue_state: bool = True,
+                 **deprecated: Any) -> Metrics:
+        r"""Global metrics in eval mode (BatchNorm running statistics), no
+        gradients (a collective: call it on every rank): a
+        :class:`~pyg_dynscale.training.Metrics` with ``"loss"`` (the training
+        loss function, global normalizers) and the loss's own name; for
+        ``"mse"``/``"mae"`` both ``"mse"`` and ``"mae"`` (PyGT's per-snapshot
+        mean, averaged over snapshots); for ``"bce_link"`` ``"auc"`` and
+        ``"ap"`` of every rank's pairs (each where both classes occur). The
+        same on every rank; equal to :meth:`FusedTrainer.evaluate
+        <pyg_dynscale.runtime.FusedTrainer.evaluate>` to float rounding.
 
         Args:
-            signal: ``None`` -- the training signal's loss; or a later window
-                (the test split: the snapshots right after the training
-                signal) -- its loss.
-            partition: ``signal``'s partition into the world size (needed
-                with ``signal``).
-            continue_state: with ``signal``: ``True`` -- each vertex starts
-                ``signal`` from the state it reached at the end of the
+            data: ``None`` -- the training signal; or a later window (the
+                test split: the snapshots right after the training signal).
+                ``signal=`` is its deprecated keyword.
+            partition: ``data``'s partition into the world size (needed
+                with ``data``).
+            continue_state: with ``data``: ``True`` -- each vertex starts
+                ``data`` from the state it reached at the end of the
                 training signal (one eval pass over both with the current
                 parameters; every rank keeps its training rows and the
                 states cross ranks through the runtime's temporal exchange:
@@ -549,36 +582,51 @@ class DistributedTrainer:
                 :meth:`FusedTrainer.evaluate(signal, continue_state=...)
                 <pyg_dynscale.runtime.FusedTrainer.evaluate>`.
         """
-        if signal is not None:
-            return self._later_window(signal, partition, continue_state).trainer.evaluate()
+        if deprecated:
+            deprecated = renamed_keyword("DistributedTrainer.evaluate", deprecated, "signal", "data")
+            data = data_argument("DistributedTrainer.evaluate", data, deprecated, required=False)
+        if data is not None:
+            window = self._later_window(data, partition, continue_state)
+            return window.trainer._metrics(window.pairs)
+        return self._metrics(None)
+
+    def _metrics(self, pairs: Optional[Tensor]) -> Metrics:
+        """:meth:`evaluate` of this trainer's signal (``pairs``: the
+        ``[L_r]`` mask of the pairs a later window's evaluator reports)."""
+        tg = self.targets
         with eval_mode(self.model, self.head):
-            loss = self.compute_loss().detach().reshape(1)
-        return float(self.transport.all_reduce(loss))
+            pred = self._apply_head(self.outputs())
+            if self.loss_kind != "bce_link":
+                return summed_metrics(node_metrics(self.loss_kind, pred, tg.target, tg.mean), self.transport)
+            logits = self._link_logits(pred)
+        out = summed_metrics({"loss": tg.mean(link_row_losses(logits, tg.label))}, self.transport)
+        out.update(gathered_link_metrics(logits, tg.label, tg.pair_ids, tg.num_pairs, pairs, self.transport))
+        return out
 
     @torch.no_grad()
-    def link_scores(self, signal: Any = None, partition: Any = None, *,
+    def link_scores(self, data: Any = None, partition: Any = None, *,
                     continue_state: bool = True) -> tuple[Tensor, Tensor]:
         """Eval-mode logits and labels of the labelled pairs whose source this
         rank computes (``loss="bce_link"``): ``([L_r], [L_r])``. Every pair
         is on exactly one rank; gather them for a global metric such as AUC.
-        With ``signal`` (and its ``partition``), the pairs of that later
+        With ``data`` (and its ``partition``), the pairs of that later
         window (``continue_state`` as :meth:`evaluate`)."""
         if self.loss_kind != "bce_link":
             raise ModelInputError("loss", f"is {self.loss_kind!r}.", "link_scores needs loss='bce_link'.")
-        if signal is not None:
-            return window_link_scores(self._later_window(signal, partition, continue_state))
+        if data is not None:
+            return window_link_scores(self._later_window(data, partition, continue_state))
         with eval_mode(self.model, self.head):
             logits = self._link_logits(self._apply_head(self.outputs()))
         return logits, self.targets.label.to(logits.dtype)
 
     @torch.no_grad()
-    def predict(self, signal: Any = None, partition: Any = None, *, continue_state: bool = True) -> Tensor:
+    def predict(self, data: Any = None, partition: Any = None, *, continue_state: bool = True) -> Tensor:
         """Eval-mode outputs (after the head) of *all* vertex-time nodes,
         ``[N, *]`` in vertex-time node order, the same on every rank; with
-        ``signal`` (and its ``partition``), those of that later window
+        ``data`` (and its ``partition``), those of that later window
         (``continue_state`` as :meth:`evaluate`)."""
-        if signal is not None:
-            window = self._later_window(signal, partition, continue_state)
+        if data is not None:
+            window = self._later_window(data, partition, continue_state)
             return window.trainer.predict()[window.first_node:]
         with eval_mode(self.model, self.head):
             pred = self._apply_head(self.outputs())
@@ -590,17 +638,18 @@ class DistributedTrainer:
     def _sum_counter(self, pred: Callable[[tuple], bool]) -> int:
         return int(sum(v for k, v in self.comm.bytes.items() if pred(k)))
 
-    def traffic(self) -> dict:
+    def traffic(self) -> TrafficReport:
         r"""Bytes of the last epoch, summed over ranks (a collective: call it on
         every rank), next to the plan's prediction.
 
         Returns:
-            dict: ``measured`` and ``predicted`` (bytes per kind: the plan's
+            TrafficReport: ``measured`` and ``predicted`` (bytes per kind: the plan's
             ``spatial``, ``temporal``, ``redistribution``, ``readout`` and
             their ``total``; measured also has ``stale_meta``, the stale
             cache's masks, included in its ``total``, and ``norm``, the BatchNorm
             statistics, and ``grad_sync``, the gradient all-reduce, which the
-            plan does not predict); ``exchanges`` (one dict per exchange with
+            plan does not predict and ``total`` leaves out, so that an exact
+            run's measured ``total`` equals the predicted one); ``exchanges`` (one dict per exchange with
             ``block``, ``phase``, ``kind``, ``measured_forward``,
             ``measured_backward``, ``predicted_forward``,
             ``predicted_backward``); ``load`` (``measured`` and ``predicted``
@@ -611,7 +660,7 @@ class DistributedTrainer:
         vals = []
         for key in rows:
             vals += [self.comm.bytes.get(key + ("fwd",), 0), self.comm.bytes.get(key + ("bwd",), 0)]
-        extra = [self._sum_counter(lambda k: k[2] == "norm"), self._sum_counter(lambda k: k[2] == "grad_sync"),
+        extra = [self._sum_counter(lambda k: k[2] == "norm"), self.gradient_bytes.since()["grad_sync"],
                  self.load_bytes_measured, self.comm.calls, self._sum_counter(lambda k: k[2] == "stale_meta")]
         t = self.transport.all_reduce_host(torch.tensor(vals + extra, dtype=torch.float64)).long().tolist()
         measured = {k: 0 for k in ("spatial", "temporal", "redistribution", "readout")}
@@ -627,12 +676,11 @@ class DistributedTrainer:
                               "predicted_backward": e.backward_bytes})
         n = len(vals)
         measured["stale_meta"] = t[n + 4]  # the stale cache's masks (and global-D all-reduces); 0 when exact
-        measured["total"] = sum(measured.values())
-        predicted["total"] = sum(predicted.values())
+        total = sum(measured.values())  # the plan's kinds and the stale masks: grad_sync and norm apart
         measured["norm"], measured["grad_sync"] = t[n], t[n + 1]
-        return {"measured": measured, "predicted": predicted, "exchanges": exchanges,
-                "load": {"measured": t[n + 2], "predicted": self.plan.load_bytes()},
-                "temporal_rounds": self.plan.temporal_rounds(), "collectives": t[n + 3]}
+        return TrafficReport(measured, predicted, measured_total=total, exchanges=exchanges,
+                             load={"measured": t[n + 2], "predicted": int(self.plan.load_bytes())},
+                             temporal_rounds=self.plan.temporal_rounds(), collectives=t[n + 3])
 
     def halo_rows(self) -> dict:
         r"""Halo rows each rank loads per spatial layer, summed over ranks:
@@ -647,3 +695,39 @@ class DistributedTrainer:
         chunk = self.partition.chunk
         per_chunk = None if chunk is None else int(halo_keys(chunk, sg.spatial_edge_index, sg.num_nodes).numel())
         return {"fused": fused, "per_chunk": per_chunk}
+
+    # ---------------------------------------------------------------- state
+    def _carried_module(self) -> Optional[torch.nn.Module]:
+        """The user's module on the black-box path (whose carried tensors the state saves), else ``None``."""
+        return self.model.module if self.path == "blackbox" else None
+
+    def state_dict(self) -> dict:
+        r"""This rank's state, for a trainer built on the same rank from the
+        same arguments to continue bit for bit
+        (:mod:`~pyg_dynscale.runtime.trainer_state`): the model's and head's
+        ``state_dict`` (the same on every rank), the optimizer's,
+        :attr:`epoch`, this process's random generators, a black-box module's
+        carried tensors and, with ``stale``, the stale cache
+        (:meth:`.StaleCache.state_dict`). Not a collective."""
+        state = trainer_state({"model": self.model, "head": self.head}, self.optimizer, self.epoch,
+                              carried=self._carried_module())
+        state["stale"] = self.stale.state_dict() if self.stale is not None else None
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict`'s output of the same rank (this also
+        sets the process's random generators). Not a collective."""
+        if (state.get("stale") is None) != (self.stale is None):
+            raise ModelInputError("state['stale']", "does not match the trainer's stale option.",
+                                  "load a state saved by a trainer built with the same stale=.")
+        self.epoch = load_trainer_state(state, {"model": self.model, "head": self.head}, self.optimizer,
+                                        carried=self._carried_module())
+        if self.stale is not None:
+            self.stale.load_state_dict(state["stale"])
+
+    def _release(self) -> None:
+        """Drop the evaluator of a later window (a trainer over the same
+        group, closed with this one)."""
+        if self._later is not None:
+            self._later[1].trainer.close()
+            self._later = None
