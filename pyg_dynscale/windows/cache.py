@@ -59,8 +59,10 @@ from ..errors import ModelInputError
 from ..nn.reuse import static_basis
 from ..nn.snapshot_model import default_dtype
 from .batching import block_batch_parts
+from .snapshot_store import SnapshotStore
 
-__all__ = ["GlobalCache", "LocalCache", "WindowCache", "POLICIES", "priority", "build_window_cache", "storage_graph"]
+__all__ = ["GlobalCache", "LocalCache", "WindowCache", "POLICIES", "priority", "build_window_cache",
+           "planned_batches"]
 
 #: eviction policies of :class:`GlobalCache`
 POLICIES = ("reinc", "lru", "fifo")
@@ -307,7 +309,7 @@ def planned_batches(trainer: object, epoch: int) -> list:
     for parts in block_batch_parts(trainer.view.split("train"), trainer.batch_size, trainer.blocks, trainer.shuffle, g):
         if trainer.world_size > 1:
             mine = [parts[b] for b in trainer.my_blocks if parts[b].numel()]
-            if not mine or not trainer._windows_with_rows(torch.cat(parts)):
+            if not mine or not trainer.windows_with_rows(torch.cat(parts)):
                 continue
             wins = torch.cat(mine)
         else:
@@ -316,68 +318,47 @@ def planned_batches(trainer: object, epoch: int) -> list:
     return out
 
 
-def storage_graph(trainer: object) -> tuple:
-    r"""``(edge_index, edge_weight, n)``: the graph the reuse's input basis of
-    the trainer's storage is computed on. A static graph (``trainer._static``):
-    its one snapshot graph (``[2, E]``, local rows, ``n`` vertices;
-    :func:`~pyg_dynscale.nn.reuse.static_basis` lays the snapshots side by
-    side as feature columns); otherwise the block-diagonal union of all
-    snapshots (``[2, E_all]``, global rows, ``n = N_all``)."""
-    if trainer._static:
-        E = trainer._edge_ptr[1]
-        return trainer._ei[:, :E], None if trainer._ew is None else trainer._ew[:E], trainer._node_ptr[1]
-    counts_e = torch.as_tensor(trainer._edge_ptr, device=trainer._ei.device).diff()
-    starts = torch.as_tensor(trainer._node_ptr[:-1], device=trainer._ei.device)
-    off = torch.repeat_interleave(starts, counts_e, output_size=trainer._ei.shape[1])
-    return trainer._ei + off, trainer._ew, trainer._x.shape[0]
-
-
-def build_window_cache(trainer: object, impl: type, bound: Optional[int], policy: str = "reinc") -> tuple:
-    r"""``(reuse object, WindowCache)`` for a trainer (``(None, None)`` where
-    ``impl.applies`` rejects its graph): unbounded, the reuse object's
-    ``basis`` of the whole storage (computed here, once: on a static graph by
+def build_window_cache(store: SnapshotStore, cell: torch.nn.Module, view: object, impl: type, bound: Optional[int],
+                       policy: str = "reinc") -> tuple:
+    r"""``(reuse object, WindowCache)`` for the module ``cell`` over the
+    snapshots of ``store`` (``(None, None)`` where ``impl.applies`` rejects
+    its graph): unbounded, the reuse object's ``basis`` of the whole storage
+    (computed here, once: on a static graph by
     :func:`~pyg_dynscale.nn.reuse.static_basis` on the one graph, no ``T x
-    E`` tensor; otherwise on the block-diagonal graph of all snapshots);
+    E`` tensor; otherwise on the block-diagonal graph of all snapshots,
+    :meth:`~pyg_dynscale.windows.snapshot_store.SnapshotStore.storage_graph`);
     bounded, a reuse object built on one snapshot (its parameters, its
     methods; its basis dropped) and entries computed per snapshot on demand
-    (on a static graph from the one graph)."""
-    cell = trainer.model.module
-    ei_all, ew_all, n_all = storage_graph(trainer)
+    (on a static graph from the one graph). ``view``: the windows (``lags``,
+    the training windows: the first snapshot a bounded cache builds on)."""
+    ei_all, ew_all, n_all = store.storage_graph()
     applies = getattr(impl, "applies", None)
     if applies is not None and not applies(ei_all, n_all, ew_all):
         return None, None
-
-    def rows(t: int) -> int:
-        pos = getattr(trainer, "_pos", None)
-        p = t if pos is None else pos[t]
-        return trainer._node_ptr[p + 1] - trainer._node_ptr[p]
-
     if bound is None:
-        if trainer._static:
-            T = len(trainer._node_ptr) - 1
-            obj = impl(cell, trainer._x[:n_all], ei_all, ew_all)
-            obj.basis = static_basis(obj, trainer._x, T, ei_all, ew_all)
+        if store.static:
+            obj = impl(cell, store.x[:n_all], ei_all, ew_all)
+            obj.basis = static_basis(obj, store.x, store.num_held, ei_all, ew_all)
         else:
-            obj = impl(cell, trainer._x, ei_all, ew_all)
-        g = GlobalCache(full=obj.basis, gather=trainer._gather, full_count=len(trainer._node_ptr) - 1, policy=policy)
-        return obj, WindowCache(obj, g, trainer.view.lags, rows)
+            obj = impl(cell, store.x, ei_all, ew_all)
+        g = GlobalCache(full=obj.basis, gather=store.gather, full_count=store.num_held, policy=policy)
+        return obj, WindowCache(obj, g, view.lags, store.rows_of)
+
+    def snapshot(t: int) -> tuple:
+        if store.static:
+            return store.gather(store.x, [t]), ei_all, ew_all
+        x, ei, ew, _, _ = store.union([t])
+        return x, ei, ew
 
     def compute(t: int) -> Tensor:
         # the snapshot's self-loops are host data: its normalization reads nothing back
-        if trainer._static:
-            x, ei, ew = trainer._gather(trainer._x, [t]), ei_all, ew_all
-        else:
-            x, ei, ew, _, _ = trainer._union([t])
-        with default_dtype(trainer.dtype):
-            return obj.input_basis(x, ei, ew, trainer._union_loops([t]))
+        x, ei, ew = snapshot(t)
+        with default_dtype(store.dtype):
+            return obj.input_basis(x, ei, ew, store.union_loops([t]))
 
-    L, starts = trainer.view.lags, trainer.view.starts.index_select(0, trainer.view.split("train")).tolist()
-    first = next(s + j for s in starts for j in range(L) if rows(s + j) > 0)
-    if trainer._static:
-        x, ei, ew = trainer._gather(trainer._x, [first]), ei_all, ew_all
-    else:
-        x, ei, ew, _, _ = trainer._union([first])
-    obj = impl(cell, x, ei, ew)
+    L, starts = view.lags, view.starts.index_select(0, view.split("train")).tolist()
+    first = next(s + j for s in starts for j in range(L) if store.rows_of(s + j) > 0)
+    obj = impl(cell, *snapshot(first))
     obj.basis = None
     g = GlobalCache(compute, bound=bound, policy=policy)
-    return obj, WindowCache(obj, g, trainer.view.lags, rows)
+    return obj, WindowCache(obj, g, view.lags, store.rows_of)

@@ -65,7 +65,7 @@ from typing import Any, Optional, Union
 import torch
 from torch import Tensor
 
-from ..errors import ModelInputError, UnsupportedModelError
+from ..errors import ModelInputError, UnsupportedModelError, UnsupportedOptionError
 from ..nn.reuse import reuse_for
 from ..nn.snapshot_model import SnapshotModel, default_dtype
 
@@ -140,10 +140,10 @@ class Seq2Seq:
         if trainer.loss_kind == "ce":
             raise ModelInputError("loss", "is 'ce' with a decoder: the decoder is fed its own predictions.",
                                   "use a regression loss ('mse', 'mae') for seq2seq.")
-        if not trainer._fixed:
-            raise NotImplementedError(
-                "decoder= on a signal whose vertex set changes: the decoder carries the encoder's state row by row "
-                "onto the target snapshots (issue 26, item 2); pass a signal with a fixed vertex set.")
+        if not trainer.store.fixed:
+            raise UnsupportedOptionError(
+                "decoder", "is given on a signal whose vertex set changes: the decoder carries the encoder's state "
+                "row by row onto the target snapshots.", "a signal with a fixed vertex set, or decoder=None.")
         self.p, self.input, self.view = p, decoder_input, trainer.view
         sig = trainer.view.signal
         y = sig.fields[target].values
@@ -198,13 +198,13 @@ class Seq2Seq:
         """After the trainer built its reuse: the decoder's reuse object, and
         whether its teacher-forced input basis is the encoder's (:attr:`shared`)
         or its own (computed here once), or none."""
-        if trainer._reuse is None or trainer._cache is None:
+        if trainer.reuse_impl is None or trainer.cache is None:
             return
         cls = reuse_for(self.decoder.module)
         if cls is None:
             return
         t0 = self._first_snapshot(trainer)
-        x0, ei0, ew0, _, _ = trainer._union([t0])
+        x0, ei0, ew0, _, _ = trainer.store.union([t0])
         applies = getattr(cls, "applies", None)
         if applies is not None and not applies(ei0, x0.shape[0], ew0):
             return
@@ -216,13 +216,13 @@ class Seq2Seq:
                 mine = cls(self.decoder.module, x0, ei0, ew0).basis
                 theirs = cls(trainer.model.module, x0, ei0, ew0).basis
                 self.shared = mine.shape == theirs.shape and bool(torch.equal(mine, theirs))
-            if not self.shared and trainer._cache.global_cache.full is not None:
-                counts = torch.tensor([b - a for a, b in zip(trainer._edge_ptr, trainer._edge_ptr[1:])],
+            if not self.shared and trainer.cache.global_cache.full is not None:
+                counts = torch.tensor([b - a for a, b in zip(trainer.store.edge_ptr, trainer.store.edge_ptr[1:])],
                                       device=trainer.device)
-                off = torch.repeat_interleave(torch.tensor(trainer._node_ptr[:-1], device=trainer.device), counts,
-                                              output_size=trainer._ei.shape[1])
-                self._basis = cls(self.decoder.module, self._truth_storage(trainer), trainer._ei + off,
-                                  trainer._ew).basis
+                off = torch.repeat_interleave(torch.tensor(trainer.store.node_ptr[:-1], device=trainer.device), counts,
+                                              output_size=trainer.store.edge_index.shape[1])
+                self._basis = cls(self.decoder.module, self._truth_storage(trainer), trainer.store.edge_index + off,
+                                  trainer.store.edge_weight).basis
 
     def _first_snapshot(self, trainer: Any) -> int:
         held = trainer.view.held
@@ -231,7 +231,7 @@ class Seq2Seq:
     def _pairs(self, trainer: Any) -> Tensor:
         """``[P]`` storage positions ``i`` of the held snapshots :math:`t` whose
         :math:`t - 1` is held too (at ``i - 1``): those a teacher-forced step can read."""
-        T = len(trainer._node_ptr) - 1
+        T = trainer.store.num_held
         held = trainer.view.held
         if held is None:
             return torch.arange(1, T)
@@ -239,27 +239,26 @@ class Seq2Seq:
 
     def _by_snapshot(self, trainer: Any, rows: Tensor) -> Tensor:
         """``[T_held, n, w]`` view of the storage rows ``rows`` (a fixed vertex set)."""
-        n = trainer._node_ptr[1]
-        return rows.reshape(len(trainer._node_ptr) - 1, n, -1)
+        return trainer.store.by_snapshot(rows)
 
     def _truth_is_x(self, trainer: Any) -> bool:
         """Whether :math:`Z_t = X_t` on every held snapshot a teacher-forced step can read."""
         if self.input == "features":
             return True
-        x = trainer._x
+        x = trainer.store.x
         if x.dim() != 2 or int(x.shape[1]) != self.width:
             return False
         i = self._pairs(trainer).to(trainer.device)
         xs = self._by_snapshot(trainer, x).index_select(0, i)
-        ys = self._by_snapshot(trainer, trainer._y).index_select(0, i - 1)
+        ys = self._by_snapshot(trainer, trainer.store.y).index_select(0, i - 1)
         return bool(torch.equal(xs, ys.to(xs.dtype))) and ys.dtype == xs.dtype
 
     def _truth_storage(self, trainer: Any) -> Tensor:
         """``[N_held, width]``: :math:`Z_t` at the rows of every held snapshot (zeros where :math:`Y_{t-1}` is not held)."""
         if self.input == "features":
-            return trainer._x
+            return trainer.store.x
         i = self._pairs(trainer).to(trainer.device)
-        ys = self._by_snapshot(trainer, trainer._y).to(trainer.dtype)
+        ys = self._by_snapshot(trainer, trainer.store.y).to(trainer.dtype)
         z = ys.new_zeros(ys.shape)
         z[i] = ys[i - 1]
         return z.reshape(-1, self.width)
@@ -267,18 +266,18 @@ class Seq2Seq:
     def _truth(self, trainer: Any, ts: list) -> Tensor:
         r"""``[n, width]``: the ground truth :math:`Z_t` of snapshots ``ts`` (rows concatenated)."""
         if self.input == "features":
-            return trainer._gather(trainer._x, ts)
-        y = trainer._gather(trainer._y, [t - 1 for t in ts])
+            return trainer.store.gather(trainer.store.x, ts)
+        y = trainer.store.gather(trainer.store.y, [t - 1 for t in ts])
         return y.reshape(y.shape[0], -1).to(trainer.device, trainer.dtype)
 
     def _graph(self, trainer: Any, ts: list, ei: Tensor, n: int, ew: Optional[Tensor]) -> Any:
         """The decoder's normalized batch graph of snapshots ``ts``: once per batch
         size on a static graph; no value read back (the self-loops are host data)."""
-        if not trainer._static:
-            return self.impl.normalize(ei, n, ew, trainer.dtype, trainer._union_loops(ts))
+        if not trainer.store.static:
+            return self.impl.normalize(ei, n, ew, trainer.dtype, trainer.store.union_loops(ts))
         B = len(ts)
         if B not in self._graph_cache:
-            self._graph_cache = {B: self.impl.normalize(ei, n, ew, trainer.dtype, trainer._union_loops(ts))}
+            self._graph_cache = {B: self.impl.normalize(ei, n, ew, trainer.dtype, trainer.store.union_loops(ts))}
         return self._graph_cache[B]
 
     # ------------------------------------------------------------------ decoding
@@ -289,7 +288,7 @@ class Seq2Seq:
         B, L, H = len(starts), self.view.lags, self.view.horizon
         head = trainer.head
         if self.decoder.training and self.p > 0.0:
-            b = getattr(trainer, "_batch_index", 0)
+            b = trainer.batch_index
             forced = teacher_forcing_mask(trainer.seed, trainer.epoch, b, H, self.p).tolist()
         else:
             forced = [False] * H
@@ -297,19 +296,19 @@ class Seq2Seq:
         prev: Optional[Tensor] = None
         for k in range(H):
             ts = [s + L - 1 + k for s in starts]
-            x, ei, ew, ef, _ = trainer._union(ts)
+            x, ei, ew, ef, _ = trainer.store.union(ts)
             n = x.shape[0]
             if self.impl is not None:
                 with default_dtype(trainer.dtype):
                     if k == 0:  # GO: the basis of zeros
                         basis = x.new_zeros(n, self._zero_k, self.width)
                     elif forced[k] and self.shared:
-                        basis = trainer._cache.global_cache.read(ts)
+                        basis = trainer.cache.global_cache.read(ts)
                     elif forced[k] and self._basis is not None:
-                        basis = trainer._gather(self._basis, ts)
+                        basis = trainer.store.gather(self._basis, ts)
                     else:  # the ground truth's basis, or the prediction's with its gradient (it depends on the parameters)
                         u = self._truth(trainer, ts) if forced[k] else prev
-                        basis = self.impl.input_basis(u, ei, ew, trainer._union_loops(ts), grad=not forced[k])
+                        basis = self.impl.input_basis(u, ei, ew, trainer.store.union_loops(ts), grad=not forced[k])
                     y, states = self.impl.step(basis, self._graph(trainer, ts, ei, n, ew), states)
             else:
                 u = x.new_zeros(n, self.width) if k == 0 else (self._truth(trainer, ts) if forced[k] else prev)

@@ -7,7 +7,7 @@ For the training windows of a :class:`~pyg_dynscale.windows.WindowView` on
 :math:`R` ranks:
 
 * ``"blocks"`` (ReInc): rank :math:`r` holds the snapshots its windows read
-  (:func:`~pyg_dynscale.windows.placement.held_snapshots`); no feature row
+  (:func:`~pyg_dynscale.windows.block_placement.held_snapshots`); no feature row
   is sent.
 * ``"replicated"`` (PyGT's Dask + DDP): every rank holds every snapshot; no
   feature row is sent.
@@ -32,7 +32,7 @@ import torch
 from torch import Tensor
 
 from .batching import block_batch_parts
-from .placement import eval_share, held_snapshots
+from .block_placement import eval_share, held_snapshots
 from .view import WindowView
 
 __all__ = ["placement_bytes", "windows_reading"]

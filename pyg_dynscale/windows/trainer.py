@@ -56,7 +56,7 @@ from ..nn.snapshot_model import SnapshotModel, default_dtype
 from ..runtime.fused import eval_mode
 from ..runtime.losses import check_loss, row_losses
 from ..runtime.paths import data_argument, edge_fields_of
-from ..training import BaseTrainer, Metrics, TrafficReport, build_optimizer
+from ..training import BaseTrainer, ByteLedger, Metrics, TrafficReport, build_optimizer
 from ..training.options import OptimizerSpec, deprecated_positionals, renamed_keyword
 from ..training.ranks import agree, bind_device, check_gpu_sharing, host_group
 from .batching import block_batch_parts, block_batches
@@ -744,6 +744,11 @@ class WindowTrainer(BaseTrainer):
             all_reduce = lambda t: dist.all_reduce(t, group=group)  # noqa: E731 - host integers over gloo
         param_bytes = sum(p.numel() * p.element_size() for p in self._params if p.requires_grad)
         return self._bytes.report(param_bytes, self.world_size, all_reduce)
+
+    @property
+    def ledger(self) -> ByteLedger:
+        """This rank's bytes handed to collectives, by kind, counted where each is issued (:meth:`traffic`)."""
+        return self._bytes.ledger
 
     @property
     def traffic(self) -> TrafficAccessor:

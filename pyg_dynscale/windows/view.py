@@ -229,6 +229,11 @@ class WindowView:
         self.x = x
         self.held, self._local = idx, local
 
+    def local_positions(self) -> Optional[list]:
+        """Global snapshot -> position in the held storage (``-1``: not held),
+        as a list; ``None`` while every snapshot is held."""
+        return None if self._local is None else self._local.tolist()
+
     def local(self, t: int) -> int:
         """The position of global snapshot ``t`` in the held storage."""
         if self._local is None:

@@ -37,7 +37,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from ..errors import ModelInputError
+from ..errors import ModelInputError, UnsupportedOptionError
 from ..nn.reuse import TGCNReuse, static_basis
 from ..nn.snapshot_model import default_dtype
 
@@ -69,12 +69,14 @@ def check_window_model_args(model: torch.nn.Module, lags: int, horizon: int, dec
     if decoder is not None:
         raise ModelInputError("decoder", f"is given for {name}, a whole-window model.", "pass decoder=None.")
     if node_batch_size is not None:
-        raise NotImplementedError(f"node_batch_size={node_batch_size!r} with {name}: node mini-batches of a "
-                                  "whole-window model are not built (issue 26); pass node_batch_size=None.")
+        raise UnsupportedOptionError("node_batch_size", f"is {node_batch_size!r} with {name}, a whole-window model: "
+                                     "it has no node mini-batches.", "node_batch_size=None.")
     if cache_bytes is not None or incremental not in (False, None):
-        raise NotImplementedError(f"cache_bytes / incremental with {name}: its reuse computes every snapshot's "
-                                  "input aggregation once per run; the bounded cache and incremental aggregation "
-                                  "are not built for it (issue 26). Pass cache_bytes=None, incremental=False.")
+        raise UnsupportedOptionError("cache_bytes" if cache_bytes is not None else "incremental",
+                                     f"is given with {name}: its reuse computes every snapshot's input aggregation "
+                                     "once per run, without the bounded cache or incremental aggregation (cache_bytes "
+                                     f"={cache_bytes!r}, incremental={incremental!r}).",
+                                     "cache_bytes=None and incremental=False.")
 
 
 class WindowModelRunner:
@@ -96,30 +98,30 @@ class WindowModelRunner:
     def __init__(self, trainer: Any, reuse: bool) -> None:
         self.trainer, self.model = trainer, trainer.model
         sig = trainer.view.signal
-        if not (trainer._fixed and trainer._static):
+        if not (trainer.store.fixed and trainer.store.static):
             raise ModelInputError("signal", f"changes its graph or vertex set, but {type(self.model).__name__} "
                                   "takes one graph for all periods of a window.",
                                   "use a static graph with a fixed vertex set, or a per-snapshot cell (TGCN).")
         self.batched = _pygt_class(self.model) == "A3TGCN2"
-        self.L, self.n = trainer.view.lags, trainer._node_ptr[1]
-        F = int(trainer._x.shape[1])
+        self.L, self.n = trainer.view.lags, trainer.store.node_ptr[1]
+        F = int(trainer.store.x.shape[1])
         if int(self.model.in_channels) != F:
             raise ModelInputError("model", f"{type(self.model).__name__} has in_channels={self.model.in_channels} "
                                   f"but the signal has {F} features.", f"build it with in_channels={F}.")
-        E = trainer._edge_ptr[1]
+        E = trainer.store.edge_ptr[1]
         #: the one graph (A3TGCN's ``edge_index``, ``edge_weight``)
-        self.ei = trainer._ei[:, :E]
-        self.ew = None if sig.edge_weight is None else trainer._ew[:E]
+        self.ei = trainer.store.edge_index[:, :E]
+        self.ew = None if sig.edge_weight is None else trainer.store.edge_weight[:E]
         self.computed = 0
         #: ``(B, edge_index, edge_weight)`` of the last batch size's disjoint union (``A3TGCN`` without reuse)
         self._union: tuple = (0, None, None)
         cell = self.model._base_tgcn
         self.reuse: Optional[TGCNReuse] = None
         if reuse and not cell.cached:
-            T = trainer._x.shape[0] // self.n
+            T = trainer.store.x.shape[0] // self.n
             with default_dtype(trainer.dtype):  # the snapshots as feature columns of the one graph (chunked)
-                self.reuse = TGCNReuse(cell, trainer._x[:self.n], self.ei, self.ew)
-                self.reuse.basis = static_basis(self.reuse, trainer._x, T, self.ei, self.ew)
+                self.reuse = TGCNReuse(cell, trainer.store.x[:self.n], self.ei, self.ew)
+                self.reuse.basis = static_basis(self.reuse, trainer.store.x, T, self.ei, self.ew)
             #: ``[T, N, F]``: :math:`\hat A X_t` of every snapshot
             self.basis = self.reuse.basis.view(T, self.n, F)
 
@@ -127,7 +129,7 @@ class WindowModelRunner:
         """``[B N, out]``: the model's output for the windows starting at
         ``starts``, rows ordered (window, node)."""
         tr, L, n = self.trainer, self.L, self.n
-        idx = torch.tensor(tr._loc([s + p for s in starts for p in range(L)])).view(-1, L)  # host
+        idx = torch.tensor(tr.store.positions([s + p for s in starts for p in range(L)])).view(-1, L)  # host
         with default_dtype(tr.dtype):
             out = self._reused(idx) if self.reuse is not None else self._called(idx.to(tr.device))
         return out.reshape(len(starts) * n, -1)
@@ -138,7 +140,7 @@ class WindowModelRunner:
         windows' graphs (GCN normalizes per node: each window's rows are what
         it computes alone)."""
         tr, n, B = self.trainer, self.n, idx.shape[0]
-        feat = tr._x.view(-1, n, tr._x.shape[1])
+        feat = tr.store.x.view(-1, n, tr.store.x.shape[1])
         X = feat.index_select(0, idx.flatten()).view(B, self.L, n, -1).permute(0, 2, 3, 1)
         self.computed = idx.numel()
         if self.batched:

@@ -15,7 +15,7 @@ from pyg_dynscale.nn.reinc_models import CDGCN, GCRNM1, GCRNM2
 from pyg_dynscale.nn.reinc_reuse import CDGCNReuse, GCRNM1Reuse, GCRNM2Reuse, TGCNLocalReuse
 from pyg_dynscale.nn.reuse import reuse_for
 from pyg_dynscale.windows import WindowTrainer
-from tests.windows.helpers import chickenpox, covid, window_starts
+from tests.helpers.windows import chickenpox, covid, window_starts
 
 LAGS, BATCH, LR, HID = 3, 3, 0.05, 5
 MODELS = {"GCRNM1": lambda: GCRNM1(4, HID), "GCRNM2": lambda: GCRNM2(4, HID), "CDGCN": lambda: CDGCN(4, HID),
@@ -63,7 +63,7 @@ def _trained(name, sig, reuse, **kw):
     torch.manual_seed(0)
     m, hd = MODELS[name]().double(), torch.nn.Linear(HID, 1).double()
     ref_m, ref_hd = copy.deepcopy(m), copy.deepcopy(hd)
-    tr = WindowTrainer(m, sig, lags=LAGS, batch_size=BATCH, lr=LR, head=hd, reuse=reuse, **kw)
+    tr = WindowTrainer(m, sig, lags=LAGS, batch_size=BATCH, lr=LR, head=hd, reuse=reuse, **kw, optimizer="sgd")
     tr.train_epoch()
     return tr, m, (ref_m, ref_hd)
 
@@ -74,7 +74,7 @@ def test_windows_reuse_equals_no_reuse_and_the_plain_loop(name, data):
     sig = chickenpox(T=14) if data == "static" else covid(T=11)
     off, m0, (ref_m, ref_hd) = _trained(name, sig, False)
     on, m1, _ = _trained(name, sig, True)
-    assert off._reuse is None and on._reuse is not None
+    assert off.reuse_impl is None and on.reuse_impl is not None
     ref = _window_loop(ref_m, ref_hd, sig)
     assert len(ref) >= 2 and len(on.batch_losses) == len(ref)
     for a, b, r in zip(off.batch_losses, on.batch_losses, ref):
@@ -137,7 +137,7 @@ def test_fused_blackbox_equals_the_per_snapshot_loop(name):
     """FusedTrainer's black-box path (the module called once per snapshot, states (h, c) handed on by vertex,
     changing vertex sets) equals PyGT's loop: the same losses and parameters after 2 epochs."""
     from pyg_dynscale.runtime import FusedTrainer
-    from tests import blackbox_cases as cases
+    from tests.helpers import blackbox_cases as cases
 
     sig = cases.signal("plain")
     runs = []

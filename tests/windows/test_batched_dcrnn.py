@@ -12,7 +12,7 @@ import torch
 
 from pyg_dynscale.errors import ModelInputError
 from pyg_dynscale.windows import WindowTrainer, series_signal
-from tests.windows.helpers import covid
+from tests.helpers.windows import covid
 from tests.windows.test_window_view import _pygt_index_dataset
 
 
@@ -65,5 +65,5 @@ def test_batched_dcrnn_refuses_a_changing_graph():
     from torch_geometric_temporal.nn.recurrent import BatchedDCRNN
 
     with pytest.raises(ModelInputError) as e:
-        WindowTrainer(BatchedDCRNN(4, 1, K=2).double(), covid(T=10), lags=3, batch_size=2)
+        WindowTrainer(BatchedDCRNN(4, 1, K=2).double(), covid(T=10), lags=3, batch_size=2, optimizer="sgd", lr=0.01)
     assert e.value.field == "model"

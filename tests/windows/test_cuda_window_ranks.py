@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from pyg_dynscale.windows import WindowTrainer
-from tests import cuda_cases as cc
-from tests.windows.helpers import chickenpox, covid
+from tests.helpers import cuda_cases as cc
+from tests.helpers.windows import chickenpox, covid
 
 pytestmark = cc.cuda
 HIDDEN = 5

@@ -18,8 +18,8 @@ from pyg_dynscale.errors import ModelInputError, UnsupportedModelError
 from pyg_dynscale.partition.halo_plan import HaloDepth
 from pyg_dynscale.windows import WindowTrainer
 from pyg_dynscale.windows.node_batches import plan_steps
-from tests.conftest import make_dynamic_signal
-from tests.windows.helpers import RecurrentGCN, as64, chickenpox, covid
+from tests.helpers.signals import make_dynamic_signal
+from tests.helpers.windows import RecurrentGCN, as64, chickenpox, covid
 
 LR = 0.05
 
@@ -127,7 +127,7 @@ def test_node_batch_loss_and_gradients_equal_masked_full_loop(name, kind):
     sig = _signal(kind)
     model, head = _model(name, sig.x.shape[1])
     trainer = WindowTrainer(model, sig, lags=4, batch_size=3, lr=LR, head=head,
-                            node_batch_size=40 if kind == "changing" else 5)
+                            node_batch_size=40 if kind == "changing" else 5, optimizer="sgd")
     nb = trainer._node_batches
     params = list(model.parameters()) + (list(head.parameters()) if head is not None else [])
     wins = trainer.batches(0)[0]
@@ -164,7 +164,7 @@ def test_steps_follow_the_order_and_the_masked_reference(order):
     model, head = _model("GConvGRU", 3)
     rm, rh = copy.deepcopy(model), copy.deepcopy(head)
     trainer = WindowTrainer(model, sig, lags=3, batch_size=2, lr=LR, head=head, node_batch_size=9,
-                            node_order=order)
+                            node_order=order, optimizer="sgd")
     mean = trainer.train_epoch()
     batches = [trainer.view.starts[w].tolist() for w in trainer.batches(0)]
     nodes = [torch.arange(0, 9), torch.arange(9, 18), torch.arange(18, 24)]
@@ -194,8 +194,8 @@ def test_one_node_batch_covering_every_vertex_is_the_full_run(name, kind, reuse)
     sig = _signal(kind)
     model, head = _model(name, sig.x.shape[1])
     m2, h2 = copy.deepcopy(model), copy.deepcopy(head)
-    full = WindowTrainer(model, sig, lags=3, batch_size=2, lr=LR, head=head, reuse=reuse)
-    nb = WindowTrainer(m2, sig, lags=3, batch_size=2, lr=LR, head=h2, reuse=reuse, node_batch_size=sig.num_vertices + 5)
+    full = WindowTrainer(model, sig, lags=3, batch_size=2, lr=LR, head=head, reuse=reuse, optimizer="sgd")
+    nb = WindowTrainer(m2, sig, lags=3, batch_size=2, lr=LR, head=h2, reuse=reuse, node_batch_size=sig.num_vertices + 5, optimizer="sgd")
     assert len(nb._node_batches.node_batches()) == 1
     for _ in range(2):
         a, b = full.train_epoch(), nb.train_epoch()
@@ -216,8 +216,8 @@ def test_evaluate_from_several_node_batches_and_horizon():
     for horizon in (1, 2):
         model, head = _model("GConvGRU", 3)
         m2, h2 = copy.deepcopy(model), copy.deepcopy(head)
-        full = WindowTrainer(model, sig, lags=3, horizon=horizon, batch_size=2, lr=LR, head=head)
-        nb = WindowTrainer(m2, sig, lags=3, horizon=horizon, batch_size=2, lr=LR, head=h2, node_batch_size=7)
+        full = WindowTrainer(model, sig, lags=3, horizon=horizon, batch_size=2, lr=LR, head=head, optimizer="sgd")
+        nb = WindowTrainer(m2, sig, lags=3, horizon=horizon, batch_size=2, lr=LR, head=h2, node_batch_size=7, optimizer="sgd")
         ea, eb = full.evaluate("train"), nb.evaluate("train")
         for k in ea:
             assert math.isclose(ea[k], eb[k], rel_tol=1e-9)
@@ -238,7 +238,7 @@ def test_shuffle_draws_a_seeded_vertex_permutation_per_epoch():
     for _ in range(2):
         model, head = _model("GConvGRU", 3)
         tr = WindowTrainer(model, sig, lags=3, batch_size=2, lr=LR, head=head, node_batch_size=7, shuffle=True,
-                           seed=5)
+                           seed=5, optimizer="sgd")
         nb = tr._node_batches
         run = []
         loss = nb.node_batch_loss
@@ -330,7 +330,7 @@ def test_sampled_neighbourhoods_are_seeded_and_reproducible():
     def run(seed, num_neighbors):
         model, head = _model("GConvGRU", 4)
         tr = WindowTrainer(model, sig, lags=3, batch_size=2, lr=LR, head=head, node_batch_size=40,
-                           num_neighbors=num_neighbors, seed=seed)
+                           num_neighbors=num_neighbors, seed=seed, optimizer="sgd")
         before = torch.get_rng_state()
         losses = [tr.train_epoch() for _ in range(2)]
         assert torch.equal(before, torch.get_rng_state())   # the caller's generator is left alone
@@ -351,7 +351,7 @@ def test_bad_input():
     from torch_geometric_temporal.nn.recurrent import GConvGRU
 
     def make(**kw):
-        return WindowTrainer(GConvGRU(4, 6, 2).double(), sig, lags=3, batch_size=2, head=torch.nn.Linear(6, 1).double(), **kw)
+        return WindowTrainer(GConvGRU(4, 6, 2).double(), sig, lags=3, batch_size=2, head=torch.nn.Linear(6, 1).double(), **kw, optimizer="sgd", lr=0.01)
 
     for bad in (0, -3, True, 2.5, "4"):
         with pytest.raises(ModelInputError, match="node_batch_size"):
@@ -373,14 +373,14 @@ def test_bad_input():
             return self.lin(x)
 
     with pytest.raises(ModelInputError, match="SnapshotModel"):
-        WindowTrainer(NoGraph().double(), sig, lags=3, batch_size=2, node_batch_size=4)
+        WindowTrainer(NoGraph().double(), sig, lags=3, batch_size=2, node_batch_size=4, optimizer="sgd", lr=0.01)
     from torch_geometric_temporal.nn.recurrent import DCRNN
 
     with pytest.raises(NotImplementedError, match="decoder"):
         make(node_batch_size=4, decoder="copy", decoder_input="features")
     with pytest.raises(UnsupportedModelError, match="DConv"):   # its normalizers are paired by edge position
-        WindowTrainer(DCRNN(3, 6, 2).double(), ring(), lags=3, batch_size=2, node_batch_size=4)
-    WindowTrainer(DCRNN(3, 6, 2).double(), ring(symmetric=True), lags=3, batch_size=2, node_batch_size=4)
+        WindowTrainer(DCRNN(3, 6, 2).double(), ring(), lags=3, batch_size=2, node_batch_size=4, optimizer="sgd", lr=0.01)
+    WindowTrainer(DCRNN(3, 6, 2).double(), ring(symmetric=True), lags=3, batch_size=2, node_batch_size=4, optimizer="sgd", lr=0.01)
 
 
 # ------------------------------------------------------------------ benchmark
@@ -429,7 +429,7 @@ def _ranks(rank, world, cases):
 def test_two_ranks_equal_one_process_with_the_same_blocks():
     """Under a gloo group each rank computes its blocks' windows of every (node batch, global
     batch) step, DDP sums the gradients: one process with the same blocks, float64."""
-    from pyg_dynscale.distributed.launch import spawn
+    from pyg_dynscale.training.launch import spawn
 
     single = [_rank_run(*c[:5], None) for c in RANK_CASES]
     per_rank = spawn(_ranks, 2, RANK_CASES, timeout=120)

@@ -9,7 +9,7 @@ from pyg_dynscale.partition import CommunicationPlan, DependencyPattern
 from pyg_dynscale.partition.algorithms.dispatch import partition
 from pyg_dynscale.windows import WindowView
 from pyg_dynscale.windows.placement_costs import placement_bytes
-from tests.windows.helpers import covid
+from tests.helpers.windows import covid
 
 
 def _brute(sig, scheme, world, pattern, starts, lags):

@@ -16,7 +16,7 @@ import torch
 from pyg_dynscale.errors import ModelInputError
 from pyg_dynscale.windows import WindowTrainer
 from pyg_dynscale.windows.view import series_signal
-from tests.windows.helpers import chickenpox, covid
+from tests.helpers.windows import chickenpox, covid
 
 LAGS, BATCH, LR, HIDDEN = 4, 5, 0.05, 6
 
@@ -90,8 +90,8 @@ def test_equals_pygt_window_loop(data, batched, reuse):
     torch.manual_seed(1)
     head = torch.nn.Linear(HIDDEN, 1 if sig.y.dim() == 1 else sig.y.shape[1]).double()
     ref_model, ref_head = copy.deepcopy(model), copy.deepcopy(head)
-    trainer = WindowTrainer(model, sig, lags=LAGS, batch_size=BATCH, loss="mse", lr=LR, head=head, reuse=reuse)
-    assert trainer.window_model and (trainer._window_runner.reuse is not None) == reuse
+    trainer = WindowTrainer(model, sig, lags=LAGS, batch_size=BATCH, loss="mse", lr=LR, head=head, reuse=reuse, optimizer="sgd")
+    assert trainer.window_model and (trainer.window_runner.reuse is not None) == reuse
     batches = _train_batches(trainer)
     mean = trainer.train_epoch()
     ref = _reference(ref_model, ref_head, sig, batches, batched)
@@ -131,13 +131,13 @@ def test_reuse_computes_each_snapshot_once_per_batch(batched):
     for reuse in (True, False):
         model = _a3tgcn(F, batched=batched)
         trainer = WindowTrainer(model, sig, lags=LAGS, batch_size=BATCH, loss="mse", lr=LR,
-                                head=torch.nn.Linear(HIDDEN, 1).double(), reuse=reuse)
+                                head=torch.nn.Linear(HIDDEN, 1).double(), reuse=reuse, optimizer="sgd")
         sizes = [len(b) for b in _train_batches(trainer)]
         conv_calls, cell_rows, rows = [], [], []
         model._base_tgcn.conv_z.register_forward_hook(lambda m, i, o: conv_calls.append(1))
         model._base_tgcn.register_forward_hook(lambda m, i, o: cell_rows.append(o.numel() // HIDDEN))
         if reuse:
-            impl = trainer._window_runner.reuse
+            impl = trainer.window_runner.reuse
             orig = impl.step_projected
 
             def counted(proj, graph, states, w):
@@ -159,9 +159,9 @@ def test_shuffled_batches_compute_distinct_snapshots():
     out = {}
     for reuse in (True, False):
         trainer = WindowTrainer(_a3tgcn(2), sig, lags=LAGS, batch_size=BATCH, loss="mse", lr=LR, shuffle=True,
-                                head=torch.nn.Linear(HIDDEN, 2).double(), reuse=reuse)
+                                head=torch.nn.Linear(HIDDEN, 2).double(), reuse=reuse, optimizer="sgd")
         batches = trainer.batches()
-        out[reuse] = trainer.train_epoch(), trainer._window_runner.computed
+        out[reuse] = trainer.train_epoch(), trainer.window_runner.computed
         last = trainer.view.starts.index_select(0, batches[-1]).tolist()
     assert math.isclose(out[True][0], out[False][0], rel_tol=1e-9)
     assert out[True][1] == len({s + p for s in last for p in range(LAGS)}) and out[False][1] == len(last) * LAGS
@@ -172,37 +172,37 @@ def test_bad_input():
     F = sig.x.shape[1]
     kw = dict(batch_size=BATCH, loss="mse", head=torch.nn.Linear(HIDDEN, 1).double())
     with pytest.raises(ModelInputError, match=r"lags.*is 3.*periods is 4"):
-        WindowTrainer(_a3tgcn(F), sig, lags=3, **kw)
+        WindowTrainer(_a3tgcn(F), sig, lags=3, **kw, optimizer="sgd", lr=0.01)
     with pytest.raises(ModelInputError, match="horizon"):
-        WindowTrainer(_a3tgcn(F), sig, lags=LAGS, horizon=2, **kw)
+        WindowTrainer(_a3tgcn(F), sig, lags=LAGS, horizon=2, **kw, optimizer="sgd", lr=0.01)
     with pytest.raises(ModelInputError, match="decoder"):
-        WindowTrainer(_a3tgcn(F), sig, lags=LAGS, decoder="copy", **kw)
+        WindowTrainer(_a3tgcn(F), sig, lags=LAGS, decoder="copy", **kw, optimizer="sgd", lr=0.01)
     with pytest.raises(ModelInputError, match="in_channels=3"):
-        WindowTrainer(_a3tgcn(3), sig, lags=LAGS, **kw)
+        WindowTrainer(_a3tgcn(3), sig, lags=LAGS, **kw, optimizer="sgd", lr=0.01)
     with pytest.raises(NotImplementedError, match="node_batch_size"):
-        WindowTrainer(_a3tgcn(F), sig, lags=LAGS, node_batch_size=4, **kw)
+        WindowTrainer(_a3tgcn(F), sig, lags=LAGS, node_batch_size=4, **kw, optimizer="sgd", lr=0.01)
     with pytest.raises(NotImplementedError, match="cache_bytes"):
-        WindowTrainer(_a3tgcn(F), sig, lags=LAGS, cache_bytes=10_000, **kw)
+        WindowTrainer(_a3tgcn(F), sig, lags=LAGS, cache_bytes=10_000, **kw, optimizer="sgd", lr=0.01)
     cv = covid(T=14)
     with pytest.raises(ModelInputError, match="changes its graph"):
-        WindowTrainer(_a3tgcn(cv.x.shape[1]), cv, lags=LAGS, **kw)
+        WindowTrainer(_a3tgcn(cv.x.shape[1]), cv, lags=LAGS, **kw, optimizer="sgd", lr=0.01)
 
 
 def test_cached_cell_is_called_as_it_is():
     """A cell with cached=True (GCNConv keeps its first normalization) has no reuse: called as it is."""
     sig = chickenpox(T=24)
     trainer = WindowTrainer(_a3tgcn(sig.x.shape[1], cached=True), sig, lags=LAGS, batch_size=BATCH, loss="mse",
-                            head=torch.nn.Linear(HIDDEN, 1).double(), reuse=True)
-    assert trainer._window_runner.reuse is None
+                            head=torch.nn.Linear(HIDDEN, 1).double(), reuse=True, optimizer="sgd", lr=0.01)
+    assert trainer.window_runner.reuse is None
     trainer.train_epoch()
-    assert trainer._window_runner.computed == len(_train_batches(trainer)[-1]) * LAGS
+    assert trainer.window_runner.computed == len(_train_batches(trainer)[-1]) * LAGS
 
 
 def _ranked(reuse: bool):
     sig = chickenpox(T=24)
     torch.manual_seed(0)
     model, head = _a3tgcn(sig.x.shape[1]), torch.nn.Linear(HIDDEN, 1).double()
-    tr = WindowTrainer(model, sig, lags=LAGS, batch_size=4, loss="mse", lr=LR, head=head, reuse=reuse, blocks=2)
+    tr = WindowTrainer(model, sig, lags=LAGS, batch_size=4, loss="mse", lr=LR, head=head, reuse=reuse, blocks=2, optimizer="sgd")
     losses = [tr.train_epoch() for _ in range(2)]
     return losses, [p.detach().clone() for p in list(model.parameters()) + list(head.parameters())], tr.evaluate("test")
 
@@ -215,7 +215,7 @@ def _ranks(rank, world):
 def test_two_ranks_equal_one_process():
     """Under 2 gloo ranks (placement="blocks": each rank holds only its windows' snapshots, the
     reuse basis of those) == one process with the same blocks, reuse on and off (float64)."""
-    from pyg_dynscale.distributed.launch import spawn
+    from pyg_dynscale.training.launch import spawn
 
     torch.set_num_threads(1)
     single = [_ranked(r) for r in (True, False)]

@@ -12,7 +12,7 @@ from pyg_dynscale.nn import TGCN
 from pyg_dynscale.nn.reinc_models import GCRNM1
 from pyg_dynscale.windows import WindowTrainer
 from pyg_dynscale.windows.cache import GlobalCache, priority
-from tests.windows.helpers import chickenpox, covid
+from tests.helpers.windows import chickenpox, covid
 
 
 def _entry(nbytes: int):
@@ -78,15 +78,15 @@ def test_bad_options_raise():
     with pytest.raises(ModelInputError, match="cache_policy"):
         GlobalCache(_entry(8), bound=8, policy="lfu")
     with pytest.raises(ModelInputError, match="cache_bytes"):
-        WindowTrainer(TGCN(4, 3).double(), chickenpox(T=10), lags=3, batch_size=2, reuse=False, cache_bytes=100)
+        WindowTrainer(TGCN(4, 3).double(), chickenpox(T=10), lags=3, batch_size=2, reuse=False, cache_bytes=100, optimizer="sgd", lr=0.01)
 
 
 def _train(model_fn, sig, bound, policy="reinc", shuffle=False, epochs=2, watch=None, lags=3):
     torch.manual_seed(0)
     m = model_fn().double()
     tr = WindowTrainer(m, sig, lags=lags, batch_size=4, lr=0.05, head=torch.nn.Linear(5, 1).double(),
-                       cache_bytes=bound, cache_policy=policy, shuffle=shuffle)
-    g = tr._cache.global_cache
+                       cache_bytes=bound, cache_policy=policy, shuffle=shuffle, optimizer="sgd")
+    g = tr.cache.global_cache
     held = []
     if watch is not None:
         read = g.read

@@ -17,8 +17,8 @@ from pyg_dynscale.nn import TGCN
 from pyg_dynscale.nn.snapshot_model import default_dtype
 from pyg_dynscale.windows import WindowTrainer, series_signal
 from pyg_dynscale.windows.decoder import teacher_forcing_mask
-from tests.conftest import make_dynamic_signal
-from tests.windows.helpers import as64, chickenpox, covid
+from tests.helpers.signals import make_dynamic_signal
+from tests.helpers.windows import as64, chickenpox, covid
 
 LAGS, HORIZON, BATCH, LR, SEED = 3, 5, 4, 0.05, 7
 
@@ -125,7 +125,7 @@ def _trainer(kind, data, p, reuse, horizon=HORIZON, copy_decoder=None, **kw):
     enc, dec, head = _cells(kind, F, 1, copy_decoder)
     refs = (copy.deepcopy(enc), copy.deepcopy(enc if dec == "copy" else dec), copy.deepcopy(head))
     tr = WindowTrainer(enc, sig, lags=LAGS, horizon=horizon, batch_size=BATCH, lr=LR, head=head, reuse=reuse,
-                       seed=SEED, decoder=dec, teacher_forcing=p, ratio=(0.6, 0.0, 0.4), **kw)
+                       seed=SEED, decoder=dec, teacher_forcing=p, ratio=(0.6, 0.0, 0.4), **kw, optimizer="sgd")
     return tr, sig, refs
 
 
@@ -229,32 +229,32 @@ def test_bad_input():
     sig = _series_static()
     enc = TGCN(1, 5).double()
     with pytest.raises(ModelInputError, match="decoder.*horizon=5 > lags=3"):
-        WindowTrainer(enc, sig, lags=3, horizon=5, batch_size=2)
+        WindowTrainer(enc, sig, lags=3, horizon=5, batch_size=2, optimizer="sgd", lr=0.01)
     with pytest.raises(ModelInputError, match="decoder.*widths \\[4\\].*\\[5\\]"):
-        WindowTrainer(enc, sig, lags=3, horizon=5, batch_size=2, decoder=TGCN(1, 4).double())
+        WindowTrainer(enc, sig, lags=3, horizon=5, batch_size=2, decoder=TGCN(1, 4).double(), optimizer="sgd", lr=0.01)
     for p in (-0.1, 1.5, True, "0.5"):
         with pytest.raises(ModelInputError, match="teacher_forcing"):
-            WindowTrainer(enc, sig, lags=3, horizon=5, batch_size=2, decoder="copy", teacher_forcing=p)
+            WindowTrainer(enc, sig, lags=3, horizon=5, batch_size=2, decoder="copy", teacher_forcing=p, optimizer="sgd", lr=0.01)
     with pytest.raises(ModelInputError, match="teacher_forcing.*without a decoder"):
-        WindowTrainer(enc, sig, lags=3, horizon=2, batch_size=2, teacher_forcing=0.5)
+        WindowTrainer(enc, sig, lags=3, horizon=2, batch_size=2, teacher_forcing=0.5, optimizer="sgd", lr=0.01)
     with pytest.raises(ModelInputError, match="decoder_input"):
-        WindowTrainer(enc, sig, lags=3, horizon=5, batch_size=2, decoder="copy", decoder_input="go")
+        WindowTrainer(enc, sig, lags=3, horizon=5, batch_size=2, decoder="copy", decoder_input="go", optimizer="sgd", lr=0.01)
     with pytest.raises(ModelInputError, match="decoder.*'cp'"):
-        WindowTrainer(enc, sig, lags=3, horizon=5, batch_size=2, decoder="cp")
+        WindowTrainer(enc, sig, lags=3, horizon=5, batch_size=2, decoder="cp", optimizer="sgd", lr=0.01)
     with pytest.raises(ModelInputError, match="decoder.*encoder module itself"):
-        WindowTrainer(enc, sig, lags=3, horizon=5, batch_size=2, decoder=enc)
+        WindowTrainer(enc, sig, lags=3, horizon=5, batch_size=2, decoder=enc, optimizer="sgd", lr=0.01)
     with pytest.raises(ModelInputError, match="in_channels=1"):      # 'copy' reads 4 features, the target is 1 wide
-        WindowTrainer(TGCN(4, 5).double(), chickenpox(T=20), lags=3, horizon=5, batch_size=2, decoder="copy")
+        WindowTrainer(TGCN(4, 5).double(), chickenpox(T=20), lags=3, horizon=5, batch_size=2, decoder="copy", optimizer="sgd", lr=0.01)
     with pytest.raises(ModelInputError, match="loss"):
-        WindowTrainer(enc, sig, lags=3, horizon=5, batch_size=2, decoder="copy", loss="ce")
+        WindowTrainer(enc, sig, lags=3, horizon=5, batch_size=2, decoder="copy", loss="ce", optimizer="sgd", lr=0.01)
     with pytest.raises(ModelInputError, match="head.*Linear\\(<the decoder's output width>, 1\\)"):
-        tr = WindowTrainer(enc, sig, lags=3, horizon=5, batch_size=2, decoder="copy")    # no head: 5-wide rows
+        tr = WindowTrainer(enc, sig, lags=3, horizon=5, batch_size=2, decoder="copy", optimizer="sgd", lr=0.01)    # no head: 5-wide rows
         tr.train_epoch()
     with pytest.raises(NotImplementedError, match="node_batch_size"):
-        WindowTrainer(enc, sig, lags=3, horizon=5, batch_size=2, decoder="copy", node_batch_size=3)
+        WindowTrainer(enc, sig, lags=3, horizon=5, batch_size=2, decoder="copy", node_batch_size=3, optimizer="sgd", lr=0.01)
     vsig = as64(make_dynamic_signal(seed=3, T=12, V=10, F=1), 12)
     with pytest.raises(NotImplementedError, match="vertex set changes"):
-        WindowTrainer(TGCN(1, 5).double(), vsig, lags=3, horizon=1, batch_size=2, decoder="copy")
+        WindowTrainer(TGCN(1, 5).double(), vsig, lags=3, horizon=1, batch_size=2, decoder="copy", optimizer="sgd", lr=0.01)
 
 
 def _ranked(placement, blocks=2):
@@ -271,7 +271,7 @@ def _rank_job(rank, world):
 def test_two_ranks_equal_one_process():
     """Under 2 gloo ranks (both placements) the decoder's parameters are synchronized by the same DDP module and the
     teacher-forcing draws agree: == one process with the same blocks, replicas identical, the basis still shared."""
-    from pyg_dynscale.distributed.launch import spawn
+    from pyg_dynscale.training.launch import spawn
 
     torch.set_num_threads(1)
     ref = _ranked(None)

@@ -1,7 +1,7 @@
 """Host read-backs of WindowTrainer (issue 35, item 4: at most one per batch) and its device binding (item 1).
 
 A read-back of a device tensor stops the host until the GPU has run everything queued before it. CI has no GPU,
-so tests/host_syncs.py counts them on the CPU, following which tensors are *device-resident*. Here those are
+so tests/helpers/host_syncs.py counts them on the CPU, following which tensors are *device-resident*. Here those are
 what a GPU run would hold on the GPU (:func:`on_the_device`): the trainer's parameters and optimizer state, the
 storage `_store` copies to the training device (features, targets, edges, weights, node ids) and everything
 computed from them, and what the trainer's own code (pyg_dynscale/windows) creates with `device=` or copies with
@@ -19,7 +19,7 @@ Every configuration that matters trains one epoch of several batches and evaluat
   DCRNN's DConv reads degrees back; BatchedDCRNN compares its cached edge list with torch.equal), and every
   read-back beyond the epoch's one must come from the call into that module.
 
-Under NCCL's rules (tests/fake_nccl.py) the trainer binds its device before its first collective (DDP's
+Under NCCL's rules (tests/helpers/fake_nccl.py) the trainer binds its device before its first collective (DDP's
 broadcast), node batches' host counts go over the gloo twin (no object collective on the device group), and a
 run equals one process.
 """
@@ -32,11 +32,11 @@ from typing import Callable
 import pytest
 import torch
 
-from pyg_dynscale.distributed.launch import spawn
+from pyg_dynscale.training.launch import spawn
 from pyg_dynscale.windows import WindowTrainer
-from tests import fake_nccl
-from tests.host_syncs import HostSyncs, on_the_device
-from tests.windows.helpers import chickenpox, covid
+from tests.helpers import fake_nccl
+from tests.helpers.host_syncs import HostSyncs, on_the_device
+from tests.helpers.windows import chickenpox, covid
 
 #: the trainer's own code: its ``device=`` factories and ``.to(device)`` copies put tensors on the training device
 SCOPE = "pyg_dynscale/windows/"
@@ -80,7 +80,7 @@ def cell(kind: str = "GConvGRU", data: str = "chickenpox", T: int = 15, batch_si
     def make():
         sig = chickenpox(T=T) if data == "chickenpox" else covid(T=T)
         m, head = _cell(kind), torch.nn.Linear(5, 1).double()
-        return (lambda: WindowTrainer(m, sig, lags=3, batch_size=batch_size, lr=0.05, head=head, **kw)), (m, head)
+        return (lambda: WindowTrainer(m, sig, lags=3, batch_size=batch_size, lr=0.05, head=head, **kw, optimizer="sgd")), (m, head)
     return make
 
 
@@ -95,7 +95,7 @@ def seq2seq(data: str, reuse: bool = True) -> Callable:
         torch.manual_seed(0)
         m, head = GConvGRU(1, 5, 2).double(), torch.nn.Linear(5, 1).double()
         return (lambda: WindowTrainer(m, sig, lags=3, horizon=4, batch_size=3, lr=0.05, head=head, decoder="copy",
-                                      teacher_forcing=0.5, ratio=(0.6, 0.0, 0.4), reuse=reuse)), (m, head)
+                                      teacher_forcing=0.5, ratio=(0.6, 0.0, 0.4), reuse=reuse, optimizer="sgd")), (m, head)
     return make
 
 
@@ -108,7 +108,7 @@ def batched_dcrnn() -> Callable:
         sig = _series_static()
         torch.manual_seed(0)
         m = BatchedDCRNN(1, 1, K=2).double()
-        return (lambda: WindowTrainer(m, sig, lags=3, horizon=3, batch_size=3, lr=0.05)), (m,)
+        return (lambda: WindowTrainer(m, sig, lags=3, horizon=3, batch_size=3, lr=0.05, optimizer="sgd")), (m,)
     return make
 
 
@@ -119,7 +119,7 @@ def a3tgcn(reuse: bool) -> Callable:
         sig = chickenpox(T=15)
         torch.manual_seed(0)
         m, head = A3TGCN(4, 5, 3).double(), torch.nn.Linear(5, 1).double()
-        return (lambda: WindowTrainer(m, sig, lags=3, batch_size=3, lr=0.05, head=head, reuse=reuse)), (m, head)
+        return (lambda: WindowTrainer(m, sig, lags=3, batch_size=3, lr=0.05, head=head, reuse=reuse, optimizer="sgd")), (m, head)
     return make
 
 
@@ -176,8 +176,8 @@ def test_the_self_loops_planned_on_the_host_are_the_unions(data):
     g = torch.Generator().manual_seed(0)
     for _ in range(12):
         ts = torch.randint(0, 12, (int(torch.randint(1, 6, (1,), generator=g)),), generator=g).tolist()
-        _, ei, _, _, _ = tr._union(ts)
-        loops = tr._union_loops(ts)
+        _, ei, _, _, _ = tr.store.union(ts)
+        loops = tr.store.union_loops(ts)
         assert loops.numel() > 0 and torch.equal(loops, self_loops(ei)), ts
 
 
@@ -243,7 +243,7 @@ def _run(make: Callable) -> dict:
 def _nccl_rules(rank: int, world: int) -> dict:
     import torch.distributed as dist
 
-    from pyg_dynscale.distributed.groups import group_backend
+    from pyg_dynscale.training.ranks import group_backend
 
     torch.set_num_threads(1)
     reduced: list = []

@@ -12,11 +12,11 @@ import math
 import pytest
 import torch
 
-from pyg_dynscale.distributed.launch import spawn
+from pyg_dynscale.training.launch import spawn
 from pyg_dynscale.errors import ModelInputError
 from pyg_dynscale.windows import WindowTrainer
-from tests.conftest import make_dynamic_signal
-from tests.windows.helpers import as64, covid
+from tests.helpers.signals import make_dynamic_signal
+from tests.helpers.windows import as64, covid
 
 #: (signal, T, lags, blocks, batch_size): covid T=12 lags=3 -> 7 training windows; blocks 3 -> 3 + 2 + 2, one
 #: window per block and batch: the last batch has windows of block 0 only (ranks 1 and 2 of 3 idle); with 2
@@ -98,9 +98,9 @@ def _run(case, placement):
         with pytest.raises(ModelInputError, match="not held"):
             tr.view.x_at(missing)
     return {"losses": losses, "batch_losses": tr.batch_losses, "steps": steps, "metrics": metrics,
-            "held": held, "x_storage": tr._x.untyped_storage().nbytes(),
+            "held": held, "x_storage": tr.store.x.untyped_storage().nbytes(),
             "signal_storage": tr.view.signal.x.untyped_storage().nbytes(),
-            "traffic": tr.traffic.as_dict(), "counted": counter and (counter.bytes, counter.calls),
+            "report": tr.traffic().as_dict(), "counted": counter and (counter.bytes, counter.calls),
             "param_bytes": sum(p.numel() * p.element_size() for p in tr._params),
             "eval_windows": {k: v.tolist() for k, v in tr._eval.items()}}
 
@@ -152,13 +152,21 @@ def test_placements_equal_one_process_and_send_no_features(world):
                 assert m.keys() == mref.keys() and all(math.isclose(m[k], mref[k], rel_tol=1e-9) for k in m)
             row_bytes = sig.x.shape[1] * sig.x.element_size()
             for rank, r in enumerate(runs):
-                t = r["traffic"]
+                report = r["report"]
+                t = report["totals"]                                     # this rank's bytes since construction
                 steps = len(r["steps"])
                 # every byte the rank gave a collective: DDP's summed gradients (the parameters once per step),
                 # the loss (8 bytes per step), evaluate's sums; nothing else, so no feature row
                 assert t["features"] == 0 and t["steps"] == steps
                 assert t["gradients"] == steps * r["param_bytes"] and t["loss"] == 8 * steps
                 assert t["metrics"] == 3 * 8 * 3                                   # 3 evaluations of (mse, mae, k)
+                # the last epoch (half of the steps), all ranks: counted at the collectives = the window arithmetic
+                measured, predicted = report["measured"], report["predicted"]
+                assert report["steps"] == steps // 2 and report["ranks"] == world
+                assert measured["gradients"] == predicted["gradients"] == world * (steps // 2) * r["param_bytes"]
+                assert measured["loss"] == predicted["loss"] == world * 8 * (steps // 2)
+                assert measured["features"] == measured["metrics"] == measured["setup"] == 0
+                assert measured["total"] == predicted["total"] == measured["gradients"] + measured["loss"]
                 counted_bytes, calls = r["counted"]
                 assert counted_bytes == {"all_reduce": t["gradients"] + t["loss"] + t["metrics"]}, calls
                 if placement == "replicated":

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from pyg_dynscale.windows import WindowTrainer
-from tests.conftest import make_dynamic_signal
-from tests.windows.helpers import RecurrentGCN, as64, chickenpox, covid
+from tests.helpers.signals import make_dynamic_signal
+from tests.helpers.windows import RecurrentGCN, as64, chickenpox, covid
 
 
 def _train(sig, K, reuse, horizon=1, cls="GConvGRU"):
@@ -19,7 +19,7 @@ def _train(sig, K, reuse, horizon=1, cls="GConvGRU"):
     torch.manual_seed(0)
     cell = (rec.TGCN(4, 6) if cls == "TGCN" else getattr(rec, cls)(4, 6, K)).double()
     head = torch.nn.Linear(6, 1).double()
-    tr = WindowTrainer(cell, sig, lags=3, horizon=horizon, batch_size=4, lr=0.05, head=head, reuse=reuse)
+    tr = WindowTrainer(cell, sig, lags=3, horizon=horizon, batch_size=4, lr=0.05, head=head, reuse=reuse, optimizer="sgd")
     losses = [tr.train_epoch() for _ in range(2)] + tr.batch_losses
     return tr, losses, [p.detach().clone() for p in cell.parameters()], tr.evaluate("test")
 
@@ -36,9 +36,9 @@ def test_reuse_equals_no_reuse(data, K, horizon, cls):
            "vertices": lambda: as64(make_dynamic_signal(seed=3, T=12, V=10, F=4), 12)}[data]()
     off, l0, p0, e0 = _train(sig, K, False, horizon, cls)
     on, l1, p1, e1 = _train(sig, K, True, horizon, cls)
-    assert off._reuse is None and on._reuse is not None
+    assert off.reuse_impl is None and on.reuse_impl is not None
     k = {"TGCN": 1, "GCLSTM": 1, "DCRNN": 2 * K}.get(cls, K)
-    assert on._reuse.basis.shape == (sig.x.shape[0], k, 4)          # one basis for the whole storage
+    assert on.reuse_impl.basis.shape == (sig.x.shape[0], k, 4)          # one basis for the whole storage
     for a, b in zip(l0, l1):
         assert math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-13)
     for a, b in zip(p0, p1):
@@ -49,8 +49,8 @@ def test_reuse_equals_no_reuse(data, K, horizon, cls):
 
 def test_reuse_applies_only_where_implemented():
     sig = chickenpox(T=14)
-    tr = WindowTrainer(RecurrentGCN(4, 6).double(), sig, lags=3, batch_size=2, reuse=True)
-    assert tr._reuse is None                      # a user's module is called as it is
+    tr = WindowTrainer(RecurrentGCN(4, 6).double(), sig, lags=3, batch_size=2, reuse=True, optimizer="sgd", lr=0.01)
+    assert tr.reuse_impl is None                      # a user's module is called as it is
 
 
 def test_dcrnn_reuse_follows_dconv_on_unsorted_edges_and_steps_aside_on_duplicates():
@@ -76,8 +76,8 @@ def test_dcrnn_reuse_follows_dconv_on_unsorted_edges_and_steps_aside_on_duplicat
     for reuse in (False, True):
         torch.manual_seed(0)
         cell = DCRNN(4, 5, 3).double()
-        tr = WindowTrainer(cell, sig, lags=3, batch_size=3, lr=0.05, head=torch.nn.Linear(5, 1).double(), reuse=reuse)
-        runs.append((tr.train_epoch(), [p.detach().clone() for p in cell.parameters()], tr._reuse))
+        tr = WindowTrainer(cell, sig, lags=3, batch_size=3, lr=0.05, head=torch.nn.Linear(5, 1).double(), reuse=reuse, optimizer="sgd")
+        runs.append((tr.train_epoch(), [p.detach().clone() for p in cell.parameters()], tr.reuse_impl))
     assert runs[1][2] is not None
     assert math.isclose(runs[0][0], runs[1][0], rel_tol=1e-9)
     for a, b in zip(runs[0][1], runs[1][1]):
@@ -85,5 +85,5 @@ def test_dcrnn_reuse_follows_dconv_on_unsorted_edges_and_steps_aside_on_duplicat
     dup = [np.concatenate([e, e[:, :1]], 1) for e in eis]   # a repeated edge: DConv's dense adjacency merges it
     sig2 = DynamicGraphSignal(dup, [np.ones(e.shape[1]) for e in dup], [rng.standard_normal((N, 4)) for _ in range(T)],
                               [rng.standard_normal(N) for _ in range(T)], dtype=torch.float64)
-    tr = WindowTrainer(DCRNN(4, 5, 3).double(), sig2, lags=3, batch_size=3, head=torch.nn.Linear(5, 1).double())
-    assert tr._reuse is None                                  # the cell is called as it is
+    tr = WindowTrainer(DCRNN(4, 5, 3).double(), sig2, lags=3, batch_size=3, head=torch.nn.Linear(5, 1).double(), optimizer="sgd", lr=0.01)
+    assert tr.reuse_impl is None                                  # the cell is called as it is

@@ -65,7 +65,7 @@ def _spy(monkeypatch, impl):
 def _train(cell, sig, **kw):
     head = torch.nn.Linear(cell.out_channels, F).double()
     torch.manual_seed(1)
-    tr = WindowTrainer(cell, sig, lags=3, batch_size=4, lr=0.05, head=head, **kw)
+    tr = WindowTrainer(cell, sig, lags=3, batch_size=4, lr=0.05, head=head, **kw, optimizer="sgd")
     losses = [tr.train_epoch() for _ in range(2)]
     return tr, losses, [p.detach().clone() for p in cell.parameters()]
 
@@ -78,16 +78,16 @@ def test_static_basis_equals_block_diagonal(name, monkeypatch):
     impl = reuse_for(_cell(name))
     seen = _spy(monkeypatch, impl)
     tr, l0, p0 = _train(_cell(name), sig)
-    assert tr._static and tr._reuse is not None and seen and max(seen) <= E     # one graph, never T x E edges
-    assert tr._reuse.basis.shape == ref.shape
-    torch.testing.assert_close(tr._reuse.basis, ref, rtol=0, atol=1e-9)
+    assert tr.store.static and tr.reuse_impl is not None and seen and max(seen) <= E     # one graph, never T x E edges
+    assert tr.reuse_impl.basis.shape == ref.shape
+    torch.testing.assert_close(tr.reuse_impl.basis, ref, rtol=0, atol=1e-9)
 
     # bounded cache: its misses compute one snapshot's entry on the one graph; the same training
     seen.clear()
     tb, l1, p1 = _train(_cell(name), sig, cache_bytes=3 * N * ref.shape[1] * F * 8)
     assert tb.cache_stats()["global"]["misses"] > 0 and max(seen) <= E
     for t in range(T):
-        torch.testing.assert_close(tb._cache.global_cache.compute(t), ref[t * N:(t + 1) * N], rtol=0, atol=1e-9)
+        torch.testing.assert_close(tb.cache.global_cache.compute(t), ref[t * N:(t + 1) * N], rtol=0, atol=1e-9)
     for a, b in zip(l0, l1):
         assert math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-13)
     for a, b in zip(p0, p1):
@@ -101,8 +101,8 @@ def test_static_basis_with_incremental(name):
     ref = _block_diagonal_basis(_cell(name), sig)
     off, l0, p0 = _train(_cell(name), sig)
     on, l1, p1 = _train(_cell(name), sig, incremental=True)
-    torch.testing.assert_close(on._reuse.basis, ref, rtol=0, atol=1e-9)
-    assert on._incremental is not None and on._incremental.last is None       # the one-graph pass ran instead
+    torch.testing.assert_close(on.reuse_impl.basis, ref, rtol=0, atol=1e-9)
+    assert on.incremental is not None and on.incremental.last is None       # the one-graph pass ran instead
     for a, b in zip(l0, l1):
         assert math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-13)
     for a, b in zip(p0, p1):
@@ -127,6 +127,6 @@ def test_one_changed_weight_is_not_static():
     sig, ei, ew = _signal()
     sig.edge_weight[-1] += 1.0
     cell = _cell("GConvGRU")
-    tr = WindowTrainer(cell, sig, lags=3, batch_size=4, head=torch.nn.Linear(H, F).double())
-    assert not tr._static
-    torch.testing.assert_close(tr._reuse.basis, _block_diagonal_basis(cell, sig), rtol=0, atol=1e-9)
+    tr = WindowTrainer(cell, sig, lags=3, batch_size=4, head=torch.nn.Linear(H, F).double(), optimizer="sgd", lr=0.01)
+    assert not tr.store.static
+    torch.testing.assert_close(tr.reuse_impl.basis, _block_diagonal_basis(cell, sig), rtol=0, atol=1e-9)

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from pyg_dynscale.windows import WindowTrainer
-from tests.conftest import make_dynamic_signal
-from tests.windows.helpers import RecurrentGCN, StatelessGCN, as64, chickenpox, covid, pygt_loop, window_starts
+from tests.helpers.signals import make_dynamic_signal
+from tests.helpers.windows import RecurrentGCN, StatelessGCN, as64, chickenpox, covid, pygt_loop, window_starts
 
 LAGS, BATCH, LR = 3, 3, 0.05
 
@@ -108,7 +108,7 @@ def test_changing_vertex_sets_carry_state_by_vertex():
     torch.manual_seed(0)
     cell, hd = GConvGRU(3, 5, 2).double(), torch.nn.Linear(5, 1).double()
     rc, rh = copy.deepcopy(cell), copy.deepcopy(hd)
-    trainer = WindowTrainer(cell, sig, lags=3, batch_size=2, lr=LR, head=hd)
+    trainer = WindowTrainer(cell, sig, lags=3, batch_size=2, lr=LR, head=hd, optimizer="sgd")
     trainer.train_epoch()
     opt = torch.optim.SGD(list(rc.parameters()) + list(rh.parameters()), lr=LR)
     starts = list(range(round(10 * 0.7)))
@@ -146,14 +146,15 @@ def test_reuse_flag_and_evaluate():
     for reuse in (True, False):
         torch.manual_seed(0)
         cell, hd = GConvGRU(4, 6, 2).double(), torch.nn.Linear(6, 1).double()
-        tr = WindowTrainer(cell, sig, lags=LAGS, batch_size=4, lr=LR, head=hd, reuse=reuse)
+        tr = WindowTrainer(cell, sig, lags=LAGS, batch_size=4, lr=LR, head=hd, reuse=reuse, optimizer="sgd")
         outs.append((tr.train_epoch(), tr.evaluate("test"), tr.evaluate("val")))
     # equal up to float rounding (reuse sums the basis terms in another order)
     assert math.isclose(outs[0][0], outs[1][0], rel_tol=1e-12)
     for a, b in zip(outs[0][1:], outs[1][1:]):
         assert a.keys() == b.keys() and all(math.isclose(a[k], b[k], rel_tol=1e-12) for k in a)
     ev = outs[0][1]
-    assert set(ev) == {"mse", "mae", "rmse"} and math.isclose(ev["rmse"], math.sqrt(ev["mse"]))
+    assert set(ev) == {"loss", "mse", "mae", "rmse"} and math.isclose(ev["rmse"], math.sqrt(ev["mse"]))
+    assert ev["loss"] == ev["mse"] != ev["mae"]                   # loss="mse" (the default): the training loss
     # evaluate against a loop over the test windows
     W = 16 - LAGS + 1
     n_train, n_test = round(W * 0.7), round(W * 0.2)
@@ -177,7 +178,7 @@ def test_shuffle_is_a_seeded_permutation_inside_blocks():
 
     sig = chickenpox(T=20)
     tr = WindowTrainer(TGCN(4, 4).double(), sig, lags=LAGS, batch_size=4, blocks=2, shuffle=True, seed=5,
-                       head=torch.nn.Linear(4, 1).double())
+                       head=torch.nn.Linear(4, 1).double(), optimizer="sgd", lr=0.01)
     e0, e1 = tr.batches(0), tr.batches(1)
     train = tr.view.split("train")
     for order in (e0, e1):
@@ -233,7 +234,7 @@ def test_two_state_and_batched_cells(kind):
     cell = (GConvLSTM(4, 5, 2) if kind == "lstm" else TGCN2(4, 5, 1)).double()
     head = torch.nn.Linear(5, 1).double()
     rc, rh = copy.deepcopy(cell), copy.deepcopy(head)
-    tr = WindowTrainer(cell, sig, lags=LAGS, batch_size=BATCH, lr=LR, head=head)
+    tr = WindowTrainer(cell, sig, lags=LAGS, batch_size=BATCH, lr=LR, head=head, optimizer="sgd")
     tr.train_epoch()
     ref = _lstm_or_batched_loop(rc, rh, sig, kind)
     assert len(ref) == len(tr.batch_losses) >= 2
@@ -250,7 +251,7 @@ def test_stride_two_and_ce_evaluate():
     torch.manual_seed(0)
     cell, head = GConvGRU(4, 5, 2).double(), torch.nn.Linear(5, 1).double()
     rc, rh = copy.deepcopy(cell), copy.deepcopy(head)
-    tr = WindowTrainer(cell, sig, lags=LAGS, batch_size=BATCH, stride=2, lr=LR, head=head)
+    tr = WindowTrainer(cell, sig, lags=LAGS, batch_size=BATCH, stride=2, lr=LR, head=head, optimizer="sgd")
     starts = (tr.view.starts[tr.view.split("train")]).tolist()
     W = (20 - LAGS) // 2 + 1
     assert starts == list(range(0, 2 * round(W * 0.7), 2))
@@ -273,7 +274,8 @@ def test_classification_targets():
                                           edge_weight=base.edge_weight, x=base.x, y=y)
     torch.manual_seed(0)
     tr = WindowTrainer(TGCN(4, 5).double(), sig, lags=LAGS, batch_size=4, loss="ce", lr=0.1,
-                       head=torch.nn.Linear(5, 2).double())
+                       head=torch.nn.Linear(5, 2).double(), optimizer="sgd")
     assert math.isfinite(tr.train_epoch())
     ev = tr.evaluate("test")
-    assert set(ev) == {"ce", "accuracy"} and 0.0 <= ev["accuracy"] <= 1.0 and ev["ce"] > 0
+    assert set(ev) == {"loss", "ce", "accuracy"} and 0.0 <= ev["accuracy"] <= 1.0 and ev["ce"] > 0
+    assert ev["loss"] == ev["ce"]

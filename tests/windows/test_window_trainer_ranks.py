@@ -8,9 +8,9 @@ import math
 
 import torch
 
-from pyg_dynscale.distributed.launch import spawn
+from pyg_dynscale.training.launch import spawn
 from pyg_dynscale.windows import WindowTrainer
-from tests.windows.helpers import chickenpox, covid
+from tests.helpers.windows import chickenpox, covid
 
 CASES = [  # (data, T, blocks, batch_size, optimizer): 9 training windows in blocks 5 + 4 -> rank 1 idle in the last batch
     ("chickenpox", 15, 2, 4, "sgd"),

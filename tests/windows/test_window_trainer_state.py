@@ -24,7 +24,7 @@ def _trainer(init_seed, kind):
     else:
         kw = dict(head=torch.nn.Sequential(torch.nn.Dropout(0.3), torch.nn.Linear(5, 1)).double())
     return WindowTrainer(enc, sig, lags=3, batch_size=4, lr=0.05, seed=7, shuffle=True, ratio=(0.6, 0.0, 0.4),
-                         **kw)
+                         **kw, optimizer="sgd")
 
 
 def _continue(tr):

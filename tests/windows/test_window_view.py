@@ -12,7 +12,7 @@ import torch
 
 from pyg_dynscale.errors import ModelInputError
 from pyg_dynscale.windows import WindowTrainer, WindowView, series_signal
-from tests.windows.helpers import chickenpox, covid
+from tests.helpers.windows import chickenpox, covid
 
 
 def _pygt_index_dataset(monkeypatch):
@@ -78,8 +78,8 @@ def test_windows_are_views_not_copies():
     # the trainer keeps the signal's own tensors when dtype and device agree
     from torch_geometric_temporal.nn.recurrent import TGCN
 
-    tr = WindowTrainer(TGCN(4, 3).double(), sig, lags=4, batch_size=2, head=torch.nn.Linear(3, 1).double())
-    assert tr._x.data_ptr() == sig.x.data_ptr() and tr._ei.data_ptr() == sig.edge_index.data_ptr()
+    tr = WindowTrainer(TGCN(4, 3).double(), sig, lags=4, batch_size=2, head=torch.nn.Linear(3, 1).double(), optimizer="sgd", lr=0.01)
+    assert tr.store.x.data_ptr() == sig.x.data_ptr() and tr.store.edge_index.data_ptr() == sig.edge_index.data_ptr()
 
 
 @pytest.mark.parametrize("horizon,stride", [(1, 1), (3, 1), (3, 2), (2, 3)])
@@ -161,10 +161,10 @@ def test_bad_trainer_input(monkeypatch):
         make(node_batch_size=0)
     with pytest.raises(ModelInputError, match="decoder.*horizon=4 > lags=3"):   # seq2seq: windows/decoder.py
         make(horizon=4)
-    from tests.conftest import make_dynamic_signal
+    from tests.helpers.signals import make_dynamic_signal
 
     with pytest.raises(NotImplementedError, match="vertex set changes"):
-        WindowTrainer(cell.float(), make_dynamic_signal(T=10, F=4), lags=3, horizon=2, batch_size=2)
+        WindowTrainer(cell.float(), make_dynamic_signal(T=10, F=4), lags=3, horizon=2, batch_size=2, optimizer="sgd", lr=0.01)
     with pytest.raises(ModelInputError) as e:
         make().evaluate("holdout")
     assert e.value.field == "split"
@@ -184,13 +184,13 @@ def test_refused_models_and_pygt_signal_input():
 
     sig = chickenpox(T=14)
     with pytest.raises(UnsupportedModelError, match="evolves"):
-        WindowTrainer(EvolveGCNO(4).double(), sig, lags=3, batch_size=2)
+        WindowTrainer(EvolveGCNO(4).double(), sig, lags=3, batch_size=2, optimizer="sgd", lr=0.01)
     # a PyGT signal object is accepted as is (converted once)
     rng = np.random.default_rng(0)
     ei = np.array([[0, 1, 2], [1, 2, 0]])
     pygt = StaticGraphTemporalSignal(ei, np.ones(3), [rng.standard_normal((3, 2)) for _ in range(10)],
                                      [rng.standard_normal(3) for _ in range(10)])
-    tr = WindowTrainer(TGCN(2, 3), pygt, lags=2, batch_size=2, head=torch.nn.Linear(3, 1))
+    tr = WindowTrainer(TGCN(2, 3), pygt, lags=2, batch_size=2, head=torch.nn.Linear(3, 1), optimizer="sgd", lr=0.01)
     assert tr.view.num_windows == 9 and np.isfinite(tr.train_epoch())
 
 
@@ -198,7 +198,7 @@ def test_prediction_width_must_match_the_target():
     from torch_geometric_temporal.nn.recurrent import TGCN
 
     sig = chickenpox(T=14)
-    tr = WindowTrainer(TGCN(4, 20).double(), sig, lags=3, batch_size=2)   # 20 hidden = 20 nodes: would broadcast
+    tr = WindowTrainer(TGCN(4, 20).double(), sig, lags=3, batch_size=2, optimizer="sgd", lr=0.01)   # 20 hidden = 20 nodes: would broadcast
     with pytest.raises(ModelInputError) as e:
         tr.train_epoch()
     assert e.value.field == "head" and "Linear" in e.value.fix
