@@ -39,6 +39,7 @@ from torch_geometric.nn.models.tgn import LastNeighborLoader
 from ..distributed.transport import resolve_transport
 from ..errors import DynScaleError, ModelInputError, UnsupportedOptionError
 from ..runtime.metrics import average_precision, roc_auc
+from ..training.gradients import DelayedGradients, ShareModule, wrap_ddp
 from ..training.options import build_optimizer, deprecated_positionals
 from ..training.ranks import (agree, bind_device, check_gpu_sharing, group_backend, helper_group, host_group,
                               moves_host_tensors)
@@ -50,7 +51,7 @@ from .host import HostStream
 from .memory_copies import MemoryCopies
 from .memory_placement import Channel, PartitionedMemory
 from .microbatch import MicroBatchPipeline, check_micro_batches
-from .parallel import DelayedGradients, gather_rows, local_world_size, memory_groups, world, wrap_ddp
+from .parallel import gather_rows, local_world_size, memory_groups, world
 from .partitioned_fetch import PartitionedFetch, build_placement
 from .prefetch import NeighborPrefetcher
 from .schedule import EventSchedule, LocalBatch, Step, check_layout
@@ -259,7 +260,7 @@ class MemoryTrainer(BaseTrainer):
             \alpha \nabla f(\omega_{s-1})`, while its own all-reduce runs;
             step 0 applies nothing and the epoch ends with one more optimizer
             step applying the last gradient; **not exact** w.r.t. ``"sync"``;
-            see :class:`~pyg_dynscale.ctdg.parallel.DelayedGradients`). The
+            see :class:`~pyg_dynscale.training.gradients.DelayedGradients`). The
             one-process emulation applies the same delayed rule.
         micro_batches: ``memory_placement="sven"`` only: split each local
             batch into this many micro-batches whose dispatch runs on a
@@ -494,7 +495,9 @@ class MemoryTrainer(BaseTrainer):
             ids = rows if moves_host_tensors(group_backend(rows)) else helper_group(
                 None, backend="gloo", purpose="aggregation")
             self.fetch.channel = Channel(ids, resolve_transport("auto", self.device, rows))
-        self._ddp = wrap_ddp(self, self.bytes.collectives, self._delayed)
+        share = ShareModule(self._share, memory=self.memory, gnn=self.gnn, link_pred=self.link_pred, static=self.static)
+        self._ddp = wrap_ddp(share, self.bytes.collectives, delayed=self._delayed,
+                             setup_params=[p for p in self.optimizer_params if p.requires_grad])
 
     # ------------------------------------------------------------------ pieces
     @property

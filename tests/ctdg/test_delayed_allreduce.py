@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from pyg_dynscale.ctdg import TGN, MemoryTrainer, synthetic_events
-from pyg_dynscale.ctdg.parallel import DelayedGradients
-from pyg_dynscale.distributed.launch import spawn
+from pyg_dynscale.training.gradients import DelayedGradients
+from pyg_dynscale.training.launch import spawn
 from pyg_dynscale.errors import ModelInputError
 
 EPOCHS = 2
