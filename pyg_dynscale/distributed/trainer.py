@@ -710,7 +710,7 @@ class DistributedTrainer(BaseTrainer):
         carried tensors and, with ``stale``, the stale cache
         (:meth:`.StaleCache.state_dict`). Not a collective."""
         state = trainer_state({"model": self.model, "head": self.head}, self.optimizer, self.epoch,
-                              carried=self._carried_module())
+                              self.device, carried=self._carried_module())
         state["stale"] = self.stale.state_dict() if self.stale is not None else None
         return state
 
@@ -721,7 +721,7 @@ class DistributedTrainer(BaseTrainer):
             raise ModelInputError("state['stale']", "does not match the trainer's stale option.",
                                   "load a state saved by a trainer built with the same stale=.")
         self.epoch = load_trainer_state(state, {"model": self.model, "head": self.head}, self.optimizer,
-                                        carried=self._carried_module())
+                                        self.device, carried=self._carried_module(), owner="DistributedTrainer")
         if self.stale is not None:
             self.stale.load_state_dict(state["stale"])
 

@@ -525,12 +525,12 @@ class FusedTrainer(BaseTrainer):
         random generators (CPU, CUDA) and a black-box module's carried
         tensors."""
         return trainer_state({"model": self.model, "head": self.head}, self.optimizer, self.epoch,
-                             carried=self._carried_module())
+                             self.device, carried=self._carried_module())
 
     def load_state_dict(self, state: dict) -> None:
         """Restore :meth:`state_dict`'s output (this also sets the global random generators)."""
         self.epoch = load_trainer_state(state, {"model": self.model, "head": self.head}, self.optimizer,
-                                        carried=self._carried_module())
+                                        self.device, carried=self._carried_module(), owner="FusedTrainer")
 
     def _release(self) -> None:
         self._evaluators = {}

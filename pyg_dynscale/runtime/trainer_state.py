@@ -4,8 +4,8 @@ explicit arguments (used by :class:`~pyg_dynscale.runtime.FusedTrainer` and
 
 * the modules' and the optimizer's ``state_dict``;
 * the epochs trained;
-* the random generators' states (CPU and every initialized CUDA device: what
-  dropout in the model or head draws next);
+* the random generators' states (CPU, and the trainer's CUDA device: what
+  dropout in the model or head draws next; :mod:`pyg_dynscale.training.state`);
 * the **carried** tensors of a black-box module: plain tensor attributes a
   module keeps from one call to the next (PyGT's EvolveGCN keeps its evolved
   weight), which are neither parameters nor buffers, so ``state_dict`` misses
@@ -22,25 +22,9 @@ import torch
 from torch import Tensor
 
 from ..errors import ModelInputError
+from ..training.state import load_training_state, rng_state, set_rng_state, training_state
 
-__all__ = ["rng_state", "set_rng_state", "carried_tensors", "load_carried_tensors", "seed_generators",
-           "trainer_state", "load_trainer_state"]
-
-
-def rng_state() -> dict:
-    """The global random generators' states: ``"cpu"`` and, where CUDA is
-    initialized, ``"cuda"`` (one state per device)."""
-    out: dict = {"cpu": torch.get_rng_state()}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        out["cuda"] = torch.cuda.get_rng_state_all()
-    return out
-
-
-def set_rng_state(state: dict) -> None:
-    """Restore :func:`rng_state`'s output (the CUDA part where CUDA is available)."""
-    torch.set_rng_state(state["cpu"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+__all__ = ["carried_tensors", "load_carried_tensors", "seed_generators", "trainer_state", "load_trainer_state"]
 
 
 def seed_generators(seed: Optional[int]) -> None:
@@ -83,28 +67,22 @@ def load_carried_tensors(module: Optional[torch.nn.Module], state: dict[str, Ten
 
 
 def trainer_state(modules: dict[str, Optional[torch.nn.Module]], optimizer: torch.optim.Optimizer, epoch: int,
-                  carried: Optional[torch.nn.Module] = None) -> dict:
-    r"""A snapshot trainer's state: ``{"modules": {name: state_dict or None},
-    "optimizer", "epoch", "rng", "carried"}`` (``carried``: the module whose
-    carried tensors are saved, the black-box path's user module)."""
-    return {"modules": {k: (m.state_dict() if m is not None else None) for k, m in modules.items()},
-            "optimizer": optimizer.state_dict(), "epoch": int(epoch), "rng": rng_state(),
-            "carried": carried_tensors(carried)}
+                  device: Any, carried: Optional[torch.nn.Module] = None) -> dict:
+    r"""A snapshot trainer's state: :func:`~pyg_dynscale.training.state.training_state`'s
+    ``{"modules": {name: state_dict or None}, "optimizer"}`` with ``"epoch"``,
+    the generators of a trainer on ``device``
+    (:func:`~pyg_dynscale.training.state.rng_state`: ``"rng"``, and
+    ``"cuda_rng"`` on CUDA) and ``"carried"`` (the carried tensors of
+    ``carried``, the black-box path's user module)."""
+    return training_state(modules, optimizer, epoch=int(epoch), **rng_state(device),
+                          carried=carried_tensors(carried))
 
 
 def load_trainer_state(state: dict, modules: dict[str, Optional[torch.nn.Module]], optimizer: torch.optim.Optimizer,
-                       carried: Optional[torch.nn.Module] = None) -> int:
+                       device: Any, carried: Optional[torch.nn.Module] = None, *, owner: str) -> int:
     """Restore :func:`trainer_state`'s output into the same modules and
-    optimizer; returns the epoch."""
-    saved = state.get("modules", {})
-    for k, m in modules.items():
-        if (saved.get(k) is None) != (m is None):
-            raise ModelInputError(f"state['modules'][{k!r}]", "does not match the trainer's "
-                                  f"({'no ' if m is None else ''}{k} here).",
-                                  "load a state saved by a trainer built from the same arguments.")
-        if m is not None:
-            m.load_state_dict(saved[k])
-    optimizer.load_state_dict(state["optimizer"])
+    optimizer (and the generators of ``device``); returns the epoch."""
+    load_training_state(state, modules, optimizer, owner=owner, parts=("epoch", "rng"))
     load_carried_tensors(carried, state.get("carried", {}))
-    set_rng_state(state["rng"])
+    set_rng_state(state, device)
     return int(state["epoch"])
