@@ -78,9 +78,9 @@ def set_rng_state(state: Mapping, device: DeviceLike = None, *, prefix: str = ""
 
     A CUDA trainer whose ``state`` lacks the CUDA key (a checkpoint written on
     the CPU) seeds its device's generator with ``fallback_seed``, or raises
-    :class:`~pyg_dynscale.errors.ModelInputError` without one. The state
-    :func:`rng_state` wrote before 0.2 (``{"cpu": ..., "cuda": [one per
-    device]}``) is read too.
+    :class:`~pyg_dynscale.errors.ModelInputError` without one. The snapshot
+    trainers' earlier layout (``{"cpu": ..., "cuda": [one per device]}``, or
+    nested under ``"rng"``) is read too.
     """
     if "cpu" in state and f"{prefix}rng" not in state:  # the earlier layout: every initialized CUDA device
         torch.set_rng_state(state["cpu"].cpu())
@@ -88,6 +88,9 @@ def set_rng_state(state: Mapping, device: DeviceLike = None, *, prefix: str = ""
             torch.cuda.set_rng_state_all(state["cuda"])
         return
     key = f"{prefix}rng"
+    if isinstance(state.get(key), Mapping):  # the earlier layout nested under "rng"
+        set_rng_state(state[key])
+        return
     if key not in state:
         raise ModelInputError("state", f"lacks {key!r}.", "give the state the trainer's state_dict() returned.")
     torch.set_rng_state(state[key].cpu())

@@ -29,6 +29,8 @@ def test_the_earlier_layout_is_read_and_a_missing_key_is_named():
     want = torch.rand(4, dtype=torch.float64)
     set_rng_state(legacy)
     assert torch.equal(torch.rand(4, dtype=torch.float64), want)
+    set_rng_state({"epoch": 2, "rng": legacy})  # nested in a snapshot trainer's state, as it was saved
+    assert torch.equal(torch.rand(4, dtype=torch.float64), want)
     with pytest.raises(ModelInputError, match="rank0/rng"):
         set_rng_state({"rank1/rng": torch.get_rng_state()}, prefix="rank0/")
 
