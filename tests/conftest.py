@@ -1,7 +1,6 @@
 """Shared fixtures: small dynamic graphs with changing vertex sets."""
 from __future__ import annotations
 
-import functools
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -12,27 +11,13 @@ import pytest
 if TYPE_CHECKING:
     from pyg_dynscale import DynamicGraphSignal
 
-# torch and pyg_dynscale are imported where they are used: a pytest session that only imports this module's
-# helpers (test_dataset_stand_ins.py starts four) does not pay for them
+from tests.helpers.datasets import (  # noqa: F401  (the cap on real-dataset tests: its hooks)
+    pytest_runtest_logreport, pytest_sessionfinish, pytest_terminal_summary,
+)
+from tests.helpers.signals import make_dynamic_signal
 
-
-def make_dynamic_signal(seed: int = 0, T: int = 5, V: int = 12, F: int = 3) -> DynamicGraphSignal:
-    """A random signal whose vertex set, edges and weights change every snapshot."""
-    from pyg_dynscale import DynamicGraphSignal
-
-    rng = np.random.default_rng(seed)
-    node_ids, edges, weights, feats, targets = [], [], [], [], []
-    for t in range(T):
-        n = int(rng.integers(0, V + 1)) if t != 0 else V // 2
-        ids = np.sort(rng.choice(V, size=n, replace=False))
-        m = int(rng.integers(0, 3 * n + 1)) if n > 0 else 0
-        ei = rng.integers(0, max(n, 1), size=(2, m)) if n > 0 else np.zeros((2, 0), dtype=np.int64)
-        node_ids.append(ids)
-        edges.append(ei)
-        weights.append(rng.random(m))
-        feats.append(rng.standard_normal((n, F)))
-        targets.append(rng.standard_normal(n))
-    return DynamicGraphSignal(edges, weights, feats, targets, node_ids=node_ids, num_vertices=V)
+# torch and pyg_dynscale are imported where they are used: a pytest session that only imports the helpers
+# (tests/data/test_dataset_stand_ins.py starts four) does not pay for them
 
 
 @pytest.fixture
@@ -65,11 +50,11 @@ def pytest_configure(config: pytest.Config) -> None:
     for folder in ("pyg_dynscale", "tests", "benchmarks"):
         compileall.compile_dir(str(root / folder), quiet=2)
     config.addinivalue_line("markers", "real_spawn: spawn() starts its ranks with multiprocessing's real 'spawn' "
-                                       "start method, not the suite's fork server (tests/fast_spawn.py)")
+                                       "start method, not the suite's fork server (tests/helpers/fast_spawn.py)")
     # not where CUDA is visible: a rank forked from a server whose imports touched the CUDA driver could not use it
     if os.environ.get("PYG_DYNSCALE_TEST_START_METHOD", "forkserver") != "spawn" and not torch.cuda.is_available():
         from pyg_dynscale.distributed import launch
-        from tests.fast_spawn import Contexts
+        from tests.helpers.fast_spawn import Contexts
 
         launch.mp = Contexts(launch.mp)  # spawn()'s ranks forked from a server that imported torch & co. once
 
@@ -92,23 +77,11 @@ def _real_spawn(request: pytest.FixtureRequest):
 
 @pytest.fixture(scope="session")
 def cli_uninterrupted_run(tmp_path_factory):
-    """test_cli_train.py's uninterrupted ``--nproc 2`` job (its report and checkpoint folder), run once for the
+    """tests/commands/test_cli_train.py's uninterrupted ``--nproc 2`` job (its report and checkpoint folder), run once for the
     tests of that module and for tests/commands/test_cli_restart.py, which resumes the same job after a kill."""
-    from tests.test_cli_train import uninterrupted_run
+    from tests.helpers.cli_jobs import uninterrupted_run
 
     return uninterrupted_run(tmp_path_factory)
-
-
-def shared_datasets_dir():
-    """The project's shared real data: ``$PYG_DYNSCALE_DATASETS``, else
-    ``../shared/datasets`` next to the checkout (where CI puts it)."""
-    env = os.environ.get("PYG_DYNSCALE_DATASETS")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[2] / "shared" / "datasets"
-
-
-SHARED_DATASETS = shared_datasets_dir()
 
 
 @pytest.fixture(autouse=True)
@@ -123,128 +96,3 @@ def _default_dtype_unchanged():
     assert after == before, f"the test left torch's default dtype at {after} (was {before})"
 
 
-# ------------------------------------------------------------ shared datasets and their stand-ins
-# A clone of the repository alone has no ../shared: every shared file has a small
-# stand-in in the same format (tests/fixtures/datasets, README.md there), so tests
-# of formats and code paths run everywhere. Only tests of a real dataset's facts
-# need the real file: they call real_dataset_file(), which skips without it, and
-# their number is capped (MAX_REAL_DATASET_TESTS, checked at the end of the session).
-
-#: The files of ../shared/datasets (its MANIFEST.tsv), relative to it.
-SHARED_DATASET_FILES = (
-    "pygt/chickenpox.json", "pygt/england_covid.json", "pygt/pedalme_london.json", "pygt/twitter_tennis_rg17.json",
-    "snap/CollegeMsg.txt", "snap/email-Eu-core-temporal.txt.gz", "snap/sx-mathoverflow.txt.gz",
-    "snap/soc-sign-bitcoinotc.csv.gz",
-)
-STAND_INS = Path(__file__).resolve().parent / "fixtures" / "datasets"
-
-#: At most this many tests may need a real shared dataset (today 5: the four SNAP
-#: count checks of test_loaders_edgelist.py and the PyGT stand-ins' provenance in
-#: test_dataset_stand_ins.py). One more fails the session, with or without the
-#: data: give it a stand-in instead, or raise this with a reason.
-MAX_REAL_DATASET_TESTS = 5
-
-_real_dataset_tests: dict[str, set[str]] = {}   # node id -> the datasets it needs (counted even when present)
-_dataset_skips: dict[str, str] = {}             # node id -> skip reason naming a shared dataset
-
-
-def stand_in_source(rel: str) -> Path:
-    """The committed text a shared file's stand-in is made from (a ``.gz`` one is gzipped
-    when built; England COVID is the package's embedded, byte-identical copy)."""
-    if rel == "pygt/england_covid.json":  # found without importing the package (and torch): == its own path,
-        import importlib.util                # test_dataset_stand_ins.py checks
-
-        package = Path(importlib.util.find_spec("pyg_dynscale").origin).parent
-        return package / "data" / "embedded" / "england_covid.json.gz"
-    return STAND_INS / (rel[: -len(".gz")] if rel.endswith(".gz") else rel)
-
-
-@functools.lru_cache(maxsize=None)
-def stand_in_datasets_dir() -> Path:
-    """A folder laid out like ../shared/datasets holding every stand-in under the real
-    file's name (built once per process, removed at exit), for code that takes a folder
-    (benchmarks, doc blocks)."""
-    import atexit
-    import gzip
-    import shutil
-    import tempfile
-
-    root = Path(tempfile.mkdtemp(prefix="pyg_dynscale_stand_ins_"))
-    atexit.register(shutil.rmtree, root, True)
-    for rel in SHARED_DATASET_FILES:
-        src, dst = stand_in_source(rel), root / rel
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        data = src.read_bytes()
-        if src.suffix == ".gz" and dst.suffix != ".gz":
-            data = gzip.decompress(data)
-        elif dst.suffix == ".gz" and src.suffix != ".gz":
-            data = gzip.compress(data, mtime=0)
-        dst.write_bytes(data)
-    return root
-
-
-def stand_in_file(rel: str) -> Path:
-    assert rel in SHARED_DATASET_FILES, f"{rel} is not a shared dataset file"
-    return stand_in_datasets_dir() / rel
-
-
-def dataset_file(rel: str) -> Path:
-    """The shared file ``rel`` (e.g. ``"snap/CollegeMsg.txt"``) if present, else its stand-in:
-    for tests of a format or a code path, not of the real dataset's facts."""
-    assert rel in SHARED_DATASET_FILES, f"{rel} is not a shared dataset file"
-    p = SHARED_DATASETS / rel
-    return p if p.is_file() else stand_in_file(rel)
-
-
-def datasets_dir(*rels: str) -> Path:
-    """../shared/datasets if it holds ``rels`` (default: all files), else the stand-ins' folder."""
-    rels = rels or SHARED_DATASET_FILES
-    return SHARED_DATASETS if all((SHARED_DATASETS / r).is_file() for r in rels) else stand_in_datasets_dir()
-
-
-def real_dataset_file(rel: str) -> Path:
-    """The real shared file ``rel``, for a test of that dataset's facts (counts, statistics);
-    skips, naming the dataset, where it is absent. Every caller counts towards
-    MAX_REAL_DATASET_TESTS whether or not the file is there, so CI (which has it) fails a
-    new such test too."""
-    assert rel in SHARED_DATASET_FILES, f"{rel} is not a shared dataset file"
-    node = os.environ.get("PYTEST_CURRENT_TEST", "?").rsplit(" ", 1)[0]
-    _real_dataset_tests.setdefault(node, set()).add(rel)
-    p = SHARED_DATASETS / rel
-    if not p.is_file():
-        pytest.skip(f"needs the real shared dataset {rel} (the test checks the real file; a stand-in would not do), "
-                    f"not found in {SHARED_DATASETS} (set PYG_DYNSCALE_DATASETS)")
-    return p
-
-
-def _names_a_shared_dataset(text: str) -> bool:
-    return any(Path(rel).name.split(".")[0] in text for rel in SHARED_DATASET_FILES)
-
-
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    # skips that name a shared dataset, however they were raised (a doc block, an ad-hoc skip)
-    if report.skipped and isinstance(report.longrepr, tuple) and _names_a_shared_dataset(str(report.longrepr[2])):
-        _dataset_skips[report.nodeid] = str(report.longrepr[2])
-
-
-_cap_report: list[tuple[str, bool]] = []
-
-
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    needing = sorted(set(_real_dataset_tests) | set(_dataset_skips))
-    if needing:
-        _cap_report.append((f"{len(needing)} test(s) need them (at most {MAX_REAL_DATASET_TESTS}), "
-                            f"{len(_dataset_skips)} skipped here for lack of them", False))
-    if len(needing) > MAX_REAL_DATASET_TESTS:
-        _cap_report.append((f"{len(needing)} tests need a real shared dataset, more than MAX_REAL_DATASET_TESTS = "
-                            f"{MAX_REAL_DATASET_TESTS} (tests/conftest.py); give the new ones a stand-in "
-                            "(tests/fixtures/datasets, dataset_file()) so that a clone without ../shared runs them:\n  "
-                            + "\n  ".join(needing), True))
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
-
-
-def pytest_terminal_summary(terminalreporter) -> None:
-    if _cap_report:
-        terminalreporter.write_sep("-", "real shared datasets")
-    for line, bad in _cap_report:
-        terminalreporter.write_line(line, red=bad, bold=bad)

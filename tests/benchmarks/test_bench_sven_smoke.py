@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _quick(name: str, capsys) -> str:
     """``main(["--quick"])`` of benchmark ``name`` in this process (with ranks: from the suite's fork
-    server, tests/fast_spawn.py, not fresh interpreters); its printed table."""
+    server, tests/helpers/fast_spawn.py, not fresh interpreters); its printed table."""
     sys.path.insert(0, str(ROOT / "benchmarks"))  # ranks import the benchmark by name, with this path
     try:
         importlib.import_module(name).main(["--quick"])

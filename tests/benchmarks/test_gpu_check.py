@@ -61,7 +61,7 @@ EXPECTED = {
     4: ["tests/distributed/test_cuda_distributed.py::test_cuda_distributed_equals_fused[2-gloo]",
         "tests/runtime/test_cuda_fused.py::test_cuda_fused_equals_cpu_fused[user_cell]",
         "tests/commands/test_cli_device.py::test_cuda_two_processes_on_one_gpu_are_staged_over_gloo",
-        "tests/test_transfer.py::test_cuda_transfer_pinned"],
+        "tests/data/test_transfer.py::test_cuda_transfer_pinned"],
 }
 
 

@@ -2,7 +2,7 @@
 before any collective, host values and objects over gloo on every backend.
 
 ``train``, ``train --windows`` and ``train-events`` jobs run on 2 spawned ranks of
-``tests/fake_nccl.py``'s device-only backend, each rank's job as the command runs it (its ``init``
+``tests/helpers/fake_nccl.py``'s device-only backend, each rank's job as the command runs it (its ``init``
 binds the device; the process group exists already). The slowest rank's epoch time is what every rank
 reports: rank 1's clock is made to run 10^6 s per reading, so the reported times are >= 10^6 s on both
 ranks exactly when they were reduced.
@@ -18,8 +18,8 @@ import torch
 from pyg_dynscale.cli import build_parser, main
 from pyg_dynscale.commands import launch
 from pyg_dynscale.distributed import spawn
-from tests import fake_nccl
-from tests.commands.events_helpers import write_events_csv
+from tests.helpers import fake_nccl
+from tests.helpers.event_csv import write_events_csv
 
 SLOW = 1e6  # seconds that rank 1's clock advances per reading
 

@@ -22,7 +22,7 @@ from typing import Iterator
 
 import pytest
 
-from tests.test_cli_train import FAULTS, ROOT, _env, _worker_pids
+from tests.helpers.cli_jobs import FAULTS, ROOT, cli_env as _env, worker_pids as _worker_pids
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and prctl: Linux only")
 

@@ -20,7 +20,8 @@ import pytest
 import torch
 
 from pyg_dynscale.commands.launch import _DropAgentWarnings, _reporting_agent, attempt_note, restart_line
-from tests.test_cli_train import FAULTS, ROOT, UNINTERRUPTED, _cli, _params, _report
+from tests.helpers.cli_jobs import FAULTS, ROOT, UNINTERRUPTED
+from tests.helpers.cli_jobs import checkpoint_params as _params, report_of as _report, run_cli as _cli
 
 #: test_cli_train.py's uninterrupted job (6 epochs, checkpoints every 2): this job is that one, killed and resumed
 ARGS = UNINTERRUPTED

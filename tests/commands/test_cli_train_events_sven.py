@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from pyg_dynscale.cli import main
-from tests.commands.events_helpers import emulate, write_events_csv
+from tests.helpers.event_csv import emulate, write_events_csv
 
 ROOT = Path(__file__).resolve().parents[2]
 ARGS = ["--epochs", "2", "--batch-size", "20", "--memory-dim", "6", "--time-dim", "4", "--embedding-dim", "6",

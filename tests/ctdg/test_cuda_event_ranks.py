@@ -20,9 +20,9 @@ import pytest
 import torch
 
 from pyg_dynscale.ctdg import TGN, MemoryTrainer, synthetic_events
-from pyg_dynscale.distributed.launch import spawn
-from tests import cuda_cases as cc
-from tests.ctdg.helpers import evaluation_scores
+from pyg_dynscale.training.launch import spawn
+from tests.helpers import cuda_cases as cc
+from tests.helpers.event_streams import evaluation_scores
 
 pytestmark = cc.cuda
 BATCH, NEIGHBORS, EPOCHS = 40, 40, 2

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from pyg_dynscale.ctdg import TGN, MemoryTrainer, synthetic_events
-from tests import cuda_cases as cc
-from tests.ctdg.helpers import evaluation_scores
+from tests.helpers import cuda_cases as cc
+from tests.helpers.event_streams import evaluation_scores
 
 pytestmark = cc.cuda
 #: more than any node's events in one batch of 50 (31 here)

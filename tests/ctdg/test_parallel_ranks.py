@@ -9,8 +9,8 @@ import math
 import torch
 
 from pyg_dynscale.ctdg import TGN, MemoryTrainer, synthetic_events
-from pyg_dynscale.distributed.launch import spawn
-from tests.ctdg.helpers import evaluation_scores
+from pyg_dynscale.training.launch import spawn
+from tests.helpers.event_streams import evaluation_scores
 
 CASES = {2: [((2, 1, 1), False), ((1, 2, 1), False), ((1, 1, 2), False), ((1, 1, 2), True)], 3: [((3, 1, 1), True)]}
 

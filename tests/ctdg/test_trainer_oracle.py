@@ -7,8 +7,8 @@ import torch
 from pyg_dynscale.ctdg import TGN, MemoryTrainer, synthetic_events
 from pyg_dynscale.runtime.metrics import average_precision, roc_auc
 
-from .helpers import Stream
-from .reference_tgn import ExampleLoop, brute_force_ap, brute_force_auc
+from tests.helpers.event_streams import Stream
+from tests.helpers.reference_tgn import ExampleLoop, brute_force_ap, brute_force_auc
 
 
 def _data(bipartite=True, E=900, nodes=60, msg_dim=3, seed=1):
@@ -86,7 +86,7 @@ def test_metrics_equal_brute_force():
 
 
 def test_tgn_builds_the_example_modules_and_the_three_module_form_trains_them():
-    from .reference_tgn import build_example_modules
+    from tests.helpers.reference_tgn import build_example_modules
 
     data = _data(E=300)
     torch.manual_seed(5)

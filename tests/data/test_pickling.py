@@ -42,7 +42,7 @@ def _uses(rank: int, world_size: int, sig, part) -> int:  # noqa: ANN001
     return sig.num_vertex_time_nodes
 
 
-@pytest.mark.real_spawn  # a fresh interpreter per rank, as users get (the suite's others: tests/fast_spawn.py)
+@pytest.mark.real_spawn  # a fresh interpreter per rank, as users get (the suite's others: tests/helpers/fast_spawn.py)
 def test_spawn_takes_a_partitioned_signal():
     sig = load_england_covid()
     part = partition(sig, "pts", 2)

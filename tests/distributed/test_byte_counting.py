@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from pyg_dynscale.distributed import DistributedTrainer, spawn
-from tests import distributed_cases as cases
+from tests.helpers import distributed_cases as cases
 
 
 def _doubling(comm):  # noqa: ANN001

@@ -13,8 +13,8 @@ from pyg_dynscale.errors import ModelInputError
 from pyg_dynscale.nn import adapt
 from pyg_dynscale.partition import DependencyPattern
 from pyg_dynscale.runtime import FusedTrainer
-from tests import blackbox_cases as bc
-from tests import distributed_cases as cases
+from tests.helpers import blackbox_cases as bc
+from tests.helpers import distributed_cases as cases
 
 pytestmark = pytest.mark.skipif(not bc.HAVE_PYGT, reason="needs torch_geometric_temporal")
 

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from pyg_dynscale.distributed import DistributedTrainer, spawn
-from tests import blackbox_cases as bcases
-from tests import cuda_cases as cc
-from tests import distributed_cases as cases
+from tests.helpers import blackbox_cases as bcases
+from tests.helpers import cuda_cases as cc
+from tests.helpers import distributed_cases as cases
 
 pytestmark = cc.cuda
 SCHEMES = ["pss", "pts", "pgc", "random"]
@@ -98,7 +98,7 @@ def test_nccl_refuses_two_ranks_on_one_gpu_with_a_clear_error():
     """Our error, on every rank: set-up binds cuda:0 and runs its object collectives (the agreement, the
     one-GPU-per-rank check) over a gloo twin of the NCCL group, so no NCCL communicator exists yet when the
     check raises (spawn inits NCCL without device_id: no eager communicator either). On the CPU:
-    tests/distributed/test_groups_trainer.py under tests/fake_nccl.py's rules."""
+    tests/distributed/test_groups_trainer.py under tests/helpers/fake_nccl.py's rules."""
     res = spawn(_two_ranks_one_gpu_over_nccl, 2, backend="nccl", timeout=120)
     for r in res:
         assert r.startswith("ModelInputError") and "NCCL needs one GPU per rank" in r and "ranks [0, 1]" in r, r

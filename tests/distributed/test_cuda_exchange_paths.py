@@ -18,9 +18,9 @@ import torch
 
 from pyg_dynscale.distributed import DistributedTrainer
 from pyg_dynscale.partition import Partition
-from tests import blackbox_cases as bcases
-from tests import cuda_cases as cc
-from tests import distributed_cases as cases
+from tests.helpers import blackbox_cases as bcases
+from tests.helpers import cuda_cases as cc
+from tests.helpers import distributed_cases as cases
 
 pytestmark = cc.cuda
 EPOCHS = 3

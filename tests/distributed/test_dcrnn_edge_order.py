@@ -10,7 +10,7 @@ import torch
 from pyg_dynscale.distributed import DistributedTrainer, spawn
 from pyg_dynscale.errors import ModelInputError
 from pyg_dynscale.partition import Partition
-from tests import blackbox_cases as bcases
+from tests.helpers import blackbox_cases as bcases
 
 pytestmark = pytest.mark.skipif(not bcases.HAVE_PYGT, reason="needs the pygt extra")
 

@@ -1,6 +1,6 @@
 """The hot loop on a device: no host tensor, no host synchronization, no
 per-epoch host-to-device copy (checked without a GPU on a fake device, see
-tests/fake_device.py).
+tests/helpers/fake_device.py).
 
 A trainer is built on the CPU, re-homed onto the fake device with the same
 ``place`` step that moves it to a GPU at set-up, and runs one training step
@@ -16,8 +16,8 @@ from torch._subclasses.fake_tensor import FakeTensor
 
 from pyg_dynscale.distributed import DistributedTrainer, spawn
 from pyg_dynscale.partition import partition
-from tests import distributed_cases as cases
-from tests.fake_device import FAKE, FakeDevice, HostCopies, rehome_distributed
+from tests.helpers import distributed_cases as cases
+from tests.helpers.fake_device import FAKE, FakeDevice, HostCopies, rehome_distributed
 
 #: (label, model case, scheme, trainer options): every engine structure the step indexes with
 DECOMPOSED = [

@@ -12,7 +12,7 @@ from pyg_dynscale.distributed.fusion_groups import (FusionUnit, GroupCost, halo_
                                                     plan_per_unit, plan_shared_halo, plan_time_order)
 from pyg_dynscale.partition import Partition
 from pyg_dynscale.runtime import FusedTrainer
-from tests import distributed_cases as cases
+from tests.helpers import distributed_cases as cases
 
 
 def _unit(rows, halo, snapshot=0, edges=0):

@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pyg_dynscale.distributed import setup_checks
-from pyg_dynscale.distributed.launch import spawn
+from pyg_dynscale.training import ranks as setup_checks
+from pyg_dynscale.training.launch import spawn
 
 
 @pytest.mark.parametrize("device,backend,checked", [
@@ -37,7 +37,7 @@ def _trainers(rank: int, world: int) -> dict:
     from pyg_dynscale.nn import TGCN
     from pyg_dynscale.partition import partition
     from pyg_dynscale.windows import WindowTrainer
-    from tests import distributed_cases as cases
+    from tests.helpers import distributed_cases as cases
 
     torch.set_num_threads(1)
     calls: dict = {}

@@ -1,5 +1,5 @@
 """pyg_dynscale.distributed.groups: which backends move host tensors, binding a device, helper groups made
-once and reused (and forgotten with their default group); and the CPU stand-in for NCCL (tests/fake_nccl.py)
+once and reused (and forgotten with their default group); and the CPU stand-in for NCCL (tests/helpers/fake_nccl.py)
 refuses what NCCL refuses, so that the tests built on it can fail."""
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from pyg_dynscale.distributed import groups, spawn
-from tests import fake_nccl
+from pyg_dynscale.training import ranks as groups
+from pyg_dynscale.training.launch import spawn
+from tests.helpers import fake_nccl
 
 
 @pytest.mark.parametrize("backend, names, host, device_type", [
@@ -17,7 +18,7 @@ from tests import fake_nccl
     ("NCCL", ("nccl",), False, "cuda"),
     ("cpu:gloo,cuda:nccl", ("gloo", "nccl"), True, "cuda"),  # host tensors through gloo, device ones through NCCL
     ("mpi", ("mpi",), True, None),
-    (fake_nccl.NAME, (fake_nccl.NAME,), False, "cpu"),  # registered by tests/fake_nccl.py
+    (fake_nccl.NAME, (fake_nccl.NAME,), False, "cpu"),  # registered by tests/helpers/fake_nccl.py
 ])
 def test_backend_kinds(backend: str, names: tuple, host: bool, device_type) -> None:
     assert groups.backend_names(backend) == names

@@ -1,4 +1,4 @@
-"""DistributedTrainer under NCCL's rules, on the CPU (tests/fake_nccl.py: a device-only backend over gloo).
+"""DistributedTrainer under NCCL's rules, on the CPU (tests/helpers/fake_nccl.py: a device-only backend over gloo).
 
 * Two 2-rank subgroups of a 4-rank world train side by side, each == the one-process FusedTrainer in
   float64 (losses, parameters, the later window evaluated with the state continued on one subgroup only):
@@ -14,13 +14,13 @@ import torch
 import torch.distributed as dist
 
 from pyg_dynscale.distributed import DistributedTrainer, spawn
-from pyg_dynscale.distributed.setup_checks import bind, check_one_gpu_per_rank
+from pyg_dynscale.training.ranks import bind, check_one_gpu_per_rank
 from pyg_dynscale.errors import ModelInputError
 from pyg_dynscale.nn import adapt
 from pyg_dynscale.partition import partition
 from pyg_dynscale.runtime import FusedTrainer
-from tests import distributed_cases as cases
-from tests import fake_nccl
+from tests.helpers import distributed_cases as cases
+from tests.helpers import fake_nccl
 
 EPOCHS = 3
 #: (model case, scheme) of subgroup 0 (ranks 0, 1) and subgroup 1 (ranks 2, 3): different models, so rows

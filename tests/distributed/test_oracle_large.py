@@ -1,7 +1,7 @@
 """The oracle on a larger random graph: distributed == one process for every
 model x scheme at 2 and 3 ranks, on 32 snapshots of up to 320 vertices with
 changing vertex sets and empty snapshots (float64, 1e-9), plus float32 runs
-with a tolerance derived below. The small oracle (tests/test_distributed_oracle.py)
+with a tolerance derived below. The small oracle (tests/distributed/test_oracle.py)
 covers world sizes 1-4, fusion modes and every exchange's bytes."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pyg_dynscale import DynamicGraphSignal
 from pyg_dynscale.distributed import DistributedTrainer, spawn
 from pyg_dynscale.nn import DySAT, adapt
 from pyg_dynscale.runtime import FusedTrainer
-from tests import distributed_cases as cases
+from tests.helpers import distributed_cases as cases
 
 T, V, F, H = 32, 320, 3, 4
 EMPTY = (5, 6, 21)  # empty snapshots, two of them in a row

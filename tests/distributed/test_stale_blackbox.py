@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from pyg_dynscale.distributed.stale import StaleConfig
-from tests import blackbox_cases as cases
+from tests.helpers import blackbox_cases as cases
 
 pytestmark = pytest.mark.skipif(not cases.HAVE_PYGT, reason="needs torch-geometric-temporal")
 
@@ -40,7 +40,7 @@ CONFIGS = [
 
 def _model(cell: str, K: int) -> tuple:
     """``(module, head, signal, loss)``, float64, fixed initial parameters."""
-    from tests import distributed_cases as dcases
+    from tests.helpers import distributed_cases as dcases
     from tests.runtime.test_step_reuse import make_cell
 
     if cell == "link":
@@ -218,7 +218,7 @@ def test_the_cache_is_deterministic_and_the_ranks_agree(runs) -> None:
 
 # ------------------------------------------------- resumed == uninterrupted
 def _resume(rank: int, world_size: int, directory: str) -> dict:
-    from pyg_dynscale.distributed.checkpoint import load_checkpoint, save_checkpoint, saved_extra
+    from pyg_dynscale.training.checkpoint import load_checkpoint, save_checkpoint, saved_extra
     from pyg_dynscale.nn.snapshot_model import default_dtype
 
     spec, epochs, cut, out = "drift:0.05", 5, 2, {}

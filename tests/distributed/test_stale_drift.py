@@ -11,11 +11,11 @@ import pytest
 import torch
 
 from pyg_dynscale.distributed import DistributedTrainer, spawn
-from pyg_dynscale.distributed.checkpoint import load_checkpoint, save_checkpoint, saved_extra
+from pyg_dynscale.training.checkpoint import load_checkpoint, save_checkpoint, saved_extra
 from pyg_dynscale.distributed.stale import ADAPTIVE, DRIFT_EPS, DRIFT_KINDS, StaleCache, StaleConfig, drift_mask
 from pyg_dynscale.errors import ModelInputError
 from pyg_dynscale.nn import adapt
-from tests import distributed_cases as cases
+from tests.helpers import distributed_cases as cases
 
 
 # ------------------------------------------------------------------ the rule

@@ -31,7 +31,7 @@ from pyg_dynscale.distributed.stale import StaleConfig
 from pyg_dynscale.nn.decomposed import FusedGraph, Halo
 from pyg_dynscale.partition import CommunicationPlan
 from pyg_dynscale.runtime import FusedTrainer
-from tests import distributed_cases as cases
+from tests.helpers import distributed_cases as cases
 
 EPOCHS, R, NAME, SCHEME = 7, 2, "tgcn2", "pts"
 #: the policies' factors theta / D as functions of the loss progress (docs/stale.md), written out here

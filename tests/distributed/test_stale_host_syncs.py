@@ -1,5 +1,5 @@
 """Host read-backs of the stale cache (issue 35 item 4), counted on the CPU by
-:class:`tests.host_syncs.HostSyncs` around whole training epochs on 2 gloo
+:class:`tests.helpers.host_syncs.HostSyncs` around whole training epochs on 2 gloo
 ranks: the decomposed path (T-GCN, the DySAT link readout) and the black-box
 path (PyGT's GConvGRU), every policy, ``scope="global"``, ``backward="send"``,
 the direct and the staged transport.
@@ -26,8 +26,8 @@ import pytest
 import torch
 
 from pyg_dynscale.distributed.stale import StaleConfig
-from tests import blackbox_cases as bcases
-from tests import distributed_cases as cases
+from tests.helpers import blackbox_cases as bcases
+from tests.helpers import distributed_cases as cases
 
 #: read-backs per stale exchange: first epoch, later epochs (see the module doc for why not 0)
 FIRST_EPOCH, LATER_EPOCHS = 0, 1
@@ -94,7 +94,7 @@ class _HostBuilt(torch.utils._python_dispatch.TorchDispatchMode):
 def _counted_epoch(tr, modules: tuple) -> dict:
     """One ``train_epoch`` under the counters: the reads of each stale exchange's forward (in call order) and
     of each stale backward, the host-built tensors of each forward, and the epoch's reads and events."""
-    from tests.host_syncs import HostSyncs
+    from tests.helpers.host_syncs import HostSyncs
 
     from pyg_dynscale.distributed import stale as stale_mod
 

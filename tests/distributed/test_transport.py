@@ -13,9 +13,9 @@ from pyg_dynscale.distributed import DistributedTrainer, spawn
 from pyg_dynscale.distributed.transport import DirectTransport, StagedTransport, resolve_transport
 from pyg_dynscale.errors import ModelInputError
 from pyg_dynscale.partition import partition
-from tests import distributed_cases as cases
+from tests.helpers import distributed_cases as cases
 from tests.distributed.test_device_placement import UserCell
-from tests.fake_device import HostCopies
+from tests.helpers.fake_device import HostCopies
 
 CASES = [("tgcn2", "pgc", {}), ("dysat_link", "pts", {}), ("mpnn_dgc", "pss-ts", {}),
          ("tgcn2", "random", {"checkpoint_every": 2}), ("user_cell", "pts", {}),
@@ -128,7 +128,7 @@ def test_mixed_setups_are_refused_on_every_rank():
 
 
 def test_host_copy_recorder_sees_a_copy():
-    """The recorder of tests/fake_device.py can fail: a host tensor copied to the device is recorded."""
+    """The recorder of tests/helpers/fake_device.py can fail: a host tensor copied to the device is recorded."""
     with HostCopies() as rec:
         torch.ones(3).to("meta")
         torch.ones(()).to("meta")  # a scalar: allowed (as a CUDA kernel argument)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from pyg_dynscale.nn.graph_norm import cheb_norm, gcn_norm, self_loops
-from tests.host_syncs import HostSyncs
+from tests.helpers.host_syncs import HostSyncs
 
 
 def _graph(loops: bool, weighted: bool, dtype: torch.dtype, n: int = 9, e: int = 30, seed: int = 0) -> tuple:

@@ -14,7 +14,7 @@ from pyg_dynscale.nn.decomposed import FusedGraph
 from pyg_dynscale.partition import BlockPattern, CommunicationPlan, DependencyPattern, Partition
 from pyg_dynscale.partition.algorithms.plan_count import plan_bytes
 from pyg_dynscale.runtime import FusedTrainer
-from tests.conftest import make_dynamic_signal
+from tests.helpers.signals import make_dynamic_signal
 
 T, V, F = 7, 9, 3
 

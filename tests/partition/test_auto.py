@@ -14,7 +14,7 @@ from pyg_dynscale.nn import TGCN, DySAT
 from pyg_dynscale.partition import CommunicationPlan, load_partition, partition, save_partition
 from pyg_dynscale.partition.algorithms.auto import AUTO_CANDIDATES, BlackBoxSpec, CostModel, predict_cost
 from pyg_dynscale.partition.halo_plan import HaloDepth
-from tests.conftest import make_dynamic_signal
+from tests.helpers.signals import make_dynamic_signal
 
 ONLY_BYTES = CostModel(unit_s=0.0, bandwidth=1.0, latency_s=0.0)
 ONLY_COLLECTIVES = CostModel(unit_s=0.0, bandwidth=float("inf"), latency_s=1.0)

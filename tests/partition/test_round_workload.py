@@ -14,7 +14,7 @@ from pyg_dynscale.partition.algorithms.round_workload import (
     RoundWorkload, predict_round_times, round_features)
 from pyg_dynscale.partition.algorithms.workload import LinearWorkload, WorkloadModelError
 from pyg_dynscale.partition.plan import CommunicationPlan
-from tests.conftest import make_dynamic_signal
+from tests.helpers.signals import make_dynamic_signal
 
 
 def _ring(T: int = 6, V: int = 4) -> DynamicGraphSignal:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests import cuda_cases as cc
+from tests.helpers import cuda_cases as cc
 
 pytestmark = cc.cuda
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from pyg_dynscale.runtime import FusedTrainer
-from tests import cuda_cases as cc
+from tests.helpers import cuda_cases as cc
 
 pytestmark = cc.cuda
 #: model case -> evaluate a later window

@@ -14,7 +14,7 @@ import torch
 
 from pyg_dynscale import DynamicGraphSignal
 from pyg_dynscale.errors import ModelInputError
-from tests import blackbox_cases as cases
+from tests.helpers import blackbox_cases as cases
 
 pytestmark = pytest.mark.skipif(not cases.HAVE_PYGT, reason="needs torch-geometric-temporal")
 
@@ -213,11 +213,11 @@ def test_reuse_must_be_a_bool():
                                           ("TGCN", None, 2)])
 def test_reuse_step_stays_on_the_device(name, K, every):
     """The reused input side and step graphs move with ``place`` (no host index left behind), and a
-    training step reads nothing back to the host (fake device, tests/fake_device.py)."""
+    training step reads nothing back to the host (fake device, tests/helpers/fake_device.py)."""
     from torch._subclasses.fake_tensor import FakeTensor
 
     from pyg_dynscale.runtime import FusedTrainer
-    from tests.fake_device import FAKE, FakeDevice, HostCopies
+    from tests.helpers.fake_device import FAKE, FakeDevice, HostCopies
 
     torch.set_default_dtype(torch.float64)
     try:
