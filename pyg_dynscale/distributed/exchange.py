@@ -38,7 +38,8 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from typing import Any, Optional
+from contextlib import contextmanager
+from typing import Any, Iterator, Optional
 
 import torch
 import torch.distributed as dist
@@ -119,6 +120,21 @@ class Communicator:
         if self.token is None or not self.token.requires_grad:
             return loss
         return loss + 0.0 * self.token.to(loss.dtype)
+
+    @contextmanager
+    def counters_kept(self) -> Iterator[None]:
+        """Run collectives that are not training traffic (an evaluation pass)
+        without counting them: the counters are restored afterwards, so
+        :meth:`DistributedTrainer.traffic` stays the last epoch's."""
+        saved = (dict(self.bytes), dict(self.rows), self.calls, self.seconds)
+        try:
+            yield
+        finally:
+            self.bytes.clear()
+            self.bytes.update(saved[0])
+            self.rows.clear()
+            self.rows.update(saved[1])
+            self.calls, self.seconds = saved[2], saved[3]
 
     def reset_counters(self) -> None:
         self.bytes.clear()

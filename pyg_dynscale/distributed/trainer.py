@@ -588,7 +588,8 @@ class DistributedTrainer(BaseTrainer):
         if data is not None:
             window = self._later_window(data, partition, continue_state)
             return window.trainer._metrics(window.pairs)
-        return self._metrics(None)
+        with self.comm.counters_kept():  # traffic() stays the last training epoch's
+            return self._metrics(None)
 
     def _metrics(self, pairs: Optional[Tensor]) -> Metrics:
         """:meth:`evaluate` of this trainer's signal (``pairs``: the
@@ -615,7 +616,7 @@ class DistributedTrainer(BaseTrainer):
             raise ModelInputError("loss", f"is {self.loss_kind!r}.", "link_scores needs loss='bce_link'.")
         if data is not None:
             return window_link_scores(self._later_window(data, partition, continue_state))
-        with eval_mode(self.model, self.head):
+        with eval_mode(self.model, self.head), self.comm.counters_kept():
             logits = self._link_logits(self._apply_head(self.outputs()))
         return logits, self.targets.label.to(logits.dtype)
 
@@ -628,7 +629,7 @@ class DistributedTrainer(BaseTrainer):
         if data is not None:
             window = self._later_window(data, partition, continue_state)
             return window.trainer.predict()[window.first_node:]
-        with eval_mode(self.model, self.head):
+        with eval_mode(self.model, self.head), self.comm.counters_kept():
             pred = self._apply_head(self.outputs())
         full = pred.new_zeros((self.engine.host_layout.sg.num_nodes,) + tuple(pred.shape[1:]))
         full.index_copy_(0, self._Q_device, pred)
@@ -639,8 +640,9 @@ class DistributedTrainer(BaseTrainer):
         return int(sum(v for k, v in self.comm.bytes.items() if pred(k)))
 
     def traffic(self) -> TrafficReport:
-        r"""Bytes of the last epoch, summed over ranks (a collective: call it on
-        every rank), next to the plan's prediction.
+        r"""Bytes of the last training epoch, summed over ranks (a collective:
+        call it on every rank), next to the plan's prediction. Evaluation and
+        prediction passes of the training signal are not counted.
 
         Returns:
             TrafficReport: ``measured`` and ``predicted`` (bytes per kind: the plan's
