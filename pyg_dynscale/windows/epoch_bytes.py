@@ -125,15 +125,3 @@ class TrafficAccessor:
     def __repr__(self) -> str:
         return f"<WindowTrainer.traffic: call it for the last epoch's TrafficReport; totals {self._counts()}>"
 
-
-def sum_hook(ledger, bucket):  # no annotations: DDP accepts only its own types there
-    """A ``DistributedDataParallel`` comm hook: all-reduce (sum) the bucket's
-    gradients (each rank's gradient is already its share of the global batch
-    loss, so the sum is the gradient of that loss; DDP's default hook would
-    average) and count the bucket's bytes in ``ledger`` as ``"gradients"``."""
-    import torch.distributed as dist
-
-    buf = bucket.buffer()
-    ledger.add_tensor("gradients", buf)
-    fut = dist.all_reduce(buf, async_op=True).get_future()
-    return fut.then(lambda f: f.value()[0])

@@ -43,7 +43,6 @@ from __future__ import annotations
 import gc
 import inspect
 import warnings
-import weakref
 from typing import Any, Optional, Sequence, Union
 
 import torch
@@ -57,13 +56,14 @@ from ..runtime.fused import eval_mode
 from ..runtime.losses import check_loss, row_losses
 from ..runtime.paths import data_argument, edge_fields_of
 from ..training import BaseTrainer, ByteLedger, Metrics, TrafficReport, build_optimizer
+from ..training.gradients import ShareModule, wrap_ddp
 from ..training.options import OptimizerSpec, deprecated_positionals, renamed_keyword
 from ..training.ranks import agree, bind_device, check_gpu_sharing, host_group
 from .batching import block_batch_parts, block_batches
 from .block_placement import check_placement, eval_share, held_snapshots
 from .cache import build_window_cache, planned_batches
 from .decoder import build_seq2seq
-from .epoch_bytes import TrafficAccessor, WindowBytes, sum_hook
+from .epoch_bytes import TrafficAccessor, WindowBytes
 from .node_batches import NodeBatches, check_node_batch_args
 from .snapshot_store import SnapshotStore, StoreLayout
 from .view import WindowView
@@ -279,7 +279,12 @@ class WindowTrainer(BaseTrainer):
         # would wait in; set-ups that differ between ranks are refused
         agree(error, None if error is not None else self._summary())
         check_gpu_sharing(self.device)  # two ranks on one GPU over NCCL: our message, before NCCL's
-        self._ddp = self._wrap_ddp()
+        if self.world_size == 1:
+            return
+        # model, head and decoder as one module whose forward is the rank's share of a global batch loss (one
+        # forward, one backward per step); DDP broadcasts rank 0's parameters, its hook sums the gradients
+        self._ddp = wrap_ddp(ShareModule(self._share, model=self.model, head=self.head, decoder=self.decoder),
+                             self._bytes.ledger, setup_params=self._params)
         if self._node_batches is not None:
             self._node_batches.host_group = host_group(None)
 
@@ -452,19 +457,6 @@ class WindowTrainer(BaseTrainer):
         st, sig = self.store, self.view.signal
         return IncrementalBasis(sig.node_ptr.to(self.device), sig.edge_ptr.to(self.device), st.edge_index, st.node_id,
                                 st.num_vertices, threshold=threshold)
-
-    def _wrap_ddp(self) -> Any:
-        """``DistributedDataParallel`` around model + head (it broadcasts rank
-        0's parameters) with a comm hook that sums the ranks' gradients and
-        counts their bytes (:func:`~pyg_dynscale.training.gradients.sum_hook`)."""
-        from torch.nn.parallel import DistributedDataParallel
-
-        self._bytes.ledger.add("setup", sum(p.numel() * p.element_size() for p in self._params))
-        with warnings.catch_warnings():  # torch >= 2.12 renames it; False keeps buffers rank-local on every version
-            warnings.filterwarnings("ignore", "`broadcast_buffers` is deprecated", FutureWarning)
-            ddp = DistributedDataParallel(_RankShare(self), broadcast_buffers=False)
-        ddp.register_comm_hook(self._bytes.ledger, sum_hook)
-        return ddp
 
     # ------------------------------------------------------------------ batches
     def batches(self, epoch: Optional[int] = None) -> list:
@@ -878,24 +870,6 @@ def _place(model: torch.nn.Module, head: Optional[torch.nn.Module], decoder: Any
         return fl[0].device
     x = getattr(signal, "x", None)
     return x.device if isinstance(x, Tensor) else torch.device("cpu")
-
-
-class _RankShare(torch.nn.Module):
-    """Model and head as one module whose forward is the rank's share of a
-    global batch loss (:meth:`WindowTrainer._share`): what
-    ``DistributedDataParallel`` wraps (one forward, one backward per step)."""
-
-    def __init__(self, trainer: WindowTrainer) -> None:
-        super().__init__()
-        self.model = trainer.model
-        self.head = trainer.head
-        self.decoder = trainer.decoder
-        # a weak reference: no trainer <-> DDP cycle, so the DDP reducer goes with its trainer (before the process
-        # group is destroyed), not at a later garbage collection
-        self._share = weakref.WeakMethod(trainer._share)
-
-    def forward(self, wins: Optional[Tensor], total: int, nodes: Optional[Tensor] = None) -> Tensor:
-        return self._share()(wins, total, nodes)
 
 
 #: the defaults of the options that were positional (an option given positionally and by keyword is a TypeError)

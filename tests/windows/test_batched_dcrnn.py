@@ -13,7 +13,7 @@ import torch
 from pyg_dynscale.errors import ModelInputError
 from pyg_dynscale.windows import WindowTrainer, series_signal
 from tests.helpers.windows import covid
-from tests.windows.test_window_view import _pygt_index_dataset
+from tests.helpers.windows import pygt_index_dataset as _pygt_index_dataset
 
 
 @pytest.mark.parametrize("loss", ["mae", "mse"])

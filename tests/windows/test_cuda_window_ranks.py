@@ -33,7 +33,7 @@ CASES = [
 
 def _cell(kind: str) -> torch.nn.Module:
     if kind == "user":
-        from tests.distributed.test_device_placement import UserCell
+        from tests.helpers.cells import UserCell
 
         return UserCell(4, HIDDEN)
     from torch_geometric_temporal.nn.recurrent import GConvGRU

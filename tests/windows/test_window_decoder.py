@@ -11,14 +11,14 @@ import math
 import pytest
 import torch
 
-from pyg_dynscale import DynamicGraphSignal
 from pyg_dynscale.errors import ModelInputError
 from pyg_dynscale.nn import TGCN
 from pyg_dynscale.nn.snapshot_model import default_dtype
-from pyg_dynscale.windows import WindowTrainer, series_signal
+from pyg_dynscale.windows import WindowTrainer
 from pyg_dynscale.windows.decoder import teacher_forcing_mask
 from tests.helpers.signals import make_dynamic_signal
 from tests.helpers.windows import as64, chickenpox, covid
+from tests.helpers.windows import series_changing as _series_changing, series_static as _series_static
 
 LAGS, HORIZON, BATCH, LR, SEED = 3, 5, 4, 0.05, 7
 
@@ -38,28 +38,6 @@ class UserCell(torch.nn.Module):
         h = self.gru(torch.relu(self.conv(x, edge_index, edge_weight)), h)
         return self.lin(h), h
 
-
-def _series_static(T: int = 20, N: int = 6) -> DynamicGraphSignal:
-    """PyGT's index-batching data on a ring (one feature): Y_t = X_{t+1}."""
-    ring = torch.arange(N)
-    ei = torch.cat([torch.stack([ring, (ring + 1) % N]), torch.stack([(ring + 1) % N, ring])], 1)
-    ew = torch.rand(ei.shape[1], generator=torch.Generator().manual_seed(1), dtype=torch.float64) + 0.5
-    data = torch.randn(T + 1, N, 1, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
-    return series_signal(data, ei, ew, dtype=torch.float64)
-
-
-def _series_changing(T: int = 18) -> DynamicGraphSignal:
-    """England COVID's counts as a one-feature series on its changing daily graphs: Y_t = X_{t+1}."""
-    c = covid(T=T + 1)
-    n = int(c.nodes_per_snapshot[0])
-    y = c.y.view(T + 1, n)
-    a, b = int(c.edge_ptr[1]), int(c.edge_ptr[T + 1])
-    return DynamicGraphSignal.from_tensors(
-        node_ptr=torch.arange(T + 1) * n, edge_index=c.edge_index[:, a:b], edge_ptr=c.edge_ptr[1:] - a,
-        edge_weight=c.edge_weight[a:b], x=y[:T].reshape(-1, 1), y=y[1:].reshape(-1), num_vertices=n)
-
-
-SIGNALS = {"series": _series_static, "series-covid": _series_changing, "chickenpox": lambda: chickenpox(T=20)}
 
 
 def _cells(kind: str, F: int, width: int, copy_decoder: bool) -> tuple:

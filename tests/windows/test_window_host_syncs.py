@@ -89,7 +89,7 @@ def seq2seq(data: str, reuse: bool = True) -> Callable:
     def make():
         from torch_geometric_temporal.nn.recurrent import GConvGRU
 
-        from tests.windows.test_window_decoder import _series_changing, _series_static
+        from tests.helpers.windows import series_changing as _series_changing, series_static as _series_static
 
         sig = _series_changing() if data == "changing" else _series_static()
         torch.manual_seed(0)
@@ -103,7 +103,7 @@ def batched_dcrnn() -> Callable:
     def make():
         from torch_geometric_temporal.nn.recurrent import BatchedDCRNN
 
-        from tests.windows.test_window_decoder import _series_static
+        from tests.helpers.windows import series_static as _series_static
 
         sig = _series_static()
         torch.manual_seed(0)

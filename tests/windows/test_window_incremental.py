@@ -12,7 +12,7 @@ from pyg_dynscale import DynamicGraphSignal
 from pyg_dynscale.errors import ModelInputError
 from pyg_dynscale.windows import WindowTrainer
 from tests.helpers.signals import make_dynamic_signal
-from tests.nn.test_incremental import evolving
+from tests.helpers.evolving import evolving
 from tests.helpers.windows import as64, covid
 
 INF = float("inf")

@@ -12,7 +12,7 @@ import torch
 from pyg_dynscale.errors import ModelInputError
 from pyg_dynscale.nn import TGCN
 from pyg_dynscale.windows import WindowTrainer
-from tests.windows.test_window_decoder import _series_static
+from tests.helpers.windows import series_static as _series_static
 
 
 def _trainer(init_seed, kind):

@@ -3,8 +3,6 @@ index-batching windows and split, the split-by-window-end rule, train-only
 standardization, and typed errors for bad input."""
 from __future__ import annotations
 
-import sys
-import types
 
 import numpy as np
 import pytest
@@ -13,21 +11,10 @@ import torch
 from pyg_dynscale.errors import ModelInputError
 from pyg_dynscale.windows import WindowTrainer, WindowView, series_signal
 from tests.helpers.windows import chickenpox, covid
+from tests.helpers.windows import pygt_index_dataset as _pygt_index_dataset
 
 
-def _pygt_index_dataset(monkeypatch):
-    """PyGT's IndexDataset; its module imports dask at the top (unused without lazy=True)."""
-    if "dask" not in sys.modules:
-        dask = types.ModuleType("dask")
-        dask.array = types.ModuleType("dask.array")
-        monkeypatch.setitem(sys.modules, "dask", dask)
-        monkeypatch.setitem(sys.modules, "dask.array", dask.array)
-    from torch_geometric_temporal.signal.index_dataset import IndexDataset
 
-    return IndexDataset
-
-
-@pytest.mark.parametrize("lags", [1, 3, 4])
 def test_series_windows_are_pygt_index_batching(monkeypatch, lags):
     IndexDataset = _pygt_index_dataset(monkeypatch)
     rng = np.random.default_rng(0)
