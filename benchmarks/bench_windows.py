@@ -715,7 +715,7 @@ def _placement_rank(rank: int, world: int, weeks: Optional[int], batch_size: int
         head = torch.nn.Sequential(torch.nn.ReLU(), torch.nn.Linear(HIDDEN, 1))
         tr = WindowTrainer(TGCN(1, HIDDEN), series_signal(D, edges, weights), lags=4, horizon=4,
                            batch_size=batch_size, loss="mae", lr=LR, optimizer="adam", head=head, placement=placement)
-        held = tr._x.numel() * tr._x.element_size()
+        held = tr.store.x.numel() * tr.store.x.element_size()
         tr.train_epoch()
         before = dict(tr.traffic.as_dict())
         times, loss = [], None
