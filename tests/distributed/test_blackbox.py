@@ -51,7 +51,7 @@ def _fused_run(name: str, checkpoint_every=None) -> dict:
         m, head = cases.cell(name)
         sig = cases.signal(cases.CELLS[name][0])
         tr = FusedTrainer(m, sig, head=head, loss="mse", path="blackbox", checkpoint_every=checkpoint_every,
-                          optimizer=torch.optim.SGD(list(m.parameters()) + list(head.parameters()), lr=0.05))
+                          optimizer=torch.optim.SGD, lr=0.05)
         return _trained(tr, m, head)
     finally:
         torch.set_default_dtype(torch.float32)
@@ -134,7 +134,7 @@ def _recurrent_gcn_fused(cell_name: str, path: str, signal=None, state_transform
     try:
         m = cases.RecurrentGCN(cell_name, state_transform).double()
         sig = cases.signal("plain") if signal is None else signal
-        tr = FusedTrainer(m, sig, loss="mse", path=path, optimizer=torch.optim.SGD(m.parameters(), lr=0.05))
+        tr = FusedTrainer(m, sig, loss="mse", path=path, optimizer=torch.optim.SGD, lr=0.05)
         res = _trained(tr, m, torch.nn.Sequential())
         res["path"] = tr.path
         return res
@@ -210,7 +210,7 @@ def test_recurrent_gcn_distributed_on_both_paths():
         torch.set_default_dtype(torch.float64)
         try:
             m = cases.RecurrentGCN(c).double()
-            tr = FusedTrainer(m, cases.signal("plain"), loss="mse", optimizer=torch.optim.SGD(m.parameters(), lr=0.05))
+            tr = FusedTrainer(m, cases.signal("plain"), loss="mse", optimizer=torch.optim.SGD, lr=0.05)
             for _ in range(EPOCHS):
                 tr.train_epoch()
             preds[c] = tr.predict()
@@ -351,7 +351,7 @@ def _link_run_float64(world_size: int) -> dict:
     torch.manual_seed(5)
     m = GConvGRU(dcases.F, 4, 2).double()
     if world_size == 1:
-        tr = FusedTrainer(m, sig, loss="bce_link", optimizer=torch.optim.SGD(m.parameters(), lr=0.1))
+        tr = FusedTrainer(m, sig, loss="bce_link", optimizer=torch.optim.SGD, lr=0.1)
     else:
         part = cases.Partition("random", world_size, torch.randint(0, world_size, (sig.num_vertex_time_nodes,),
                                                                    generator=torch.Generator().manual_seed(9)))

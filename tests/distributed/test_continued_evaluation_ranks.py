@@ -52,11 +52,11 @@ def _run(rank: int, world: int) -> list:
         tr = DistributedTrainer(m, train, part, head=head, loss=loss, h0=h0, optimizer=lambda p: torch.optim.SGD(p, lr=0.1))
         for _ in range(2):
             tr.train_epoch()
-        res = {"cont": tr.evaluate(test, tpart)}
+        res = {"cont": tr.evaluate(test, tpart)["loss"]}
         t = tr._later_window(test, tpart, True).trainer.traffic()  # of the evaluation pass just run
         res["fwd"] = [(e["measured_forward"], e["predicted_forward"]) for e in t["exchanges"]]
         res["temporal"] = t["measured"]["temporal"]
-        res["zero"] = tr.evaluate(test, tpart, continue_state=False)
+        res["zero"] = tr.evaluate(test, tpart, continue_state=False)["loss"]
         res["pred"] = tr.predict(test, tpart)
         if loss == "bce_link":
             logits, labels = tr.link_scores(test, tpart)
@@ -65,9 +65,9 @@ def _run(rank: int, world: int) -> list:
             res["scores"] = sorted(sum((e[0] for e in everyone), []))
         # the single-process reference, with the parameters this rank trained
         ref = FusedTrainer(m, train, head=head, loss=loss, h0=h0)
-        res["ref"] = ref.evaluate(test)
-        res["own"], res["ref_own"] = tr.evaluate(), ref.evaluate()  # the training window, from h0
-        res["ref_zero"] = ref.evaluate(test, continue_state=False)
+        res["ref"] = ref.evaluate(test)["loss"]
+        res["own"], res["ref_own"] = tr.evaluate()["loss"], ref.evaluate()["loss"]  # the training window, from h0
+        res["ref_zero"] = ref.evaluate(test, continue_state=False)["loss"]
         res["ref_pred"] = ref.predict(test)
         if loss == "bce_link":
             fe, first, _ = ref._evaluator(test, True)

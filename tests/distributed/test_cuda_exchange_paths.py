@@ -71,8 +71,8 @@ def run_config(config: tuple, device: str, R: int) -> dict:
         out["groups"] = tr.engine.fusion_loads()["groups"]
     if later:
         tpart = _partition(name, test, scheme, R, m)
-        out["continued"] = tr.evaluate(test, tpart)
-        out["zero"] = tr.evaluate(test, tpart, continue_state=False)
+        out["continued"] = tr.evaluate(test, tpart)["loss"]
+        out["zero"] = tr.evaluate(test, tpart, continue_state=False)["loss"]
         out["later_pred"] = tr.predict(test, tpart).cpu()
     return out
 

@@ -59,8 +59,8 @@ def _subgroups(rank: int, world: int) -> dict:
     out = {"case": mine, "losses": losses, "params": _params(m, head), "made_at_setup": at_setup,
            "backend": tr.transport.backend, "transport": tr.transport.name}
     # one subgroup evaluates a later window while the other does not: the evaluator needs no world collective
-    out["later"] = tr.evaluate(test, partition(test, scheme, 2, pattern, seed=0)) if mine == 0 else None
-    out["own"] = tr.evaluate()
+    out["later"] = tr.evaluate(test, partition(test, scheme, 2, pattern, seed=0))["loss"] if mine == 0 else None
+    out["own"] = tr.evaluate()["loss"]
     out["made_after_setup"] = made[len(at_setup):]
     out["log"] = list(fake_nccl.LOG)
     return out
@@ -69,10 +69,9 @@ def _subgroups(rank: int, world: int) -> dict:
 def _reference(name: str) -> dict:
     train, test = _split()
     m, head, loss = cases.model(name)
-    params = list(m.parameters()) + (list(head.parameters()) if head is not None else [])
-    ref = FusedTrainer(m, train, head=head, loss=loss, optimizer=cases.optimizer_for(name)(params))
+    ref = FusedTrainer(m, train, head=head, loss=loss, optimizer=cases.optimizer_for(name))
     losses = [ref.train_epoch() for _ in range(EPOCHS)]
-    return {"losses": losses, "params": _params(m, head), "later": ref.evaluate(test), "own": ref.evaluate()}
+    return {"losses": losses, "params": _params(m, head), "later": ref.evaluate(test)["loss"], "own": ref.evaluate()["loss"]}
 
 
 def test_two_subgroups_train_side_by_side_under_nccl_rules():

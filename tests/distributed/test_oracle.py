@@ -30,7 +30,7 @@ def _run(rank: int, world_size: int, configs: list) -> list:
         params = {n: p.detach().clone() for n, p in _named(m, head)}
         buffers = {n: b.clone() for n, b in m.named_buffers()}
         out.append({"name": name, "scheme": scheme, "fusion": fusion, "losses": losses, "grads": grads,
-                    "params": params, "steps": steps, "buffers": buffers, "pred": tr.predict(), "eval": tr.evaluate(),
+                    "params": params, "steps": steps, "buffers": buffers, "pred": tr.predict(), "eval": tr.evaluate()["loss"],
                     "traffic": traffic})
     return out
 
@@ -45,8 +45,7 @@ def _named(m, head):
 def _reference(name: str) -> dict:
     sig = cases.signal()
     m, head, loss = cases.model(name)
-    params = list(m.parameters()) + (list(head.parameters()) if head is not None else [])
-    tr = FusedTrainer(m, sig, head=head, loss=loss, optimizer=cases.optimizer_for(name)(params),
+    tr = FusedTrainer(m, sig, head=head, loss=loss, optimizer=cases.optimizer_for(name),
                       h0=cases.initial_state(name, sig))
     losses, grads = [], None
     for e in range(EPOCHS):
@@ -54,7 +53,7 @@ def _reference(name: str) -> dict:
         if e == 0:
             grads = {n: (p.grad.clone() if p.grad is not None else None) for n, p in _named(m, head)}
     return {"losses": losses, "grads": grads, "params": {n: p.detach().clone() for n, p in _named(m, head)},
-            "buffers": {n: b.clone() for n, b in m.named_buffers()}, "pred": tr.predict(), "eval": tr.evaluate()}
+            "buffers": {n: b.clone() for n, b in m.named_buffers()}, "pred": tr.predict(), "eval": tr.evaluate()["loss"]}
 
 
 def _configs(R: int) -> list:

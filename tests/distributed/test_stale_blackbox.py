@@ -41,7 +41,7 @@ CONFIGS = [
 def _model(cell: str, K: int) -> tuple:
     """``(module, head, signal, loss)``, float64, fixed initial parameters."""
     from tests.helpers import distributed_cases as dcases
-    from tests.runtime.test_step_reuse import make_cell
+    from tests.helpers.step_reuse import make_cell
 
     if cell == "link":
         torch.manual_seed(5)
@@ -131,7 +131,7 @@ def _one_process(cell: str, K: int) -> dict:
     with default_dtype(torch.float64):
         m, head, sig, loss = _model(cell, K)
         params = list(m.parameters()) + (list(head.parameters()) if head is not None else [])
-        tr = FusedTrainer(m, sig, head=head, loss=loss, path="blackbox", optimizer=torch.optim.SGD(params, lr=0.1))
+        tr = FusedTrainer(m, sig, head=head, loss=loss, path="blackbox", optimizer=torch.optim.SGD, lr=0.1)
         losses = [tr.train_epoch() for _ in range(EPOCHS)]
     return {"losses": losses, "params": [p.detach().clone() for p in params]}
 

@@ -56,8 +56,7 @@ def _reference(name: str) -> dict:
     if name not in REFS:
         sig = cases.signal()
         m, head, loss = cases.model(name)
-        params = list(m.parameters()) + (list(head.parameters()) if head is not None else [])
-        tr = FusedTrainer(m, sig, head=head, loss=loss, optimizer=cases.optimizer_for(name)(params),
+        tr = FusedTrainer(m, sig, head=head, loss=loss, optimizer=cases.optimizer_for(name),
                           h0=cases.initial_state(name, sig))
         REFS[name] = _train(tr, m, head)
     return REFS[name]
@@ -115,11 +114,11 @@ def test_checkpointed_distributed_equals_single_process(R):
 
 
 def _refusals(rank: int, world_size: int) -> list:
-    from pyg_dynscale.errors import ModelInputError
+    from pyg_dynscale.errors import ModelInputError, UnsupportedOptionError
 
     sig = cases.signal()
     out = []
-    for name, kwargs, exc in [("dysat_mse", {}, NotImplementedError), ("mpnn_dgc", {}, NotImplementedError),
+    for name, kwargs, exc in [("dysat_mse", {}, UnsupportedOptionError), ("mpnn_dgc", {}, UnsupportedOptionError),
                               ("tgcn1", {"fusion": "none"}, ModelInputError), ("tgcn1", {"checkpoint_every": 0},
                                                                               ModelInputError)]:
         m, head, loss = cases.model(name)

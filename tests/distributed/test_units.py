@@ -270,7 +270,7 @@ def test_a3tgcn_adapter_distributed_equals_fused(scheme):
 
     sig = _a3tgcn_signal()
     m, head = _a3tgcn_model()
-    ref = FusedTrainer(m, sig, head=head, optimizer=torch.optim.SGD(list(m.parameters()) + list(head.parameters()), lr=0.1))
+    ref = FusedTrainer(m, sig, head=head, optimizer=torch.optim.SGD, lr=0.1)
     want = [ref.train_epoch() for _ in range(2)]
     (losses, ex, load), *_ = spawn(_a3tgcn_worker, 2, scheme, timeout=90)
     assert max(abs(a - b) for a, b in zip(losses, want)) <= 1e-10

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from pyg_dynscale.errors import UnsupportedOptionError
 from pyg_dynscale.nn import DySAT, MPNNLSTM, TGCN
 from pyg_dynscale.runtime import FusedTrainer
 from tests.helpers import distributed_cases as dcases
@@ -18,7 +19,7 @@ def _run(make, every, h0=None):
     m, head = make()
     sig = dcases.signal()
     tr = FusedTrainer(m, sig, head=head, loss="mse", checkpoint_every=every, h0=h0,
-                      optimizer=torch.optim.SGD(list(m.parameters()) + list(head.parameters()), lr=0.1))
+                      optimizer=torch.optim.SGD, lr=0.1)
     losses, grads = [], None
     for e in range(EPOCHS):
         losses.append(tr.train_epoch())
@@ -74,9 +75,9 @@ def test_checkpointed_decomposed_with_initial_state(make):
 
 def test_windows_it_cannot_run_are_refused():
     sig = dcases.signal()
-    with pytest.raises(NotImplementedError, match="attention"):
+    with pytest.raises(UnsupportedOptionError, match="option 'checkpoint_every'.*attention"):
         FusedTrainer(DySAT(dcases.F, 4, dcases.T).double(), sig, checkpoint_every=2)
-    with pytest.raises(NotImplementedError, match="recurrent"):
+    with pytest.raises(UnsupportedOptionError, match="option 'checkpoint_every'.*recurrent"):
         FusedTrainer(MPNNLSTM(dcases.F, 4, 1, 1, 0.0).double(), sig, checkpoint_every=2)
 
 

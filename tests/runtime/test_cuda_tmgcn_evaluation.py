@@ -32,8 +32,8 @@ def run(name: str, device: str) -> dict:
     out = {"losses": losses + [last], "params": [p.detach().cpu().clone() for p in params],
            "pred": tr.predict().cpu(), "device": str(tr.device), "syncs": syncs}
     if later:
-        out["continued"] = tr.evaluate(test)
-        out["zero"] = tr.evaluate(test, continue_state=False)
+        out["continued"] = tr.evaluate(test)["loss"]
+        out["zero"] = tr.evaluate(test, continue_state=False)["loss"]
         out["later_pred"] = tr.predict(test).cpu()
     return out
 

@@ -120,7 +120,7 @@ def test_dysat_bce_link_loss_equals_per_snapshot_reference():
     for p, q in zip(model.parameters(), ref_model.parameters()):
         torch.testing.assert_close(p.grad, q.grad, atol=1e-9, rtol=0)
     l0 = tr.train_epoch()
-    assert tr.evaluate() < l0 + 1.0  # runs in eval mode, finite
+    assert tr.evaluate()["loss"] < l0 + 1.0  # runs in eval mode, finite
 
 
 def test_snapshot_mean_skips_empty_snapshots():

@@ -24,7 +24,7 @@ def _trainer(name: str, sig, stream: bool, every: int, loss_kind: str = "mse"): 
     else:
         m, head, loss_kind = cases.model(name)
     params = list(m.parameters()) + (list(head.parameters()) if head is not None else [])
-    return FusedTrainer(m, sig, head=head, loss=loss_kind, optimizer=torch.optim.SGD(params, lr=0.1),
+    return FusedTrainer(m, sig, head=head, loss=loss_kind, optimizer=torch.optim.SGD, lr=0.1,
                         h0=cases.initial_state(name, sig), checkpoint_every=every if stream else None,
                         stream=stream), params
 
