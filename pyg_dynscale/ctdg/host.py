@@ -61,3 +61,8 @@ class HostStream:
     @classmethod
     def of(cls, src: Tensor, dst: Tensor, t: Tensor) -> "HostStream":
         return cls(host_copy(src), host_copy(dst), host_copy(t))
+
+    def destination_bounds(self, a: int, b: int) -> tuple[int, int]:
+        """``(min, max)`` destination of events ``[a, b)``: the range of that split's negatives."""
+        d = self.dst[a:b]
+        return int(d.min()), int(d.max())

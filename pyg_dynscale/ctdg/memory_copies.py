@@ -26,6 +26,7 @@ class MemoryCopies:
         state (MemoryState): the memory and its message stores
             (:class:`~pyg_dynscale.ctdg.store.MemoryState`).
         neighbors (LastNeighborLoader): the neighbour loader (host).
+        host (HostStream): the stream's index columns (host).
         modules (list): the modules whose training mode follows :meth:`set_training`
             (the memory first; ``None`` entries skipped).
         held (list): the copies this process holds; ``held[0]`` starts live.
@@ -41,8 +42,8 @@ class MemoryCopies:
         training (bool): whether the memory is in training mode (its flush on leaving it).
     """
 
-    def __init__(self, state, neighbors, modules: list, held: list, placement=None) -> None:
-        self.state, self.neighbors = state, neighbors
+    def __init__(self, state, neighbors, host, modules: list, held: list, placement=None) -> None:
+        self.state, self.neighbors, self.host = state, neighbors, host
         self.modules = [m for m in modules if m is not None]
         self.held = list(held)
         self.placement = placement
@@ -66,6 +67,11 @@ class MemoryCopies:
         for mod in self.modules[1:]:
             mod.train(mode)
         self.training = mode
+
+    def advance(self, a: int, b: int, training: bool) -> None:
+        """The live copy takes the events ``[a, b)`` (memory and neighbour loader)."""
+        self.state.update(a, b, training)
+        self.neighbors.insert(self.host.src[a:b], self.host.dst[a:b])
 
     def reset(self) -> None:
         """The live copy from zero: memory, message stores, neighbour loader."""

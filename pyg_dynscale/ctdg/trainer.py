@@ -38,13 +38,13 @@ from torch_geometric.nn.models.tgn import LastNeighborLoader
 
 from ..distributed.transport import resolve_transport
 from ..errors import DynScaleError, ModelInputError, UnsupportedOptionError
-from ..runtime.metrics import average_precision, roc_auc
 from ..training.gradients import DelayedGradients, ShareModule, wrap_ddp
 from ..training.options import build_optimizer, deprecated_positionals
 from ..training.ranks import (agree, bind_device, check_gpu_sharing, group_backend, helper_group, host_group,
                               moves_host_tensors)
 from ..training.surface import BaseTrainer, Metrics
 from ..training.traffic import TrafficReport
+from .evaluation import SplitEvaluator, uniform_negatives
 from .event_traffic import EventTraffic
 from .events import check_events, split_ranges
 from .host import HostStream
@@ -87,13 +87,6 @@ def _check_loss(loss: object) -> str:
         return "bce"
     raise UnsupportedOptionError("loss", f"is {loss!r}: the event-stream trainer scores links with binary "
                                  "cross-entropy on the positive and negative logits only.", "loss='bce' (the default).")
-
-
-def _negatives(lo: int, hi: int, size: int) -> Tensor:
-    """``size`` destinations uniform in ``[lo, hi]``, drawn from the CPU generator (the same
-    numbers on every device, so a CUDA run can be checked against a CPU one); they stay on the
-    host, where the index lists are made."""
-    return torch.randint(lo, hi + 1, (size,), dtype=torch.long)
 
 
 def _differs(value: object, default: object) -> bool:
@@ -145,24 +138,8 @@ class MemoryTrainer(BaseTrainer):
     :math:`\mathrm{BCE}(\text{pos}, 1) + \mathrm{BCE}(\text{neg}, 0)`; then
     memory and neighbour loader take the batch's events, backward, Adam step.
 
-    **Evaluation** (:meth:`evaluate`) is the example's ``test()``:
-    ``torch.manual_seed(eval_seed)`` (the example's 12345), batches of
-    ``batch_size``, one uniform negative per event; AP and AUC are computed per
-    batch on the sigmoid scores and averaged over batches (the example's
-    ``average_precision_score`` / ``roc_auc_score``, here
-    :func:`~pyg_dynscale.runtime.metrics.average_precision` /
-    :func:`~pyg_dynscale.runtime.metrics.roc_auc`). **MRR** (not in the
-    example): each positive :math:`(u, v)` is ranked against ``mrr_negatives``
-    negatives of its own batch (DistTGL's 49; negative :math:`(i + s) \bmod B`
-    for event :math:`i`, :math:`s = 0 .. S-1`, no extra random draws), rank
-    :math:`= 1 + \#\{\text{neg} > \text{pos}\} + \tfrac12 \#\{\text{neg} = \text{pos}\}`,
-    MRR the mean of :math:`1/\text{rank}` over all events of the split.
-    ``evaluate("val")`` starts from the memory at the end of the last
-    training epoch and ``evaluate("test")`` from the memory after the
-    validation events, as the example's ``test(val_loader); test(test_loader)``;
-    called in another order, the trainer restores the end-of-training state
-    and replays the validation events (no scoring) so that the result does not
-    depend on the order of the calls.
+    **Evaluation** (:meth:`evaluate`) is the example's ``test()`` plus the
+    loss and the MRR (:mod:`~pyg_dynscale.ctdg.evaluation`).
 
     **Parallelism** ``(i, j, k)`` (DistTGL §3.2) follows the steps of
     :class:`~pyg_dynscale.ctdg.schedule.EventSchedule` (mini-batch, epoch and
@@ -389,7 +366,7 @@ class MemoryTrainer(BaseTrainer):
             for mod in (memory, gnn, link_pred):
                 mod.to(device)
         self.memory, self.gnn, self.link_pred = memory, gnn, link_pred
-        self.seed, self.eval_seed, self.mrr_negatives = seed, eval_seed, mrr_negatives
+        self.seed = seed
         self.dynamic_memory = bool(dynamic_memory)
         dev, dtype = memory.memory.device, memory.memory.dtype
         self.device = dev
@@ -453,8 +430,11 @@ class MemoryTrainer(BaseTrainer):
         self.trainers = list(range(i * j * k)) if self.world_size == 1 else [self.rank]
         held = list(range(k)) if self.world_size == 1 else [self.rank // (i * j)]
         #: every memory copy this process holds, the live one in the module's buffers
-        self.copies = MemoryCopies(self.state, self.neighbors, [memory, gnn, link_pred, self.static], held,
+        self.copies = MemoryCopies(self.state, self.neighbors, self.host, [memory, gnn, link_pred, self.static], held,
                                    self.placement)
+        self.evaluator = SplitEvaluator(self.copies, self.scorer, self.fetch, self.schedule, self.host,
+                                        (self.val_start, self.test_start, self.num_events), eval_seed, mrr_negatives,
+                                        self.criterion)
         self.stream_checkpoint = StreamCheckpoint(self.copies, self.bytes, self.placement, self.rank, dev,
                                                   lambda epoch: self._rng_seed(-1, -1, epoch))
         self.service: Optional[MemoryService] = None
@@ -510,19 +490,28 @@ class MemoryTrainer(BaseTrainer):
         return torch.nn.ModuleDict(mods)
 
     @property
+    def mrr_negatives(self) -> int:
+        """Negatives per positive in evaluation's MRR (settable)."""
+        return self.evaluator.mrr_negatives
+
+    @mrr_negatives.setter
+    def mrr_negatives(self, value: int) -> None:
+        self.evaluator.mrr_negatives = value
+
+    @property
+    def eval_seed(self) -> int:
+        """The seed of every evaluation pass (settable)."""
+        return self.evaluator.eval_seed
+
+    @eval_seed.setter
+    def eval_seed(self, value: int) -> None:
+        self.evaluator.eval_seed = value
+
+    @property
     def prefetched(self) -> dict:
         """Partitioned placement with the prefetcher: local batches whose ``dispatch`` /
         ``aggregation`` id lists came from the prefetch thread."""
         return self.fetch.prefetched if self.fetch is not None else {"dispatch": 0, "aggregation": 0}
-
-    def _split_bounds(self, a: int, b: int) -> tuple[int, int]:
-        d = self.host.dst[a:b]
-        return int(d.min()), int(d.max())
-
-    def _advance(self, a: int, b: int, training: bool) -> None:
-        """Memory and neighbour loader take the events ``[a, b)``."""
-        self.state.update(a, b, training)
-        self.neighbors.insert(self.host.src[a:b], self.host.dst[a:b])
 
     def _rng_seed(self, iteration: int, trainer: int, epoch: Optional[int] = None) -> int:
         """The dropout seed of one trainer's local batch (``i * j * k > 1``): a function of
@@ -642,7 +631,7 @@ class MemoryTrainer(BaseTrainer):
         j = self.parallelism[1]
         lo, hi = self._ctx.bounds
         for c, q, _, a, b in step.fresh:  # every process draws every copy's negatives: one stream
-            self._ctx.negatives[(c, q)] = _negatives(lo, hi, j * (b - a)).view(j, b - a)
+            self._ctx.negatives[(c, q)] = uniform_negatives(lo, hi, j * (b - a)).view(j, b - a)
 
     def _prefetch(self, step: Step) -> None:
         """Queue the neighbour lookups of ``step``'s local batches (its negatives drawn, the events
@@ -722,7 +711,7 @@ class MemoryTrainer(BaseTrainer):
         i, j, k = self.parallelism
         self.copies.begin_epoch()
         torch.empty((), dtype=torch.int64).random_()  # the DataLoader iterator's seed draw
-        lo, hi = self._split_bounds(0, self.val_start)
+        lo, hi = self.host.destination_bounds(0, self.val_start)
         self.bytes.begin_epoch()
         if self.placement is not None:
             self.placement.begin_epoch()
@@ -776,69 +765,13 @@ class MemoryTrainer(BaseTrainer):
             self.prefetcher = None
 
     # ------------------------------------------------------------------ evaluation
-    @torch.no_grad()
-    def _walk(self, a: int, b: int, score: bool) -> dict:
-        if self.placement is not None:  # its exchanges count apart from the training epoch's
-            self.placement.phase = "eval"
-            try:
-                return self._walk_batches(a, b, score)
-            finally:
-                self.placement.phase = "train"
-        return self._walk_batches(a, b, score)
-
-    def _walk_batches(self, a: int, b: int, score: bool) -> dict:
-        self.copies.set_training(False)
-        torch.manual_seed(self.eval_seed)
-        torch.empty((), dtype=torch.int64).random_()  # the DataLoader iterator's seed draw
-        lo, hi = self._split_bounds(a, b)
-        aps, aucs, rr_sum, n = [], [], 0.0, 0
-        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
-        for x, y in self.schedule.eval_batches(a, b):
-            if score:
-                neg = _negatives(lo, hi, y - x)
-                # partitioned: every rank walks every batch, fetching what it does not own
-                lookup = self.fetch.fetch_batch(x, y, neg, False) if self.fetch is not None else None
-                pos_out, neg_out, z = self.scorer.scores(x, y, neg, False, lookup)
-                loss = self.criterion(pos_out, torch.ones_like(pos_out)) + \
-                    self.criterion(neg_out, torch.zeros_like(neg_out))
-                loss_sum += loss.to(torch.float64) * (y - x)
-                y_pred = torch.cat([pos_out, neg_out], dim=0).sigmoid().view(-1)
-                y_true = torch.cat([torch.ones(pos_out.size(0)), torch.zeros(neg_out.size(0))]).to(y_pred.device)
-                aps.append(average_precision(y_pred, y_true))
-                aucs.append(roc_auc(y_pred, y_true))
-                if self.mrr_negatives:
-                    rr_sum += float(self.scorer.reciprocal_ranks(x, y, neg, pos_out, z, self.mrr_negatives).sum())
-                n += y - x
-            self._advance(x, y, False)
-        return {"ap": sum(aps) / len(aps) if aps else math.nan, "auc": sum(aucs) / len(aucs) if aucs else math.nan,
-                "mrr": rr_sum / n if n and self.mrr_negatives else math.nan,
-                "loss": float(loss_sum / n) if n else math.nan}
-
     def evaluate(self, split: str = "test") -> Metrics:
         r"""Metrics of ``"test"`` (the default) or ``"val"``: ``loss`` (the training loss, BCE on
         the positive and negative logits, :math:`\sum_b \ell_b |b| / E_{split}`), ``ap``, ``auc``
-        (means over batches) and ``mrr`` (see the class docstring for the memory state each split
-        starts from). Under a process group: memory copy 0's result on every rank."""
+        (means over batches) and ``mrr`` (:mod:`~pyg_dynscale.ctdg.evaluation`: the memory state
+        each split starts from). Under a process group: memory copy 0's result on every rank."""
         self._check_open()
-        if split not in ("val", "test"):
-            raise ModelInputError("split", f"is {split!r}.", "use 'val' or 'test'.")
-        a, b = (self.val_start, self.test_start) if split == "val" else (self.test_start, self.num_events)
-        if a == b:
-            raise ModelInputError(split, "has no events.", "use a larger val_ratio / test_ratio.")
-        copies = self.copies
-        if copies.train_end is None:
-            # no epoch trained yet: the memory walks the training events without learning
-            copies.reset()
-            copies.training = False  # nothing stored yet: no flush
-            self._walk(0, self.val_start, score=False)
-            copies.train_end, copies.position = copies.snapshot(), "train"
-        want = "train" if split == "val" else "val"
-        if copies.position != want:
-            copies.restore(copies.train_end)
-            if split == "test":
-                self._walk(self.val_start, self.test_start, score=False)
-        out = self._walk(a, b, score=True)
-        copies.position = split
+        out = self.evaluator.evaluate(split)
         if self._ddp is not None:  # memory copy 0's result (DistTGL evaluates the first memory process)
             import torch.distributed as dist
 

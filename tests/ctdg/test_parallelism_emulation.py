@@ -30,7 +30,7 @@ def _walk_one_copy(tr, batches):
     before = []
     for a, b in batches:
         before.append(tr.copies.snapshot())
-        tr._advance(a, b, True)
+        tr.copies.advance(a, b, True)
     return before, tr.copies.snapshot()
 
 
