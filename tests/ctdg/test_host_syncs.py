@@ -10,29 +10,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pyg_dynscale.ctdg import TGN, MemoryTrainer, synthetic_events
+from pyg_dynscale.ctdg import MemoryTrainer
 from pyg_dynscale.training.launch import spawn
 from tests.helpers.host_syncs import HostSyncs
+from tests.helpers.memory_trainers import host_syncs_trainer as _trainer
 
 #: read-backs allowed per step: the issue's budget is 1; every step reaches 0, pinned so that any new
 #: read-back in a step fails
 BUDGET = 0
-
-
-def _data():
-    d = synthetic_events(240, 25, msg_dim=3, seed=5, burst_length=15)
-    d.msg = d.msg.double()
-    return d
-
-
-def _trainer(world: int, parallelism=None, placement: str = "replicated", **kw) -> MemoryTrainer:
-    d = _data()
-    torch.manual_seed(2)
-    model = TGN(d.num_nodes, 3, memory_dim=5, time_dim=3, embedding_dim=6, dropout=0.1).double()
-    if placement != "replicated":
-        kw.setdefault("partition", "interval")
-    return MemoryTrainer(model, d, batch_size=20, lr=1e-2, seed=3, mrr_negatives=4, memory_placement=placement,
-                         parallelism=parallelism or (world, 1, 1), **kw)
 
 
 def _device_state(tr: MemoryTrainer) -> list:

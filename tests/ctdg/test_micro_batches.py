@@ -5,15 +5,14 @@ bytes as n = 1), measured bytes == predicted; the adaptive rule's fit; typed err
 from __future__ import annotations
 
 import math
-import threading
 
 import pytest
 import torch
 
-from pyg_dynscale.ctdg import TGN, MemoryTrainer, synthetic_events
 from pyg_dynscale.ctdg.microbatch import adaptive_micro_batches, fit_line, merge_rows, micro_ranges
-from pyg_dynscale.distributed.launch import spawn
+from pyg_dynscale.training.launch import spawn
 from pyg_dynscale.errors import ModelInputError
+from tests.helpers.memory_trainers import micro_batches_run as _run, micro_batches_trainer as _trainer, same_runs as _same
 
 
 def test_micro_ranges_cover_the_batch():
@@ -48,70 +47,6 @@ def test_merge_rows():
     e2 = (torch.tensor([2, 4]), torch.tensor([[2.0], [4.0]]), torch.tensor([20, 40]))
     n_id, rows, last = merge_rows([e1, e2])
     assert n_id.tolist() == [1, 2, 4] and rows.view(-1).tolist() == [1.0, 2.0, 4.0] and last.tolist() == [10, 20, 40]
-
-
-def _data():
-    d = synthetic_events(300, 30, msg_dim=3, seed=3, burst_length=20)
-    d.msg = d.msg.double()
-    return d
-
-
-def _trainer(world, micro, placement="sven", **kw):
-    torch.manual_seed(4)
-    d = _data()
-    model = TGN(d.num_nodes, 3, memory_dim=6, time_dim=4, embedding_dim=6, dropout=0.0).double()
-    if placement != "replicated":  # a replicated memory has no owners
-        kw.setdefault("partition", "interval")
-    return MemoryTrainer(model, d, batch_size=20, lr=1e-2, parallelism=(world, 1, 1), seed=1, mrr_negatives=0,
-                         memory_placement=placement, micro_batches=micro, **kw)
-
-
-def _run(world, micro, watch=False, **kw):
-    tr = _trainer(world, micro, **kw)
-    overlapped = []
-    if watch:  # the next micro-batch's fetch waits until the current micro-batch computes
-        computing = threading.Event()
-        compute = tr._share_compute
-
-        def spy_compute(*a):
-            computing.set()
-            return compute(*a)
-
-        tr._share_compute = spy_compute
-        for view in tr._micro.views:
-            def spy_fetch(occ, fetch=view.fetch):
-                if threading.current_thread() is not threading.main_thread() and len(overlapped) < 4:
-                    overlapped.append(computing.wait(timeout=2.0))
-                    computing.clear()
-                return fetch(occ)
-
-            view.fetch = spy_fetch
-    records, step = [], tr.optimizer.step
-
-    def recorded(*a, **kw):
-        out = step(*a, **kw)
-        records.append(torch.cat([p.detach().reshape(-1) for p in tr.optimizer_params]))
-        return out
-
-    tr.optimizer.step = recorded
-    losses, batch = [], []
-    for _ in range(2):
-        losses.append(tr.train_epoch())
-        batch += tr.batch_losses.tolist()
-    out = {"losses": losses, "batch": batch, "records": records, "memory": tr.memory_copy(),
-           "traffic": tr.traffic(), "n": None if tr._micro is None else tr._micro.n, "overlapped": overlapped}
-    tr.close()
-    return out
-
-
-def _same(a, b, what):
-    for x, y in zip(a["losses"] + a["batch"], b["losses"] + b["batch"]):
-        assert math.isclose(x, y, rel_tol=0, abs_tol=1e-9), what
-    assert len(a["records"]) == len(b["records"]) > 4
-    for x, y in zip(a["records"], b["records"]):
-        torch.testing.assert_close(x, y, atol=1e-9, rtol=0)
-    torch.testing.assert_close(a["memory"][0], b["memory"][0], atol=1e-9, rtol=0)
-    assert torch.equal(a["memory"][1], b["memory"][1]), what
 
 
 def test_one_process_micro_batches_equal_one_and_overlap():

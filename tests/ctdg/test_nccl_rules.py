@@ -16,7 +16,7 @@ import tests.helpers.fake_nccl as fake_nccl  # registers the backend in the spaw
 from pyg_dynscale.training import ranks as groups
 from pyg_dynscale.training.launch import spawn
 
-from .test_host_syncs import _trainer
+from tests.helpers.memory_trainers import host_syncs_trainer as _trainer
 
 #: name -> (parallelism, MemoryTrainer options)
 CASES = {

@@ -12,7 +12,7 @@ import pytest
 from pyg_dynscale.training.launch import spawn
 from pyg_dynscale.errors import ModelInputError
 
-from .test_micro_batches import _run, _same, _trainer
+from tests.helpers.memory_trainers import micro_batches_run as _run, micro_batches_trainer as _trainer, same_runs as _same
 
 
 def test_one_process_overlap_changes_nothing():

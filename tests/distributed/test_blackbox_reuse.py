@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from tests.helpers import blackbox_cases as cases
-from tests.runtime.test_step_reuse import make_cell, train
+from tests.helpers.step_reuse import make_cell, train
 
 pytestmark = pytest.mark.skipif(not cases.HAVE_PYGT, reason="needs torch-geometric-temporal")
 

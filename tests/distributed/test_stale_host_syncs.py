@@ -60,7 +60,7 @@ def _trainer(world_size: int, path: str, stale, backend: str) -> tuple:
     from pyg_dynscale.nn import adapt
 
     if path == "blackbox":
-        from tests.runtime.test_step_reuse import make_cell
+        from tests.helpers.step_reuse import make_cell
 
         m, head = make_cell("GConvGRU", 2)
         sig = bcases.signal("plain")

@@ -14,7 +14,7 @@ from pyg_dynscale.distributed.transport import DirectTransport, StagedTransport,
 from pyg_dynscale.errors import ModelInputError
 from pyg_dynscale.partition import partition
 from tests.helpers import distributed_cases as cases
-from tests.distributed.test_device_placement import UserCell
+from tests.helpers.cells import UserCell
 from tests.helpers.fake_device import HostCopies
 
 CASES = [("tgcn2", "pgc", {}), ("dysat_link", "pts", {}), ("mpnn_dgc", "pss-ts", {}),

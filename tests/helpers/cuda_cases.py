@@ -27,7 +27,7 @@ ALL = DECOMPOSED + ["user_cell"] + BLACKBOX
 def build(name: str, device: str):
     """``(model, head, loss, signal, kwargs)`` of a case on ``device`` (float64)."""
     if name == "user_cell":  # a black-box module that needs no PyGT
-        from tests.distributed.test_device_placement import UserCell
+        from tests.helpers.cells import UserCell
 
         torch.manual_seed(0)
         m, head = UserCell(cases.F, 4).double(), torch.nn.Linear(4, 1).double()

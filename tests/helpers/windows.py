@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 import functools
+import sys
+import types
 
 import torch
 
 from pyg_dynscale import DynamicGraphSignal
 from pyg_dynscale.data.loaders import load_england_covid, load_pygt_json
+from pyg_dynscale.windows import series_signal
 from tests.helpers.datasets import dataset_file
 
 
@@ -125,3 +128,35 @@ def _run(batches, model, head, signal, lags, stateful, opt, losses, horizon=1):
         loss.backward()
         opt.step()
         losses.append(float(loss.detach()))
+
+
+def pygt_index_dataset(monkeypatch):
+    """PyGT's IndexDataset; its module imports dask at the top (unused without lazy=True)."""
+    if "dask" not in sys.modules:
+        dask = types.ModuleType("dask")
+        dask.array = types.ModuleType("dask.array")
+        monkeypatch.setitem(sys.modules, "dask", dask)
+        monkeypatch.setitem(sys.modules, "dask.array", dask.array)
+    from torch_geometric_temporal.signal.index_dataset import IndexDataset
+
+    return IndexDataset
+
+
+def series_static(T: int = 20, N: int = 6) -> DynamicGraphSignal:
+    """PyGT's index-batching data on a ring (one feature): Y_t = X_{t+1}."""
+    ring = torch.arange(N)
+    ei = torch.cat([torch.stack([ring, (ring + 1) % N]), torch.stack([(ring + 1) % N, ring])], 1)
+    ew = torch.rand(ei.shape[1], generator=torch.Generator().manual_seed(1), dtype=torch.float64) + 0.5
+    data = torch.randn(T + 1, N, 1, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    return series_signal(data, ei, ew, dtype=torch.float64)
+
+
+def series_changing(T: int = 18) -> DynamicGraphSignal:
+    """England COVID's counts as a one-feature series on its changing daily graphs: Y_t = X_{t+1}."""
+    c = covid(T=T + 1)
+    n = int(c.nodes_per_snapshot[0])
+    y = c.y.view(T + 1, n)
+    a, b = int(c.edge_ptr[1]), int(c.edge_ptr[T + 1])
+    return DynamicGraphSignal.from_tensors(
+        node_ptr=torch.arange(T + 1) * n, edge_index=c.edge_index[:, a:b], edge_ptr=c.edge_ptr[1:] - a,
+        edge_weight=c.edge_weight[a:b], x=y[:T].reshape(-1, 1), y=y[1:].reshape(-1), num_vertices=n)

@@ -8,7 +8,7 @@ import torch
 from pyg_dynscale.data.loaders import load_england_covid
 from pyg_dynscale.nn import TGCN
 from pyg_dynscale.runtime.paths import partition_for_model
-from tests.distributed.test_device_placement import UserCell
+from tests.helpers.cells import UserCell
 
 
 def test_decomposed_model_uses_its_pattern():

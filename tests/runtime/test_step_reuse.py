@@ -15,25 +15,12 @@ import torch
 from pyg_dynscale import DynamicGraphSignal
 from pyg_dynscale.errors import ModelInputError
 from tests.helpers import blackbox_cases as cases
+from tests.helpers.step_reuse import EPOCHS, make_cell, train
 
 pytestmark = pytest.mark.skipif(not cases.HAVE_PYGT, reason="needs torch-geometric-temporal")
 
-EPOCHS = 3
 CELLS = [("GConvGRU", 2), ("GConvGRU", 3), ("GConvLSTM", 2), ("GCLSTM", 2), ("TGCN", None), ("DCRNN", 2),
          ("DCRNN", 3)]
-
-
-def make_cell(name: str, K):
-    from torch_geometric_temporal.nn import recurrent as rec
-
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float32)  # the same initial values whatever the caller's default
-    try:
-        torch.manual_seed(3)
-        m = rec.TGCN(cases.F, cases.H) if K is None else getattr(rec, name)(cases.F, cases.H, K)
-        return m.double(), torch.nn.Linear(cases.H, 1).double()
-    finally:
-        torch.set_default_dtype(old)
 
 
 def static_signal() -> DynamicGraphSignal:
@@ -61,26 +48,6 @@ def directed_signal() -> DynamicGraphSignal:
 
 
 SIGNALS = {"static": static_signal, "changing": lambda: cases.signal("plain"), "directed": directed_signal}
-
-
-def train(m, head, sig, reuse: bool, every=None) -> dict:
-    from pyg_dynscale.runtime import FusedTrainer
-
-    torch.set_default_dtype(torch.float64)  # PyGT's DCRNN builds its degree vectors with the default dtype
-    try:
-        tr = FusedTrainer(m, sig, head=head, loss="mse", path="blackbox", checkpoint_every=every, reuse=reuse,
-                          optimizer=torch.optim.SGD(list(m.parameters()) + list(head.parameters()), lr=0.05))
-        calls = []
-        hook = m.register_forward_hook(lambda *a: calls.append(1))
-        losses = [tr.train_epoch() for _ in range(EPOCHS)]
-        pred = tr.predict()
-        hook.remove()
-        hits = tr.runner.reuse.hits if tr.runner.reuse is not None else 0
-    finally:
-        torch.set_default_dtype(torch.float32)
-    params = [p.detach().clone() for p in list(m.parameters()) + list(head.parameters())]
-    return {"losses": losses, "params": params, "pred": pred, "calls": len(calls), "reuse": tr.runner.reuse,
-            "hits": hits}
 
 
 def assert_same(got: dict, ref: dict, where: str) -> None:

@@ -39,6 +39,8 @@ class UserCell(torch.nn.Module):
         return self.lin(h), h
 
 
+SIGNALS = {"series": _series_static, "series-covid": _series_changing, "chickenpox": lambda: chickenpox(T=20)}
+
 
 def _cells(kind: str, F: int, width: int, copy_decoder: bool) -> tuple:
     """``(encoder, decoder or "copy", head)`` in float64, seeded."""

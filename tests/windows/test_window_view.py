@@ -14,7 +14,7 @@ from tests.helpers.windows import chickenpox, covid
 from tests.helpers.windows import pygt_index_dataset as _pygt_index_dataset
 
 
-
+@pytest.mark.parametrize("lags", [1, 3, 4])
 def test_series_windows_are_pygt_index_batching(monkeypatch, lags):
     IndexDataset = _pygt_index_dataset(monkeypatch)
     rng = np.random.default_rng(0)
