@@ -244,7 +244,8 @@ class WindowTrainer(BaseTrainer):
                  reuse: bool = True, blocks: Optional[int] = None, node_batch_size: Optional[int] = None,
                  ratio: Sequence[float] = (0.7, 0.1, 0.2), standardize: bool = False, seed: Optional[int] = 0,
                  device: Union[str, torch.device, None] = None, target: str = "y", placement: Optional[str] = None,
-                 cache_bytes: Optional[int] = None, cache_policy: str = "reinc", incremental: Union[bool, float] = False,
+                 cache_bytes: Optional[int] = None, cache_policy: str = "reinc",
+                 incremental: Union[bool, float] = False,
                  decoder: Union[None, str, torch.nn.Module] = None, teacher_forcing: float = 0.0,
                  decoder_input: str = "target", num_neighbors: Optional[Sequence[int]] = None,
                  node_order: str = "seq-first", **deprecated: Any) -> None:
@@ -438,7 +439,8 @@ class WindowTrainer(BaseTrainer):
                 "device_type": self.device.type, "parameters": sum(p.numel() for p in self._params),
                 "node_batches": self._node_batches is not None, "decoder": self.decoder is not None}
 
-    def _incremental_basis(self, incremental: Union[bool, float], cache_bytes: Optional[int]) -> Optional[IncrementalBasis]:
+    def _incremental_basis(self, incremental: Union[bool, float],
+                           cache_bytes: Optional[int]) -> Optional[IncrementalBasis]:
         """``incremental`` checked; the storage's :class:`~pyg_dynscale.nn.incremental.IncrementalBasis`."""
         if isinstance(incremental, bool):
             threshold = DEFAULT_THRESHOLD if incremental else None

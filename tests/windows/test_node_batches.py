@@ -195,7 +195,8 @@ def test_one_node_batch_covering_every_vertex_is_the_full_run(name, kind, reuse)
     model, head = _model(name, sig.x.shape[1])
     m2, h2 = copy.deepcopy(model), copy.deepcopy(head)
     full = WindowTrainer(model, sig, lags=3, batch_size=2, lr=LR, head=head, reuse=reuse, optimizer="sgd")
-    nb = WindowTrainer(m2, sig, lags=3, batch_size=2, lr=LR, head=h2, reuse=reuse, node_batch_size=sig.num_vertices + 5, optimizer="sgd")
+    nb = WindowTrainer(m2, sig, lags=3, batch_size=2, lr=LR, head=h2, reuse=reuse, node_batch_size=sig.num_vertices + 5,
+                       optimizer="sgd")
     assert len(nb._node_batches.node_batches()) == 1
     for _ in range(2):
         a, b = full.train_epoch(), nb.train_epoch()
@@ -217,7 +218,8 @@ def test_evaluate_from_several_node_batches_and_horizon():
         model, head = _model("GConvGRU", 3)
         m2, h2 = copy.deepcopy(model), copy.deepcopy(head)
         full = WindowTrainer(model, sig, lags=3, horizon=horizon, batch_size=2, lr=LR, head=head, optimizer="sgd")
-        nb = WindowTrainer(m2, sig, lags=3, horizon=horizon, batch_size=2, lr=LR, head=h2, node_batch_size=7, optimizer="sgd")
+        nb = WindowTrainer(m2, sig, lags=3, horizon=horizon, batch_size=2, lr=LR, head=h2, node_batch_size=7,
+                           optimizer="sgd")
         ea, eb = full.evaluate("train"), nb.evaluate("train")
         for k in ea:
             assert math.isclose(ea[k], eb[k], rel_tol=1e-9)
@@ -351,7 +353,8 @@ def test_bad_input():
     from torch_geometric_temporal.nn.recurrent import GConvGRU
 
     def make(**kw):
-        return WindowTrainer(GConvGRU(4, 6, 2).double(), sig, lags=3, batch_size=2, head=torch.nn.Linear(6, 1).double(), **kw, optimizer="sgd", lr=0.01)
+        return WindowTrainer(GConvGRU(4, 6, 2).double(), sig, lags=3, batch_size=2, head=torch.nn.Linear(6, 1).double(), **kw,
+                             optimizer="sgd", lr=0.01)
 
     for bad in (0, -3, True, 2.5, "4"):
         with pytest.raises(ModelInputError, match="node_batch_size"):
@@ -379,8 +382,10 @@ def test_bad_input():
     with pytest.raises(NotImplementedError, match="decoder"):
         make(node_batch_size=4, decoder="copy", decoder_input="features")
     with pytest.raises(UnsupportedModelError, match="DConv"):   # its normalizers are paired by edge position
-        WindowTrainer(DCRNN(3, 6, 2).double(), ring(), lags=3, batch_size=2, node_batch_size=4, optimizer="sgd", lr=0.01)
-    WindowTrainer(DCRNN(3, 6, 2).double(), ring(symmetric=True), lags=3, batch_size=2, node_batch_size=4, optimizer="sgd", lr=0.01)
+        WindowTrainer(DCRNN(3, 6, 2).double(), ring(), lags=3, batch_size=2, node_batch_size=4,
+                      optimizer="sgd", lr=0.01)
+    WindowTrainer(DCRNN(3, 6, 2).double(), ring(symmetric=True), lags=3, batch_size=2, node_batch_size=4,
+                  optimizer="sgd", lr=0.01)
 
 
 # ------------------------------------------------------------------ benchmark

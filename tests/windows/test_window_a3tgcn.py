@@ -90,7 +90,8 @@ def test_equals_pygt_window_loop(data, batched, reuse):
     torch.manual_seed(1)
     head = torch.nn.Linear(HIDDEN, 1 if sig.y.dim() == 1 else sig.y.shape[1]).double()
     ref_model, ref_head = copy.deepcopy(model), copy.deepcopy(head)
-    trainer = WindowTrainer(model, sig, lags=LAGS, batch_size=BATCH, loss="mse", lr=LR, head=head, reuse=reuse, optimizer="sgd")
+    trainer = WindowTrainer(model, sig, lags=LAGS, batch_size=BATCH, loss="mse", lr=LR, head=head, reuse=reuse,
+                            optimizer="sgd")
     assert trainer.window_model and (trainer.window_runner.reuse is not None) == reuse
     batches = _train_batches(trainer)
     mean = trainer.train_epoch()
@@ -202,7 +203,8 @@ def _ranked(reuse: bool):
     sig = chickenpox(T=24)
     torch.manual_seed(0)
     model, head = _a3tgcn(sig.x.shape[1]), torch.nn.Linear(HIDDEN, 1).double()
-    tr = WindowTrainer(model, sig, lags=LAGS, batch_size=4, loss="mse", lr=LR, head=head, reuse=reuse, blocks=2, optimizer="sgd")
+    tr = WindowTrainer(model, sig, lags=LAGS, batch_size=4, loss="mse", lr=LR, head=head, reuse=reuse, blocks=2,
+                       optimizer="sgd")
     losses = [tr.train_epoch() for _ in range(2)]
     return losses, [p.detach().clone() for p in list(model.parameters()) + list(head.parameters())], tr.evaluate("test")
 

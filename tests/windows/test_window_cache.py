@@ -78,7 +78,8 @@ def test_bad_options_raise():
     with pytest.raises(ModelInputError, match="cache_policy"):
         GlobalCache(_entry(8), bound=8, policy="lfu")
     with pytest.raises(ModelInputError, match="cache_bytes"):
-        WindowTrainer(TGCN(4, 3).double(), chickenpox(T=10), lags=3, batch_size=2, reuse=False, cache_bytes=100, optimizer="sgd", lr=0.01)
+        WindowTrainer(TGCN(4, 3).double(), chickenpox(T=10), lags=3, batch_size=2, reuse=False, cache_bytes=100,
+                      optimizer="sgd", lr=0.01)
 
 
 def _train(model_fn, sig, bound, policy="reinc", shuffle=False, epochs=2, watch=None, lags=3):

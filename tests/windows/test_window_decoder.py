@@ -214,27 +214,33 @@ def test_bad_input():
         WindowTrainer(enc, sig, lags=3, horizon=5, batch_size=2, decoder=TGCN(1, 4).double(), optimizer="sgd", lr=0.01)
     for p in (-0.1, 1.5, True, "0.5"):
         with pytest.raises(ModelInputError, match="teacher_forcing"):
-            WindowTrainer(enc, sig, lags=3, horizon=5, batch_size=2, decoder="copy", teacher_forcing=p, optimizer="sgd", lr=0.01)
+            WindowTrainer(enc, sig, lags=3, horizon=5, batch_size=2, decoder="copy", teacher_forcing=p,
+                          optimizer="sgd", lr=0.01)
     with pytest.raises(ModelInputError, match="teacher_forcing.*without a decoder"):
         WindowTrainer(enc, sig, lags=3, horizon=2, batch_size=2, teacher_forcing=0.5, optimizer="sgd", lr=0.01)
     with pytest.raises(ModelInputError, match="decoder_input"):
-        WindowTrainer(enc, sig, lags=3, horizon=5, batch_size=2, decoder="copy", decoder_input="go", optimizer="sgd", lr=0.01)
+        WindowTrainer(enc, sig, lags=3, horizon=5, batch_size=2, decoder="copy", decoder_input="go",
+                      optimizer="sgd", lr=0.01)
     with pytest.raises(ModelInputError, match="decoder.*'cp'"):
         WindowTrainer(enc, sig, lags=3, horizon=5, batch_size=2, decoder="cp", optimizer="sgd", lr=0.01)
     with pytest.raises(ModelInputError, match="decoder.*encoder module itself"):
         WindowTrainer(enc, sig, lags=3, horizon=5, batch_size=2, decoder=enc, optimizer="sgd", lr=0.01)
     with pytest.raises(ModelInputError, match="in_channels=1"):      # 'copy' reads 4 features, the target is 1 wide
-        WindowTrainer(TGCN(4, 5).double(), chickenpox(T=20), lags=3, horizon=5, batch_size=2, decoder="copy", optimizer="sgd", lr=0.01)
+        WindowTrainer(TGCN(4, 5).double(), chickenpox(T=20), lags=3, horizon=5, batch_size=2, decoder="copy",
+                      optimizer="sgd", lr=0.01)
     with pytest.raises(ModelInputError, match="loss"):
         WindowTrainer(enc, sig, lags=3, horizon=5, batch_size=2, decoder="copy", loss="ce", optimizer="sgd", lr=0.01)
     with pytest.raises(ModelInputError, match="head.*Linear\\(<the decoder's output width>, 1\\)"):
-        tr = WindowTrainer(enc, sig, lags=3, horizon=5, batch_size=2, decoder="copy", optimizer="sgd", lr=0.01)    # no head: 5-wide rows
+        tr = WindowTrainer(enc, sig, lags=3, horizon=5, batch_size=2, decoder="copy",
+                           optimizer="sgd", lr=0.01)    # no head: 5-wide rows
         tr.train_epoch()
     with pytest.raises(NotImplementedError, match="node_batch_size"):
-        WindowTrainer(enc, sig, lags=3, horizon=5, batch_size=2, decoder="copy", node_batch_size=3, optimizer="sgd", lr=0.01)
+        WindowTrainer(enc, sig, lags=3, horizon=5, batch_size=2, decoder="copy", node_batch_size=3,
+                      optimizer="sgd", lr=0.01)
     vsig = as64(make_dynamic_signal(seed=3, T=12, V=10, F=1), 12)
     with pytest.raises(NotImplementedError, match="vertex set changes"):
-        WindowTrainer(TGCN(1, 5).double(), vsig, lags=3, horizon=1, batch_size=2, decoder="copy", optimizer="sgd", lr=0.01)
+        WindowTrainer(TGCN(1, 5).double(), vsig, lags=3, horizon=1, batch_size=2, decoder="copy",
+                      optimizer="sgd", lr=0.01)
 
 
 def _ranked(placement, blocks=2):

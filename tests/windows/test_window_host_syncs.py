@@ -80,7 +80,8 @@ def cell(kind: str = "GConvGRU", data: str = "chickenpox", T: int = 15, batch_si
     def make():
         sig = chickenpox(T=T) if data == "chickenpox" else covid(T=T)
         m, head = _cell(kind), torch.nn.Linear(5, 1).double()
-        return (lambda: WindowTrainer(m, sig, lags=3, batch_size=batch_size, lr=0.05, head=head, **kw, optimizer="sgd")), (m, head)
+        return (lambda: WindowTrainer(m, sig, lags=3, batch_size=batch_size, lr=0.05, head=head, **kw,
+                                      optimizer="sgd")), (m, head)
     return make
 
 
@@ -119,7 +120,8 @@ def a3tgcn(reuse: bool) -> Callable:
         sig = chickenpox(T=15)
         torch.manual_seed(0)
         m, head = A3TGCN(4, 5, 3).double(), torch.nn.Linear(5, 1).double()
-        return (lambda: WindowTrainer(m, sig, lags=3, batch_size=3, lr=0.05, head=head, reuse=reuse, optimizer="sgd")), (m, head)
+        return (lambda: WindowTrainer(m, sig, lags=3, batch_size=3, lr=0.05, head=head, reuse=reuse,
+                                      optimizer="sgd")), (m, head)
     return make
 
 

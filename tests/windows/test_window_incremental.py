@@ -63,9 +63,11 @@ def test_incremental_options():
 
     sig = _slow(T=8)
     with pytest.raises(ModelInputError, match="incremental"):
-        WindowTrainer(GConvGRU(4, 5, 2).double(), sig, lags=3, batch_size=2, incremental="yes", optimizer="sgd", lr=0.01)
+        WindowTrainer(GConvGRU(4, 5, 2).double(), sig, lags=3, batch_size=2, incremental="yes",
+                      optimizer="sgd", lr=0.01)
     with pytest.raises(NotImplementedError, match="cache_bytes"):
-        WindowTrainer(GConvGRU(4, 5, 2).double(), sig, lags=3, batch_size=2, incremental=True, cache_bytes=10_000, optimizer="sgd", lr=0.01)
+        WindowTrainer(GConvGRU(4, 5, 2).double(), sig, lags=3, batch_size=2, incremental=True, cache_bytes=10_000,
+                      optimizer="sgd", lr=0.01)
     tr = WindowTrainer(GConvGRU(4, 5, 2).double(), sig, lags=3, batch_size=2, incremental=0.0, optimizer="sgd", lr=0.01)
     assert set(m[0] for m in tr.incremental.last.modes) == {"scratch"}           # threshold 0: recomputation
     tr = WindowTrainer(GCLSTM(4, 5, 2).double(), sig, lags=3, batch_size=2, incremental=True, optimizer="sgd", lr=0.01)

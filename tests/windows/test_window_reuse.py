@@ -19,7 +19,8 @@ def _train(sig, K, reuse, horizon=1, cls="GConvGRU"):
     torch.manual_seed(0)
     cell = (rec.TGCN(4, 6) if cls == "TGCN" else getattr(rec, cls)(4, 6, K)).double()
     head = torch.nn.Linear(6, 1).double()
-    tr = WindowTrainer(cell, sig, lags=3, horizon=horizon, batch_size=4, lr=0.05, head=head, reuse=reuse, optimizer="sgd")
+    tr = WindowTrainer(cell, sig, lags=3, horizon=horizon, batch_size=4, lr=0.05, head=head, reuse=reuse,
+                       optimizer="sgd")
     losses = [tr.train_epoch() for _ in range(2)] + tr.batch_losses
     return tr, losses, [p.detach().clone() for p in cell.parameters()], tr.evaluate("test")
 
@@ -76,7 +77,8 @@ def test_dcrnn_reuse_follows_dconv_on_unsorted_edges_and_steps_aside_on_duplicat
     for reuse in (False, True):
         torch.manual_seed(0)
         cell = DCRNN(4, 5, 3).double()
-        tr = WindowTrainer(cell, sig, lags=3, batch_size=3, lr=0.05, head=torch.nn.Linear(5, 1).double(), reuse=reuse, optimizer="sgd")
+        tr = WindowTrainer(cell, sig, lags=3, batch_size=3, lr=0.05, head=torch.nn.Linear(5, 1).double(), reuse=reuse,
+                           optimizer="sgd")
         runs.append((tr.train_epoch(), [p.detach().clone() for p in cell.parameters()], tr.reuse_impl))
     assert runs[1][2] is not None
     assert math.isclose(runs[0][0], runs[1][0], rel_tol=1e-9)
@@ -85,5 +87,6 @@ def test_dcrnn_reuse_follows_dconv_on_unsorted_edges_and_steps_aside_on_duplicat
     dup = [np.concatenate([e, e[:, :1]], 1) for e in eis]   # a repeated edge: DConv's dense adjacency merges it
     sig2 = DynamicGraphSignal(dup, [np.ones(e.shape[1]) for e in dup], [rng.standard_normal((N, 4)) for _ in range(T)],
                               [rng.standard_normal(N) for _ in range(T)], dtype=torch.float64)
-    tr = WindowTrainer(DCRNN(4, 5, 3).double(), sig2, lags=3, batch_size=3, head=torch.nn.Linear(5, 1).double(), optimizer="sgd", lr=0.01)
+    tr = WindowTrainer(DCRNN(4, 5, 3).double(), sig2, lags=3, batch_size=3, head=torch.nn.Linear(5, 1).double(),
+                       optimizer="sgd", lr=0.01)
     assert tr.reuse_impl is None                                  # the cell is called as it is

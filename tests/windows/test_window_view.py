@@ -65,7 +65,8 @@ def test_windows_are_views_not_copies():
     # the trainer keeps the signal's own tensors when dtype and device agree
     from torch_geometric_temporal.nn.recurrent import TGCN
 
-    tr = WindowTrainer(TGCN(4, 3).double(), sig, lags=4, batch_size=2, head=torch.nn.Linear(3, 1).double(), optimizer="sgd", lr=0.01)
+    tr = WindowTrainer(TGCN(4, 3).double(), sig, lags=4, batch_size=2, head=torch.nn.Linear(3, 1).double(),
+                       optimizer="sgd", lr=0.01)
     assert tr.store.x.data_ptr() == sig.x.data_ptr() and tr.store.edge_index.data_ptr() == sig.edge_index.data_ptr()
 
 
@@ -151,7 +152,8 @@ def test_bad_trainer_input(monkeypatch):
     from tests.helpers.signals import make_dynamic_signal
 
     with pytest.raises(NotImplementedError, match="vertex set changes"):
-        WindowTrainer(cell.float(), make_dynamic_signal(T=10, F=4), lags=3, horizon=2, batch_size=2, optimizer="sgd", lr=0.01)
+        WindowTrainer(cell.float(), make_dynamic_signal(T=10, F=4), lags=3, horizon=2, batch_size=2,
+                      optimizer="sgd", lr=0.01)
     with pytest.raises(ModelInputError) as e:
         make().evaluate("holdout")
     assert e.value.field == "split"
@@ -185,7 +187,8 @@ def test_prediction_width_must_match_the_target():
     from torch_geometric_temporal.nn.recurrent import TGCN
 
     sig = chickenpox(T=14)
-    tr = WindowTrainer(TGCN(4, 20).double(), sig, lags=3, batch_size=2, optimizer="sgd", lr=0.01)   # 20 hidden = 20 nodes: would broadcast
+    tr = WindowTrainer(TGCN(4, 20).double(), sig, lags=3, batch_size=2,
+                       optimizer="sgd", lr=0.01)   # 20 hidden = 20 nodes: would broadcast
     with pytest.raises(ModelInputError) as e:
         tr.train_epoch()
     assert e.value.field == "head" and "Linear" in e.value.fix
