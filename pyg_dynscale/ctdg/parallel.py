@@ -22,16 +22,19 @@ trainer of DistTGL's :math:`i \times j \times k` schedule per process.
 from __future__ import annotations
 
 import os
-from typing import Optional
+from dataclasses import dataclass
+from typing import Any, Optional
 
 import torch
 from torch import Tensor
 
+from ..distributed.transport import resolve_transport
+from ..training.ranks import group_backend, helper_group, host_group, moves_host_tensors
 from ..training.traffic import ByteLedger
-from .memory_placement import pack_rows, unpack_rows
+from .memory_placement import Channel, pack_rows, unpack_rows
 from .schedule import check_layout
 
-__all__ = ["gather_rows", "local_world_size", "memory_groups", "world"]
+__all__ = ["RankGroups", "gather_rows", "local_world_size", "memory_groups", "world"]
 
 
 def world() -> tuple[int, int]:
@@ -107,3 +110,38 @@ def gather_rows(group, size: int, n_id: Optional[Tensor], rows: Optional[Tensor]
         r, t = unpack_rows(p[:c], like.dtype, width)
         res.append((q[:c], r, t))
     return res
+
+
+@dataclass(frozen=True)
+class RankGroups:
+    """The process groups of one rank of the schedule (made by :meth:`connect`).
+
+    Attributes:
+        copies (list): one group per memory copy (``None``: a copy of one rank, nothing to gather).
+        host: the group host values go over (a partitioned memory's ids and counts, the traffic
+            report, evaluation's result): the default group under gloo, its gloo twin under NCCL.
+        copy_host: the host twin of this rank's memory-copy group (its write-back's ids and counts).
+        aggregation (Channel or None): ``overlap_aggregation``'s own groups (the rows on the default
+            group's backend, the ids on gloo), so that it runs on a thread next to this one's collectives.
+    """
+
+    copies: list
+    host: Any
+    copy_host: Any
+    aggregation: Optional[Channel]
+
+    @classmethod
+    def connect(cls, parallelism: tuple, rank: int, world_size: int, device, overlap_aggregation: bool) -> "RankGroups":
+        """Every rank, in the same order (each group made is a world collective)."""
+        i, j, _ = parallelism
+        _, copies = memory_groups(parallelism, world_size)
+        host = host_group(None)
+        copy_group = copies[rank // (i * j)]  # each rank asks for its own copy's twin
+        copy_host = None if copy_group is None else host_group(copy_group)
+        aggregation = None
+        if overlap_aggregation:
+            rows = helper_group(None, purpose="aggregation")  # the default group's backend (NCCL on GPUs)
+            ids = rows if moves_host_tensors(group_backend(rows)) else helper_group(
+                None, backend="gloo", purpose="aggregation")
+            aggregation = Channel(ids, resolve_transport("auto", device, rows))
+        return cls(copies, host, copy_host, aggregation)

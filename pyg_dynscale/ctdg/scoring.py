@@ -8,7 +8,6 @@ event ids to the device (:mod:`~pyg_dynscale.ctdg.host`).
 """
 from __future__ import annotations
 
-from typing import Optional
 
 import torch
 from torch import Tensor

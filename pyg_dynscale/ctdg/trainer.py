@@ -27,7 +27,6 @@ step reads nothing back from the device (one read per epoch, the loss).
 from __future__ import annotations
 
 import gc
-import math
 import warnings
 from typing import Optional, Union
 
@@ -37,11 +36,10 @@ from torch_geometric.data import TemporalData
 from torch_geometric.nn.models.tgn import LastNeighborLoader
 
 from ..distributed.transport import resolve_transport
-from ..errors import DynScaleError, ModelInputError, UnsupportedOptionError
+from ..errors import DynScaleError, ModelInputError
 from ..training.gradients import DelayedGradients, ShareModule, wrap_ddp
-from ..training.options import build_optimizer, deprecated_positionals
-from ..training.ranks import (agree, bind_device, check_gpu_sharing, group_backend, helper_group, host_group,
-                              moves_host_tensors)
+from ..training.options import build_optimizer
+from ..training.ranks import agree, bind_device, check_gpu_sharing
 from ..training.surface import BaseTrainer, Metrics
 from ..training.traffic import TrafficReport
 from .evaluation import SplitEvaluator, uniform_negatives
@@ -50,8 +48,9 @@ from .events import check_events, split_ranges
 from .host import HostStream
 from .memory_copies import MemoryCopies
 from .memory_placement import Channel, PartitionedMemory
-from .microbatch import MicroBatchPipeline, check_micro_batches
-from .parallel import gather_rows, local_world_size, memory_groups, world
+from .microbatch import MicroBatchPipeline
+from .options import check_combinations, check_modules, check_options, legacy_positionals
+from .parallel import RankGroups, gather_rows, local_world_size, world
 from .partitioned_fetch import PartitionedFetch, build_placement
 from .prefetch import NeighborPrefetcher
 from .schedule import EventSchedule, LocalBatch, Step, check_layout
@@ -63,57 +62,6 @@ from .store import MemoryState, write_rows
 from .stream_checkpoint import StreamCheckpoint
 
 __all__ = ["MemoryTrainer"]
-
-_MEMORY_PARTS = ("msg_s_module", "msg_d_module", "aggr_module", "time_enc", "gru", "memory", "last_update", "num_nodes")
-#: the options that were positional before the one trainer surface, in their old order
-_POSITIONAL = ("batch_size", "lr", "num_neighbors", "negatives", "seed", "parallelism", "static_memory")
-#: the spellings of the one loss implemented: BCE on the link logits (PyG's examples/tgn.py)
-LOSSES = ("bce", "bce_with_logits", "binary_cross_entropy")
-
-
-def _positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ModelInputError(name, f"is {value!r}.", "use an integer >= 1.")
-    return value
-
-
-def _check_loss(loss: object) -> str:
-    """``loss``: the link BCE by one of its names (or ``torch.nn.BCEWithLogitsLoss`` as PyG's example builds it)."""
-    if isinstance(loss, str) and loss.lower() in LOSSES:
-        return "bce"
-    plain = isinstance(loss, torch.nn.BCEWithLogitsLoss) and loss.reduction == "mean" and loss.weight is None \
-        and loss.pos_weight is None
-    if plain or loss is torch.nn.BCEWithLogitsLoss:
-        return "bce"
-    raise UnsupportedOptionError("loss", f"is {loss!r}: the event-stream trainer scores links with binary "
-                                 "cross-entropy on the positive and negative logits only.", "loss='bce' (the default).")
-
-
-def _differs(value: object, default: object) -> bool:
-    return value is not default and (isinstance(value, Tensor) or value != default)
-
-
-def _modules(model, memory, gnn, link_pred, data) -> tuple:
-    """The three modules from ``model`` or the keywords, checked (and that ``data`` is given)."""
-    if model is not None:
-        for part in ("memory", "gnn", "link_pred"):
-            if getattr(model, part, None) is None:
-                raise ModelInputError(f"model.{part}", "is missing.",
-                                      "give a model with memory, gnn and link_pred (e.g. pyg_dynscale.ctdg.TGN).")
-        if any(x is not None for x in (memory, gnn, link_pred)):
-            raise ModelInputError("model", "is given together with memory/gnn/link_pred.", "give one or the other.")
-        memory, gnn, link_pred = model.memory, model.gnn, model.link_pred
-    for name, mod in (("memory", memory), ("gnn", gnn), ("link_pred", link_pred)):
-        if not isinstance(mod, torch.nn.Module):
-            raise ModelInputError(name, f"is {type(mod).__name__}.",
-                                  "give MemoryTrainer(model, data) or MemoryTrainer(memory=, gnn=, link_pred=, data=).")
-    missing = [p for p in _MEMORY_PARTS if not hasattr(memory, p)]
-    if missing:
-        raise ModelInputError("memory", f"lacks {missing}: it is not a torch_geometric.nn.TGNMemory.",
-                              "build the memory as PyG's examples/tgn.py does (TGNMemory).")
-    if data is None:
-        raise ModelInputError("data", "is missing.", "give the event stream as torch_geometric.data.TemporalData.")
-    return memory, gnn, link_pred
 
 
 class MemoryTrainer(BaseTrainer):
@@ -303,18 +251,14 @@ class MemoryTrainer(BaseTrainer):
         overlap_aggregation: bool = False,
     ) -> None:
         if args:  # the old positional options, for one release
-            given = dict(batch_size=batch_size, lr=lr, num_neighbors=num_neighbors, negatives=negatives, seed=seed,
-                         parallelism=parallelism, static_memory=static_memory)
-            defaults = dict(batch_size=200, lr=1e-4, num_neighbors=10, negatives="uniform", seed=0,
-                            parallelism=(1, 1, 1), static_memory=None)
-            named = {k: v for k, v in given.items() if _differs(v, defaults[k])}
-            given.update(deprecated_positionals("MemoryTrainer", _POSITIONAL, args, named))
-            batch_size, lr, num_neighbors, negatives, seed, parallelism, static_memory = (given[k] for k in _POSITIONAL)
+            batch_size, lr, num_neighbors, negatives, seed, parallelism, static_memory = legacy_positionals(
+                args, batch_size=batch_size, lr=lr, num_neighbors=num_neighbors, negatives=negatives, seed=seed,
+                parallelism=parallelism, static_memory=static_memory)
         self.rank, self.world_size = world()
         # ---------------- checks whose outcome may differ between ranks: agreed on before any collective
         error: Optional[DynScaleError] = None
         try:
-            memory, gnn, link_pred = _modules(model, memory, gnn, link_pred, data)
+            memory, gnn, link_pred = check_modules(model, memory, gnn, link_pred, data)
             self._configure(memory, gnn, link_pred, data, batch_size=batch_size, lr=lr, num_neighbors=num_neighbors,
                             negatives=negatives, seed=seed, parallelism=parallelism, static_memory=static_memory,
                             loss=loss, optimizer=optimizer, device=device, val_ratio=val_ratio,
@@ -342,22 +286,10 @@ class MemoryTrainer(BaseTrainer):
                    dynamic_memory, memory_service, prefetch, memory_placement, partition, gradient_sync,
                    micro_batches, overlap_aggregation) -> None:
         """Check the options and build everything this process holds (no collective)."""
-        if negatives != "uniform":
-            raise UnsupportedOptionError("negatives", f"is {negatives!r}: only uniform negatives are implemented.",
-                                         "negatives='uniform' (PyG's example's draw).")
-        self.loss = _check_loss(loss)
-        self.batch_size = _positive_int("batch_size", batch_size)
-        self.num_neighbors = _positive_int("num_neighbors", num_neighbors)
-        if isinstance(mrr_negatives, bool) or not isinstance(mrr_negatives, int) or mrr_negatives < 0:
-            raise ModelInputError("mrr_negatives", f"is {mrr_negatives!r}.", "use an integer >= 0.")
-        if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0):
-            raise ModelInputError("lr", f"is {lr!r}.", "use a positive learning rate.")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise ModelInputError("seed", f"is {seed!r}.", "use an integer, or None.")
-        if gradient_sync not in ("sync", "delayed"):
-            raise ModelInputError("gradient_sync", f"is {gradient_sync!r}.", "use 'sync' or 'delayed'.")
-        if not isinstance(overlap_aggregation, bool):
-            raise ModelInputError("overlap_aggregation", f"is {overlap_aggregation!r}.", "use True or False.")
+        self.loss = check_options(negatives=negatives, loss=loss, batch_size=batch_size, num_neighbors=num_neighbors,
+                                  mrr_negatives=mrr_negatives, lr=lr, seed=seed, gradient_sync=gradient_sync,
+                                  overlap_aggregation=overlap_aggregation)
+        self.batch_size, self.num_neighbors = batch_size, num_neighbors
         check_events(data, memory.num_nodes)
         if data.msg.size(-1) != getattr(memory, "raw_msg_dim", data.msg.size(-1)):
             raise ModelInputError("data.msg", f"has {data.msg.size(-1)} columns but the memory was built for "
@@ -412,20 +344,11 @@ class MemoryTrainer(BaseTrainer):
         #: dispatch and aggregation of a partitioned memory (None: replicated)
         self.fetch = None if self.placement is None else PartitionedFetch(self.placement, self.host, self.neighbors,
                                                                           self.state)
-        micro_batches = check_micro_batches(micro_batches)
-        if prefetch and micro_batches != 1:
-            raise UnsupportedOptionError("prefetch", f"is True with micro_batches={micro_batches!r}: the "
-                                         "prefetcher organises whole local batches' dispatches.",
-                                         "prefetch=True with micro_batches=1, or prefetch=False.")
-        if micro_batches != 1 and self.memory_placement != "sven":
-            raise UnsupportedOptionError("micro_batches", f"is {micro_batches!r} with memory_placement="
-                                         f"{self.memory_placement!r}: micro-batches overlap the partitioned dispatch.",
-                                         "memory_placement='sven', or micro_batches=1.")
+        micro_batches = check_combinations(self.parallelism, self.world_size, memory_placement=memory_placement,
+                                           micro_batches=micro_batches, prefetch=prefetch,
+                                           memory_service=memory_service, overlap_aggregation=overlap_aggregation)
         #: Sven's micro-batch pipeline (``micro_batches != 1``), else None
         self._micro = MicroBatchPipeline(self.placement, micro_batches) if micro_batches != 1 else None
-        if overlap_aggregation and self.placement is None:
-            raise ModelInputError("overlap_aggregation", f"is True with memory_placement={self.memory_placement!r}, "
-                                  "which has no aggregation.", "use memory_placement='sven' or 'partitioned'.")
         #: trainers of the schedule this process runs (all of them on one process: the emulation)
         self.trainers = list(range(i * j * k)) if self.world_size == 1 else [self.rank]
         held = list(range(k)) if self.world_size == 1 else [self.rank // (i * j)]
@@ -439,45 +362,32 @@ class MemoryTrainer(BaseTrainer):
                                                   lambda epoch: self._rng_seed(-1, -1, epoch))
         self.service: Optional[MemoryService] = None
         if memory_service:
-            if j > 1 or (k > 1 and self.world_size == 1):
-                raise UnsupportedOptionError(
-                    "memory_service", f"is True with parallelism={self.parallelism!r}: the service serves one "
-                    "memory copy per process without epoch parallelism's snapshots.",
-                    "j = 1, and k > 1 only across processes; or memory_service=False.")
             self.service = MemoryService(memory.memory, memory.last_update)
         self.prefetcher: Optional[NeighborPrefetcher] = None
         if prefetch:
-            if j > 1 or (k > 1 and self.world_size == 1):
-                raise UnsupportedOptionError(
-                    "prefetch", f"is True with parallelism={self.parallelism!r}: the prefetcher mirrors one memory "
-                    "copy's neighbour loader per process without epoch parallelism.",
-                    "j = 1, and k > 1 only across processes; or prefetch=False.")
             self.prefetcher = NeighborPrefetcher(memory.num_nodes, self.num_neighbors, "cpu")
-        self._groups, self._ddp, self._host_group, self._copy_host = None, None, None, None
+        #: the process groups of this rank (None: one process)
+        self.groups: Optional[RankGroups] = None
+        self._ddp = None
         self._ctx: Optional[StepContext] = None  # the current epoch's step context
         self.epoch = 0
         #: ``[steps]`` float64: each step's loss in the last epoch (stays on the device)
         self.batch_losses: Optional[Tensor] = None
 
     def _connect(self, overlap_aggregation: bool) -> None:
-        """The process groups (every rank, same order: each ``new_group`` a world collective), the
-        placement's channels and DDP."""
-        i, j, _ = self.parallelism
-        _, self._groups = memory_groups(self.parallelism, self.world_size)
-        #: the group host values go over (the memory copies' ids and counts, the traffic report)
-        self._host_group = host_group(None)
-        copy_group = self._groups[self.rank // (i * j)]  # each rank asks for its own copy's twin
-        self._copy_host = None if copy_group is None else host_group(copy_group)
+        """The process groups, the placement's channels and DDP (every rank, in the same order)."""
+        self.groups = RankGroups.connect(self.parallelism, self.rank, self.world_size, self.device, overlap_aggregation)
         if self.placement is not None:
-            self.placement.connect(Channel(self._host_group, resolve_transport("auto", self.device)))
-        if overlap_aggregation:  # its own groups: it runs on a thread next to this one's collectives
-            rows = helper_group(None, purpose="aggregation")  # the default group's backend (NCCL on GPUs)
-            ids = rows if moves_host_tensors(group_backend(rows)) else helper_group(
-                None, backend="gloo", purpose="aggregation")
-            self.fetch.channel = Channel(ids, resolve_transport("auto", self.device, rows))
+            self.placement.connect(Channel(self.groups.host, resolve_transport("auto", self.device)))
+            self.fetch.channel = self.groups.aggregation
         share = ShareModule(self._share, memory=self.memory, gnn=self.gnn, link_pred=self.link_pred, static=self.static)
         self._ddp = wrap_ddp(share, self.bytes.collectives, delayed=self._delayed,
                              setup_params=[p for p in self.optimizer_params if p.requires_grad])
+
+    @property
+    def _host_group(self):
+        """The group host values go over (``None``: one process)."""
+        return None if self.groups is None else self.groups.host
 
     # ------------------------------------------------------------------ pieces
     @property
@@ -608,8 +518,8 @@ class MemoryTrainer(BaseTrainer):
             if self._ddp is not None:
                 i, j, _ = self.parallelism
                 n_id, rows, last = (torch.cat([x[k] for x in mine]) for k in range(3)) if mine else (None, None, None)
-                mine = gather_rows(self._groups[copy], i * j, n_id, rows, last, self.memory.memory_dim,
-                                   self.bytes.collectives, self.memory.memory, self._copy_host)
+                mine = gather_rows(self.groups.copies[copy], i * j, n_id, rows, last, self.memory.memory_dim,
+                                   self.bytes.collectives, self.memory.memory, self.groups.copy_host)
         self.copies.activate(copy)
         m = self.memory
         written = sum(x[0].numel() for x in mine) * self._row_bytes

@@ -49,11 +49,11 @@ def _run(world, parallelism, kw):
     traffic = tr.traffic()
     val = tr.evaluate("val")  # its result travels as an object: over gloo
     out = {"setup": setup, "steps": steps, "loss": loss, "val": val, "traffic": traffic,
-           "host": groups.group_backend(tr._host_group)}
+           "host": groups.group_backend(tr.groups.host)}
     if tr.fetch is not None and tr.fetch.channel is not None:
         ch = tr.fetch.channel
         out["agg"] = {"rows": groups.group_backend(ch.rows.group), "ids": groups.group_backend(ch.host),
-                      "own": ch.rows.group is not None and ch.host is not tr._host_group,
+                      "own": ch.rows.group is not None and ch.host is not tr.groups.host,
                       "transport": ch.rows.name}
     tr.close()
     return out
