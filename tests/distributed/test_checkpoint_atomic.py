@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = textwrap.dedent('''
     import json, os, signal, sys
     import torch, torch.distributed as dist
-    from pyg_dynscale.distributed import checkpoint as ck
+    from pyg_dynscale.training import checkpoint as ck
 
     where, directory = sys.argv[1], sys.argv[2]
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
@@ -71,7 +71,7 @@ SCRIPT = textwrap.dedent('''
 def _load(path: str) -> list:
     import torch.distributed as dist
 
-    from pyg_dynscale.distributed import checkpoint as ck
+    from pyg_dynscale.training import checkpoint as ck
 
     torch.manual_seed(1)  # other initial values: loading must overwrite them
     module = torch.nn.ModuleDict({"model": torch.nn.Linear(4, 3)})
@@ -89,7 +89,7 @@ def _load(path: str) -> list:
 
 @pytest.mark.parametrize("where,expect", [("shards", 1), ("record", 1), ("after_rename", 2)])
 def test_a_kill_while_writing_leaves_a_loadable_checkpoint(tmp_path, where, expect):
-    from pyg_dynscale.distributed.checkpoint import latest_checkpoint
+    from pyg_dynscale.training.checkpoint import latest_checkpoint
 
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     proc = subprocess.run([sys.executable, "-c", SCRIPT, where, str(tmp_path)], env=env, capture_output=True,
