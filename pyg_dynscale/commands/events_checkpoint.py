@@ -1,10 +1,11 @@
 r"""Checkpoints of ``pyg-dynscale train-events``: the run record a resume must
-match, the newest checkpoint to resume from, and one epoch boundary's save.
+match, the line that names a mismatch's options, and what a resume loads
+(the epoch loop and the lookup are :mod:`~pyg_dynscale.commands.job`'s).
 
-A checkpoint is the DCP directory of :mod:`~pyg_dynscale.distributed.checkpoint`
+A checkpoint is the DCP directory of :mod:`~pyg_dynscale.training.checkpoint`
 (the same as ``pyg-dynscale train``'s): the trained modules and Adam's state
-(replicated: written once), and
-:meth:`MemoryTrainer.stream_state <pyg_dynscale.ctdg.MemoryTrainer.stream_state>`
+(replicated: written once), and the ``stream`` part of
+:meth:`MemoryTrainer.state_dict <pyg_dynscale.ctdg.MemoryTrainer.state_dict>`
 -- every memory copy with its message stores and neighbour loader (keys
 ``copy<c>/...``: the ranks of one copy write it once, each rank reads its own
 copy back, so the same world size resumes it), and per rank the epoch counter,
@@ -113,15 +114,15 @@ def events_mismatch_message(exc: Any, args: argparse.Namespace) -> str:
 
 
 def stream_template(trainer: Any, path: str) -> dict:
-    """The ``{key: Tensor}`` that :func:`~pyg_dynscale.distributed.checkpoint.load_checkpoint` fills
-    from the checkpoint at ``path`` for ``trainer.load_stream_state``: the trainer's
-    ``stream_state()`` keys, except its device-dependent ones (``trainer.device_rng_keys()``: the
-    CUDA generator's state), which are asked for only where the checkpoint holds them -- DCP
+    """The ``{key: Tensor}`` that :func:`~pyg_dynscale.training.checkpoint.load_checkpoint` fills
+    from the checkpoint at ``path`` for the ``stream`` part of ``trainer.load_state_dict``: the keys of
+    ``trainer.state_dict()["stream"]``, except its device-dependent ones (``trainer.device_rng_keys()``:
+    the CUDA generator's state), which are asked for only where the checkpoint holds them -- DCP
     refuses a key the checkpoint lacks, so a CPU checkpoint would not load on CUDA otherwise.
-    The trainer restores what is missing as ``load_stream_state`` states."""
+    The trainer restores what is missing as ``load_state_dict`` states."""
     from ..training.checkpoint import saved_extra
 
-    stream = trainer.stream_state()
+    stream = trainer.state_dict()["stream"]
     for key in trainer.device_rng_keys():
         stream.pop(key, None)
         stream.update({k: v for k, v in saved_extra(path, key).items() if k == key})

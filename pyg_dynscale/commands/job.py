@@ -20,8 +20,9 @@ fields; one rank's run of it reads
     return {..., **job.fields()}
 
 An epoch lasts until its slowest rank is done: every rank records the
-largest of the ranks' wall times (:func:`slowest_rank_seconds`), so the
-report is the same on every rank. Checkpoints are written every
+largest of the ranks' wall times
+(:func:`~pyg_dynscale.training.ranks.slowest_rank_seconds`), so the report
+is the same on every rank. Checkpoints are written every
 ``--checkpoint-every`` epochs and after the last
 (:func:`~pyg_dynscale.training.checkpoint.save_checkpoint`), with the
 trainer's own state (``state``) beside the modules and the optimizer.
@@ -41,8 +42,7 @@ from typing import Any, Callable, NoReturn, Optional
 from ..errors import CommandError
 
 __all__ = ["fail", "NonFiniteLossError", "check_finite", "check_launch_options", "check_checkpoint_options",
-           "slowest_rank_seconds", "resumable_checkpoint", "Job",
-           "start", "run_worker", "group_timeout"]
+           "resumable_checkpoint", "Job", "start", "run_worker", "group_timeout"]
 
 
 def fail(message: str) -> NoReturn:
@@ -92,22 +92,6 @@ def check_checkpoint_options(args: argparse.Namespace) -> None:
         fail(f"--checkpoint-dir: the folder '{parent}' does not exist; create it first.")
     if not os.access(path if os.path.exists(path) else parent, os.W_OK):
         fail(f"--checkpoint-dir: cannot write into '{path}' (permission denied); choose a writable directory.")
-
-
-# ----------------------------------------------------------------- the ranks
-def slowest_rank_seconds(seconds: float, world: int) -> float:
-    """The largest of the ranks' ``seconds`` (a collective when ``world > 1``): a host value, reduced over the
-    host (gloo) group on every backend."""
-    if world <= 1:
-        return float(seconds)
-    import torch
-    import torch.distributed as dist
-
-    from ..training.ranks import host_group
-
-    took = torch.tensor([float(seconds)], dtype=torch.float64)
-    dist.all_reduce(took, op=dist.ReduceOp.MAX, group=host_group(None))
-    return float(took)
 
 
 # ---------------------------------------------------------------- resuming
@@ -228,6 +212,7 @@ class Job:
         from tqdm.auto import tqdm
 
         from ..training.checkpoint import save_checkpoint
+        from ..training.ranks import slowest_rank_seconds
 
         args = self.args
         bar = tqdm(range(start, args.epochs), initial=start, total=args.epochs, desc=desc, unit="epoch",
@@ -235,7 +220,7 @@ class Job:
         for epoch in bar:
             t0 = self.clock()
             loss = trainer.train_epoch()
-            took = slowest_rank_seconds(self.clock() - t0, self.world)  # every rank: before a rank may stop
+            took = slowest_rank_seconds(self.clock() - t0)  # on every rank, before a rank may stop
             check_finite(loss, epoch + 1)
             progress["losses"].append(loss)
             progress["epoch_seconds"].append(took)

@@ -93,7 +93,7 @@ def bind_device(device: str) -> Optional[Any]:
     """Make ``device`` this process's current GPU before the process group
     exists (NCCL and the object collectives use the current device); the
     ``device_id`` for an NCCL group, else ``None``. The package's one
-    implementation, :func:`pyg_dynscale.distributed.groups.bind_device` (imported
+    implementation, :func:`pyg_dynscale.training.ranks.bind_device` (imported
     here when called: the command line starts without torch)."""
     from ..training.ranks import bind_device as bind
 

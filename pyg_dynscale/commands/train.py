@@ -41,8 +41,8 @@ import os
 from typing import Any
 
 from .job import fail, group_timeout, start
-from .launch import (DevicePlan, bind_device, in_torchrun, init_torchrun_group, launch_workers, machine_plan,  # noqa: F401
-                     report_runtime_failure, plan_devices, worker_argv)
+from .launch import (DevicePlan, bind_device, init_torchrun_group, launch_workers, machine_plan,  # noqa: F401
+                     plan_devices, worker_argv)
 from .train_checks import check_args, run_record  # noqa: F401
 from .train_job import train  # noqa: F401
 from .train_windows import train_windows

@@ -310,16 +310,14 @@ def traffic_report(trainer, world: int) -> dict:
     ``predicted`` summed over the processes (a collective: every rank calls it); the partitioned
     placements add ``local`` (summed), ``redundancy`` and ``matrix`` (already global)."""
     import torch
-    import torch.distributed as dist
 
-    from ..training.ranks import host_group
+    from ..training.ranks import host_all_reduce
 
-    t = trainer.traffic()
+    t = dict(trainer.traffic())  # a TrafficReport: its parts, as a JSON object
     summed = ["measured", "predicted"] + (["local"] if "local" in t else [])
     keys = [(part, kind) for part in summed for kind in sorted(t[part])]
     if world > 1:  # host integers: summed over the host (gloo) group on every backend
-        x = torch.tensor([int(t[part][kind]) for part, kind in keys], dtype=torch.long)
-        dist.all_reduce(x, group=host_group(None))
+        x = host_all_reduce(torch.tensor([int(t[part][kind]) for part, kind in keys], dtype=torch.long))
         for (part, kind), v in zip(keys, x.tolist()):
             t[part][kind] = v
     if "matrix" in t:
@@ -353,10 +351,10 @@ def train_events(args: argparse.Namespace, rank: int, world: int, init: Callable
         fail(f"not built for these options: {exc}")
     i, j, k = trainer.parallelism
     progress: dict = {"losses": [], "epoch_seconds": [], "val_metrics": []}
-    # this rank's keys: DCP fills them in place
+    # this rank's keys of the state's "stream": DCP fills them in place
     stream = stream_template(trainer, job.resume_from[1]) if job.resume_from is not None else None
     progress, start = job.restore(trainer.modules, trainer.optimizer, progress, extra=stream,
-                                  then=lambda: trainer.load_stream_state(stream))
+                                  then=lambda: trainer.load_state_dict({**trainer.state_dict(), "stream": stream}))
 
     def after(loss: float) -> dict:
         # the validation pass before the checkpoint: it re-seeds the generator the next epoch draws from
@@ -364,7 +362,7 @@ def train_events(args: argparse.Namespace, rank: int, world: int, init: Callable
         return {"val_ap": f"{progress['val_metrics'][-1]['ap']:.4f}"}
 
     job.epochs(trainer, progress, start, desc=f"tgn {i}x{j}x{k} on {world} process(es)", after=after,
-               state=trainer.stream_state)
+               state=lambda: trainer.state_dict()["stream"])
     losses, seconds, val = progress["losses"], progress["epoch_seconds"], progress["val_metrics"]
     traffic = traffic_report(trainer, world)  # the last training epoch's
     stats = trainer.stats()  # training only

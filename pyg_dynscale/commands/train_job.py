@@ -254,7 +254,8 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
         test_metric = roc_auc(torch.tensor(sum((e[0] for e in everyone), [])),
                               torch.tensor(sum((e[1] for e in everyone), [])))
     else:
-        metric_name, test_metric = "mse", trainer.evaluate(test_sig, test_part, continue_state=continued)
+        # the training loss (MSE) on the test snapshots, global normalizers
+        metric_name, test_metric = "mse", trainer.evaluate(test_sig, test_part, continue_state=continued)["loss"]
     final = trainer.traffic()
     return {
         "schema_version": SCHEMA_VERSION, "path": args.path, "model": args.model,

@@ -11,7 +11,8 @@ are the test windows (no validation split).
 
 ``--checkpoint-dir DIR`` writes ``train``'s checkpoints (model, head,
 decoder, Adam's state, and per rank
-:meth:`WindowTrainer.progress_state <pyg_dynscale.windows.WindowTrainer.progress_state>`:
+the ``progress`` of
+:meth:`WindowTrainer.state_dict <pyg_dynscale.windows.WindowTrainer.state_dict>`:
 the epoch counter, the random state, the byte counters); ``--resume`` (and
 the workers ``--max-restarts`` restarts) continue from the newest one bit for
 bit, a checkpoint of another run refused naming the option.
@@ -36,11 +37,10 @@ def train_windows(args: argparse.Namespace, rank: int, world: int, init_process_
     """The job of one rank on ``device``: returns the report (the same on
     every rank)."""
     import torch
-    import torch.distributed as dist
 
     from ..errors import DynScaleError
     from ..nn.zoo import build_model
-    from ..training.ranks import host_group
+    from ..training.ranks import host_all_gather_object
     from ..windows import WindowTrainer
     from .train_checks import mismatch_message, run_record
     from .user_model import build_user_model, describe_head
@@ -78,24 +78,20 @@ def train_windows(args: argparse.Namespace, rank: int, world: int, init_process_
     num_vt = signal.num_vertex_time_nodes
     del signal  # under --placement blocks the trainer holds its snapshots only
     progress: dict = {"losses": [], "epoch_seconds": [], "batch_losses": []}
-    extra = trainer.progress_state()  # this rank's keys: DCP fills them in place
+    extra = trainer.state_dict()["progress"]  # this rank's keys: DCP fills them in place
     progress, start = job.restore(trainer.modules, trainer.optimizer, progress, extra=extra,
-                                  then=lambda: trainer.load_progress_state(extra))
+                                  then=lambda: trainer.load_state_dict({**trainer.state_dict(), "progress": extra}))
 
     def after(loss: float) -> dict:
         progress["batch_losses"] = list(trainer.batch_losses)
         return {}
 
     job.epochs(trainer, progress, start, desc=f"{user.name if user else args.model} windows x{world}", after=after,
-               state=trainer.progress_state)
+               state=lambda: trainer.state_dict()["progress"])
     test = trainer.evaluate("test")
-    held = trainer._x.shape[0]
-    every = [None] * world
-    if world > 1:
-        dist.all_gather_object(every, held, group=host_group(None))  # an object collective: never over NCCL
-    else:
-        every = [held]
-    row_bytes = trainer._x[:1].numel() * trainer._x.element_size()
+    traffic = trainer.traffic()  # a collective
+    every = host_all_gather_object(trainer.store.x.shape[0])  # the rows each rank holds
+    row_bytes = trainer.store.x[:1].numel() * trainer.store.x.element_size()
     trainer.close()  # DDP's reducer released before the process group is destroyed
     return {
         "schema_version": SCHEMA_VERSION, "mode": "windows", "path": args.path, "model": args.model,
@@ -109,8 +105,9 @@ def train_windows(args: argparse.Namespace, rank: int, world: int, init_process_
         "vertex_time_nodes": num_vt, "held_vertex_time_nodes": every,
         "held_feature_bytes": [n * row_bytes for n in every],
         "losses": progress["losses"], "batch_losses": progress["batch_losses"],
-        "test_metric": test["mse"], "test_metric_name": "mse", "test_metrics": test,
-        "epoch_seconds": progress["epoch_seconds"], "traffic": trainer.traffic.as_dict(),
+        "test_metric": test["mse"], "test_metric_name": "mse",
+        "test_metrics": {k: test[k] for k in ("mse", "mae", "rmse")}, "epoch_seconds": progress["epoch_seconds"],
+        "traffic": dict(traffic["totals"]),  # this rank's running totals by kind and its optimizer steps
         "device": str(trainer.device), **job.fields(),
     }
 

@@ -11,7 +11,7 @@ import torch
 
 from pyg_dynscale.commands.events_checkpoint import stream_template
 from pyg_dynscale.ctdg import TGN, MemoryTrainer, synthetic_events
-from pyg_dynscale.distributed.checkpoint import load_checkpoint, save_checkpoint
+from pyg_dynscale.training.checkpoint import load_checkpoint, save_checkpoint
 
 RUN = {"parallelism": [1, 1, 1], "world_size": 1}
 KEY = "rank0/cuda_rng"
@@ -26,10 +26,11 @@ def _trainer(seed: int) -> MemoryTrainer:
 
 
 def _as_cuda(tr: MemoryTrainer, state: torch.Tensor) -> list:
-    """Make ``tr`` report a CUDA generator in ``state`` and record what it is restored from."""
+    """Make ``tr`` report a CUDA generator in ``state`` and record what it is restored from (the hooks of
+    the object that owns the trainer's stream state)."""
     restored = []
-    tr._device_rng = lambda: {KEY: state.clone()}
-    tr._set_device_rng = restored.append
+    tr.stream_checkpoint._device_rng = lambda: {KEY: state.clone()}
+    tr.stream_checkpoint._set_device_rng = lambda saved, epoch: restored.append(saved)
     return restored
 
 
@@ -41,7 +42,7 @@ def _saved(tmp_path, cuda_state=None):
         _as_cuda(tr, cuda_state)
     tr.train_epoch()
     tr.evaluate("val")
-    stream = tr.stream_state()
+    stream = tr.state_dict()["stream"]
     assert (KEY in stream) == (cuda_state is not None)
     path = save_checkpoint(str(tmp_path), 1, tr.modules, tr.optimizer, RUN, {}, extra=stream)
     want = _next(tr)
@@ -59,7 +60,7 @@ def _resume(path, fresh):
     torch.manual_seed(123)  # another random stream: the checkpoint's must come back
     stream = stream_template(fresh, path)
     load_checkpoint(path, fresh.modules, fresh.optimizer, RUN, extra=stream)
-    fresh.load_stream_state(stream)
+    fresh.load_state_dict({**fresh.state_dict(), "stream": stream})
     return stream, _next(fresh)
 
 
@@ -102,4 +103,4 @@ def test_the_template_is_the_stream_state_elsewhere(tmp_path):
     """Keys other than the device generator's are the trainer's own (DCP fills them in place)."""
     path, _ = _saved(tmp_path)
     fresh = _trainer(9)
-    assert sorted(stream_template(fresh, path)) == sorted(fresh.stream_state())
+    assert sorted(stream_template(fresh, path)) == sorted(fresh.state_dict()["stream"])

@@ -13,8 +13,7 @@ import torch
 
 from pyg_dynscale.cli import main
 from pyg_dynscale.commands import job as job_mod
-from pyg_dynscale.commands.job import (Job, NonFiniteLossError, check_finite, resumable_checkpoint, start,
-                                       slowest_rank_seconds)
+from pyg_dynscale.commands.job import Job, NonFiniteLossError, check_finite, resumable_checkpoint, start
 from pyg_dynscale.commands.output import json_safe, report_json
 from pyg_dynscale.errors import CommandError
 from pyg_dynscale.training.checkpoint import save_checkpoint
@@ -162,15 +161,28 @@ def test_without_resume_nothing_is_looked_up_and_fresh_is_said_once(tmp_path, ca
 
 
 # ----------------------------------------------------------- slowest rank
-def _seconds(rank: int, world: int) -> float:
-    return slowest_rank_seconds([0.5, 7.25, 3.0][rank], world)
+def _epoch_seconds(rank: int, world: int, tmp: str) -> list:
+    """Two epochs on each rank, rank ``r``'s clock advancing ``(r + 1) * 10`` s per reading."""
+    ticks = [0.0]
+
+    def clock() -> float:
+        ticks[0] += (rank + 1) * 10.0
+        return ticks[0]
+
+    job = Job(argparse.Namespace(epochs=2, checkpoint_dir=None, checkpoint_every=1, resume=False, no_progress=True),
+              rank, world, PROG, clock)
+    job.find_resume({}, str)
+    trainer, progress = _Trainer(), _progress()
+    progress, s = job.restore(trainer.modules, trainer.optimizer, progress)
+    job.epochs(trainer, progress, s, desc="x")
+    return progress["epoch_seconds"]
 
 
-def test_the_slowest_rank_time_is_the_max_on_every_rank() -> None:
+def test_every_rank_records_the_slowest_ranks_epoch_time(tmp_path) -> None:
     from pyg_dynscale.training.launch import spawn
 
-    assert spawn(_seconds, 3) == [7.25, 7.25, 7.25]
-    assert slowest_rank_seconds(0.125, 1) == 0.125  # one rank: no collective
+    assert spawn(_epoch_seconds, 3, str(tmp_path)) == [[30.0, 30.0]] * 3
+    assert _epoch_seconds(1, 1, str(tmp_path)) == [20.0, 20.0]  # one process: its own
 
 
 # ---------------------------------------------------------------- starting
