@@ -3,6 +3,7 @@
 #   make demo    set up .venv (core only: nothing compiles) if needed, then train
 #                DGC's T-GCN on England COVID with 2 processes and PGC
 #   make test    set up .venv (everything) if needed, then run the test suite
+#   make test-fast  the same set-up, then the tests that start no process (-m "not slow"): < 3 min
 #   make docs    set up .venv (+ docs extra) if needed, then build docs/_build/html
 #   make setup   only the set-up
 #   make gpu-check  on a CUDA machine: the CUDA tests (never-run paths first), then
@@ -51,10 +52,10 @@ STAMP := $(VENV)/.setup-stamp-$(SETUP_HASH)
 DEMO_STAMP := $(VENV)/.demo-stamp-$(SETUP_HASH)
 DOCS_STAMP := $(VENV)/.docs-stamp-$(SETUP_HASH)
 
-.PHONY: setup setup-core demo test docs gpu-check clean-docs distclean help
+.PHONY: setup setup-core demo test test-fast docs gpu-check clean-docs distclean help
 
 help:
-	@sed -n '3,10p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '3,11p' Makefile | sed 's/^# \{0,1\}//'
 
 setup: $(STAMP)
 
@@ -105,6 +106,11 @@ demo: $(DEMO_STAMP)
 
 test: $(STAMP)
 	OMP_NUM_THREADS=$(TEST_THREADS) MKL_NUM_THREADS=$(TEST_THREADS) $(PY) -m pytest -q --durations=15 $(PYTEST_ARGS)
+
+# the edit-test loop's tier: every test but the `slow` ones (those that start processes: spawned ranks, the
+# command line, torchrun, benchmarks, notebooks; tests/helpers/slow.py)
+test-fast: $(STAMP)
+	OMP_NUM_THREADS=$(TEST_THREADS) MKL_NUM_THREADS=$(TEST_THREADS) $(PY) -m pytest -q -m "not slow" --durations=10 $(PYTEST_ARGS)
 
 docs: $(DOCS_STAMP)
 	$(PY) -m sphinx -b html -q docs docs/_build/html

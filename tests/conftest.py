@@ -15,6 +15,7 @@ from tests.helpers.datasets import (  # noqa: F401  (the cap on real-dataset tes
     pytest_runtest_logreport, pytest_sessionfinish, pytest_terminal_summary,
 )
 from tests.helpers.signals import make_dynamic_signal
+from tests.helpers.slow import ProcessStarters, starts_processes
 
 # torch and pyg_dynscale are imported where they are used: a pytest session that only imports the helpers
 # (tests/data/test_dataset_stand_ins.py starts four) does not pay for them
@@ -53,16 +54,25 @@ def pytest_configure(config: pytest.Config) -> None:
                                        "start method, not the suite's fork server (tests/helpers/fast_spawn.py)")
     # not where CUDA is visible: a rank forked from a server whose imports touched the CUDA driver could not use it
     if os.environ.get("PYG_DYNSCALE_TEST_START_METHOD", "forkserver") != "spawn" and not torch.cuda.is_available():
-        from pyg_dynscale.distributed import launch
+        from pyg_dynscale.training import launch
         from tests.helpers.fast_spawn import Contexts
 
         launch.mp = Contexts(launch.mp)  # spawn()'s ranks forked from a server that imported torch & co. once
 
 
+@pytest.hookimpl(tryfirst=True)  # before -m selects by markers
+def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
+    """``slow``: every test that starts processes (tests/helpers/slow.py says how that is found)."""
+    starters = ProcessStarters()
+    for item in items:
+        if item.get_closest_marker("slow") is None and starts_processes(item, starters):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(autouse=True)
 def _real_spawn(request: pytest.FixtureRequest):
     """Tests marked ``real_spawn``: spawn() with multiprocessing's own 'spawn' start method."""
-    from pyg_dynscale.distributed import launch
+    from pyg_dynscale.training import launch
 
     if request.node.get_closest_marker("real_spawn") is None or not hasattr(launch.mp, "_real"):
         yield

@@ -1,4 +1,4 @@
-"""The test suite's start method for :func:`pyg_dynscale.distributed.spawn`: a fork server.
+"""The test suite's start method for :func:`pyg_dynscale.training.launch.spawn`: a fork server.
 
 ``spawn`` starts every rank as a fresh interpreter (``multiprocessing``'s ``"spawn"``), which imports
 torch, PyG and pyg_dynscale again: 5-6 s of start-up for 2 ranks and ~17 s for 4 on a 2-core machine,
@@ -63,7 +63,7 @@ _CONTEXT.set_forkserver_preload(PRELOAD)
 
 
 class Contexts:
-    """Stands for ``torch.multiprocessing`` in ``pyg_dynscale.distributed.launch``: ``get_context("spawn")``
+    """Stands for ``torch.multiprocessing`` in ``pyg_dynscale.training.launch``: ``get_context("spawn")``
     gives the fork server; anything else is torch.multiprocessing's own."""
 
     def __init__(self, real: Any) -> None:

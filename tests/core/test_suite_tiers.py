@@ -1,0 +1,88 @@
+"""The suite's ``slow`` tier (tests/helpers/slow.py): a test is ``slow`` when its code, the suite's functions it
+reaches or its fixtures start processes; the rest is ``make test-fast``."""
+from __future__ import annotations
+
+import subprocess
+import types
+
+import pytest
+import torch
+
+from pyg_dynscale.training.launch import spawn
+from tests.helpers.slow import ProcessStarters, starts_processes
+
+
+def _rank(rank: int, world_size: int) -> int:
+    return rank
+
+
+def _two_ranks() -> list:  # never called here: read, not run
+    return spawn(_rank, 2)
+
+
+def _through_a_helper() -> list:
+    return _two_ranks()
+
+
+def _in_a_lambda() -> object:
+    return lambda: subprocess.run(["true"], check=True)
+
+
+def _import_inside() -> object:
+    from tests.helpers.cli_jobs import run_cli
+
+    return run_cli
+
+
+class _Runner:
+    def go(self) -> list:
+        return _through_a_helper()
+
+
+def _uses_the_runner() -> list:
+    return _Runner().go()
+
+
+def _tensor_math() -> float:
+    return float(torch.ones(3).sum())
+
+
+def _recursive(n: int) -> int:
+    return 0 if n == 0 else _recursive(n - 1)
+
+
+@pytest.mark.parametrize("fn", [_two_ranks, _through_a_helper, _in_a_lambda, _import_inside, _uses_the_runner])
+def test_what_starts_processes_is_found(fn) -> None:
+    assert ProcessStarters().reaches(fn)
+
+
+@pytest.mark.parametrize("fn", [_tensor_math, _recursive, _rank])
+def test_what_does_not_is_left_alone(fn) -> None:
+    assert not ProcessStarters().reaches(fn)
+
+
+def _item(obj, **fixtures) -> object:
+    defs = {name: [types.SimpleNamespace(func=f)] for name, f in fixtures.items()}
+    return types.SimpleNamespace(obj=obj, fixturenames=list(fixtures),
+                                 _fixtureinfo=types.SimpleNamespace(name2fixturedefs=defs))
+
+
+#: (a dict: the rule follows the suite's functions a test names, not the values of its data)
+FIXTURES = {"job": _through_a_helper, "data": _recursive}
+
+
+def test_a_fixture_that_starts_processes_makes_its_tests_slow() -> None:
+    starters = ProcessStarters()
+    assert starts_processes(_item(_tensor_math, job=FIXTURES["job"]), starters)
+    assert not starts_processes(_item(_tensor_math, data=FIXTURES["data"]), starters)
+    assert not starts_processes(_item(_tensor_math), starters)
+    assert starts_processes(_item(FIXTURES["job"]), starters)  # the test's own code
+
+
+def test_the_collected_suite_is_marked(request) -> None:
+    # this test starts nothing: not slow; the session's own marking of a spawn-based test is checked by
+    # running the rule on its function as collected
+    assert request.node.get_closest_marker("slow") is None
+    from tests.distributed import test_fast_spawn
+
+    assert ProcessStarters().reaches(test_fast_spawn.test_an_unpicklable_function_fails_as_under_spawn)
