@@ -286,7 +286,8 @@ def agree(error: Optional[DynScaleError], summary: Optional[dict], group: Option
     """One ``all_gather`` over ``group``'s host group (:func:`host_group`:
     a world collective when it makes the gloo twin of an NCCL group): raise on
     every rank if any rank's set-up failed (``error``: this rank's; then
-    ``summary`` is ``None``) or if the ranks' summaries differ."""
+    ``summary`` is ``None``) or if the ranks' summaries (``{name: comparable
+    value}``, or ``None`` to agree on errors only) differ."""
     mine = {"error": None if error is None else f"{type(error).__name__}: {error}", "summary": summary}
     everyone: list = [None] * dist.get_world_size(group)
     dist.all_gather_object(everyone, mine, group=host_group(group))
@@ -296,13 +297,13 @@ def agree(error: Optional[DynScaleError], summary: Optional[dict], group: Option
     if failed:
         r, msg = failed[0]
         raise ModelInputError("set-up", f"failed on rank {r}: {msg}", "fix that rank's arguments; every rank stops.")
-    for key in summary:
+    for key in summary or {}:
         vals = [e["summary"][key] for e in everyone]
         if len(set(vals)) > 1:
             bad = [r for r, v in enumerate(vals) if v != vals[0]]
             fix = ("put every rank's model on the same kind of device ('cuda:LOCAL_RANK' everywhere, or 'cpu')"
                    if key in ("device_type", "transport") else
-                   "pass the same signal, partition, model, loss, fusion and dtype on every rank.")
+                   "pass the same data, model and options (partition, loss, dtype, ...) on every rank.")
             raise ModelInputError(key, f"differs between ranks (ranks {bad} disagree with rank 0: "
                                   f"{vals[bad[0]]!r} vs {vals[0]!r}).", fix)
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from pyg_dynscale.errors import ModelInputError
 from pyg_dynscale.training.launch import spawn
-from pyg_dynscale.training.ranks import host_all_gather_object, host_all_reduce, slowest_rank_seconds
+from pyg_dynscale.training.ranks import agree, host_all_gather_object, host_all_reduce, slowest_rank_seconds
 from tests.helpers import fake_nccl
 
 SECONDS = (0.25, 1.5, 0.75)  # rank r's epoch time: the slowest is neither rank 0 nor the last
@@ -44,3 +45,33 @@ def test_without_a_process_group_nothing_is_reduced():
     y = host_all_reduce(x, "max")
     assert y.tolist() == [1.0, 2.0] and y.data_ptr() != x.data_ptr()
     assert host_all_gather_object("a") == ["a"]
+
+
+def _agreement(rank: int, world: int) -> dict:
+    out = {}
+
+    def attempt(name, error, summary):
+        try:
+            agree(error, summary)
+            out[name] = "ok"
+        except ModelInputError as exc:
+            out[name] = str(exc)
+
+    attempt("errors_only", None, None)
+    attempt("same", None, {"data": "abc", "loss": "mse"})
+    attempt("differ", None, {"data": "abc", "loss": "mse" if rank == 0 else "l1"})
+    attempt("one_failed", ModelInputError("lr", "is -1.", "give a positive lr.") if rank == 1 else None,
+            None if rank == 1 else {"data": "abc"})
+    return out
+
+
+def test_the_same_set_up_error_on_every_rank():
+    for rank, out in enumerate(spawn(_agreement, 2)):
+        assert out["errors_only"] == "ok" and out["same"] == "ok"
+        assert "loss" in out["differ"] and "ranks [1] disagree with rank 0" in out["differ"]
+        assert "'mse'" in out["differ"] and "'l1'" in out["differ"]
+        if rank == 1:  # its own error
+            assert out["one_failed"].startswith("field 'lr'") or "is -1." in out["one_failed"]
+            assert "failed on rank" not in out["one_failed"]
+        else:  # the other rank names it
+            assert "failed on rank 1" in out["one_failed"] and "is -1." in out["one_failed"]
