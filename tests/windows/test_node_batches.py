@@ -423,7 +423,7 @@ def _rank_run(kind, blocks, batch_size, order, optimizer, placement):
                        blocks=blocks, node_batch_size=5, node_order=order, placement=placement)
     losses = [tr.train_epoch() for _ in range(2)]
     return losses, tr.batch_losses, [p.detach().clone() for p in list(model.parameters()) + list(head.parameters())], \
-        tr.evaluate("test")
+        tr.evaluate("test"), tr.traffic().as_dict()
 
 
 def _ranks(rank, world, cases):
@@ -449,3 +449,10 @@ def test_two_ranks_equal_one_process_with_the_same_blocks():
         for a, b in zip(r0[2], ref[2]):
             torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
         assert all(math.isclose(r0[3][k], ref[3][k], rel_tol=1e-9) for k in ref[3])
+        # the last epoch's bytes, all ranks: counted at the collectives = predicted from the epoch's plan (DDP's
+        # buckets once per step; 8 bytes per step loss and per (node batch, global batch) pair of window counts)
+        report, steps = r0[4], len(r0[1])
+        assert report == r1[4] and report["steps"] == steps and ref[4]["measured"]["total"] == 0
+        measured, predicted = report["measured"], report["predicted"]
+        assert measured == predicted and measured["features"] == 0 and measured["gradients"] > 0
+        assert measured["loss"] > 2 * 8 * steps                       # the pairs' counts too
