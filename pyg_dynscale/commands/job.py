@@ -41,8 +41,8 @@ from typing import Any, Callable, NoReturn, Optional
 
 from ..errors import CommandError
 
-__all__ = ["fail", "NonFiniteLossError", "check_finite", "check_launch_options", "check_checkpoint_options",
-           "resumable_checkpoint", "Job", "start", "run_worker", "group_timeout"]
+__all__ = ["fail", "NonFiniteLossError", "check_finite", "add_job_options", "check_launch_options", "check_checkpoint_options",
+           "report_metrics", "resumable_checkpoint", "Job", "start", "run_worker", "group_timeout"]
 
 
 def fail(message: str) -> NoReturn:
@@ -64,6 +64,29 @@ def check_finite(loss: float, epoch: int) -> None:
 
 
 # ------------------------------------------------------------ the options
+def add_job_options(p: argparse.ArgumentParser, *, epochs: int, checkpoint_every: int, checkpoint: str) -> None:
+    """The options of every training subcommand: the launch (``--nproc``, ``--max-restarts``), the epochs,
+    the checkpoints (``checkpoint``: what one holds), threads, the collective timeout and the output."""
+    p.add_argument("--nproc", type=int, default=None, metavar="N",
+                   help="start N local processes through torch.distributed.run (omit under torchrun)")
+    p.add_argument("--max-restarts", type=int, default=0, metavar="K",
+                   help="with --nproc: restart the workers up to K times after a failure (torchrun's policy, "
+                        "default: 0; add --checkpoint-dir DIR --resume to continue from the newest checkpoint)")
+    p.add_argument("--epochs", type=int, default=epochs, help=f"training epochs in total (default: {epochs})")
+    p.add_argument("--checkpoint-dir", default=None, metavar="DIR", help=f"write checkpoints here ({checkpoint})")
+    p.add_argument("--checkpoint-every", type=int, default=checkpoint_every, metavar="K",
+                   help=f"checkpoint every K epochs and after the last (default: {checkpoint_every})")
+    p.add_argument("--resume", action="store_true",
+                   help="continue from the newest complete checkpoint in --checkpoint-dir (none: start fresh)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch threads per process (default: 1; more threads than free cores make small ops spin)")
+    p.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS",
+                   help="collective timeout: a rank that stops answering fails the others after this long "
+                        "(default: 120)")
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout (rank 0) instead of text")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+
 def check_launch_options(args: argparse.Namespace) -> None:
     """``--nproc`` and ``--max-restarts`` (no data needed: the launcher and every rank)."""
     if args.nproc is not None and args.nproc < 1:
@@ -92,6 +115,12 @@ def check_checkpoint_options(args: argparse.Namespace) -> None:
         fail(f"--checkpoint-dir: the folder '{parent}' does not exist; create it first.")
     if not os.access(path if os.path.exists(path) else parent, os.W_OK):
         fail(f"--checkpoint-dir: cannot write into '{path}' (permission denied); choose a writable directory.")
+
+
+def report_metrics(metrics: Any, names: tuple) -> dict:
+    """The metrics a report shows: ``names`` of a trainer's :class:`~pyg_dynscale.training.Metrics` (which
+    may hold more, e.g. ``loss``), in that order."""
+    return {name: metrics[name] for name in names}
 
 
 # ---------------------------------------------------------------- resuming

@@ -37,7 +37,8 @@ import os
 import time
 from typing import Any, Callable
 
-from .job import Job, check_checkpoint_options, check_launch_options, fail, group_timeout, start
+from .job import (Job, add_job_options, check_checkpoint_options, check_launch_options, fail, group_timeout,
+                  report_metrics, start)
 from .output import report_json
 
 PROG = "pyg-dynscale train-events"
@@ -51,6 +52,8 @@ PLACEMENTS = ("replicated", "partitioned", "sven")
 PARTITION_METHODS = ("range", "interval", "flexbicut")
 GRADIENT_SYNC = ("sync", "delayed")
 SCHEMA_VERSION = 1
+#: the report's validation and test metrics (memory copy 0's)
+EVENT_METRICS = ("ap", "auc", "mrr")
 
 __all__ = ["add_parser", "run", "train_events", "check_args"]
 
@@ -67,12 +70,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--parallelism", default="1,1,1", metavar="I,J,K",
                    help="mini-batch, epoch and memory parallelism; i*j*k = processes (default: 1,1,1; without "
                         "--nproc and torchrun, one process emulates it)")
-    p.add_argument("--nproc", type=int, default=None, metavar="N",
-                   help="start N local processes through torch.distributed.run (omit under torchrun)")
-    p.add_argument("--max-restarts", type=int, default=0, metavar="K",
-                   help="with --nproc: restart the workers up to K times after a failure (default: 0; add "
-                        "--checkpoint-dir DIR --resume to continue from the newest checkpoint)")
-    p.add_argument("--epochs", type=int, default=5, help="training epochs (default: 5)")
     p.add_argument("--batch-size", type=int, default=200, metavar="B", help="events per local batch (default: 200)")
     p.add_argument("--lr", type=float, default=1e-4, help="Adam learning rate (default: 1e-4, the example's)")
     p.add_argument("--seed", type=int, default=0, help="seed of the modules and the negatives (default: 0)")
@@ -104,17 +101,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--test-ratio", type=float, default=0.15, help="test share of the events (default: 0.15)")
     p.add_argument("--device", choices=DEVICES, default="cpu",
                    help="cpu (gloo, default) or cuda (rank r on cuda:(LOCAL_RANK %% GPUs), NCCL; untested here)")
-    p.add_argument("--threads", type=int, default=1, help="torch threads per process (default: 1)")
-    p.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS",
-                   help="collective timeout (default: 120)")
-    p.add_argument("--checkpoint-dir", default=None, metavar="DIR",
-                   help="write checkpoints here (modules, optimizer, memory copies, message stores, neighbours)")
-    p.add_argument("--checkpoint-every", type=int, default=1, metavar="K",
-                   help="checkpoint every K epochs and after the last (default: 1)")
-    p.add_argument("--resume", action="store_true",
-                   help="continue from the newest complete checkpoint in --checkpoint-dir (none: start fresh)")
-    p.add_argument("--json", action="store_true", help="print one JSON object on stdout (rank 0) instead of text")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_job_options(p, epochs=5, checkpoint_every=1,
+                    checkpoint="modules, optimizer, memory copies, message stores, neighbours")
     return p
 
 
@@ -305,21 +293,12 @@ FIELD_OPTIONS = {"parallelism": "--parallelism", "batch_size": "--batch-size", "
                  "micro_batches": "--micro-batches"}
 
 
-def traffic_report(trainer, world: int) -> dict:
-    """:meth:`~pyg_dynscale.ctdg.MemoryTrainer.traffic` of the last training epoch with ``measured`` and
-    ``predicted`` summed over the processes (a collective: every rank calls it); the partitioned
-    placements add ``local`` (summed), ``redundancy`` and ``matrix`` (already global)."""
-    import torch
-
-    from ..training.ranks import host_all_reduce
-
-    t = dict(trainer.traffic())  # a TrafficReport: its parts, as a JSON object
-    summed = ["measured", "predicted"] + (["local"] if "local" in t else [])
-    keys = [(part, kind) for part in summed for kind in sorted(t[part])]
-    if world > 1:  # host integers: summed over the host (gloo) group on every backend
-        x = host_all_reduce(torch.tensor([int(t[part][kind]) for part, kind in keys], dtype=torch.long))
-        for (part, kind), v in zip(keys, x.tolist()):
-            t[part][kind] = v
+def traffic_report(trainer) -> dict:
+    """:meth:`~pyg_dynscale.ctdg.MemoryTrainer.traffic` of the last training epoch as a JSON object:
+    ``measured``, ``predicted`` (and the partitioned placements' ``local``) summed over the processes,
+    ``redundancy`` and ``matrix`` (global); not the per-rank ``rank`` part (a collective: every rank
+    calls it)."""
+    t = {part: value for part, value in trainer.traffic().items() if part != "rank"}
     if "matrix" in t:
         t["matrix"] = {kind: m.tolist() for kind, m in t["matrix"].items()}
     return t
@@ -358,15 +337,15 @@ def train_events(args: argparse.Namespace, rank: int, world: int, init: Callable
 
     def after(loss: float) -> dict:
         # the validation pass before the checkpoint: it re-seeds the generator the next epoch draws from
-        progress["val_metrics"].append(trainer.evaluate("val"))
+        progress["val_metrics"].append(report_metrics(trainer.evaluate("val"), EVENT_METRICS))
         return {"val_ap": f"{progress['val_metrics'][-1]['ap']:.4f}"}
 
     job.epochs(trainer, progress, start, desc=f"tgn {i}x{j}x{k} on {world} process(es)", after=after,
                state=lambda: trainer.state_dict()["stream"])
     losses, seconds, val = progress["losses"], progress["epoch_seconds"], progress["val_metrics"]
-    traffic = traffic_report(trainer, world)  # the last training epoch's
+    traffic = traffic_report(trainer)  # the last training epoch's
     stats = trainer.stats()  # training only
-    test = trainer.evaluate("test")
+    test = report_metrics(trainer.evaluate("test"), EVENT_METRICS)
     trainer.close()
     steps_events = trainer.val_start * (j * k)  # every memory copy's walk and every negative set sees them
     return {

@@ -22,6 +22,7 @@ LAUNCHER_OPTIONS = ("--nproc", "--max-restarts")
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    from .job import add_job_options
     from ..nn.zoo import MODEL_NAMES, TARGETS
     from .user_model import INPUT_SIZE_KEYWORDS
     from ..partition.partition import SCHEMES
@@ -58,12 +59,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--locality", action="store_true",
                    help="pts: ranks get contiguous ranges of a Cuthill-McKee vertex order (neighbours together: small "
                         "halos on the black-box path whatever the vertex ids)")
-    p.add_argument("--nproc", type=int, default=None, metavar="N",
-                   help="start N local processes through torch.distributed.run (omit under torchrun)")
-    p.add_argument("--max-restarts", type=int, default=0, metavar="K",
-                   help="with --nproc: restart the workers up to K times after a failure (torchrun's policy; "
-                        "add --resume to continue from the newest checkpoint)")
-    p.add_argument("--epochs", type=int, default=50, help="training epochs in total (default: 50)")
     p.add_argument("--lr", type=float, default=0.01, help="Adam learning rate (default: 0.01)")
     p.add_argument("--hidden", type=int, default=None,
                    help="hidden width of a zoo model (default: 32); your own model takes its widths from --model-args")
@@ -92,20 +87,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--train-ratio", type=float, default=0.8, help="temporal split: first share trains (default: 0.8)")
     p.add_argument("--partition", default=None, metavar="FILE", help="use this saved partition of the training split")
     p.add_argument("--save-partition", default=None, metavar="FILE", help="save the training split's partition")
-    p.add_argument("--checkpoint-dir", default=None, metavar="DIR", help="write checkpoints here")
-    p.add_argument("--checkpoint-every", type=int, default=10, metavar="K",
-                   help="checkpoint every K epochs and after the last (default: 10)")
-    p.add_argument("--resume", action="store_true",
-                   help="continue from the newest complete checkpoint in --checkpoint-dir (none: start fresh)")
     p.add_argument("--device", choices=DEVICES, default="auto",
                    help="auto: CUDA when available, else cpu (default); cuda: rank i of a machine on "
                         "cuda:(i %% GPUs), NCCL with one GPU per rank, gloo with pinned-host staging when ranks "
                         "outnumber GPUs")
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch threads per process (default: 1; more threads than free cores make small ops spin)")
-    p.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS",
-                   help="collective timeout: a rank that stops answering fails the others after this long "
-                        "(default: 120)")
     p.add_argument("--windows", type=int, default=None, metavar="L",
                    help="windowed training (PyGT's index-batching, ReInc's placement): windows of L snapshots predict "
                         "the next step, batched, one optimizer step per batch; --train-ratio splits the windows")
@@ -118,8 +103,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--placement", choices=WINDOW_PLACEMENTS, default=None,
                    help="with --windows: blocks (default: each process holds the snapshots of its window blocks, no "
                         "feature bytes exchanged) or replicated (the whole signal on every process)")
-    p.add_argument("--json", action="store_true", help="print one JSON object on stdout (rank 0) instead of text")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_job_options(p, epochs=50, checkpoint_every=10, checkpoint="model, head, optimizer, partition, stale cache")
     return p
 
 
