@@ -32,11 +32,12 @@ def test_bad_overlap_aggregation():
 def _spied(world, micro, **kw):
     """A run that records, per aggregation, the thread it ran on, its group, and whether the GNN
     layer of the same step started while it was still in flight."""
-    from pyg_dynscale.ctdg import MemoryTrainer
     from pyg_dynscale.ctdg.memory_placement import PartitionedMemory
+    from pyg_dynscale.ctdg.partitioned_fetch import PartitionedFetch
+    from pyg_dynscale.ctdg.scoring import LinkScorer
 
     seen = []
-    aggregate, scores = MemoryTrainer._post_aggregation, MemoryTrainer._scores
+    aggregate, scores = PartitionedFetch.post, LinkScorer.scores
 
     inner = PartitionedMemory.aggregate
     gate = threading.Event()
@@ -47,21 +48,21 @@ def _spied(world, micro, **kw):
             seen[-1]["overlapped"] = gate.wait(timeout=5.0)
         return inner(self, batches, plans, group)
 
-    def spy_post(self, copy):
+    def spy_post(self, copy, ctx):
         gate.clear()
-        return aggregate(self, copy)
+        return aggregate(self, copy, ctx)
 
     def spy_scores(self, *a, **k):
         gate.set()
         return scores(self, *a, **k)
 
-    PartitionedMemory.aggregate, MemoryTrainer._post_aggregation = spy_aggregate, spy_post
-    MemoryTrainer._scores = spy_scores
+    PartitionedMemory.aggregate, PartitionedFetch.post = spy_aggregate, spy_post
+    LinkScorer.scores = spy_scores
     try:
         out = _run(world, micro, overlap_aggregation=True, **kw)
     finally:
-        PartitionedMemory.aggregate, MemoryTrainer._post_aggregation = inner, aggregate
-        MemoryTrainer._scores = scores
+        PartitionedMemory.aggregate, PartitionedFetch.post = inner, aggregate
+        LinkScorer.scores = scores
     out["seen"] = seen
     return out
 
