@@ -59,6 +59,7 @@ from ..training import BaseTrainer, ByteLedger, Metrics, TrafficReport, build_op
 from ..training.gradients import ShareModule, wrap_ddp
 from ..training.options import OptimizerSpec, deprecated_positionals, renamed_keyword
 from ..training.ranks import agree, bind_device, check_gpu_sharing, host_group
+from ..training.state import device_rng_keys, rng_state, set_rng_state
 from .batching import block_batch_parts, block_batches
 from .block_placement import check_placement, eval_share, held_snapshots
 from .cache import build_window_cache, planned_batches
@@ -789,25 +790,18 @@ class WindowTrainer(BaseTrainer):
 
     def _progress(self) -> dict:
         r = self.rank
-        out = {f"rank{r}/epoch": torch.tensor(self.epoch, dtype=torch.long),
-               f"rank{r}/rng": torch.get_rng_state(), f"rank{r}/traffic": self._bytes.state()}
-        if self.device.type == "cuda":
-            out[f"rank{r}/cuda_rng"] = torch.cuda.get_rng_state(self.device)
-        return out
+        return {f"rank{r}/epoch": torch.tensor(self.epoch, dtype=torch.long), f"rank{r}/traffic": self._bytes.state(),
+                **rng_state(self.device, prefix=f"rank{r}/")}
 
     def _load_progress(self, state: dict) -> None:
         r = self.rank
-        keys = [f"rank{r}/epoch", f"rank{r}/rng", f"rank{r}/traffic"]
-        if self.device.type == "cuda":
-            keys.append(f"rank{r}/cuda_rng")
+        keys = [f"rank{r}/epoch", f"rank{r}/rng", f"rank{r}/traffic", *device_rng_keys(self.device, prefix=f"rank{r}/")]
         for key in keys:
             if key not in state:
                 raise ModelInputError("state", f"lacks {key!r}.", "give what WindowTrainer.state_dict() returned "
                                       "on a trainer with the same world size and device type.")
         self.epoch = int(state[f"rank{r}/epoch"])
-        torch.set_rng_state(state[f"rank{r}/rng"].cpu())
-        if self.device.type == "cuda":
-            torch.cuda.set_rng_state(state[f"rank{r}/cuda_rng"].cpu(), self.device)
+        set_rng_state(state, self.device, prefix=f"rank{r}/")
         self._bytes.load_state(state[f"rank{r}/traffic"])
 
     def progress_state(self) -> dict:
