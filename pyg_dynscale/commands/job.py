@@ -42,7 +42,7 @@ from typing import Any, Callable, NoReturn, Optional
 from ..errors import CommandError
 
 __all__ = ["fail", "NonFiniteLossError", "check_finite", "add_job_options", "check_launch_options", "check_checkpoint_options",
-           "report_metrics", "resumable_checkpoint", "Job", "start", "run_worker", "group_timeout"]
+           "resumable_checkpoint", "Job", "start", "run_worker", "group_timeout"]
 
 
 def fail(message: str) -> NoReturn:
@@ -115,12 +115,6 @@ def check_checkpoint_options(args: argparse.Namespace) -> None:
         fail(f"--checkpoint-dir: the folder '{parent}' does not exist; create it first.")
     if not os.access(path if os.path.exists(path) else parent, os.W_OK):
         fail(f"--checkpoint-dir: cannot write into '{path}' (permission denied); choose a writable directory.")
-
-
-def report_metrics(metrics: Any, names: tuple) -> dict:
-    """The metrics a report shows: ``names`` of a trainer's :class:`~pyg_dynscale.training.Metrics` (which
-    may hold more, e.g. ``loss``), in that order."""
-    return {name: metrics[name] for name in names}
 
 
 # ---------------------------------------------------------------- resuming

@@ -38,7 +38,7 @@ import time
 from typing import Any, Callable
 
 from .job import (Job, add_job_options, check_checkpoint_options, check_launch_options, fail, group_timeout,
-                  report_metrics, start)
+                  start)
 from .output import report_json
 
 PROG = "pyg-dynscale train-events"
@@ -52,8 +52,6 @@ PLACEMENTS = ("replicated", "partitioned", "sven")
 PARTITION_METHODS = ("range", "interval", "flexbicut")
 GRADIENT_SYNC = ("sync", "delayed")
 SCHEMA_VERSION = 1
-#: the report's validation and test metrics (memory copy 0's)
-EVENT_METRICS = ("ap", "auc", "mrr")
 
 __all__ = ["add_parser", "run", "train_events", "check_args"]
 
@@ -323,11 +321,13 @@ def train_events(args: argparse.Namespace, rank: int, world: int, init: Callable
     init()
     try:
         trainer = build(args, data, device, partition)
+    except NotImplementedError as exc:  # a combination of options MemoryTrainer does not build
+        option = getattr(exc, "option", None)  # UnsupportedOptionError's: the value given comes first
+        given = f"{option}={getattr(args, option)!r}: " if hasattr(args, str(option)) else ""
+        fail(f"not built for these options: {given}{exc}")
     except DynScaleError as exc:
         field = getattr(exc, "field", "")
         fail(f"{FIELD_OPTIONS[field]}: {exc}" if field in FIELD_OPTIONS else str(exc))
-    except NotImplementedError as exc:  # a combination of options MemoryTrainer does not build
-        fail(f"not built for these options: {exc}")
     i, j, k = trainer.parallelism
     progress: dict = {"losses": [], "epoch_seconds": [], "val_metrics": []}
     # this rank's keys of the state's "stream": DCP fills them in place
@@ -337,7 +337,7 @@ def train_events(args: argparse.Namespace, rank: int, world: int, init: Callable
 
     def after(loss: float) -> dict:
         # the validation pass before the checkpoint: it re-seeds the generator the next epoch draws from
-        progress["val_metrics"].append(report_metrics(trainer.evaluate("val"), EVENT_METRICS))
+        progress["val_metrics"].append(dict(trainer.evaluate("val")))
         return {"val_ap": f"{progress['val_metrics'][-1]['ap']:.4f}"}
 
     job.epochs(trainer, progress, start, desc=f"tgn {i}x{j}x{k} on {world} process(es)", after=after,
@@ -345,7 +345,7 @@ def train_events(args: argparse.Namespace, rank: int, world: int, init: Callable
     losses, seconds, val = progress["losses"], progress["epoch_seconds"], progress["val_metrics"]
     traffic = traffic_report(trainer)  # the last training epoch's
     stats = trainer.stats()  # training only
-    test = report_metrics(trainer.evaluate("test"), EVENT_METRICS)
+    test = dict(trainer.evaluate("test"))
     trainer.close()
     steps_events = trainer.val_start * (j * k)  # every memory copy's walk and every negative set sees them
     return {

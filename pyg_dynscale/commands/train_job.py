@@ -104,8 +104,9 @@ def _check_user_path(model: Any, signal: Any, args: argparse.Namespace, bytes_pe
     elif args.recompute_every is not None:
         try:
             check_windowable(resolved)
-        except NotImplementedError as exc:
-            fail(f"--recompute-every with --model {spec}: {exc} Drop --recompute-every.")
+        except NotImplementedError as exc:  # UnsupportedOptionError: its problem in the command's words
+            what = f"{exc.option} {exc.problem}" if hasattr(exc, "problem") else str(exc)
+            fail(f"--recompute-every with --model {spec}: {what} Drop --recompute-every.")
     try:
         return model_pattern(model, signal, bytes_per_element=bytes_per_element, check=True)[0]
     except DynScaleError as exc:

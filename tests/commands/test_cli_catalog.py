@@ -223,7 +223,8 @@ CATALOG = [
       "--fusion none with --model models.py:Net: fusion is a decomposed-path option"),
     C("--recompute-every with your own model that has BatchNorm",
       f'{E} --model pyg_dynscale.nn:MPNNLSTMDGC --model-args {{"hidden_size":4}} --recompute-every 2',
-      "--recompute-every with --model pyg_dynscale.nn:MPNNLSTMDGC: checkpoint_every with MPNNLSTMDGC"),
+      "--recompute-every with --model pyg_dynscale.nn:MPNNLSTMDGC: checkpoint_every is set with MPNNLSTMDGC, which "
+      "has BatchNorm"),
     C("--resume with other --model-args", f'{E} --model models.py:Net --model-args {{"hidden":8}} --checkpoint-dir '
                                           "ck-own --resume",
       "model_args: checkpoint {}, this run {'hidden': 8} (--model-args)); resume with no --model-args"),
