@@ -15,7 +15,7 @@ from tests.helpers.datasets import (  # noqa: F401  (the cap on real-dataset tes
     pytest_runtest_logreport, pytest_sessionfinish, pytest_terminal_summary,
 )
 from tests.helpers.signals import make_dynamic_signal
-from tests.helpers.slow import ProcessStarters, starts_processes
+from tests.helpers.slow import ProcessStarters, is_slow
 
 # torch and pyg_dynscale are imported where they are used: a pytest session that only imports the helpers
 # (tests/data/test_dataset_stand_ins.py starts four) does not pay for them
@@ -62,10 +62,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(tryfirst=True)  # before -m selects by markers
 def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
-    """``slow``: every test that starts processes (tests/helpers/slow.py says how that is found)."""
+    """``slow``: every test that starts processes or runs a whole program (tests/helpers/slow.py)."""
     starters = ProcessStarters()
     for item in items:
-        if item.get_closest_marker("slow") is None and starts_processes(item, starters):
+        if item.get_closest_marker("slow") is None and is_slow(item, starters):
             item.add_marker(pytest.mark.slow)
 
 

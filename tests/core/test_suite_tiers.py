@@ -1,5 +1,6 @@
-"""The suite's ``slow`` tier (tests/helpers/slow.py): a test is ``slow`` when its code, the suite's functions it
-reaches or its fixtures start processes; the rest is ``make test-fast``."""
+"""The suite's ``slow`` tier (tests/helpers/slow.py): a test is ``slow`` when it runs a whole program (the command
+line, benchmarks, docs) or its code, the suite's functions it reaches or its fixtures start processes; the rest is
+``make test-fast``."""
 from __future__ import annotations
 
 import subprocess
@@ -9,7 +10,7 @@ import pytest
 import torch
 
 from pyg_dynscale.training.launch import spawn
-from tests.helpers.slow import ProcessStarters, starts_processes
+from tests.helpers.slow import ProcessStarters, is_slow, runs_a_program, starts_processes
 
 
 def _rank(rank: int, world_size: int) -> int:
@@ -86,3 +87,15 @@ def test_the_collected_suite_is_marked(request) -> None:
     from tests.distributed import test_fast_spawn
 
     assert ProcessStarters().reaches(test_fast_spawn.test_an_unpicklable_function_fails_as_under_spawn)
+
+
+def test_whole_programs_are_slow_by_their_folder(tmp_path) -> None:
+    starters = ProcessStarters()
+    for folder, slow in (("commands", True), ("benchmarks", True), ("docs", True), ("partition", False),
+                         ("core", False)):
+        item = _item(_tensor_math)
+        item.path = tmp_path / "repo" / "tests" / folder / "test_x.py"
+        assert runs_a_program(item) is slow and is_slow(item, starters) is slow, folder
+    item = _item(FIXTURES["job"])
+    item.path = tmp_path / "repo" / "tests" / "core" / "test_x.py"
+    assert is_slow(item, starters)

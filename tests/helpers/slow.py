@@ -1,10 +1,14 @@
-"""Which tests are ``slow``: those that start processes.
+"""Which tests are ``slow``: those that start processes, and those that run a whole program.
 
 A test starts processes when its own code, a fixture it uses, or a function or class of the tests (the test
 modules, ``tests/helpers``) that these reach, names one of :data:`STARTERS`: ``spawn()``'s ranks (the fork
 server's or multiprocessing's), ``subprocess`` (the command line, ``torchrun``, benchmarks, notebook kernels,
 fresh interpreters), ``multiprocessing`` itself. Found by reading the code objects' names, transitively, at
 collection -- nothing to keep in step by hand: a new multi-process test is ``slow`` by what it calls.
+
+Whole programs: the tests of the command line (``tests/commands/``), of the benchmark scripts
+(``tests/benchmarks/``) and of the documentation's code, examples and notebooks (``tests/docs/``), in-process
+or not (:data:`SLOW_FOLDERS`).
 
 ``make test-fast`` (``pytest -m "not slow"``) runs the others: the edit-test loop's tier. ``make test`` runs all.
 A test may also be marked ``slow`` by hand (``@pytest.mark.slow``) where it is long for another reason.
@@ -15,6 +19,7 @@ import functools
 import inspect
 import sys
 import types
+from pathlib import Path
 from typing import Any, Callable, Iterable
 
 #: names whose use means "starts a process"
@@ -22,6 +27,9 @@ STARTERS = frozenset({
     "spawn", "spawn_context", "subprocess", "Popen", "check_output", "multiprocessing", "ProcessPoolExecutor",
     "get_context", "run_cli", "torchrun", "nbclient", "NotebookClient",
 })
+
+#: folders of tests/ whose tests run whole programs (the command line, benchmarks, docs, examples, notebooks)
+SLOW_FOLDERS = ("commands", "benchmarks", "docs")
 
 
 def _ours(obj: Any) -> bool:
@@ -88,3 +96,14 @@ def starts_processes(item: Any, starters: ProcessStarters) -> bool:
             if func is not None and _ours(func) and starters.reaches(func):
                 return True
     return False
+
+
+def runs_a_program(item: Any) -> bool:
+    """Whether a collected test lives in one of :data:`SLOW_FOLDERS` (its path relative to tests/)."""
+    parts = Path(str(getattr(item, "path", getattr(item, "fspath", "")))).parts
+    return "tests" in parts and parts[parts.index("tests") + 1:][:1] in [(f,) for f in SLOW_FOLDERS]
+
+
+def is_slow(item: Any, starters: ProcessStarters) -> bool:
+    """The ``slow`` rule: a whole program, or a test that starts processes."""
+    return runs_a_program(item) or starts_processes(item, starters)
