@@ -50,7 +50,7 @@ from .memory_copies import MemoryCopies
 from .memory_placement import Channel, PartitionedMemory
 from .microbatch import MicroBatchPipeline
 from .options import check_combinations, check_modules, check_options, legacy_positionals
-from .parallel import RankGroups, gather_rows, local_world_size, world
+from .parallel import RankGroups, local_world_size, world
 from .partitioned_fetch import PartitionedFetch, build_placement
 from .prefetch import NeighborPrefetcher
 from .schedule import EventSchedule, LocalBatch, Step, check_layout
@@ -58,8 +58,9 @@ from .scoring import LinkScorer, module_parameters
 from .service import MemoryService
 from .static import StaticMemory
 from .step_context import StepContext
-from .store import MemoryState, write_rows
+from .store import MemoryState
 from .stream_checkpoint import StreamCheckpoint
+from .write_back import WriteBack
 
 __all__ = ["MemoryTrainer"]
 
@@ -366,6 +367,10 @@ class MemoryTrainer(BaseTrainer):
         self.prefetcher: Optional[NeighborPrefetcher] = None
         if prefetch:
             self.prefetcher = NeighborPrefetcher(memory.num_nodes, self.num_neighbors, "cpu")
+        #: the end of each step for a memory copy (its rows, messages and neighbours)
+        self.write_back = WriteBack(self.copies, self.host, i * j, self.bytes.local, self.bytes.collectives,
+                                    self._row_bytes, self.fetch)
+        self.write_back.service, self.write_back.prefetcher = self.service, self.prefetcher
         #: the process groups of this rank (None: one process)
         self.groups: Optional[RankGroups] = None
         self._ddp = None
@@ -377,6 +382,7 @@ class MemoryTrainer(BaseTrainer):
     def _connect(self, overlap_aggregation: bool) -> None:
         """The process groups, the placement's channels and DDP (every rank, in the same order)."""
         self.groups = RankGroups.connect(self.parallelism, self.rank, self.world_size, self.device, overlap_aggregation)
+        self.write_back.groups = self.groups
         if self.placement is not None:
             self.placement.connect(Channel(self.groups.host, resolve_transport("auto", self.device)))
             self.fetch.channel = self.groups.aggregation
@@ -475,7 +481,7 @@ class MemoryTrainer(BaseTrainer):
         lookup = ctx.lookups.pop(lb.trainer, None)
         early = self.fetch is not None and self.fetch.channel is not None and lb.writes_memory
         if early:  # the memory update's output is final now: post the aggregation before the GNN layer
-            self._queue_roots(lb, ctx)
+            self.write_back.queue(lb, ctx)
             if self._micro is None:
                 self.fetch.post(lb.memory_copy, ctx)
         if ctx.fork:
@@ -492,49 +498,8 @@ class MemoryTrainer(BaseTrainer):
         if weight != 1.0:
             loss = loss * weight
         if lb.writes_memory and not early:
-            self._queue_roots(lb, ctx)
+            self.write_back.queue(lb, ctx)
         return loss
-
-    def _queue_roots(self, lb: LocalBatch, ctx: StepContext) -> None:
-        """Queue local batch ``lb``'s root nodes' updated memory for the write-back (no gradient,
-        no random draw: the same values before or after the GNN layer)."""
-        n_id = torch.cat([self.host.src[lb.start:lb.end], self.host.dst[lb.start:lb.end]]).unique()
-        with torch.no_grad():
-            rows, last = self.state.updated(n_id)
-        ctx.pending.setdefault(lb.memory_copy, []).append((n_id, rows, last))
-        ctx.spans.setdefault(lb.memory_copy, []).append((lb.start, lb.end))
-
-    def _write_back(self, copy: int, a: int, b: int) -> None:
-        """Memory copy ``copy`` takes global batch ``[a, b)``: its writers' root-node rows
-        in trainer (= chronological) order, then the batch's messages and neighbours."""
-        ctx = self._ctx
-        if self.fetch is not None:  # the owners apply every trainer's rows, in trainer order
-            self.fetch.write_back(copy, ctx)
-            mine = []
-        else:
-            mine = ctx.pending.pop(copy, [])
-            ctx.spans.pop(copy, None)
-            ctx.roots.append(sum(x[0].numel() for x in mine))
-            if self._ddp is not None:
-                i, j, _ = self.parallelism
-                n_id, rows, last = (torch.cat([x[k] for x in mine]) for k in range(3)) if mine else (None, None, None)
-                mine = gather_rows(self.groups.copies[copy], i * j, n_id, rows, last, self.memory.memory_dim,
-                                   self.bytes.collectives, self.memory.memory, self.groups.copy_host)
-        self.copies.activate(copy)
-        m = self.memory
-        written = sum(x[0].numel() for x in mine) * self._row_bytes
-        if self.service is not None:  # applied by the service thread while this one steps the optimizer
-            self.service.write(-1, list(mine))
-            mine = []
-        with torch.no_grad():
-            write_rows(m.memory, m.last_update, mine)  # in trainer order: a later writer wins
-        self.bytes.local.add("memory_write", written)
-        src, dst = self.host.src[a:b], self.host.dst[a:b]
-        self.state.store_s.put(a, b)
-        self.state.store_d.put(a, b)
-        self.neighbors.insert(src, dst)
-        if self.prefetcher is not None:
-            self.prefetcher.insert(src, dst)
 
     def _draw_negatives(self, step: Step) -> None:
         """Every copy's negatives of ``step``: ``j`` sets per global batch from the global stream."""
@@ -601,7 +566,7 @@ class MemoryTrainer(BaseTrainer):
             step_loss = step_loss + share.detach().to(torch.float64)
         for c, _, _, a, b in step.fresh:  # after every read of the step: the barrier before write-back
             if c in self.copies.copies:
-                self._write_back(c, a, b)
+                self.write_back.apply(c, a, b, self._ctx)
         if self.prefetcher is not None and step.iteration + 1 < len(steps):
             nxt = steps[step.iteration + 1]
             self._draw_negatives(nxt)
@@ -669,10 +634,10 @@ class MemoryTrainer(BaseTrainer):
         gc.collect()
         if self.service is not None:
             self.service.close()
-            self.service = None
+            self.service = self.write_back.service = None
         if self.prefetcher is not None:
             self.prefetcher.close()
-            self.prefetcher = None
+            self.prefetcher = self.write_back.prefetcher = None
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, split: str = "test") -> Metrics:
