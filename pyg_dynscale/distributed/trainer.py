@@ -709,17 +709,18 @@ class DistributedTrainer(BaseTrainer):
         (:mod:`~pyg_dynscale.runtime.trainer_state`): the model's and head's
         ``state_dict`` (the same on every rank), the optimizer's,
         :attr:`epoch`, this process's random generators, a black-box module's
-        carried tensors and, with ``stale``, the stale cache
+        carried tensors and, with ``stale``, the stale cache under ``"stale"``
         (:meth:`.StaleCache.state_dict`). Not a collective."""
         state = trainer_state({"model": self.model, "head": self.head}, self.optimizer, self.epoch,
                               self.device, carried=self._carried_module())
-        state["stale"] = self.stale.state_dict() if self.stale is not None else None
+        if self.stale is not None:
+            state["stale"] = self.stale.state_dict()
         return state
 
     def load_state_dict(self, state: dict) -> None:
         """Restore :meth:`state_dict`'s output of the same rank (this also
         sets the process's random generators). Not a collective."""
-        if (state.get("stale") is None) != (self.stale is None):
+        if ("stale" in state) != (self.stale is not None):
             raise ModelInputError("state['stale']", "does not match the trainer's stale option.",
                                   "load a state saved by a trainer built with the same stale=.")
         self.epoch = load_trainer_state(state, {"model": self.model, "head": self.head}, self.optimizer,

@@ -1,0 +1,91 @@
+"""DistributedTrainer's state in a one-process gloo world (fast; the 2-rank
+round trip is tests/distributed/test_trainer_surface_ranks.py): a black-box
+module's carried tensor continues bit for bit, and a state that does not fit
+the trainer (another stale option, a head where there was none) is refused
+naming what differs."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from pyg_dynscale.distributed import DistributedTrainer
+from pyg_dynscale.errors import ModelInputError
+from pyg_dynscale.partition import Partition
+from tests.helpers import distributed_cases as cases
+
+
+@pytest.fixture
+def world():
+    created = not dist.is_initialized()
+    if created:
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield
+    if created:
+        dist.destroy_process_group()
+
+
+class _Evolving(torch.nn.Module):
+    """A per-snapshot cell carrying a tensor between calls outside its
+    parameters and buffers (as PyGT's EvolveGCN carries its weight)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(cases.F, 4)
+        self.carried = None
+
+    def forward(self, x, edge_index, edge_weight=None, h=None):  # noqa: ANN001
+        w = 1.0 * self.lin.weight if self.carried is None else 0.5 * (self.lin.weight + self.carried)
+        self.carried = w
+        out = torch.tanh(x @ w.t() + self.lin.bias)
+        return out if h is None else out + 0.5 * h
+
+
+def _blackbox(init: int) -> DistributedTrainer:
+    sig = cases.signal()
+    torch.manual_seed(init)
+    m = _Evolving().double()
+    head = torch.nn.Sequential(torch.nn.Dropout(0.5), torch.nn.Linear(4, 1)).double()
+    part = Partition("one", 1, torch.zeros(sig.num_vertex_time_nodes, dtype=torch.long))
+    return DistributedTrainer(m, sig, part, head=head, path="blackbox", depth=0, check=False)
+
+
+def test_a_blackbox_module_s_carried_tensor_continues(world):
+    a = _blackbox(0)
+    assert a.path == "blackbox"
+    a.train_epoch()
+    state = copy.deepcopy(a.state_dict())
+    want = [a.train_epoch() for _ in range(2)]
+    torch.manual_seed(3)
+    b = _blackbox(7)
+    b.load_state_dict(state)
+    assert [b.train_epoch() for _ in range(2)] == want and b.epoch == 3
+    assert torch.equal(b.model.module.carried, a.model.module.carried)
+    c = _blackbox(7)
+    c.load_state_dict({**state, "carried": {}})  # without it, the module starts its carry again
+    assert [c.train_epoch() for _ in range(2)] != want
+
+
+def test_a_state_that_does_not_fit_is_refused(world):
+    from pyg_dynscale.nn import TGCN
+
+    sig = cases.signal()
+    part = Partition("one", 1, torch.zeros(sig.num_vertex_time_nodes, dtype=torch.long))
+
+    def build(stale=None, head=True):
+        torch.manual_seed(0)
+        return DistributedTrainer(TGCN(cases.F, 4).double(), sig, part, loss="mse", stale=stale,
+                                  head=torch.nn.Linear(4, 1).double() if head else None)
+
+    cached = build("static:0.5")
+    cached.train_epoch()
+    with pytest.raises(ModelInputError, match="stale"):
+        build().load_state_dict(cached.state_dict())
+    with pytest.raises(ModelInputError, match="stale"):
+        build("static:0.5").load_state_dict(build().state_dict())
+    with pytest.raises(ModelInputError, match="head"):
+        build(head=False).load_state_dict(build().state_dict())
+    with pytest.raises(ModelInputError, match="epoch"):
+        build().load_state_dict({k: v for k, v in build().state_dict().items() if k != "epoch"})
