@@ -61,7 +61,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks._shared import DATASETS  # noqa: E402
 from benchmarks.bench_event_partition import table as balance_table  # noqa: E402
 from pyg_dynscale.ctdg import TGN, MemoryTrainer, load_event_list, synthetic_events  # noqa: E402
-from pyg_dynscale.ctdg.placement import resolve_partition  # noqa: E402
+from pyg_dynscale.ctdg.memory_placement import resolve_partition  # noqa: E402
 from pyg_dynscale.training.launch import spawn  # noqa: E402
 
 PLACEMENTS = ("replicated", "partitioned", "sven")
@@ -134,7 +134,7 @@ def _rank(rank, world, quick, events, stream, placement, partition, epochs):
         took = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
         dist.all_reduce(took, op=dist.ReduceOp.MAX)
         t = tr.traffic()
-        mine = torch.tensor([t["measured"].get(k, 0) for k in KINDS], dtype=torch.float64)
+        mine = torch.tensor([t["rank"]["measured"].get(k, 0) for k in KINDS], dtype=torch.float64)  # this rank's
         every = [torch.empty_like(mine) for _ in range(world)]
         dist.all_gather(every, mine)
         per_rank = torch.stack(every)
@@ -162,12 +162,12 @@ def record_lists(data, m: int, batch_size: int = BATCH) -> dict:
     tr = _trainer(data, "sven", torch.zeros(n, dtype=torch.long), batch_size, (m, 1, 1))
     rec = {"dispatch": [], "aggregation": [], "steps": 0}
     cur = {"t": None}
-    dispatch, fetch, aggregate = tr._dispatch, tr.placement.fetch, tr.placement.aggregate
+    dispatch, fetch, aggregate = tr.fetch.dispatch, tr.placement.fetch, tr.placement.aggregate
 
-    def _dispatch(lb):
+    def _dispatch(lb, ctx):
         cur["t"] = lb.trainer
         try:
-            return dispatch(lb)
+            return dispatch(lb, ctx)
         finally:
             cur["t"] = None
 
@@ -182,7 +182,7 @@ def record_lists(data, m: int, batch_size: int = BATCH) -> dict:
             rec["aggregation"].append((rec["steps"] - 1, t, torch.cat([src, dst]), n_id.numel()))
         return aggregate(batches, *rest, **kw)
 
-    tr._dispatch, tr.placement.fetch, tr.placement.aggregate = _dispatch, _fetch, _aggregate
+    tr.fetch.dispatch, tr.placement.fetch, tr.placement.aggregate = _dispatch, _fetch, _aggregate
     tr.train_epoch()
     rec["grad_bytes"] = sum(p.numel() * p.element_size() for p in tr.optimizer_params if p.requires_grad)
     rec["val_start"] = tr.val_start

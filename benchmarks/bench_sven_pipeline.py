@@ -44,7 +44,7 @@ def _rank(rank, world, args):
         tr = MemoryTrainer(model, d, batch_size=args.batch_size, lr=1e-4, parallelism=(world, 1, 1), seed=1,
                            memory_placement=placement, gradient_sync=sync, **extra)
         secs, loss = timed_epochs(tr, args.epochs)
-        m = tr.traffic()["measured"]
+        m = tr.traffic()["rank"]["measured"]  # this rank's
         out[label] = {"secs": secs, "loss": loss, "dispatch": m["dispatch"] + m["requests"],
                       "aggregation": m["aggregation"], "gradients": m["gradients"],
                       "n": None if tr._micro is None else tr._micro.n}

@@ -34,7 +34,7 @@ def _rank(rank, world, args):
         tr = MemoryTrainer(model, d, batch_size=args.batch_size, lr=1e-4, parallelism=(world, 1, 1), seed=1,
                            memory_placement=placement, partition="interval", prefetch=prefetch)
         secs, loss = timed_epochs(tr, args.epochs)
-        m = tr.traffic()["measured"]
+        m = tr.traffic()["rank"]["measured"]  # this rank's
         out[(placement, prefetch)] = {"secs": secs, "loss": loss, "total": m["total"],
                                       "prefetched": tr.prefetched["dispatch"]}
         tr.close()
