@@ -23,6 +23,8 @@
 #                   (empty: compile them from source)
 #   MAX_JOBS        parallel compile jobs for torch-scatter / torch-sparse (2)
 #   PYTEST_ARGS     extra arguments for pytest in `make test`
+#   TEST_WORKERS    pytest-xdist workers for `make test` / `make test-fast` (2: the tests that start
+#                   processes run one after another on one worker, the others beside them; 0: no xdist)
 #   TEST_THREADS    OMP_NUM_THREADS for the tests (1: tests use small graphs and
 #                   start several processes; more OpenMP threads than free cores
 #                   make every op spin-wait, e.g. 200 s instead of 7 s for one test)
@@ -40,6 +42,7 @@ PYG_WHEELS ?=
 MAX_JOBS ?= 2
 PYTEST_ARGS ?=
 TEST_THREADS ?= 1
+TEST_WORKERS ?= 2
 DEMO_ARGS ?=
 GPU_CHECK_ARGS ?=
 
@@ -105,12 +108,12 @@ demo: $(DEMO_STAMP)
 	$(PY) -m pyg_dynscale train england_covid --nproc 2 --scheme pgc --model tgcn-deep --epochs 50 $(DEMO_ARGS)
 
 test: $(STAMP)
-	OMP_NUM_THREADS=$(TEST_THREADS) MKL_NUM_THREADS=$(TEST_THREADS) $(PY) -m pytest -q --durations=15 $(PYTEST_ARGS)
+	OMP_NUM_THREADS=$(TEST_THREADS) MKL_NUM_THREADS=$(TEST_THREADS) $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=15 $(PYTEST_ARGS)
 
 # the edit-test loop's tier: every test but the `slow` ones (those that start processes: spawned ranks, the
 # command line, torchrun, benchmarks, notebooks; tests/helpers/slow.py)
 test-fast: $(STAMP)
-	OMP_NUM_THREADS=$(TEST_THREADS) MKL_NUM_THREADS=$(TEST_THREADS) $(PY) -m pytest -q -m "not slow" --durations=10 $(PYTEST_ARGS)
+	OMP_NUM_THREADS=$(TEST_THREADS) MKL_NUM_THREADS=$(TEST_THREADS) $(PY) -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadgroup --durations=10 $(PYTEST_ARGS)
 
 docs: $(DOCS_STAMP)
 	$(PY) -m sphinx -b html -q docs docs/_build/html

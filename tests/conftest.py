@@ -12,10 +12,10 @@ if TYPE_CHECKING:
     from pyg_dynscale import DynamicGraphSignal
 
 from tests.helpers.datasets import (  # noqa: F401  (the cap on real-dataset tests: its hooks)
-    pytest_runtest_logreport, pytest_sessionfinish, pytest_terminal_summary,
+    pytest_runtest_logreport, pytest_runtest_makereport, pytest_sessionfinish, pytest_terminal_summary,
 )
 from tests.helpers.signals import make_dynamic_signal
-from tests.helpers.slow import ProcessStarters, is_slow
+from tests.helpers.slow import ProcessStarters, lane, runs_a_program, starts_processes
 
 # torch and pyg_dynscale are imported where they are used: a pytest session that only imports the helpers
 # (tests/data/test_dataset_stand_ins.py starts four) does not pay for them
@@ -62,11 +62,16 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(tryfirst=True)  # before -m selects by markers
 def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
-    """``slow``: every test that starts processes or runs a whole program (tests/helpers/slow.py)."""
+    """``slow``: every test that starts processes or runs a whole program (tests/helpers/slow.py); under xdist
+    (``make test``: ``-n 2 --dist loadgroup``) each test's lane."""
     starters = ProcessStarters()
+    grouped = config.pluginmanager.hasplugin("xdist") and config.getoption("dist", "no") == "loadgroup"
     for item in items:
-        if item.get_closest_marker("slow") is None and is_slow(item, starters):
+        starts = starts_processes(item, starters)
+        if item.get_closest_marker("slow") is None and (starts or runs_a_program(item)):
             item.add_marker(pytest.mark.slow)
+        if grouped and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(lane(item, starts)))
 
 
 @pytest.fixture(autouse=True)

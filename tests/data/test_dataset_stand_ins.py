@@ -85,7 +85,9 @@ def test_shared_folder_is_complete_where_present():
 # ------------------------------------------------------------------ the cap
 CAP_CONFTEST = """
 import tests.helpers.datasets as c
-from tests.helpers.datasets import pytest_runtest_logreport, pytest_sessionfinish, pytest_terminal_summary  # the cap's hooks
+from tests.helpers.datasets import (  # the cap's hooks
+    pytest_runtest_logreport, pytest_runtest_makereport, pytest_sessionfinish, pytest_terminal_summary,
+)
 
 c.MAX_REAL_DATASET_TESTS = {cap}
 """
@@ -105,14 +107,14 @@ def test_stand_in_is_free():
 """
 
 
-def _run_cap_session(tmp_path: Path, cap: int, datasets: Path) -> subprocess.CompletedProcess:
-    suite = tmp_path / f"suite_{cap}_{datasets.name}"
+def _run_cap_session(tmp_path: Path, cap: int, datasets: Path, *args: str) -> subprocess.CompletedProcess:
+    suite = tmp_path / f"suite_{cap}_{datasets.name}{len(args)}"
     suite.mkdir()
     (suite / "conftest.py").write_text(textwrap.dedent(CAP_CONFTEST.format(cap=cap)))
     (suite / "test_needs_data.py").write_text(textwrap.dedent(CAP_TESTS))
     env = dict(os.environ, PYTHONPATH=str(ROOT), PYG_DYNSCALE_DATASETS=str(datasets))
     env.pop("PYTEST_ADDOPTS", None)
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", str(suite)],
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *args, str(suite)],
                           capture_output=True, text=True, cwd=suite, env=env, timeout=120)
 
 
@@ -139,3 +141,18 @@ def test_cap_on_tests_needing_real_datasets(tmp_path, present):
         assert "1 passed" in at.stdout and "3 skipped" in at.stdout, at.stdout
         assert "needs the real shared dataset snap/CollegeMsg.txt" in at.stdout, at.stdout
         assert "3 test(s) need them (at most 3), 3 skipped here" in at.stdout, at.stdout
+
+
+def test_cap_counts_the_tests_of_every_xdist_worker(tmp_path):
+    """Under ``make test`` (``-n 2``) the tests run in workers and the cap is checked by the controller: the
+    datasets each test asked for travel with its reports."""
+    pytest.importorskip("xdist")
+    data = tmp_path / "shared"
+    (data / "snap").mkdir(parents=True)
+    (data / "snap" / "CollegeMsg.txt").write_bytes(stand_in_file("snap/CollegeMsg.txt").read_bytes())
+    over = _run_cap_session(tmp_path, 2, data, "-n", "2")  # test_real[0], test_real[1] pass, test_ad_hoc_skip
+    out = over.stdout + over.stderr
+    assert over.returncode == 1, out
+    assert "3 tests need a real shared dataset, more than MAX_REAL_DATASET_TESTS = 2" in out, out
+    assert "test_needs_data.py::test_real[1]" in out, out
+

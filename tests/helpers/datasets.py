@@ -119,7 +119,20 @@ def _names_a_shared_dataset(text: str) -> bool:
     return any(Path(rel).name.split(".")[0] in text for rel in SHARED_DATASET_FILES)
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """The datasets a test asked for travel with its reports (under xdist the session that checks the cap is not
+    the process that ran the test)."""
+    yield
+    rels = _real_dataset_tests.get(item.nodeid)
+    if rels and ("real_datasets", tuple(sorted(rels))) not in item.user_properties:
+        item.user_properties.append(("real_datasets", tuple(sorted(rels))))
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    for name, value in getattr(report, "user_properties", ()):
+        if name == "real_datasets":
+            _real_dataset_tests.setdefault(report.nodeid, set()).update(value)
     # skips that name a shared dataset, however they were raised (a doc block, an ad-hoc skip)
     if report.skipped and isinstance(report.longrepr, tuple) and _names_a_shared_dataset(str(report.longrepr[2])):
         _dataset_skips[report.nodeid] = str(report.longrepr[2])
