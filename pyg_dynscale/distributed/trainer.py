@@ -562,7 +562,7 @@ class DistributedTrainer(BaseTrainer):
         :class:`~pyg_dynscale.training.Metrics` with ``"loss"`` (the training
         loss function, global normalizers) and the loss's own name; for
         ``"mse"``/``"mae"`` both ``"mse"`` and ``"mae"`` (PyGT's per-snapshot
-        mean, averaged over snapshots); for ``"bce_link"`` ``"auc"`` and
+        mean, averaged over snapshots); for ``"bce_link"`` also ``"auc"`` and
         ``"ap"`` of every rank's pairs (each where both classes occur). The
         same on every rank; equal to :meth:`FusedTrainer.evaluate
         <pyg_dynscale.runtime.FusedTrainer.evaluate>` to float rounding.
@@ -600,7 +600,8 @@ class DistributedTrainer(BaseTrainer):
             if self.loss_kind != "bce_link":
                 return summed_metrics(node_metrics(self.loss_kind, pred, tg.target, tg.mean), self.transport)
             logits = self._link_logits(pred)
-        out = summed_metrics({"loss": tg.mean(link_row_losses(logits, tg.label))}, self.transport)
+        loss = tg.mean(link_row_losses(logits, tg.label))
+        out = summed_metrics({"loss": loss, "bce_link": loss}, self.transport)
         out.update(gathered_link_metrics(logits, tg.label, tg.pair_ids, tg.num_pairs, pairs, self.transport))
         return out
 

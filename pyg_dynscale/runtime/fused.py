@@ -397,11 +397,11 @@ class FusedTrainer(BaseTrainer):
         :class:`~pyg_dynscale.training.Metrics` ``{name: float}`` with
         ``"loss"`` (the training loss function, same targets and reduction)
         and the loss's own name (``"mse"``, ``"mae"``,
-        ``"ce"``); for ``"mse"``/``"mae"`` both ``"mse"`` and ``"mae"``
-        (PyGT's per-snapshot mean, averaged over snapshots); for
-        ``"bce_link"`` ``"auc"`` and ``"ap"`` of the pairs' logits (each
+        ``"ce"``, ``"bce_link"``); for ``"mse"``/``"mae"`` both ``"mse"`` and
+        ``"mae"`` (PyGT's per-snapshot mean, averaged over snapshots); for
+        ``"bce_link"`` also ``"auc"`` and ``"ap"`` of the pairs' logits (each
         where both classes occur). A streamed trainer or a callable loss
-        reports ``"loss"`` (and a streamed node loss's name with
+        reports ``"loss"`` (and a streamed loss's name with
         ``snapshot_reduction="mean"``).
 
         Args:
@@ -431,7 +431,7 @@ class FusedTrainer(BaseTrainer):
         kind = self.loss_kind
         if self.streamed is not None or callable(kind):
             loss = float(self.compute_loss())
-            named = {kind: loss} if kind in ("mse", "mae", "ce") and self.snapshot_reduction == "mean" else {}
+            named = {kind: loss} if isinstance(kind, str) and self.snapshot_reduction == "mean" else {}
             return Metrics(loss=loss, **named)
         out = self.outputs()
         if kind != "bce_link":
@@ -443,7 +443,7 @@ class FusedTrainer(BaseTrainer):
         if self._first_snapshot:  # a later window's evaluator: the window's pairs only
             keep = self.label_time >= self._first_snapshot
             logits, labels = logits[keep], labels[keep]
-        return Metrics(loss=loss, **link_metrics(logits, labels))
+        return Metrics(loss=loss, bce_link=loss, **link_metrics(logits, labels))
 
     @torch.no_grad()
     def predict(self, data: Any = None, *, continue_state: bool = True, **deprecated: Any) -> Tensor:

@@ -69,7 +69,7 @@ def test_link_metrics_are_auc_and_ap_of_the_window_pairs():
     tr = FusedTrainer(m, train, loss="bce_link")
     tr.train_epoch()
     got = tr.evaluate()
-    assert set(got) == {"loss", "auc", "ap"}
+    assert set(got) == {"loss", "bce_link", "auc", "ap"} and got["bce_link"] == got["loss"]
     with torch.no_grad():
         logits = tr.link_logits(tr.outputs())
     assert got["auc"] == roc_auc(logits, tr.label) and got["ap"] == average_precision(logits, tr.label)
