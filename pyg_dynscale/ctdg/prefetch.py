@@ -15,8 +15,8 @@ each lookup is followed on the thread by the local batch's id organisation
 (the ``then`` of :meth:`NeighborPrefetcher.lookup`, Sven §7.2's prefetch):
 its occurrence list :math:`V_o` (which reads the mailbox), the
 redundancy-free / per-owner dispatch lists and the aggregation lists
-(:meth:`~pyg_dynscale.ctdg.placement.PartitionedMemory.organise_fetch`,
-:meth:`~pyg_dynscale.ctdg.placement.PartitionedMemory.organise_aggregate`).
+(:meth:`~pyg_dynscale.ctdg.memory_placement.PartitionedMemory.organise_fetch`,
+:meth:`~pyg_dynscale.ctdg.memory_placement.PartitionedMemory.organise_aggregate`).
 The rows cannot move early: they are the owners' rows after this step's
 aggregation. The trainer queues the lookup after the step's write-back (its
 ``store.put``), so the mailbox the thread reads is the one the next step

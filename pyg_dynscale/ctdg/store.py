@@ -183,7 +183,7 @@ class MemoryState:
         self.store_s = MessageStore(src, n)  # TGNMemory.msg_s_store: messages src -> dst
         self.store_d = MessageStore(dst, n)  # msg_d_store: dst -> src
         self.assoc = torch.empty(n, dtype=torch.long, device=src.device)
-        #: a :class:`~pyg_dynscale.ctdg.placement.PartitionedMemory` (owned rows + the fetched table)
+        #: a :class:`~pyg_dynscale.ctdg.memory_placement.PartitionedMemory` (owned rows + the fetched table)
         #: in place of the module's ``memory`` / ``last_update`` buffers; ``None``: the buffers
         self.placement = None
 

@@ -1,18 +1,15 @@
 """MemoryTrainer on the one trainer surface: keyword-only options (the old positionals warn and give the same
 numbers), ``loss`` / ``optimizer`` / ``device``, ``evaluate()`` = the test split with the BCE loss of that split
 (checked against PyG's example loop's own logits), ``traffic()`` a TrafficReport, the deprecated state names,
-``close()`` and the context manager, the frozen step context."""
+``close()`` and the context manager."""
 from __future__ import annotations
 
 import copy
-import dataclasses
-import warnings
 
 import pytest
 import torch
 
 from pyg_dynscale.ctdg import TGN, MemoryTrainer, synthetic_events
-from pyg_dynscale.ctdg.step_context import StepContext
 from pyg_dynscale.errors import ModelInputError, UnsupportedOptionError
 from pyg_dynscale.training import BaseTrainer, Metrics, TrafficReport
 
@@ -142,17 +139,3 @@ def test_close_and_the_context_manager():
         tr.train_epoch()
     with pytest.raises(ModelInputError, match="closed"):
         tr.evaluate()
-
-
-def test_the_step_context_is_frozen_and_each_step_takes_the_prefetched_lookups():
-    ctx = StepContext.start((0, 9), False, torch.device("cpu"))
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        ctx.iteration = 3
-    ctx.next_lookups[0] = "lookup of step 0"
-    ctx.negatives[(0, 0)] = torch.arange(4).view(1, 4)
-    step = ctx.next_step(0)
-    assert step.iteration == 0 and step.lookups == {0: "lookup of step 0"} and step.next_lookups == {}
-    assert step.negatives is ctx.negatives and step.loss_sum is ctx.loss_sum  # the epoch's stores are shared
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert step.next_step(1).lookups == {}
