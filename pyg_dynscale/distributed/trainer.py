@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Union
+from typing import Any, Optional, Union
 
 import torch
 import torch.distributed as dist
@@ -57,6 +57,7 @@ from .evaluation import (LaterWindow, gathered_link_metrics, later_window_evalua
 from .exchange import Communicator
 from .fusion_groups import check_fusion_groups
 from .local import ExchangeMap, halo_keys, positions_in
+from .plan_traffic import plan_traffic
 from .setup_checks import agree, bind, check_gpu_sharing, check_pattern, resolve_device, setup_summary
 from .snapshot_engine import SnapshotEngine
 from .stale import StaleCache, StaleConfig
@@ -371,7 +372,7 @@ class DistributedTrainer(BaseTrainer):
         if self.path == "decomposed":
             self.engine.load_inputs(signal.x, self.device)
         self.load_seconds = time.perf_counter() - t0
-        self.load_bytes_measured = self._sum_counter(lambda k: True)
+        self.load_bytes_measured = int(sum(self.comm.bytes.values()))
         self.comm.reset_counters()
         # ---------------- replicated parameters: rank 0's, and one optimizer per rank
         self.params = list(self.model.parameters()) + (list(head.parameters()) if head is not None else [])
@@ -637,9 +638,6 @@ class DistributedTrainer(BaseTrainer):
         return self.transport.all_reduce(full)  # every row is non-zero on one rank only: exact
 
     # ---------------------------------------------------------------- traffic
-    def _sum_counter(self, pred: Callable[[tuple], bool]) -> int:
-        return int(sum(v for k, v in self.comm.bytes.items() if pred(k)))
-
     def traffic(self) -> TrafficReport:
         r"""Bytes of the last training epoch, summed over ranks (a collective:
         call it on every rank), next to the plan's prediction. Evaluation and
@@ -657,33 +655,11 @@ class DistributedTrainer(BaseTrainer):
             ``measured_backward``, ``predicted_forward``,
             ``predicted_backward``); ``load`` (``measured`` and ``predicted``
             bytes moved once at set-up); ``temporal_rounds``; ``collectives``
-            (issued in the last epoch, all ranks).
+            (issued in the last epoch, all ranks); :func:`.plan_traffic.plan_traffic`.
         """
-        rows = [(e.block, e.phase, e.kind) for e in self.plan if not e.static]
-        vals = []
-        for key in rows:
-            vals += [self.comm.bytes.get(key + ("fwd",), 0), self.comm.bytes.get(key + ("bwd",), 0)]
-        extra = [self._sum_counter(lambda k: k[2] == "norm"), self.gradient_bytes.since()["grad_sync"],
-                 self.load_bytes_measured, self.comm.calls, self._sum_counter(lambda k: k[2] == "stale_meta")]
-        t = self.transport.all_reduce_host(torch.tensor(vals + extra, dtype=torch.float64)).long().tolist()
-        measured = {k: 0 for k in ("spatial", "temporal", "redistribution", "readout")}
-        predicted = dict(measured)
-        exchanges = []
-        for i, key in enumerate(rows):
-            e = self.plan.exchange(key[0], key[1])
-            mf, mb = t[2 * i], t[2 * i + 1]
-            measured[key[2]] += mf + mb
-            predicted[key[2]] += e.forward_bytes + e.backward_bytes
-            exchanges.append({"block": key[0], "phase": key[1], "kind": key[2], "measured_forward": mf,
-                              "measured_backward": mb, "predicted_forward": e.forward_bytes,
-                              "predicted_backward": e.backward_bytes})
-        n = len(vals)
-        measured["stale_meta"] = t[n + 4]  # the stale cache's masks (and global-D all-reduces); 0 when exact
-        total = sum(measured.values())  # the plan's kinds and the stale masks: grad_sync and norm apart
-        measured["norm"], measured["grad_sync"] = t[n], t[n + 1]
-        return TrafficReport(measured, predicted, measured_total=total, exchanges=exchanges,
-                             load={"measured": t[n + 2], "predicted": int(self.plan.load_bytes())},
-                             temporal_rounds=self.plan.temporal_rounds(), collectives=t[n + 3])
+        return plan_traffic(self.plan, self.comm.bytes, grad_bytes=self.gradient_bytes.since()["grad_sync"],
+                            load_bytes=self.load_bytes_measured, calls=self.comm.calls,
+                            all_reduce_host=self.transport.all_reduce_host)
 
     def halo_rows(self) -> dict:
         r"""Halo rows each rank loads per spatial layer, summed over ranks:
