@@ -279,6 +279,11 @@ class MemoryTrainer(BaseTrainer):
             agree(error, summary)  # over the host (gloo) group: no NCCL collective yet
             check_gpu_sharing(self.device)  # two ranks on one GPU over NCCL: our message, before NCCL's
             self._connect(overlap_aggregation)
+        if memory_service:  # threads: only once nothing can fail any more
+            self.service = self.write_back.service = MemoryService(self.memory.memory, self.memory.last_update)
+        if prefetch:
+            self.prefetcher = self.write_back.prefetcher = NeighborPrefetcher(self.memory.num_nodes,
+                                                                              self.num_neighbors, "cpu")
         if seed is not None:
             torch.manual_seed(seed)
 
@@ -361,16 +366,12 @@ class MemoryTrainer(BaseTrainer):
                                         self.criterion)
         self.stream_checkpoint = StreamCheckpoint(self.copies, self.bytes, self.placement, self.rank, dev,
                                                   lambda epoch: self._rng_seed(-1, -1, epoch))
+        #: the memory service's and the prefetcher's threads (started once the set-up is agreed)
         self.service: Optional[MemoryService] = None
-        if memory_service:
-            self.service = MemoryService(memory.memory, memory.last_update)
         self.prefetcher: Optional[NeighborPrefetcher] = None
-        if prefetch:
-            self.prefetcher = NeighborPrefetcher(memory.num_nodes, self.num_neighbors, "cpu")
         #: the end of each step for a memory copy (its rows, messages and neighbours)
         self.write_back = WriteBack(self.copies, self.host, i * j, self.bytes.local, self.bytes.collectives,
                                     self._row_bytes, self.fetch)
-        self.write_back.service, self.write_back.prefetcher = self.service, self.prefetcher
         #: the process groups of this rank (None: one process)
         self.groups: Optional[RankGroups] = None
         self._ddp = None
