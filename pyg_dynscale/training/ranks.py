@@ -71,7 +71,7 @@ __all__ = ["DEVICE_ONLY_BACKENDS", "DEVICE_BINDERS", "bind_device", "local_cuda_
 
 #: backends that move tensors of one device type only -> that device type. Such a group gets a gloo twin for
 #: host values (:func:`host_group`) and never carries an object collective. A third-party device-only
-#: backend adds its name here (the tests' CPU stand-in for NCCL, ``tests/fake_nccl.py``, adds ``"fake_nccl"``).
+#: backend adds its name here (the tests' CPU stand-in for NCCL, ``tests/helpers/fake_nccl.py``, adds ``"fake_nccl"``).
 DEVICE_ONLY_BACKENDS: dict[str, str] = {"nccl": "cuda"}
 
 

@@ -111,7 +111,7 @@ def assign_chunks(
     # chunks sorted by workload, heaviest first (ties: lower chunk id first)
     order = np.lexsort((np.arange(C), -cost))
     limit = (1.0 + slack) * gbar
-    if kernels.backend() == "numba":  # the same loop compiled (identical result, tests/test_kernels.py)
+    if kernels.backend() == "numba":  # the same loop compiled (identical result, tests/partition/test_kernels.py)
         return kernels.assign_chunks(np.ascontiguousarray(graph.ptr, dtype=np.int64),
                                      np.ascontiguousarray(graph.nbr, dtype=np.int64),
                                      np.ascontiguousarray(graph.w, dtype=np.float64), cost, order, int(num_parts),
@@ -186,7 +186,7 @@ def refine_chunks(
     hi_lim, lo_lim = (1.0 + slack) * gbar, (1.0 - slack) * gbar
     A = graph.affinity(owner, num_parts)
     loads = rank_loads(owner, cost, num_parts)
-    if kernels.backend() == "numba":  # same phases compiled (identical result, tests/test_kernels.py)
+    if kernels.backend() == "numba":  # same phases compiled (identical result, tests/partition/test_kernels.py)
         kernels.refine_chunks(np.ascontiguousarray(graph.ptr, dtype=np.int64), np.ascontiguousarray(graph.nbr, dtype=np.int64),
                               np.ascontiguousarray(graph.w, dtype=np.float64), cost, owner, A, loads, int(num_parts),
                               float(hi_lim), float(lo_lim), int(max_moves), int(swaps))

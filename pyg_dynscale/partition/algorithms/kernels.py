@@ -29,7 +29,7 @@ order, sum each node's edge weights in CSR order in float64, break ties the
 same way (largest internal label), and share the cap acceptance, the hashed
 half masks (:func:`half_mask`) and the dirty bookkeeping; parallel kernels
 concatenate per-block results in a fixed order, so the thread count does not
-change results either (tested in ``tests/test_kernels.py``).
+change results either (tested in ``tests/partition/test_kernels.py``).
 The first call of a kernel compiles it; compiled code is cached on disk
 (numba ``cache=True``; numba falls back to a per-user cache directory when
 the package's folder is read-only), so later processes start fast.
