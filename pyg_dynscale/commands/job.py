@@ -10,7 +10,7 @@ fields; one rank's run of it reads
 
 .. code-block:: python
 
-    job = Job(args, rank, world, PROG)        # the job's clock starts
+    job = Job(args, rank, PROG)               # the job's clock starts
     ...                                       # load the data
     job.find_resume(record, mismatch_message) # before the processes connect
     init()
@@ -41,8 +41,8 @@ from typing import Any, Callable, NoReturn, Optional
 
 from ..errors import CommandError
 
-__all__ = ["fail", "NonFiniteLossError", "check_finite", "add_job_options", "check_launch_options", "check_checkpoint_options",
-           "resumable_checkpoint", "Job", "start", "run_worker", "group_timeout"]
+__all__ = ["fail", "NonFiniteLossError", "check_finite", "add_job_options", "check_launch_options",
+           "check_checkpoint_options", "resumable_checkpoint", "Job", "start", "run_worker", "group_timeout"]
 
 
 def fail(message: str) -> NoReturn:
@@ -146,15 +146,15 @@ class Job:
     Args:
         args: the subcommand's options (``epochs``, ``checkpoint_dir``,
             ``checkpoint_every``, ``resume``, ``no_progress``).
-        rank, world: this rank and the number of ranks.
+        rank: this rank (rank 0 says where the run starts).
         prog: the command's name, the prefix of its lines on stderr.
         clock: the clock the epochs are timed with (the subcommand's
             ``time.perf_counter``).
     """
 
-    def __init__(self, args: argparse.Namespace, rank: int, world: int, prog: str,
+    def __init__(self, args: argparse.Namespace, rank: int, prog: str,
                  clock: Callable[[], float] = time.perf_counter) -> None:
-        self.args, self.rank, self.world, self.prog = args, rank, world, prog
+        self.args, self.rank, self.prog = args, rank, prog
         #: the run record a checkpoint must match to be resumed (:meth:`find_resume`), written into every one
         self.record: dict = {}
         self.clock = clock

@@ -9,7 +9,7 @@ import os
 from typing import Any, Optional
 
 from .launch import in_torchrun, plan_devices
-from .job import check_checkpoint_options, check_launch_options, fail
+from .job import check_checkpoint_options, check_launch_options, fail, resumable_checkpoint
 from .train_options import REFUSED_DTYPES, dtype_refusal
 
 
@@ -289,19 +289,10 @@ def _check_resume(args: argparse.Namespace) -> None:
     readable, and the fields of the run that need no data (model, width,
     hyperparameters, processes) equal to this run's; :func:`train` checks the
     rest (data fingerprint, scheme) before the processes connect."""
-    from ..training.checkpoint import (CheckpointDamagedError, CheckpointMismatchError, check_run,
-                                          latest_checkpoint, verify_checkpoint)
-
-    found = latest_checkpoint(args.checkpoint_dir)
+    found = resumable_checkpoint(args.checkpoint_dir, run_record(args, None, _expected_world(args), None),
+                                 lambda exc: mismatch_message(exc, args), ignore=("signal", "scheme"))
     if found is None:
         return  # rank 0 says that it starts fresh
-    try:
-        check_run(found[1], run_record(args, None, _expected_world(args), None), ignore=("signal", "scheme"))
-        verify_checkpoint(found[1])
-    except CheckpointMismatchError as exc:
-        fail(mismatch_message(exc, args))
-    except CheckpointDamagedError as exc:
-        fail(f"--resume: {exc}")
     saved = os.path.join(args.checkpoint_dir, "partition.pt")
     if args.partition is None and os.path.isfile(saved):
         read_partition(saved, "--resume: the checkpoints' partition", "delete it (the run partitions again: the "

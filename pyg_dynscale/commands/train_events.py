@@ -309,7 +309,7 @@ def train_events(args: argparse.Namespace, rank: int, world: int, init: Callable
     from ..errors import DynScaleError
     from .events_checkpoint import events_mismatch_message, events_record, stream_template
 
-    job = Job(args, rank, world, PROG, time.perf_counter)
+    job = Job(args, rank, PROG, time.perf_counter)
     torch.set_num_threads(args.threads)
     try:
         data = load_events(args)

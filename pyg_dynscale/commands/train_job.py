@@ -128,7 +128,7 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
     from ..partition.partition import SCHEMES
     from ..runtime.metrics import roc_auc
 
-    job = Job(args, rank, world, PROG, time.perf_counter)
+    job = Job(args, rank, PROG, time.perf_counter)
     torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype)
     # ---- data and everything that can be checked before the processes connect

@@ -45,7 +45,7 @@ def train_windows(args: argparse.Namespace, rank: int, world: int, init_process_
     from .train_checks import mismatch_message, run_record
     from .user_model import build_user_model, describe_head
 
-    job = Job(args, rank, world, PROG, time.perf_counter)
+    job = Job(args, rank, PROG, time.perf_counter)
     torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype)
     signal = load_signal(args)

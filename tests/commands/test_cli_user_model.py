@@ -140,7 +140,7 @@ def _api(rank: int, world: int, folder: str, runs: list) -> list:
         model = cls(signal.num_node_features).double()
         trainer = DistributedTrainer(model, train, load_partition(part_file, train), loss="mse", lr=0.01)
         losses = [trainer.train_epoch() for _ in range(epochs)]
-        mse = trainer.evaluate(test, partition(test, "pss", world))  # the state continued, as the command
+        mse = trainer.evaluate(test, partition(test, "pss", world))["loss"]  # the state continued, as the command
         out.append({"losses": losses, "test_metric": mse, "path": trainer.path,
                     "params": {n: p.detach().clone() for n, p in model.named_parameters()}})
     return out
@@ -265,9 +265,9 @@ def test_package_model_with_args_gets_the_zoo_head_and_equals_the_python_api(cap
     trainer = FusedTrainer(model, train, head=head, loss="mse", lr=0.01)
     losses = [trainer.train_epoch() for _ in range(3)]
     torch.testing.assert_close(torch.tensor(r["losses"]), torch.tensor(losses), rtol=1e-9, atol=1e-12)
-    mse = trainer.evaluate(test)  # each vertex's state continued from the training snapshots
+    mse = trainer.evaluate(test)["loss"]  # each vertex's state continued from the training snapshots
     assert r["test_state"] == "continued" and abs(r["test_metric"] - mse) < 1e-9
-    assert abs(FusedTrainer(model, test, head=head, loss="mse").evaluate() - mse) > 1e-6  # not a zero state
+    assert abs(FusedTrainer(model, test, head=head, loss="mse").evaluate()["loss"] - mse) > 1e-6  # not a zero state
 
 
 def test_recompute_and_stale_where_they_apply(models, capsys, monkeypatch) -> None:

@@ -52,7 +52,7 @@ def _progress() -> dict:
 
 # ------------------------------------------------------------------ the loop
 def test_checkpoints_every_k_epochs_and_after_the_last(tmp_path) -> None:
-    job = Job(_args(tmp_path), 0, 1, PROG)
+    job = Job(_args(tmp_path), 0, PROG)
     job.find_resume({"run": "a"}, str)
     trainer, progress = _Trainer([0.5, 0.4, 0.3]), _progress()
     progress, start_epoch = job.restore(trainer.modules, trainer.optimizer, progress)
@@ -69,7 +69,7 @@ def test_checkpoints_every_k_epochs_and_after_the_last(tmp_path) -> None:
 def test_a_resume_continues_from_the_latest_complete_checkpoint(tmp_path, capsys) -> None:
     """Epochs 1-3 written (kept: 2 and 3), a partial 4th left by a crash: the run goes on from epoch 3, with
     its parameters and progress, and rank 0 says so once; ``then`` runs before that line."""
-    first = Job(_args(tmp_path, epochs=3, checkpoint_every=1), 0, 1, PROG)
+    first = Job(_args(tmp_path, epochs=3, checkpoint_every=1), 0, PROG)
     first.find_resume({"run": "a"}, str)
     trainer = _Trainer([0.5, 0.4, 0.3])
     progress, s = first.restore(trainer.modules, trainer.optimizer, _progress())
@@ -77,7 +77,7 @@ def test_a_resume_continues_from_the_latest_complete_checkpoint(tmp_path, capsys
     (tmp_path / "ck" / ".partial-epoch-000004").mkdir()
     capsys.readouterr()
 
-    job = Job(_args(tmp_path, epochs=5, checkpoint_every=1, resume=True), 0, 1, PROG)
+    job = Job(_args(tmp_path, epochs=5, checkpoint_every=1, resume=True), 0, PROG)
     assert job.find_resume({"run": "a"}, str) == (3, str(tmp_path / "ck" / "epoch-000003"))
     fresh, order = _Trainer(), []
     progress, s = job.restore(fresh.modules, fresh.optimizer, _progress(),
@@ -92,7 +92,7 @@ def test_a_resume_continues_from_the_latest_complete_checkpoint(tmp_path, capsys
 
 
 def test_a_non_finite_loss_stops_at_its_epoch_before_its_checkpoint(tmp_path) -> None:
-    job = Job(_args(tmp_path, checkpoint_every=1), 0, 1, PROG)
+    job = Job(_args(tmp_path, checkpoint_every=1), 0, PROG)
     job.find_resume({}, str)
     trainer, progress = _Trainer([0.5, float("nan"), 0.3]), _progress()
     progress, s = job.restore(trainer.modules, trainer.optimizer, progress)
@@ -151,12 +151,12 @@ def test_resumable_checkpoint(tmp_path) -> None:
 
 
 def test_without_resume_nothing_is_looked_up_and_fresh_is_said_once(tmp_path, capsys) -> None:
-    job = Job(_args(tmp_path, epochs=4), 0, 1, PROG)
+    job = Job(_args(tmp_path, epochs=4), 0, PROG)
     assert job.find_resume({"a": 1}, str) is None and job.record == {"a": 1}
     assert capsys.readouterr().err == ""
     for rank, said in ((1, ""), (0, f"{PROG}: --resume: no complete checkpoint in '{tmp_path / 'ck'}' yet; "
                                     "starting fresh at epoch 1 of 4.\n")):
-        assert Job(_args(tmp_path, epochs=4, resume=True), rank, 2, PROG).find_resume({"a": 1}, str) is None
+        assert Job(_args(tmp_path, epochs=4, resume=True), rank, PROG).find_resume({"a": 1}, str) is None
         assert capsys.readouterr().err == said
 
 
@@ -170,7 +170,7 @@ def _epoch_seconds(rank: int, world: int, tmp: str) -> list:
         return ticks[0]
 
     job = Job(argparse.Namespace(epochs=2, checkpoint_dir=None, checkpoint_every=1, resume=False, no_progress=True),
-              rank, world, PROG, clock)
+              rank, PROG, clock)
     job.find_resume({}, str)
     trainer, progress = _Trainer(), _progress()
     progress, s = job.restore(trainer.modules, trainer.optimizer, progress)
