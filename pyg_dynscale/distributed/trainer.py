@@ -608,12 +608,15 @@ class DistributedTrainer(BaseTrainer):
 
     @torch.no_grad()
     def link_scores(self, data: Any = None, partition: Any = None, *,
-                    continue_state: bool = True) -> tuple[Tensor, Tensor]:
+                    continue_state: bool = True, **deprecated: Any) -> tuple[Tensor, Tensor]:
         """Eval-mode logits and labels of the labelled pairs whose source this
         rank computes (``loss="bce_link"``): ``([L_r], [L_r])``. Every pair
         is on exactly one rank; gather them for a global metric such as AUC.
         With ``data`` (and its ``partition``), the pairs of that later
         window (``continue_state`` as :meth:`evaluate`)."""
+        if deprecated:
+            deprecated = renamed_keyword("DistributedTrainer.link_scores", deprecated, "signal", "data")
+            data = data_argument("DistributedTrainer.link_scores", data, deprecated, required=False)
         if self.loss_kind != "bce_link":
             raise ModelInputError("loss", f"is {self.loss_kind!r}.", "link_scores needs loss='bce_link'.")
         if data is not None:
@@ -623,11 +626,16 @@ class DistributedTrainer(BaseTrainer):
         return logits, self.targets.label.to(logits.dtype)
 
     @torch.no_grad()
-    def predict(self, data: Any = None, partition: Any = None, *, continue_state: bool = True) -> Tensor:
+    def predict(self, data: Any = None, partition: Any = None, *, continue_state: bool = True,
+                **deprecated: Any) -> Tensor:
         """Eval-mode outputs (after the head) of *all* vertex-time nodes,
         ``[N, *]`` in vertex-time node order, the same on every rank; with
         ``data`` (and its ``partition``), those of that later window
-        (``continue_state`` as :meth:`evaluate`)."""
+        (``continue_state`` as :meth:`evaluate`; ``signal=`` is the
+        deprecated keyword of ``data``)."""
+        if deprecated:
+            deprecated = renamed_keyword("DistributedTrainer.predict", deprecated, "signal", "data")
+            data = data_argument("DistributedTrainer.predict", data, deprecated, required=False)
         if data is not None:
             window = self._later_window(data, partition, continue_state)
             return window.trainer.predict()[window.first_node:]

@@ -1,8 +1,9 @@
-"""DistributedTrainer's state in a one-process gloo world (fast; the 2-rank
-round trip is tests/distributed/test_trainer_surface_ranks.py): a black-box
-module's carried tensor continues bit for bit, and a state that does not fit
-the trainer (another stale option, a head where there was none) is refused
-naming what differs."""
+"""DistributedTrainer in a one-process gloo world (fast; the 2-rank round
+trip is tests/distributed/test_trainer_surface_ranks.py): a black-box
+module's carried tensor continues bit for bit, a state that does not fit the
+trainer (another stale option, a head where there was none) is refused
+naming what differs, and ``signal=`` is the deprecated keyword of ``data``
+in evaluate / predict / link_scores."""
 from __future__ import annotations
 
 import copy
@@ -89,3 +90,26 @@ def test_a_state_that_does_not_fit_is_refused(world):
         build(head=False).load_state_dict(build().state_dict())
     with pytest.raises(ModelInputError, match="epoch"):
         build().load_state_dict({k: v for k, v in build().state_dict().items() if k != "epoch"})
+
+
+def test_signal_is_the_deprecated_keyword_of_the_evaluated_data(world):
+    from pyg_dynscale.nn import TGCN
+
+    sig = cases.signal()
+    train, test = sig[:4], sig[4:]
+    torch.manual_seed(0)
+    tr = DistributedTrainer(TGCN(cases.F, 4).double(), train,
+                            Partition("one", 1, torch.zeros(train.num_vertex_time_nodes, dtype=torch.long)),
+                            loss="bce_link")
+    tr.train_epoch()
+    tpart = Partition("one", 1, torch.zeros(test.num_vertex_time_nodes, dtype=torch.long))
+    want = (tr.evaluate(test, tpart), tr.predict(test, tpart), tr.link_scores(test, tpart))
+    with pytest.warns(DeprecationWarning, match="data="):
+        assert tr.evaluate(signal=test, partition=tpart) == want[0]
+    with pytest.warns(DeprecationWarning, match="data="):
+        assert torch.equal(tr.predict(signal=test, partition=tpart), want[1])
+    with pytest.warns(DeprecationWarning, match="data="):
+        got = tr.link_scores(signal=test, partition=tpart)
+    assert all(torch.equal(a, b) for a, b in zip(got, want[2]))
+    with pytest.raises(TypeError, match="unexpected keyword argument 'sigal'"):
+        tr.predict(sigal=test)
