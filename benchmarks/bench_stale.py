@@ -118,7 +118,7 @@ def _worker(rank: int, world_size: int, job: dict) -> list:
             torch.distributed.all_gather_object(everyone, (s.double(), y.double()))
             metric = roc_auc(torch.cat([e[0] for e in everyone]), torch.cat([e[1] for e in everyone]))
         else:
-            metric = ev.evaluate()
+            metric = ev.evaluate()["loss"]
         epoch_s = torch.tensor(tr.epoch_seconds[1:] or tr.epoch_seconds, dtype=torch.float64).mean().reshape(1)
         torch.distributed.all_reduce(epoch_s, op=torch.distributed.ReduceOp.MAX)
         out.append({"policy": label, "seed": seed, "spec": stale.describe() if stale.enabled else "off", "losses": losses,

@@ -39,7 +39,7 @@ def train(rank: int, world_size: int, epochs: int) -> dict:
     traffic = trainer.traffic()
     # test: the trained model on the test window, each vertex's state continued from the training window
     test_part = partition(test_sig, "pgc", world_size, model.dependency_pattern(), seed=0)
-    test_mse = trainer.evaluate(test_sig, test_part)
+    test_mse = trainer.evaluate(test_sig, test_part)["mse"]
     return {"loss": loss, "test_mse": test_mse, "traffic": traffic, "epoch_s": sum(trainer.epoch_seconds) / epochs}
 
 

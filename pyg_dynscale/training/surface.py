@@ -31,15 +31,22 @@ METRIC_NAMES = ("loss", "mse", "mae", "auc", "ap", "mrr")
 class Metrics(dict):
     r"""What :meth:`BaseTrainer.evaluate` returns: ``{metric name: float}``.
 
-    ``float(metrics)`` is the deprecated spelling of ``metrics["loss"]`` (the
-    snapshot trainers returned the loss as a float before 0.2): it warns and
-    returns ``metrics["loss"]``.
+    ``float(metrics)`` and a numeric format (``f"{metrics:.4f}"``) are the
+    deprecated spellings of ``metrics["loss"]`` (the snapshot trainers returned
+    the loss as a float before 0.2): they warn and use ``metrics["loss"]``.
     """
 
     def __float__(self) -> float:
         warnings.warn("evaluate() returns a dict of metrics; float(trainer.evaluate()) is deprecated: "
                       "use trainer.evaluate()['loss'].", DeprecationWarning, stacklevel=2)
         return float(self["loss"])
+
+    def __format__(self, spec: str) -> str:
+        if not spec:  # f"{metrics}": the dict
+            return str(self)
+        warnings.warn(f"evaluate() returns a dict of metrics; formatting it with {spec!r} is deprecated: "
+                      f"use trainer.evaluate()['loss'].", DeprecationWarning, stacklevel=2)
+        return format(float(self["loss"]), spec)
 
 
 class BaseTrainer:

@@ -40,3 +40,10 @@ def test_float_of_metrics_warns_and_is_the_loss():
     with pytest.warns(DeprecationWarning, match=r"evaluate\(\)\['loss'\]"):
         assert float(m) == 0.25
     assert METRIC_NAMES == ("loss", "mse", "mae", "auc", "ap", "mrr")
+
+
+def test_a_numeric_format_of_metrics_warns_and_formats_the_loss():
+    m = Metrics(loss=0.123456, mae=3.0)
+    with pytest.warns(DeprecationWarning, match=r"'\.4f' is deprecated"):
+        assert f"{m:.4f}" == "0.1235"
+    assert f"{m}" == str({"loss": 0.123456, "mae": 3.0})  # no spec: the dict, no warning
