@@ -65,7 +65,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
     """``slow``: every test that starts processes or runs a whole program (tests/helpers/slow.py); under xdist
     (``make test``: ``-n 2 --dist loadgroup``) each test's lane."""
     starters = ProcessStarters()
-    grouped = config.pluginmanager.hasplugin("xdist") and config.getoption("dist", "no") == "loadgroup"
+    # a worker has --dist reset to "no" and xdist's own "loadgroup" flag set
+    grouped = getattr(config.option, "loadgroup", False) or config.getoption("dist", "no") == "loadgroup"
     for item in items:
         starts = starts_processes(item, starters)
         if item.get_closest_marker("slow") is None and (starts or runs_a_program(item)):
