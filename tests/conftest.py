@@ -15,7 +15,7 @@ from tests.helpers.datasets import (  # noqa: F401  (the cap on real-dataset tes
     pytest_runtest_logreport, pytest_runtest_makereport, pytest_sessionfinish, pytest_terminal_summary,
 )
 from tests.helpers.signals import make_dynamic_signal
-from tests.helpers.slow import ProcessStarters, lane, runs_a_program, starts_processes
+from tests.helpers.slow import ProcessStarters, runs_a_program, starts_processes
 
 # torch and pyg_dynscale are imported where they are used: a pytest session that only imports the helpers
 # (tests/data/test_dataset_stand_ins.py starts four) does not pay for them
@@ -50,6 +50,10 @@ def pytest_configure(config: pytest.Config) -> None:
     root = Path(__file__).resolve().parents[1]
     for folder in ("pyg_dynscale", "tests", "benchmarks"):
         compileall.compile_dir(str(root / folder), quiet=2)
+    if config.getoption("dist", "no") == "loadgroup" and not os.environ.get("PYTEST_XDIST_WORKER"):
+        from tests.helpers.lanes import make_folder
+
+        make_folder()  # before the workers start: they inherit where to write their lanes
     config.addinivalue_line("markers", "real_spawn: spawn() starts its ranks with multiprocessing's real 'spawn' "
                                        "start method, not the suite's fork server (tests/helpers/fast_spawn.py)")
     # not where CUDA is visible: a rank forked from a server whose imports touched the CUDA driver could not use it
@@ -62,17 +66,33 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(tryfirst=True)  # before -m selects by markers
 def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
-    """``slow``: every test that starts processes or runs a whole program (tests/helpers/slow.py); under xdist
-    (``make test``: ``-n 2 --dist loadgroup``) each test's lane."""
+    """``slow``: every test that starts processes or runs a whole program (tests/helpers/slow.py); in an xdist
+    worker of ``make test`` (``-n 2 --dist loadgroup``), each test's lane for the controller (tests/helpers/lanes.py)."""
     starters = ProcessStarters()
-    # a worker has --dist reset to "no" and xdist's own "loadgroup" flag set
-    grouped = getattr(config.option, "loadgroup", False) or config.getoption("dist", "no") == "loadgroup"
+    in_lanes = bool(os.environ.get("PYTEST_XDIST_WORKER")) and getattr(config.option, "loadgroup", False)
+    lanes = {}
     for item in items:
         starts = starts_processes(item, starters)
         if item.get_closest_marker("slow") is None and (starts or runs_a_program(item)):
             item.add_marker(pytest.mark.slow)
-        if grouped and item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(lane(item, starts)))
+        if in_lanes:
+            from tests.helpers.lanes import lane
+
+            lanes[item.nodeid] = lane(item, starts)
+    if in_lanes:
+        from tests.helpers.lanes import write
+
+        write(lanes)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """``--dist loadgroup``: the suite's lanes (tests/helpers/lanes.py)."""
+    from tests.helpers.lanes import ENV, LaneScheduling
+
+    if config.getoption("dist", "no") == "loadgroup" and os.environ.get(ENV):
+        return LaneScheduling(config, log)
+    return None
 
 
 @pytest.fixture(autouse=True)

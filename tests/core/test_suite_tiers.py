@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -99,3 +100,61 @@ def test_whole_programs_are_slow_by_their_folder(tmp_path) -> None:
     item = _item(FIXTURES["job"])
     item.path = tmp_path / "repo" / "tests" / "core" / "test_x.py"
     assert is_slow(item, starters)
+
+
+def test_lanes_of_the_tests() -> None:
+    pytest.importorskip("xdist")
+    from tests.helpers.lanes import lane
+
+    def item(path: str) -> object:
+        it = _item(_tensor_math)
+        it.path = Path("/repo") / path
+        it.nodeid = path + "::test_x"
+        return it
+
+    assert lane(item("tests/distributed/test_a.py"), True) == "processes"
+    assert lane(item("tests/commands/test_a.py"), True) == "processes"  # the command line's timeouts: one at a time
+    assert lane(item("tests/docs/test_a.py"), True) == "programs"
+    assert lane(item("tests/benchmarks/test_a.py"), True) == "programs"
+    assert lane(item("tests/docs/test_a.py"), False) == "tests/docs/test_a.py"  # in-process: with its module
+
+
+LANE_MODULE = '''
+import os, subprocess, sys
+from pathlib import Path
+
+def _record(name):
+    Path(os.environ["LANES_OUT"], name).write_text(os.environ.get("PYTEST_XDIST_WORKER", "none"))
+
+def test_starts_a_process():
+    subprocess.run([sys.executable, "-c", "pass"], check=True)
+    _record(__name__ + ".process")
+
+def test_in_process():
+    _record(__name__ + ".plain")
+'''
+
+
+def test_under_two_workers_the_process_tests_share_one_lane(tmp_path) -> None:
+    """``-n 2 --dist loadgroup`` with the suite's hook (tests/conftest.py): the tests that start processes of
+    four modules all run on one worker (spread by module they would share it by chance 1 in 8)."""
+    pytest.importorskip("xdist")
+    import os
+    import sys
+
+    suite, out = tmp_path / "suite", tmp_path / "out"
+    suite.mkdir()
+    out.mkdir()
+    (suite / "conftest.py").write_text("from tests.conftest import (  # noqa: F401  (the lanes)\n"
+                                       "    pytest_collection_modifyitems, pytest_configure, pytest_xdist_make_scheduler,\n)\n")
+    for m in "abcd":
+        (suite / f"test_lane_{m}.py").write_text(LANE_MODULE)
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, PYTHONPATH=str(root), LANES_OUT=str(out))
+    env.pop("PYTEST_ADDOPTS", None)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist",
+                           "loadgroup", str(suite)], capture_output=True, text=True, cwd=suite, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    workers = {f.name: f.read_text() for f in out.iterdir()}
+    assert len(workers) == 8 and set(workers.values()) <= {"gw0", "gw1"}, workers
+    assert len({w for name, w in workers.items() if name.endswith(".process")}) == 1, workers

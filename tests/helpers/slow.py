@@ -107,15 +107,3 @@ def runs_a_program(item: Any) -> bool:
 def is_slow(item: Any, starters: ProcessStarters) -> bool:
     """The ``slow`` rule: a whole program, or a test that starts processes."""
     return runs_a_program(item) or starts_processes(item, starters)
-
-
-def lane(item: Any, starts: bool) -> str:
-    """The ``xdist_group`` of a test under ``pytest -n 2 --dist loadgroup`` (``make test``): the tests that start
-    processes run one after another on one worker, as without xdist ("processes"; those of the docs and the
-    benchmarks, which check no timing, in a lane of their own, "programs"), so that no spawned job shares the
-    two cores with another spawned job; every other test runs with the tests of its module (a module's
-    fixtures are built once) on whichever worker is free."""
-    if starts:
-        return "programs" if runs_a_program(item) and Path(str(item.path)).parent.name in ("docs", "benchmarks") \
-            else "processes"
-    return item.nodeid.split("::")[0]
