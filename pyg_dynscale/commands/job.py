@@ -34,8 +34,10 @@ import contextlib
 import gc
 import math
 import os
+import signal
 import sys
 import time
+import traceback
 from datetime import timedelta
 from typing import Any, Callable, NoReturn, Optional
 
@@ -177,8 +179,6 @@ class Job:
         self.record = record
         if not self.args.resume:
             return None
-        from .launch import attempt_note
-
         self.resume_from = resumable_checkpoint(self.args.checkpoint_dir, self.record, mismatch)
         if self.resume_from is None:
             self._say(f"--resume: no complete checkpoint in '{self.args.checkpoint_dir}' yet; starting fresh at "
@@ -209,8 +209,6 @@ class Job:
         if self.resume_from is None:
             return progress, 0
         from ..training.checkpoint import CheckpointDamagedError, load_checkpoint
-        from .launch import attempt_note
-
         # DCP loads into the state dict's existing tensors, on the model's device: a checkpoint written on
         # another device (CPU <-> CUDA) resumes here too
         try:
@@ -258,11 +256,37 @@ class Job:
     def fields(self) -> dict:
         """The report fields every subcommand has: the checkpoints written, where the run resumed from,
         torchrun's restarts, the seconds since the job started."""
-        from .launch import restarts_so_far
-
         return {"checkpoints": self.checkpoints, "resumed_from": self.resume_from[1] if self.resume_from else None,
                 "resumed_from_epoch": self.resume_from[0] if self.resume_from else None,
                 "restarts": restarts_so_far(), "total_seconds": self.clock() - self.started}
+
+
+# ------------------------------------------------------------- torchrun
+def in_torchrun() -> bool:
+    return "TORCHELASTIC_RUN_ID" in os.environ or ("RANK" in os.environ and "WORLD_SIZE" in os.environ
+                                                   and "MASTER_ADDR" in os.environ)
+
+
+def restarts_so_far() -> int:
+    """How many times torchrun restarted this worker's job after a failure
+    (``TORCHELASTIC_RESTART_COUNT``; 0 outside torchrun)."""
+    try:
+        return max(0, int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")))
+    except ValueError:
+        return 0
+
+
+def attempt_note() -> str:
+    """``" (attempt 2 of 3)"`` in a job torchrun restarted (``of``: 1 +
+    ``TORCHELASTIC_MAX_RESTARTS``), ``""`` in a first attempt."""
+    done = restarts_so_far()
+    if not done:
+        return ""
+    try:
+        attempts = int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0")) + 1
+    except ValueError:
+        attempts = 0
+    return f" (attempt {done + 1} of {max(attempts, done + 1)})"
 
 
 # --------------------------------------------------------------- launching
@@ -271,8 +295,6 @@ def start(args: argparse.Namespace, prog: str, *, alone: Callable[[], None],
     """Run the subcommand the way it was started: as a torchrun worker (:func:`run_worker` with
     ``worker``), as the launcher of ``--nproc`` workers (``launch(args)``), or alone in this process
     (``alone()``, refused where a process group exists already). Returns the exit status."""
-    from .launch import in_torchrun
-
     if in_torchrun():
         return run_worker(args, prog, worker)
     if args.nproc is not None:
@@ -296,7 +318,6 @@ def run_worker(args: argparse.Namespace, prog: str, body: Callable[[int, int, in
 
     from ..errors import DynScaleError
     from ..training.failure import install_stop_report, is_transport_error, publish_failure, say
-    from .launch import report_runtime_failure
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     args._rank_label = f" (rank {rank})"
@@ -309,13 +330,13 @@ def run_worker(args: argparse.Namespace, prog: str, body: Callable[[int, int, in
         return 0
     except (DynScaleError, OSError, ValueError) as exc:
         if dist.is_initialized() and is_transport_error(exc):
-            return report_runtime_failure(rank, world, exc, args.timeout)
+            return report_runtime_failure(rank, world, exc, args.timeout, prog)
         publish_failure(rank, f"{type(exc).__name__}: {exc}")
         ErrorHandler().record_exception(exc)
         say(f"{prog}: error (rank {rank}): {exc}")
         return 2
     except Exception as exc:
-        return report_runtime_failure(rank, world, exc, args.timeout)
+        return report_runtime_failure(rank, world, exc, args.timeout, prog)
     finally:
         args._stop_heartbeat()
         if dist.is_initialized():
@@ -327,3 +348,51 @@ def run_worker(args: argparse.Namespace, prog: str, body: Callable[[int, int, in
 def group_timeout(args: argparse.Namespace) -> timedelta:
     """``--timeout`` as the process group's timeout."""
     return timedelta(seconds=args.timeout)
+
+
+def report_runtime_failure(rank: int, world: int, exc: BaseException, timeout: Optional[float] = None,
+                           prog: str = "pyg-dynscale train") -> int:
+    """A failure during training: when ``exc`` only says that a peer is gone
+    or timed out, name the rank that published a failure, or the rank that
+    stopped answering (and end it if it runs here: it cannot act on
+    torchrun's ``SIGTERM``); else publish and report ours."""
+    from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
+
+    from ..training.failure import (HEARTBEAT_SECONDS, SILENT_BEATS, RankNotAnsweringError, diagnose_peers,
+                                       is_transport_error, launcher_gone, local_pid, publish_failure,
+                                       report_launcher_gone, say)
+
+    if launcher_gone():  # a peer ended on the parent-death signal first; the store died with the launcher
+        report_launcher_gone(prog, rank)
+    if is_transport_error(exc):
+        other, silent = diagnose_peers(rank, world)
+        if other is not None:
+            say(f"{prog} (rank {rank}): stopping: rank {other[0]} failed: {other[1]}")
+            return 1
+        if silent:
+            waited = f"--timeout {timeout:g} s" if timeout is not None else "the collective timeout"
+            detail = (f"no heartbeat for {SILENT_BEATS * HEARTBEAT_SECONDS:g} s after rank {rank} waited {waited} "
+                      "for it (stopped, hung, or its machine is gone)")
+            here = {r: pid for r in silent if (pid := local_pid(r)) is not None}
+            if here:
+                detail += f"; ending it with SIGKILL (pid {', '.join(map(str, here.values()))})"
+            # published, recorded and printed before the kill: torchrun stops this rank as soon as it sees the
+            # silent one die, and the others must read the cause by then
+            for r in silent:
+                publish_failure(r, str(RankNotAnsweringError(r, detail)))
+            err = RankNotAnsweringError(silent[0], detail)
+            ErrorHandler().record_exception(err)
+            say(f"{prog} (rank {rank}): stopping: {err}")
+            for pid in here.values():
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            # no teardown: destroying a process group whose peer is stopped mid-collective can wait on it (and
+            # costs ~1 s on a busy machine); the cause is recorded and printed, nothing else is left to flush
+            sys.stdout.flush()
+            os._exit(1)
+    cause = f"{type(exc).__name__}: {exc}"
+    publish_failure(rank, cause)
+    ErrorHandler().record_exception(exc)
+    traceback.print_exc()
+    say(f"{prog}: error (rank {rank}): {cause}")
+    return 1

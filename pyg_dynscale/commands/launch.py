@@ -8,12 +8,11 @@ import json
 import os
 import signal
 import sys
-import traceback
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Optional
 
-from .job import fail
+from .job import attempt_note, fail, in_torchrun, report_runtime_failure, restarts_so_far  # noqa: F401 -- re-exported
 from .train_options import LAUNCHER_OPTIONS, DEVICES, PROG
 
 
@@ -101,11 +100,6 @@ def bind_device(device: str) -> Optional[Any]:
 
 
 # ------------------------------------------------------------------ launching
-def in_torchrun() -> bool:
-    return "TORCHELASTIC_RUN_ID" in os.environ or ("RANK" in os.environ and "WORLD_SIZE" in os.environ
-                                                   and "MASTER_ADDR" in os.environ)
-
-
 def worker_argv(argv: list) -> list:
     """``argv`` without the launcher-only options (:data:`LAUNCHER_OPTIONS`)."""
     out, skip = [], False
@@ -251,28 +245,6 @@ def restart_line(failure: Optional[tuple[Optional[int], int, str]], attempt: int
     return f"{PROG}: rank {rank} failed (exit code {exitcode}): {cause}; {then}"
 
 
-def restarts_so_far() -> int:
-    """How many times torchrun restarted this worker's job after a failure
-    (``TORCHELASTIC_RESTART_COUNT``; 0 outside torchrun)."""
-    try:
-        return max(0, int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")))
-    except ValueError:
-        return 0
-
-
-def attempt_note() -> str:
-    """``" (attempt 2 of 3)"`` in a job torchrun restarted (``of``: 1 +
-    ``TORCHELASTIC_MAX_RESTARTS``), ``""`` in a first attempt."""
-    done = restarts_so_far()
-    if not done:
-        return ""
-    try:
-        attempts = int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0")) + 1
-    except ValueError:
-        attempts = 0
-    return f" (attempt {done + 1} of {max(attempts, done + 1)})"
-
-
 def _signal_name(signum: int) -> str:
     try:
         return signal.Signals(signum).name
@@ -329,50 +301,3 @@ def init_torchrun_group(rank: int, world: int, timeout: timedelta, backend: str 
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     store = dist.PrefixStore(f"pyg_dynscale/attempt_{attempt}", base)
     dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout, **extra)
-
-
-def report_runtime_failure(rank: int, world: int, exc: BaseException, timeout: Optional[float] = None) -> int:
-    """A failure during training: when ``exc`` only says that a peer is gone
-    or timed out, name the rank that published a failure, or the rank that
-    stopped answering (and end it if it runs here: it cannot act on
-    torchrun's ``SIGTERM``); else publish and report ours."""
-    from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
-
-    from ..training.failure import (HEARTBEAT_SECONDS, SILENT_BEATS, RankNotAnsweringError, diagnose_peers,
-                                       is_transport_error, launcher_gone, local_pid, publish_failure,
-                                       report_launcher_gone, say)
-
-    if launcher_gone():  # a peer ended on the parent-death signal first; the store died with the launcher
-        report_launcher_gone(PROG, rank)
-    if is_transport_error(exc):
-        other, silent = diagnose_peers(rank, world)
-        if other is not None:
-            say(f"{PROG} (rank {rank}): stopping: rank {other[0]} failed: {other[1]}")
-            return 1
-        if silent:
-            waited = f"--timeout {timeout:g} s" if timeout is not None else "the collective timeout"
-            detail = (f"no heartbeat for {SILENT_BEATS * HEARTBEAT_SECONDS:g} s after rank {rank} waited {waited} "
-                      "for it (stopped, hung, or its machine is gone)")
-            here = {r: pid for r in silent if (pid := local_pid(r)) is not None}
-            if here:
-                detail += f"; ending it with SIGKILL (pid {', '.join(map(str, here.values()))})"
-            # published, recorded and printed before the kill: torchrun stops this rank as soon as it sees the
-            # silent one die, and the others must read the cause by then
-            for r in silent:
-                publish_failure(r, str(RankNotAnsweringError(r, detail)))
-            err = RankNotAnsweringError(silent[0], detail)
-            ErrorHandler().record_exception(err)
-            say(f"{PROG} (rank {rank}): stopping: {err}")
-            for pid in here.values():
-                with contextlib.suppress(OSError):
-                    os.kill(pid, signal.SIGKILL)
-            # no teardown: destroying a process group whose peer is stopped mid-collective can wait on it (and
-            # costs ~1 s on a busy machine); the cause is recorded and printed, nothing else is left to flush
-            sys.stdout.flush()
-            os._exit(1)
-    cause = f"{type(exc).__name__}: {exc}"
-    publish_failure(rank, cause)
-    ErrorHandler().record_exception(exc)
-    traceback.print_exc()
-    say(f"{PROG}: error (rank {rank}): {cause}")
-    return 1

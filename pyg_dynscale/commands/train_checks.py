@@ -8,8 +8,8 @@ import math
 import os
 from typing import Any, Optional
 
-from .launch import in_torchrun, plan_devices
-from .job import check_checkpoint_options, check_launch_options, fail, resumable_checkpoint
+from .launch import plan_devices
+from .job import check_checkpoint_options, check_launch_options, fail, in_torchrun, resumable_checkpoint
 from .train_options import REFUSED_DTYPES, dtype_refusal
 
 

@@ -38,7 +38,7 @@ import time
 from typing import Any, Callable
 
 from .job import (Job, add_job_options, check_checkpoint_options, check_launch_options, fail, group_timeout,
-                  start)
+                  in_torchrun, start)
 from .output import report_json
 
 PROG = "pyg-dynscale train-events"
@@ -138,7 +138,7 @@ def _expected_world(args: argparse.Namespace) -> int:
     """The processes the job will have: ``--nproc``, torchrun's world size, or 1."""
     if args.nproc is not None:
         return args.nproc
-    return int(os.environ.get("WORLD_SIZE", "1")) if _in_torchrun() else 1
+    return int(os.environ.get("WORLD_SIZE", "1")) if in_torchrun() else 1
 
 
 def load_owner_file(path: str, world: int):
@@ -229,21 +229,15 @@ def check_args(args: argparse.Namespace) -> None:
     if args.nproc is not None and i * j * k != args.nproc:
         fail(f"--parallelism {args.parallelism}: i*j*k = {i * j * k} trainers for --nproc {args.nproc}; make them "
              f"equal (e.g. --parallelism {args.nproc},1,1 or 1,1,{args.nproc}).")
-    if args.memory_service and (j > 1 or (k > 1 and args.nproc is None and not _in_torchrun())):
+    if args.memory_service and (j > 1 or (k > 1 and args.nproc is None and not in_torchrun())):
         fail("--memory-service serves one memory copy per process without epoch parallelism: use j = 1, and k > 1 "
              "only with one process per copy (--nproc).")
-    if args.prefetch and (j > 1 or (k > 1 and args.nproc is None and not _in_torchrun())):
+    if args.prefetch and (j > 1 or (k > 1 and args.nproc is None and not in_torchrun())):
         fail("--prefetch mirrors one memory copy's neighbour loader per process without epoch parallelism: use "
              "j = 1, and k > 1 only with one process per copy (--nproc).")
     _check_sven_options(args, par)
     if args.device == "cuda" and not torch.cuda.is_available():
         fail("--device cuda: no CUDA device is available; use --device cpu.")
-
-
-def _in_torchrun() -> bool:
-    from .launch import in_torchrun
-
-    return in_torchrun()
 
 
 def load_events(args: argparse.Namespace):
