@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from ..errors import SignalValidationError
+from ..errors import SignalValidationError, UnsupportedOptionError
 from ._fused_rnn import FusedGRUScan, FusedLSTMScan
 from .packing import SequencePacking, as_packing, check_seq_ptr, pack_sequences
 
@@ -363,7 +363,9 @@ class MaskedLSTM(nn.LSTM, _MaskedRNNMixin):
         else:
             out, _ = self._padded_forward(x, packing, hc, packed=strategy == "pack_padded")
             if return_state:
-                raise NotImplementedError("return_state=True for LSTM is only implemented by the packed_rows strategies.")
+                raise UnsupportedOptionError("return_state", f"is True with strategy={strategy!r} for an LSTM.",
+                                             "strategy='packed_rows' or 'packed_rows_autograd' (they return the final "
+                                             "(h, c) per sequence), or return_state=False.")
         if return_state:
             return out, (_last_states(out, hc[0], packing), c_last)
         return out

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from pyg_dynscale.errors import SignalValidationError
+from pyg_dynscale.errors import SignalValidationError, UnsupportedOptionError
 from pyg_dynscale.nn.temporal_fusion import (
     ATTENTION_STRATEGIES,
     RECURRENT_STRATEGIES,
@@ -185,6 +185,16 @@ def test_masked_lstm_equals_per_sequence(strategy, case):
     for a, b in zip(grads((out * w).sum(), [x, h0, c0, *lstm.parameters()]),
                     grads((expect * w).sum(), [x, h0, c0, *ref.parameters()])):
         torch.testing.assert_close(a, b, **TOL)
+
+
+@pytest.mark.parametrize("strategy", ["padding", "pack_padded"])
+def test_masked_lstm_final_state_from_an_unpacked_strategy_is_an_unsupported_option(strategy):
+    lstm = MaskedLSTM(2, 3, strategy=strategy).to(DT)
+    x, ptr = torch.randn(5, 2, dtype=DT), ptr_of([2, 3])
+    with pytest.raises(UnsupportedOptionError, match=r"option 'return_state' .*" + strategy + r".*packed_rows") as err:
+        lstm(x, ptr, return_state=True)
+    assert isinstance(err.value, NotImplementedError)
+    assert lstm(x, ptr).shape == (5, 3)  # without return_state the strategy runs
 
 
 def test_masked_lstm_last_states():
