@@ -33,7 +33,7 @@ import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from ..data.placement import TensorMap, map_tensors
+from ..data.tensor_maps import TensorMap, map_tensors
 from ..errors import DecompositionMismatchError
 from ..nn.decomposed import FusedGraph, Halo
 from .exchange import Communicator
@@ -193,7 +193,7 @@ class DecomposedEngine:
     # ------------------------------------------------------------------ device
     def place(self, fn: TensorMap) -> None:
         """(Re)build the device copies of every host structure with ``fn``
-        (:func:`~pyg_dynscale.data.placement.to_device`), and map the rows
+        (:func:`~pyg_dynscale.data.tensor_maps.to_device`), and map the rows
         already computed on the device (the input rows)."""
         counts = self.signal.nodes_per_snapshot.long()
 

@@ -26,7 +26,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from ..data.placement import map_tensors, to_device
+from ..data.tensor_maps import map_tensors, to_device
 from ..errors import ModelInputError
 from ..partition.concat import concat_partitions
 from ..runtime.evaluation import carry_initial_state, check_positions, joined_window

@@ -37,7 +37,7 @@ from typing import Any, Callable, Optional
 import torch
 from torch import Tensor
 
-from ..data.placement import TensorMap
+from ..data.tensor_maps import TensorMap
 from ..errors import DecompositionMismatchError, UnsupportedOptionError
 from ..nn.decomposed import FusedGraph, Halo
 from .fusion_groups import FusionUnit, GroupCost, plan_groups

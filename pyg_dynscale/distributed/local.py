@@ -32,7 +32,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from ..data.placement import TensorMap, map_tensors
+from ..data.tensor_maps import TensorMap, map_tensors
 from ..data.supergraph import Supergraph
 from ..nn.decomposed import FusedGraph
 

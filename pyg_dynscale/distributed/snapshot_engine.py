@@ -19,7 +19,7 @@ from typing import Any, Callable, Optional, Union
 import torch
 from torch import Tensor
 
-from ..data.placement import TensorMap
+from ..data.tensor_maps import TensorMap
 from ..errors import ModelInputError, UnsupportedModelError
 from ..nn.snapshot_model import SnapshotModel
 from ..partition.halo_plan import StatePlan

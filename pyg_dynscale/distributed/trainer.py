@@ -37,7 +37,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from ..data.placement import TensorMap, map_tensors, to_device
+from ..data.tensor_maps import TensorMap, map_tensors, to_device
 from ..errors import DynScaleError, ModelInputError, PartitionError
 from ..nn.decomposed import FusedGraph, check_initial_state
 from ..nn.snapshot_model import SnapshotModel
@@ -431,7 +431,7 @@ class DistributedTrainer(BaseTrainer):
 
     def place(self, fn: TensorMap) -> None:
         """Build the device copies of every host-side structure with ``fn``
-        (set-up calls it with :func:`~pyg_dynscale.data.placement.to_device`):
+        (set-up calls it with :func:`~pyg_dynscale.data.tensor_maps.to_device`):
         the engine's layouts and inputs, the targets and normalizers."""
         self.engine.place(fn)
         self.targets: RankTargets = map_tensors(self._host_targets, fn)

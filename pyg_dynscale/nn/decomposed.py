@@ -31,7 +31,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from ..data.placement import map_tensors
+from ..data.tensor_maps import map_tensors
 from ..errors import ModelInputError
 
 __all__ = ["FusedGraph", "DecomposedModule", "Halo", "halo_exchange", "gcn_adjacency", "propagate", "check_initial_state"]
@@ -167,7 +167,7 @@ class FusedGraph:
 
     def apply_tensors(self, fn: Any) -> "FusedGraph":
         """A copy with ``fn`` applied to every tensor, e.g. moved to the
-        training device once (:func:`~pyg_dynscale.data.placement.to_device`).
+        training device once (:func:`~pyg_dynscale.data.tensor_maps.to_device`).
 
         What needs host round trips to build -- the sequence packing with its
         step lists and reset schedule, the time-major permutation, the

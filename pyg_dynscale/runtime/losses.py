@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..data.placement import TensorMap
+from ..data.tensor_maps import TensorMap
 from ..errors import ModelInputError
 
 __all__ = ["LOSSES", "SnapshotMean", "Targets", "resolve_targets", "row_losses", "link_row_losses", "check_loss"]

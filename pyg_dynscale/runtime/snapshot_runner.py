@@ -41,7 +41,7 @@ import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from ..data.placement import TensorMap, map_tensors, to_device
+from ..data.tensor_maps import TensorMap, map_tensors, to_device
 from ..errors import ModelInputError
 from ..nn.snapshot_model import SnapshotModel
 from ..partition.halo_plan import StatePlan, state_phase
@@ -151,7 +151,7 @@ class SnapshotRunner:
 
     def place(self, fn: TensorMap) -> None:
         """(Re)build the per-step inputs and state routes on the device with
-        ``fn`` (:func:`~pyg_dynscale.data.placement.to_device`): moved once,
+        ``fn`` (:func:`~pyg_dynscale.data.tensor_maps.to_device`): moved once,
         so the step loop never copies an index from the host."""
         self.inputs = map_tensors(self._host_inputs, fn)
         self.h0 = None if self._host_h0 is None else map_tensors(self._host_h0, fn)

@@ -40,7 +40,7 @@ from typing import Iterator, Optional
 import torch
 from torch import Tensor
 
-from ..data.placement import TensorMap, map_tensors
+from ..data.tensor_maps import TensorMap, map_tensors
 from ..nn.reuse import DCRNNReuse, reuse_for
 from ..nn.snapshot_model import SnapshotModel
 

@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from ..data.placement import to_device
+from ..data.tensor_maps import to_device
 from ..data.transfer import GraphDiff, diff_decode, diff_encode, signal_nbytes
 from ..errors import ModelInputError
 from ..nn.decomposed import FusedGraph
