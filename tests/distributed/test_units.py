@@ -292,9 +292,8 @@ def _fails_mid_training(rank: int, world_size: int) -> None:
 
 
 def test_a_rank_failing_mid_training_stops_every_rank_with_its_cause():
-    import time
-
-    t0 = time.perf_counter()
+    # the others must see the broken connection, not wait for the collective timeout: with a 600 s timeout,
+    # waiting for it would outlast the suite's per-test limit (pytest-timeout, 300 s) and fail the test
+    # (no wall-clock assertion: a busy machine only makes the right path slower, never wrong)
     with pytest.raises(SpawnError, match="rank 1 failed: RuntimeError: encoder exploded on rank one"):
-        spawn(_fails_mid_training, 3, timeout=120)
-    assert time.perf_counter() - t0 < 60  # the others see the broken connection, not the 120 s collective timeout
+        spawn(_fails_mid_training, 3, timeout=600)
