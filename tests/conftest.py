@@ -11,6 +11,14 @@ import pytest
 if TYPE_CHECKING:
     from pyg_dynscale import DynamicGraphSignal
 
+# Each pytest-xdist worker, with the processes it starts, keeps numba's compiled kernels in a cache directory of
+# its own (NUMBA_CACHE_DIR, read when numba is imported): two workers writing one kernel's cache at once were
+# seen to leave an index that numba then loaded into a segmentation fault (docs/partitioning.md's first block
+# and notebook 02, reproducible until the cache was cleared). One writer per directory, as in a serial run.
+_XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+if _XDIST_WORKER and "NUMBA_CACHE_DIR" not in os.environ:
+    os.environ["NUMBA_CACHE_DIR"] = str(Path(__file__).resolve().parents[1] / ".numba-cache" / _XDIST_WORKER)
+
 from tests.helpers.datasets import (  # noqa: F401  (the cap on real-dataset tests: its hooks)
     pytest_runtest_logreport, pytest_runtest_makereport, pytest_sessionfinish, pytest_terminal_summary,
 )

@@ -1,8 +1,9 @@
-"""The suite's ``slow`` tier (tests/helpers/slow.py): a test is ``slow`` when it runs a whole program (the command
-line, benchmarks, docs) or its code, the suite's functions it reaches or its fixtures start processes; the rest is
-``make test-fast``."""
+"""The suite's tiers and workers: the ``slow`` tier (tests/helpers/slow.py) -- a test is ``slow`` when it runs a
+whole program (the command line, benchmarks, docs) or its code, the suite's functions it reaches or its fixtures
+start processes; the rest is ``make test-fast`` -- and each xdist worker's own numba cache (tests/conftest.py)."""
 from __future__ import annotations
 
+import os
 import subprocess
 import types
 from pathlib import Path
@@ -158,3 +159,14 @@ def test_under_two_workers_the_process_tests_share_one_lane(tmp_path) -> None:
     workers = {f.name: f.read_text() for f in out.iterdir()}
     assert len(workers) == 8 and set(workers.values()) <= {"gw0", "gw1"}, workers
     assert len({w for name, w in workers.items() if name.endswith(".process")}) == 1, workers
+
+
+def test_each_xdist_worker_compiles_numba_kernels_into_a_cache_of_its_own():
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker is None:
+        pytest.skip("a serial run: numba's default cache beside the sources, one writer")
+    cache = Path(os.environ["NUMBA_CACHE_DIR"])
+    assert cache.name == worker and cache.parent.name == ".numba-cache"
+    import numba
+
+    assert Path(numba.config.CACHE_DIR) == cache  # set before numba read it
