@@ -47,7 +47,7 @@ def _rank(rank, world, args):
         m = tr.traffic()["rank"]["measured"]  # this rank's
         out[label] = {"secs": secs, "loss": loss, "dispatch": m["dispatch"] + m["requests"],
                       "aggregation": m["aggregation"], "gradients": m["gradients"],
-                      "n": None if tr._micro is None else tr._micro.n}
+                      "n": tr.micro_batches_chosen if tr._micro is not None else None}
         tr.close()
     return out
 

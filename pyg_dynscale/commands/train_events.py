@@ -351,7 +351,7 @@ def train_events(args: argparse.Namespace, rank: int, world: int, init: Callable
         "partition": None if args.memory_placement == "replicated" else (args.partition or "range"),
         "owned": None if trainer.placement is None else [trainer.placement.map.num_owned(q) for q in range(world)],
         "gradient_sync": args.gradient_sync, "micro_batches": parse_micro_batches(args.micro_batches),
-        "micro_batches_chosen": trainer._micro.n if trainer._micro is not None else 1,
+        "micro_batches_chosen": trainer.micro_batches_chosen,
         "events": {"train": trainer.val_start, "val": trainer.test_start - trainer.val_start,
                    "test": trainer.num_events - trainer.test_start, "nodes": int(data.num_nodes)},
         "losses": losses, "val_metrics": val, "test_metrics": test,

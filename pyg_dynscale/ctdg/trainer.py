@@ -392,6 +392,12 @@ class MemoryTrainer(BaseTrainer):
                              setup_params=[p for p in self.optimizer_params if p.requires_grad])
 
     @property
+    def micro_batches_chosen(self) -> Optional[int]:
+        """The micro-batches per step Sven's pipeline uses; 1 without the pipeline; with
+        ``micro_batches="auto"`` the number chosen at the first step (``None`` before it)."""
+        return self._micro.n if self._micro is not None else 1
+
+    @property
     def _host_group(self):
         """The group host values go over (``None``: one process)."""
         return None if self.groups is None else self.groups.host

@@ -76,7 +76,7 @@ def micro_batches_run(world, micro, watch=False, **kw):
         losses.append(tr.train_epoch())
         batch += tr.batch_losses.tolist()
     out = {"losses": losses, "batch": batch, "records": records, "memory": tr.memory_copy(),
-           "traffic": tr.traffic(), "n": None if tr._micro is None else tr._micro.n, "overlapped": overlapped}
+           "traffic": tr.traffic(), "n": tr.micro_batches_chosen if tr._micro is not None else None, "overlapped": overlapped}
     tr.close()
     return out
 
