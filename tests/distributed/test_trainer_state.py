@@ -16,6 +16,7 @@ from pyg_dynscale.distributed import DistributedTrainer
 from pyg_dynscale.errors import ModelInputError
 from pyg_dynscale.partition import Partition
 from tests.helpers import distributed_cases as cases
+from tests.helpers.cells import CarryingCell
 
 
 @pytest.fixture
@@ -28,26 +29,10 @@ def world():
         dist.destroy_process_group()
 
 
-class _Evolving(torch.nn.Module):
-    """A per-snapshot cell carrying a tensor between calls outside its
-    parameters and buffers (as PyGT's EvolveGCN carries its weight)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.lin = torch.nn.Linear(cases.F, 4)
-        self.carried = None
-
-    def forward(self, x, edge_index, edge_weight=None, h=None):  # noqa: ANN001
-        w = 1.0 * self.lin.weight if self.carried is None else 0.5 * (self.lin.weight + self.carried)
-        self.carried = w
-        out = torch.tanh(x @ w.t() + self.lin.bias)
-        return out if h is None else out + 0.5 * h
-
-
 def _blackbox(init: int) -> DistributedTrainer:
     sig = cases.signal()
     torch.manual_seed(init)
-    m = _Evolving().double()
+    m = CarryingCell(cases.F, 4).double()
     head = torch.nn.Sequential(torch.nn.Dropout(0.5), torch.nn.Linear(4, 1)).double()
     part = Partition("one", 1, torch.zeros(sig.num_vertex_time_nodes, dtype=torch.long))
     return DistributedTrainer(m, sig, part, head=head, path="blackbox", depth=0, check=False)

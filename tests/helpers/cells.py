@@ -1,4 +1,4 @@
-"""Small user modules the device and transport tests share."""
+"""Small user modules the tests share."""
 from __future__ import annotations
 
 import torch
@@ -21,3 +21,20 @@ class UserCell(torch.nn.Module):
         if edge_weight is not None:
             msg = msg * edge_weight.unsqueeze(1)
         return torch.tanh(self.lx(x) + torch.zeros_like(h).index_add(0, edge_index[1], msg))
+
+
+class CarryingCell(torch.nn.Module):
+    """A per-snapshot cell that carries a tensor from call to call outside its
+    parameters and buffers (as PyGT's EvolveGCN carries its evolved weight):
+    ``state_dict`` misses it; a trainer's state must not."""
+
+    def __init__(self, F: int, H: int) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(F, H)
+        self.carried = None
+
+    def forward(self, x, edge_index, edge_weight=None, h=None):  # noqa: ANN001
+        w = 1.0 * self.lin.weight if self.carried is None else 0.5 * (self.lin.weight + self.carried)
+        self.carried = w
+        out = torch.tanh(x @ w.t() + self.lin.bias)
+        return out if h is None else out + 0.5 * h

@@ -17,6 +17,7 @@ from pyg_dynscale.runtime import FusedTrainer
 from pyg_dynscale.runtime.metrics import average_precision, roc_auc
 from pyg_dynscale.training import Metrics, TrafficReport
 from tests.helpers import distributed_cases as cases
+from tests.helpers.cells import CarryingCell
 
 
 def _tgcn(init: int = 0, dropout: float = 0.0):
@@ -141,23 +142,6 @@ def test_traffic_of_one_process():
     assert report["host_to_device"] == {"load": 0, "epoch": 0}  # a CPU signal for a CPU model: nothing moved
 
 
-class _Evolving(torch.nn.Module):
-    """A per-snapshot cell that carries a tensor from call to call outside its
-    parameters and buffers (as PyGT's EvolveGCN carries its evolved weight):
-    ``state_dict`` misses it; the trainer's state must not."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.lin = torch.nn.Linear(cases.F, 4)
-        self.carried = None
-
-    def forward(self, x, edge_index, edge_weight=None, h=None):  # noqa: ANN001
-        w = 1.0 * self.lin.weight if self.carried is None else 0.5 * (self.lin.weight + self.carried)
-        self.carried = w
-        out = torch.tanh(x @ w.t() + self.lin.bias)
-        return out if h is None else out + 0.5 * h
-
-
 @pytest.mark.parametrize("case", ["decomposed", "blackbox", "checkpointed"])
 def test_a_rebuilt_trainer_continues_bit_for_bit(case):
     """Train 2 epochs, save, train 3 more -> A; rebuild from other initial
@@ -169,7 +153,7 @@ def test_a_rebuilt_trainer_continues_bit_for_bit(case):
     def build(init):
         if case == "blackbox":
             torch.manual_seed(init)
-            m = _Evolving().double()
+            m = CarryingCell(cases.F, 4).double()
             head = torch.nn.Sequential(torch.nn.Dropout(0.5), torch.nn.Linear(4, 1)).double()
             return FusedTrainer(m, sig, head=head, path="blackbox", depth=0, check=False)
         m, head = _tgcn(init, dropout=0.5)
