@@ -3,6 +3,7 @@ spellings that keep working for one release with a :class:`DeprecationWarning`.
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import warnings
 from typing import Any, Callable, Iterable, Sequence, Union
@@ -22,8 +23,10 @@ OptimizerSpec = Union[str, type, Callable[..., torch.optim.Optimizer]]
 
 
 def _takes_lr(factory: Callable) -> bool:
-    """Whether ``factory`` accepts an ``lr`` keyword (``functools.partial(torch.optim.Adam)`` does, ``lambda p: ...``
-    does not)."""
+    """Whether ``factory`` accepts an ``lr`` keyword that is still open (``functools.partial(torch.optim.Adam)``
+    does; ``lambda p: ...`` does not, nor ``functools.partial(torch.optim.SGD, lr=0.1)``, whose own rate wins)."""
+    if isinstance(factory, functools.partial) and "lr" in factory.keywords:
+        return False
     try:
         params = inspect.signature(factory).parameters.values()
     except (TypeError, ValueError):  # a builtin without a signature: call it with lr

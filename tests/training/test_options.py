@@ -41,6 +41,8 @@ def test_a_callable_gets_lr_only_when_it_takes_it():
     assert fixed.param_groups[0]["lr"] == 0.5
     partial = build_optimizer(functools.partial(torch.optim.Adam, betas=(0.5, 0.6)), ps, 0.07)
     assert partial.param_groups[0]["lr"] == 0.07 and partial.param_groups[0]["betas"] == (0.5, 0.6)
+    own = build_optimizer(functools.partial(torch.optim.SGD, lr=0.3, momentum=0.9), ps, 0.07)  # a bound lr wins
+    assert own.param_groups[0]["lr"] == 0.3 and own.param_groups[0]["momentum"] == 0.9
     kw = build_optimizer(lambda params, **kw: torch.optim.SGD(params, **kw), ps, 0.04)  # **kwargs takes lr
     assert kw.param_groups[0]["lr"] == 0.04
     with pytest.raises(ModelInputError, match="returned int"):
