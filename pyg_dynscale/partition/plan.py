@@ -64,7 +64,7 @@ from torch import Tensor
 
 from ..errors import PartitionError
 from .partition import Partition
-from .pattern import DependencyPattern
+from .pattern import BlockPattern, DependencyPattern
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..data.signal import DynamicGraphSignal
@@ -262,6 +262,61 @@ def segment_depth(seq_order: Tensor, seq_ptr: Tensor, towner: Tensor) -> Tensor:
     return depth
 
 
+def check_plan_inputs(supergraph: Union["Supergraph", "DynamicGraphSignal"], partition: Partition,
+                      pattern: DependencyPattern, input_halo: str) -> "Supergraph":
+    """Validate a plan's inputs (as :meth:`CommunicationPlan.build` does);
+    returns the supergraph (a signal's cached one)."""
+    if input_halo not in ("load", "exchange"):
+        raise PartitionError("input_halo", f"is {input_halo!r}.", "use 'load' or 'exchange'.")
+    partition.check_signal(supergraph)  # node count and fingerprint, for a signal or its supergraph
+    if not hasattr(supergraph, "spatial_edge_index"):
+        supergraph = supergraph.supergraph()
+    if not isinstance(pattern, DependencyPattern):
+        raise PartitionError("pattern", f"expected a DependencyPattern, got {type(pattern).__name__}.",
+                             "Use DependencyPattern.preset(model, in_channels, hidden).")
+    partition.validate(supergraph.num_nodes)
+    return supergraph
+
+
+def check_link_pairs(link_pairs: tuple, readout_width: int, num_nodes: int,
+                     device: torch.device) -> tuple[Tensor, Tensor]:
+    """``(src_gid, dst_gid)`` as long tensors on ``device``, checked."""
+    N = num_nodes
+    ls, ld = (torch.as_tensor(t, dtype=torch.long, device=device) for t in link_pairs)
+    if ls.shape != ld.shape or ls.dim() != 1 or (ls.numel() and (int(torch.minimum(ls, ld).min()) < 0 or int(torch.maximum(ls, ld).max()) >= N)):
+        raise PartitionError("link_pairs", f"must be two [L] gid tensors in [0, {N}).", "pass (src_gid, dst_gid) of the labelled pairs.")
+    if int(readout_width) <= 0:
+        raise PartitionError("readout_width", f"must be > 0 with link_pairs, got {readout_width!r}.", "pass the head's output width.")
+    return ls, ld
+
+
+def temporal_tag(block: "BlockPattern") -> str:
+    """The row set a block's temporal phase moves: ``"recurrent"``,
+    ``"attention"`` or ``"window:<band>"`` (blocks with one tag share rows)."""
+    return f"window:{block.time_band}" if block.time_kind == "window" else block.time_kind
+
+
+def phase_specs(pattern: DependencyPattern, redistribution: bool,
+                input_halo: str) -> list[tuple[int, str, str, int, str, bool]]:
+    r"""Every exchange of the blocks, in execution order, as
+    ``(block, phase, kind, width, row set tag, static)``; the tag names the
+    rows (``"spatial"``, ``"redis"``, ``"back"``, or :func:`temporal_tag`),
+    which every exchange with that tag shares. The ``"readout"`` phase (link
+    pairs) comes after these. :meth:`CommunicationPlan.build` and the
+    per-rank builder both walk this list, so their exchanges come in one order."""
+    out = []
+    for b, blk in enumerate(pattern.blocks):
+        if redistribution and b > 0:
+            out.append((b, "redistribution_back", "redistribution", blk.input_width, "back", False))
+        for l, w in enumerate(blk.spatial_widths):
+            out.append((b, f"spatial:{l}", "spatial", w, "spatial", b == 0 and l == 0 and input_halo == "load"))
+        if redistribution:
+            out.append((b, "redistribution", "redistribution", blk.redistribution_width, "redis", False))
+        if blk.time_kind != "none":
+            out.append((b, "temporal", "temporal", blk.time_width, temporal_tag(blk), False))
+    return out
+
+
 @dataclass(eq=False)
 class CommunicationPlan:
     r"""All exchanges of one epoch for a partition and a dependency pattern.
@@ -276,6 +331,10 @@ class CommunicationPlan:
     pattern: DependencyPattern
     exchanges: list[Exchange]
     depth: Optional[Tensor] = None
+    #: ``[N]`` the partition's time owner :math:`\tau` (a reference, not a copy; set by :meth:`build`):
+    #: :meth:`RankPlan.from_plan <pyg_dynscale.partition.rank_plan.RankPlan.from_plan>` reads a rank's
+    #: :math:`Q_r` from it
+    temporal_owner: Optional[Tensor] = None
 
     @classmethod
     def build(
@@ -301,16 +360,8 @@ class CommunicationPlan:
                 loss; adds the ``"readout"`` phase.
             readout_width: width of the readout row (the head's output).
         """
-        if input_halo not in ("load", "exchange"):
-            raise PartitionError("input_halo", f"is {input_halo!r}.", "use 'load' or 'exchange'.")
-        partition.check_signal(supergraph)  # node count and fingerprint, for a signal or its supergraph
-        if not hasattr(supergraph, "spatial_edge_index"):
-            supergraph = supergraph.supergraph()
-        if not isinstance(pattern, DependencyPattern):
-            raise PartitionError("pattern", f"expected a DependencyPattern, got {type(pattern).__name__}.",
-                                 "Use DependencyPattern.preset(model, in_channels, hidden).")
+        supergraph = check_plan_inputs(supergraph, partition, pattern, input_halo)
         N = supergraph.num_nodes
-        partition.validate(N)
         R = partition.num_parts
         dev = supergraph.vertex.device
         own = partition.owner.to(dev)
@@ -347,32 +398,17 @@ class CommunicationPlan:
             e = cache[tag]
             return Exchange(block, phase, kind, width, bpe, R, e.src, e.dst, e.gid, e.pair_ptr, static)
 
-        exchanges: list[Exchange] = []
-        for b, blk in enumerate(pattern.blocks):
-            if has_redis and b > 0:
-                exchanges.append(make(b, "redistribution_back", "redistribution", blk.input_width,
-                                      (town[moved], own[moved], moved), "back"))
-            for l, w in enumerate(blk.spatial_widths):
-                static = b == 0 and l == 0 and input_halo == "load"
-                exchanges.append(make(b, f"spatial:{l}", "spatial", w, sp, "spatial", static))
-            if has_redis:
-                exchanges.append(make(b, "redistribution", "redistribution", blk.redistribution_width,
-                                      (own[moved], town[moved], moved), "redis"))
-            if blk.time_kind != "none":
-                tk = f"window:{blk.time_band}" if blk.time_kind == "window" else blk.time_kind
-                exchanges.append(make(b, "temporal", "temporal", blk.time_width, tmp[tk], tk))
+        rows_of = {"back": lambda: (town[moved], own[moved], moved), "spatial": lambda: sp,
+                   "redis": lambda: (own[moved], town[moved], moved)}
+        exchanges = [make(b, phase, kind, width, rows_of[tag]() if tag in rows_of else tmp[tag], tag, static)
+                     for b, phase, kind, width, tag, static in phase_specs(pattern, has_redis, input_halo)]
         if link_pairs is not None:
-            ls, ld = (torch.as_tensor(t, dtype=torch.long, device=dev) for t in link_pairs)
-            if ls.shape != ld.shape or ls.dim() != 1 or (ls.numel() and (int(torch.minimum(ls, ld).min()) < 0 or int(torch.maximum(ls, ld).max()) >= N)):
-                raise PartitionError("link_pairs", f"must be two [L] gid tensors in [0, {N}).", "pass (src_gid, dst_gid) of the labelled pairs.")
-            _check = int(readout_width)
-            if _check <= 0:
-                raise PartitionError("readout_width", f"must be > 0 with link_pairs, got {readout_width!r}.", "pass the head's output width.")
+            ls, ld = check_link_pairs(link_pairs, readout_width, N, dev)
             c = town[ls] != town[ld]
             exchanges.append(Exchange.from_rows(len(pattern.blocks) - 1, "readout", "readout", readout_width, bpe, R,
                                                 town[ld[c]], town[ls[c]], ld[c], N))
         depth = segment_depth(supergraph.sequence_order, supergraph.sequence_ptr, town) if "recurrent" in kinds else None
-        return cls(R, N, partition.scheme, pattern, exchanges, depth)
+        return cls(R, N, partition.scheme, pattern, exchanges, depth, town)
 
     # ------------------------------------------------------------------ access
     def __iter__(self) -> Iterator[Exchange]:
@@ -414,6 +450,16 @@ class CommunicationPlan:
         if self.depth is None:
             return 0
         return int(self.depth.max()) + 1 if self.depth.numel() else 1
+
+    def depth_of(self, gids: Tensor) -> Tensor:
+        """``[K]`` the recurrent round (:func:`segment_depth`) of the given
+        gids (``[K]`` long). :class:`~pyg_dynscale.partition.rank_plan.RankPlan`
+        has the same method for its rank's :math:`Q_r`, so a rank's layout can
+        take either."""
+        if self.depth is None:
+            raise PartitionError("depth", "this plan has no recurrent block, so no rounds.",
+                                 "ask for depths only when pattern has a time_kind='recurrent' block.")
+        return self.depth.index_select(0, gids.to(self.depth.device, torch.long))
 
     # ------------------------------------------------------------------ totals
     def bytes_by_kind(self, forward_only: bool = False) -> dict[str, int]:
