@@ -22,7 +22,7 @@ from torch_geometric.data import TemporalData
 from ..data.loaders import DatasetFormatError
 from ..data.loaders._common import PathLike, read_bytes
 from ..data.loaders.edgelist import remap_by_first_appearance
-from ..data.loaders.edgelist_parse import TokenTable, tokenize
+from ..data.loaders.edgelist_parse import TokenTable, has_header, tokenize, unsorted_error
 from ..errors import ModelInputError
 
 __all__ = [
@@ -35,35 +35,11 @@ __all__ = [
 ]
 
 
-def _first_line(data: bytes) -> bytes:
-    for line in data.splitlines():
-        s = line.strip()
-        if s and not s.startswith((b"%", b"#")):
-            return s
-    return b""
-
-
-def _has_header(data: bytes) -> bool:
-    """A header is a first data line whose first field is not a number."""
-    first = _first_line(data.lstrip(b"\xef\xbb\xbf")).replace(b",", b" ").split()
-    if not first:
-        return False
-    try:
-        float(first[0])
-    except ValueError:
-        return True
-    return False
-
-
 def _check_sorted(t: np.ndarray, line_no: np.ndarray, source: str) -> None:
     down = np.flatnonzero(t[1:] < t[:-1])
     if down.shape[0]:
         r = int(down[0]) + 1
-        raise DatasetFormatError(
-            source, f"line {int(line_no[r])}",
-            f"has timestamp {t[r]:g}, earlier than the previous event's {t[r - 1]:g}: events must be in time order.",
-            "sort the file by time, or pass sort=True (stable: ties keep file order).",
-        )
+        raise unsorted_error(source, int(line_no[r]), float(t[r]), float(t[r - 1]))
 
 
 def _check_ids(ids: np.ndarray, table: TokenTable, col: int, name: str) -> None:
@@ -108,7 +84,7 @@ def load_jodie_csv(path: PathLike, *, sort: bool = False) -> TemporalData:
     """
     source = os.path.basename(os.fspath(path))
     raw = read_bytes(path, "JODIE CSV file")
-    table = tokenize(raw, source, skip_rows=1 if _has_header(raw) else 0)
+    table = tokenize(raw, source, skip_rows=1 if has_header(raw) else 0)
     if table.num_cols < 4:
         raise DatasetFormatError(
             source, f"line {int(table.line_no[0])}", f"has {table.num_cols} fields.",

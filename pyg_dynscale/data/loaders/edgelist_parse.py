@@ -36,6 +36,8 @@ class TokenTable:
     tokens: np.ndarray
     line_no: np.ndarray
     source: str
+    #: data lines dropped by ``skip_rows`` (a chunk of a streamed file may hold fewer than asked)
+    skipped: int = 0
 
     @property
     def num_rows(self) -> int:
@@ -109,7 +111,14 @@ def _separator_table(delimiter: Optional[str]) -> bytes:
 
 
 def tokenize(
-    data: bytes, source: str, *, delimiter: Optional[str] = None, skip_rows: int = 0
+    data: bytes,
+    source: str,
+    *,
+    delimiter: Optional[str] = None,
+    skip_rows: int = 0,
+    first_line: int = 1,
+    expect: Optional[tuple[int, int]] = None,
+    allow_empty: bool = False,
 ) -> TokenTable:
     """Split edge-list text into a rectangular token table.
 
@@ -122,6 +131,11 @@ def tokenize(
         source: name for error messages.
         delimiter: an extra separator, or ``None``.
         skip_rows: number of leading data lines to skip (e.g. a CSV header).
+        first_line: line number of ``data``'s first line (a chunk of a streamed file).
+        expect: ``(fields, line)``: every data line must have ``fields`` fields, as
+            line ``line`` (an earlier chunk's first data line) has.
+        allow_empty: return an empty table for text without data lines (a chunk
+            of comments), with ``skipped`` the data lines ``skip_rows`` dropped.
 
     Raises:
         DatasetFormatError: when lines have different numbers of fields (the
@@ -142,24 +156,61 @@ def tokenize(
     n_lines = newline.shape[0] + 1
     per_line = np.bincount(line_of_token, minlength=n_lines)
     data_lines = np.flatnonzero(per_line)
+    skipped = 0
     if skip_rows:
         if skip_rows >= data_lines.shape[0]:
+            if allow_empty:
+                return TokenTable(np.zeros((0, 0), dtype="S1"), np.zeros(0, dtype=np.int64), source,
+                                  int(data_lines.shape[0]))
             raise DatasetFormatError(source, "skip_rows", f"skips {skip_rows} lines but there are only {data_lines.shape[0]} data lines.", "lower skip_rows.")
         cut_line = int(data_lines[skip_rows - 1])  # last skipped line
         cut = int(newline[cut_line]) + 1
         text = text[cut:]
         data_lines = data_lines[skip_rows:]
+        skipped = int(skip_rows)
     if data_lines.shape[0] == 0:
+        if allow_empty:
+            return TokenTable(np.zeros((0, 0), dtype="S1"), np.zeros(0, dtype=np.int64), source, skipped)
         raise DatasetFormatError(source, "content", "has no data lines (only comments or blank lines).", "check the file.")
     counts = per_line[data_lines]
-    C = int(counts[0])
+    C, first = (int(counts[0]), int(data_lines[0]) + first_line) if expect is None else expect
     wrong = np.flatnonzero(counts != C)
     if wrong.shape[0]:
         ln = int(data_lines[wrong[0]])
         raise DatasetFormatError(
-            source, f"line {ln + 1}",
-            f"has {int(counts[wrong[0]])} fields but line {int(data_lines[0]) + 1} has {C}.",
+            source, f"line {ln + first_line}",
+            f"has {int(counts[wrong[0]])} fields but line {first} has {C}.",
             "every data line needs the same number of fields; comment lines must start with '%' or '#'.",
         )
     tokens = np.array(text.split())
-    return TokenTable(tokens.reshape(-1, C), data_lines + 1, source)
+    return TokenTable(tokens.reshape(-1, C), data_lines + first_line, source, skipped)
+
+
+def first_data_line(data: bytes) -> bytes:
+    """The first line of ``data`` that is neither blank nor a ``%``/``#`` comment (``b""`` if none)."""
+    for line in data.splitlines():
+        s = line.strip()
+        if s and not s.startswith((b"%", b"#")):
+            return s
+    return b""
+
+
+def has_header(data: bytes) -> bool:
+    """A header is a first data line whose first field is not a number."""
+    first = first_data_line(data.lstrip(b"\xef\xbb\xbf")).replace(b",", b" ").split()
+    if not first:
+        return False
+    try:
+        float(first[0])
+    except ValueError:
+        return True
+    return False
+
+
+def unsorted_error(source: str, line: int, t: float, previous: float) -> DatasetFormatError:
+    """The error for an event earlier than the one before it (event readers, ``sort=False``)."""
+    return DatasetFormatError(
+        source, f"line {line}",
+        f"has timestamp {t:g}, earlier than the previous event's {previous:g}: events must be in time order.",
+        "sort the file by time, or pass sort=True (stable: ties keep file order).",
+    )

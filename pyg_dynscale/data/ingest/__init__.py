@@ -1,0 +1,16 @@
+r"""Chunked readers: dataset files larger than memory, read in chunks of
+``chunk_rows`` lines into an on-disk, memory-mappable store
+(:mod:`pyg_dynscale.data.mapped`), with the in-memory loaders' validation
+and errors.
+
+.. code-block:: python
+
+    from pyg_dynscale.data.ingest import ingest_edge_list, ingest_event_list, ingest_jodie_csv
+
+    events = ingest_jodie_csv("wikipedia.csv", "wikipedia.store")   # TemporalData, memory-mapped
+    events = ingest_event_list("sx-mathoverflow.txt.gz", "mo.events")
+"""
+from .events import ingest_event_list, ingest_jodie_csv
+from .text import DEFAULT_CHUNK_ROWS
+
+__all__ = ["DEFAULT_CHUNK_ROWS", "ingest_event_list", "ingest_jodie_csv"]

@@ -1,0 +1,163 @@
+r"""Out-of-core pieces of the chunked readers: scratch columns on disk, a
+stable external merge sort, and the raw-id table.
+
+* :class:`Scratch`: columns appended chunk by chunk to raw files in a
+  temporary directory and read back as :func:`numpy.memmap` (the parsed file
+  between the readers' passes; deleted at the end).
+* :func:`external_argsort`: the stable ascending order of a float64 column
+  larger than memory. Sorted runs of ``chunk_rows`` keys are written first,
+  then merged :math:`R` at a time with a buffer of ``chunk_rows / R`` entries
+  per run. Ties are broken by the row number, so every key is distinct and the
+  result is exactly ``numpy.argsort(keys, kind="stable")``: a merge round emits
+  every buffered entry :math:`\le` the smallest last-buffered entry of the runs
+  that still have unread entries, which no unread entry can precede. Memory:
+  ``O(chunk_rows)``; I/O: the keys are read twice and the runs once.
+* :class:`IdTable`: raw vertex ids to ``0 .. V-1`` in order of first
+  appearance over a stream of chunks (sorted ``[V]`` keys, so memory is
+  ``O(V)``, not ``O(E)``); the same ids as
+  :func:`~pyg_dynscale.data.loaders.edgelist.remap_by_first_appearance` on the
+  whole stream.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from typing import Optional
+
+import numpy as np
+
+
+class Scratch:
+    """Temporary on-disk columns next to ``near`` (same filesystem), removed by :meth:`close`."""
+
+    def __init__(self, near: str) -> None:
+        parent = os.path.dirname(os.path.abspath(near)) or "."
+        self.dir = os.path.join(parent, f".{os.path.basename(near)}.scratch-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        os.makedirs(self.dir)
+        self._fh: dict[str, object] = {}
+        self._meta: dict[str, tuple[np.dtype, tuple[int, ...], int]] = {}
+
+    def append(self, name: str, array: np.ndarray) -> None:
+        array = np.ascontiguousarray(array)
+        if name not in self._fh:
+            self._fh[name] = open(os.path.join(self.dir, name), "wb")
+            self._meta[name] = (array.dtype, tuple(array.shape[1:]), 0)
+        dtype, inner, rows = self._meta[name]
+        if array.dtype != dtype or tuple(array.shape[1:]) != inner:
+            raise ValueError(f"scratch column {name!r}: {array.dtype}{list(array.shape)} after {dtype}{list(inner)}")
+        self._fh[name].write(array.tobytes())  # type: ignore[attr-defined]
+        self._meta[name] = (dtype, inner, rows + array.shape[0])
+
+    def rows(self, name: str) -> int:
+        return self._meta[name][2] if name in self._meta else 0
+
+    def array(self, name: str) -> np.ndarray:
+        """The column written so far, memory-mapped read-only."""
+        dtype, inner, rows = self._meta[name]
+        self._fh[name].flush()  # type: ignore[attr-defined]
+        if rows * int(np.prod(inner, dtype=np.int64)) == 0:
+            return np.zeros((rows,) + inner, dtype=dtype)
+        return np.memmap(os.path.join(self.dir, name), dtype=dtype, mode="r", shape=(rows,) + inner)
+
+    def close(self) -> None:
+        for fh in self._fh.values():
+            fh.close()  # type: ignore[attr-defined]
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def external_argsort(keys: np.ndarray, chunk_rows: int, scratch: Scratch, prefix: str = "sort") -> np.ndarray:
+    """``numpy.argsort(keys, kind="stable")`` for a memory-mapped ``[n]``
+    column, holding ``O(chunk_rows)`` entries at a time. Returns the order as a
+    memory-mapped int64 column of ``scratch``."""
+    n = int(keys.shape[0])
+    rk, ri = f"{prefix}.run_key", f"{prefix}.run_idx"
+    for s in range(0, n, chunk_rows):
+        k = np.asarray(keys[s:s + chunk_rows])
+        o = np.argsort(k, kind="stable")
+        scratch.append(rk, k[o])
+        scratch.append(ri, o.astype(np.int64) + s)
+    if n <= chunk_rows:
+        return scratch.array(ri)
+    run_key, run_idx = scratch.array(rk), scratch.array(ri)
+    starts = list(range(0, n, chunk_rows))
+    R = len(starts)
+    pos = starts[:]
+    end = [min(s + chunk_rows, n) for s in starts]
+    per_run = max(1, chunk_rows // R)
+    buf_k: list[np.ndarray] = [np.zeros(0)] * R
+    buf_i: list[np.ndarray] = [np.zeros(0, dtype=np.int64)] * R
+    out = f"{prefix}.order"
+    while True:
+        for r in range(R):
+            if buf_k[r].shape[0] == 0 and pos[r] < end[r]:
+                stop = min(pos[r] + per_run, end[r])
+                buf_k[r], buf_i[r] = np.asarray(run_key[pos[r]:stop]), np.asarray(run_idx[pos[r]:stop])
+                pos[r] = stop
+        active = [r for r in range(R) if buf_k[r].shape[0]]
+        if not active:
+            break
+        limited = [r for r in active if pos[r] < end[r]]
+        limit: Optional[tuple[float, int]] = min(((float(buf_k[r][-1]), int(buf_i[r][-1])) for r in limited),
+                                                 default=None)
+        parts_k, parts_i = [], []
+        for r in active:
+            k, i = buf_k[r], buf_i[r]
+            if limit is None:
+                c = k.shape[0]
+            else:  # entries <= limit in (key, row) order: a prefix of the sorted buffer
+                lo, hi = np.searchsorted(k, limit[0], "left"), np.searchsorted(k, limit[0], "right")
+                c = int(lo + np.searchsorted(i[lo:hi], limit[1], "right"))
+            parts_k.append(k[:c])
+            parts_i.append(i[:c])
+            buf_k[r], buf_i[r] = k[c:], i[c:]
+        k, i = np.concatenate(parts_k), np.concatenate(parts_i)
+        scratch.append(out, i[np.lexsort((i, k))])
+    return scratch.array(out)
+
+
+def is_sorted_after(values: np.ndarray, previous: Optional[float]) -> int:
+    """Index of the first entry smaller than the one before it (``previous``
+    before the first), or -1."""
+    if values.shape[0] == 0:
+        return -1
+    if previous is not None and values[0] < previous:
+        return 0
+    down = np.flatnonzero(values[1:] < values[:-1])
+    return int(down[0]) + 1 if down.shape[0] else -1
+
+
+class IdTable:
+    """Raw ids -> ``0 .. V-1`` in order of first appearance, over chunks."""
+
+    def __init__(self) -> None:
+        self.keys = np.zeros(0, dtype=np.int64)   # sorted raw ids
+        self.vals = np.zeros(0, dtype=np.int64)   # their new ids
+        self._order: list[np.ndarray] = []        # raw ids in new-id order, per chunk
+
+    def __len__(self) -> int:
+        return int(self.keys.shape[0])
+
+    def map(self, seq: np.ndarray) -> np.ndarray:
+        """New ids of ``seq`` (raw ids in stream order); unseen ids get the next
+        ids in order of their first position in ``seq``."""
+        uniq, first, inv = np.unique(seq, return_index=True, return_inverse=True)
+        pos = np.searchsorted(self.keys, uniq)
+        known = pos < self.keys.shape[0]
+        known[known] = self.keys[pos[known]] == uniq[known]
+        ids = np.empty(uniq.shape[0], dtype=np.int64)
+        ids[known] = self.vals[pos[known]]
+        fresh = np.flatnonzero(~known)
+        by_first = fresh[np.argsort(first[fresh], kind="stable")]
+        ids[by_first] = len(self) + np.arange(by_first.shape[0], dtype=np.int64)
+        if fresh.shape[0]:
+            # fresh ids are sorted (np.unique), so one insert keeps keys sorted
+            at = np.searchsorted(self.keys, uniq[fresh])
+            self.keys = np.insert(self.keys, at, uniq[fresh])
+            self.vals = np.insert(self.vals, at, ids[fresh])
+            self._order.append(uniq[by_first])
+        return ids[inv.reshape(-1)]
+
+    def vertex_map(self) -> np.ndarray:
+        """``[V]`` raw id of each new id."""
+        return np.concatenate(self._order) if self._order else np.zeros(0, dtype=np.int64)
