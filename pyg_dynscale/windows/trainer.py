@@ -65,7 +65,9 @@ from .block_placement import check_placement, eval_share, held_snapshots
 from .cache import build_window_cache, planned_batches
 from .decoder import build_seq2seq
 from .epoch_bytes import TrafficAccessor, WindowBytes
+from .mapped_signal import MappedSignal, is_mapped_source
 from .node_batches import NodeBatches, check_node_batch_args
+from .rank_view import RankWindowView, combine, gather_facts
 from .snapshot_store import SnapshotStore, StoreLayout
 from .view import WindowView
 from .window_loss import aligned, check_widths, window_mean
@@ -268,6 +270,7 @@ class WindowTrainer(BaseTrainer):
         self.device = _place(model, options["head"], options["decoder"], device, signal)
         if not _process_group():
             self._setup(model, signal, **options)
+            self._build()
             return
         # before the first collective (the agreement, DDP's broadcast, a helper group): NCCL makes a group's
         # communicator on the current device, cuda:0 on a rank that has not bound its own
@@ -275,8 +278,20 @@ class WindowTrainer(BaseTrainer):
         error: Optional[BaseException] = None
         try:
             self._setup(model, signal, **options)
+            if not isinstance(self.view, RankWindowView):
+                self._build()
         except Exception as exc:  # noqa: BLE001 - any rank-local failure: every rank raises (agree)
             error = exc
+        per_rank = error is None and isinstance(self.view, RankWindowView)
+        # where each rank read its part, the whole signal's layout and statistics come from every rank's facts
+        # (windows/rank_view.py), gathered after an agreement on errors and on the path: no rank waits alone
+        agree(error, {"data": "each rank reads its part of a signal file" if per_rank else "the whole signal"})
+        if per_rank:
+            everyone = gather_facts(self._facts)
+            try:
+                self._build(everyone)
+            except Exception as exc:  # noqa: BLE001 - as above
+                error = exc
         # the same error on every rank: a rank whose set-up failed tells the others before any collective they
         # would wait in; set-ups that differ between ranks are refused
         agree(error, None if error is not None else self._summary())
@@ -320,7 +335,14 @@ class WindowTrainer(BaseTrainer):
                                   "give every rank the same number of consecutive blocks (default: blocks = world size).")
         #: the blocks this rank computes (consecutive)
         self.my_blocks = range(rank * (blocks // world), (rank + 1) * (blocks // world))
-        self.view = WindowView(signal, lags, horizon, stride, ratio=ratio, standardize=standardize)
+        if is_mapped_source(signal):  # a signal on disk: each rank reads its part, or one process all of it
+            source = signal if isinstance(signal, MappedSignal) else MappedSignal(signal)
+            if world > 1 and self.placement == "blocks":
+                self.view = RankWindowView(source, lags, horizon, stride, ratio=ratio, standardize=standardize)
+            else:
+                signal = source.load()
+        if not is_mapped_source(signal):
+            self.view = WindowView(signal, lags, horizon, stride, ratio=ratio, standardize=standardize)
         sig = self.view.signal
         if self.view.horizon > self.view.lags and decoder is None:
             raise ModelInputError(
@@ -364,21 +386,13 @@ class WindowTrainer(BaseTrainer):
         #: global ``[T+1]`` vertex-time offsets (metadata: which windows of a batch have target rows)
         self._gptr = sig.node_ptr.tolist()
         counts = sig.nodes_per_snapshot
-        # the whole signal's layout: the same on every rank, whatever it holds
-        layout = StoreLayout.of(sig, edge_fields)
-        if self.view.horizon > 1 and not layout.fixed:
-            raise UnsupportedOptionError(
-                "horizon", f"is {horizon} on a signal whose vertex set changes: the output rows of step L-H+k and "
-                "the target rows of snapshot e+k would be different vertices.", "horizon=1.")
+        # the whole signal's layout, the same on every rank whatever it holds (a rank that reads its part of a
+        # file: from every rank's facts, in _build)
+        layout = None if isinstance(self.view, RankWindowView) else StoreLayout.of(sig, edge_fields)
         first = int((counts > 0).nonzero().flatten()[0]) if bool((counts > 0).any()) else None
         if first is None:
             raise ModelInputError("data", "has no nodes.", "pass a signal with at least one node.")
-        if self.sequence_model:
-            if not (layout.fixed and layout.static):
-                raise ModelInputError("model", f"{type(model).__name__} takes [B, L, N, F] windows of one static graph "
-                                      "with a fixed vertex set; this signal's graph or vertex set changes.",
-                                      "use its per-snapshot sibling (DCRNN) on a changing graph.")
-        elif not self.window_model:
+        if not (self.sequence_model or self.window_model):
             ea, eb = int(sig.edge_ptr[first]), int(sig.edge_ptr[first + 1])
             self.model.probe(self.view.x_at(first), edge_weight=sig.edge_weight is not None,
                              edge_fields={k: sig.fields[k].values[ea:eb].to(self.device) for k in edge_fields})
@@ -393,10 +407,45 @@ class WindowTrainer(BaseTrainer):
         if world > 1 and self.placement == "blocks":
             self.view.hold(held_snapshots(self.view.starts, list(self._eval.values()), self.view.lags,
                                           self.view.horizon))
+        #: this rank's contribution to the whole signal's facts (a part read from a file; windows/rank_view.py)
+        self._facts = (self.view.facts(blocks, self.my_blocks, edge_fields)
+                       if isinstance(self.view, RankWindowView) else None)
+        # what _build needs (after the ranks' facts are gathered, where each rank read its part)
+        self._pending = dict(model=model, edge_fields=edge_fields, layout=layout, target=target, reuse=reuse,
+                             params=params, decoder=decoder, teacher_forcing=teacher_forcing,
+                             decoder_input=decoder_input, cache_bytes=cache_bytes, cache_policy=cache_policy,
+                             incremental=incremental, optimizer=optimizer, node_batch_size=node_batch_size,
+                             num_neighbors=num_neighbors, node_order=node_order)
+
+    def _build(self, everyone: Optional[list] = None) -> None:
+        """The rest of the set-up, on the held snapshots: the layout checks, the
+        store, seq2seq, reuse and its cache, the optimizer, node batches.
+        ``everyone``: every rank's :class:`~pyg_dynscale.windows.rank_view.RankFacts`
+        where each rank read its part of a file (their layout and
+        standardization are combined here)."""
+        p = self._pending
+        del self._pending
+        model, edge_fields, layout, target, reuse = p["model"], p["edge_fields"], p["layout"], p["target"], p["reuse"]
+        params, decoder, cache_bytes, node_batch_size = p["params"], p["decoder"], p["cache_bytes"], p["node_batch_size"]
+        incremental = p["incremental"]
+        if everyone is not None:
+            layout, standardizer = combine(everyone, torch.tensor(self._gptr), self.view.signal.num_vertices,
+                                           self.view.signal.x.dtype, self.view.standardize)
+            if standardizer is not None:
+                self.view.standardize_with(standardizer)
+            self.view.close_source()  # the rank keeps its snapshots only
+        if self.view.horizon > 1 and not layout.fixed:
+            raise UnsupportedOptionError(
+                "horizon", f"is {self.view.horizon} on a signal whose vertex set changes: the output rows of step "
+                "L-H+k and the target rows of snapshot e+k would be different vertices.", "horizon=1.")
+        if self.sequence_model and not (layout.fixed and layout.static):
+            raise ModelInputError("model", f"{type(model).__name__} takes [B, L, N, F] windows of one static graph "
+                                  "with a fixed vertex set; this signal's graph or vertex set changes.",
+                                  "use its per-snapshot sibling (DCRNN) on a changing graph.")
         #: the held snapshots every reader shares (:mod:`~pyg_dynscale.windows.snapshot_store`)
         self.store = SnapshotStore(self.view, target, edge_fields, layout, self.device, self.dtype)
         # seq2seq (windows/decoder.py): the decoder's parameters are trained with the model's
-        self._seq2seq = build_seq2seq(self, decoder, teacher_forcing, decoder_input, target)
+        self._seq2seq = build_seq2seq(self, decoder, p["teacher_forcing"], p["decoder_input"], target)
         #: the decoder (a SnapshotModel; ``None``: no seq2seq)
         self.decoder = None if self._seq2seq is None else self._seq2seq.decoder
         if self.decoder is not None:
@@ -418,17 +467,17 @@ class WindowTrainer(BaseTrainer):
         if impl is not None and not self.store.edge_fields:  # on a static graph from its one graph (no T x E tensor)
             with default_dtype(self.dtype):
                 self.reuse_impl, self.cache = build_window_cache(self.store, self.model.module, self.view, impl,
-                                                                 cache_bytes, cache_policy)
+                                                                 cache_bytes, p["cache_policy"])
         if self._seq2seq is not None:
             self._seq2seq.setup_reuse(self)
         self._params = params
         #: built over the model's, head's and decoder's parameters (DDP's broadcast later writes them in place)
-        self.optimizer = build_optimizer(optimizer, params, self.lr)
+        self.optimizer = build_optimizer(p["optimizer"], params, self.lr)
         #: the batch losses of the last :meth:`train_epoch`
         self.batch_losses: list = []
         #: node mini-batches (``node_batch_size``; ``None``: whole snapshots)
         self._node_batches = (None if node_batch_size is None
-                              else NodeBatches(self, node_batch_size, num_neighbors, node_order,
+                              else NodeBatches(self, node_batch_size, p["num_neighbors"], p["node_order"],
                                                declared=isinstance(model, SnapshotModel)))
 
     def _summary(self) -> dict:

@@ -1,0 +1,291 @@
+r"""A signal file opened memory-mapped, from which a rank reads only the
+snapshots it holds (``WindowTrainer(model, "signal.pt", placement="blocks")``
+under a process group: each rank loads its part).
+
+:class:`MappedSignal` opens a file written by
+:meth:`DynamicGraphSignal.save <pyg_dynscale.data.DynamicGraphSignal.save>`
+with ``torch.load(path, mmap=True, weights_only=True)``: no tensor is read
+when the file is opened, only its pointers ``node_ptr`` / ``edge_ptr``
+(:math:`[T+1]` each) when they are used. :meth:`MappedSignal.read` then
+copies the rows of a sorted set of snapshots :math:`\mathcal{S}`,
+
+.. math::
+    \text{rows}(\mathcal{S}) = \bigcup_{t \in \mathcal{S}}
+    [\text{node\_ptr}_t, \text{node\_ptr}_{t+1}) \quad (\text{edges: } \text{edge\_ptr}),
+
+run of consecutive snapshots by run, in chunks of at most
+:data:`CHUNK_BYTES`; after each chunk the pages of the map it touched are
+handed back to the kernel (``madvise(MADV_DONTNEED)`` on the read-only,
+private file map: they are re-read from the file if touched again), so a
+rank's resident memory grows by the copy of its rows, not by the pages of
+the map as well. :attr:`MappedSignal.bytes_read` counts the bytes copied.
+
+**Validation.** Opening checks the format tag and version (as
+:meth:`DynamicGraphSignal.load <pyg_dynscale.data.DynamicGraphSignal.load>`)
+and the structure that reading trusts: pointers of :math:`T+1` non-decreasing
+entries from 0 that end at the row counts of the tensors they split;
+:meth:`MappedSignal.read` validates the part it returns
+(:meth:`~pyg_dynscale.data.DynamicGraphSignal.validate`). The file's
+SHA-256 covers every tensor at once, so checking it reads the whole file:
+:meth:`MappedSignal.verify` does that on demand (once, before a run, on one
+process), a rank reading its part does not.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+from typing import Any, Optional, Union
+
+import torch
+from torch import Tensor
+
+from ..errors import ModelInputError, SignalFormatError
+from ..data.fields import SnapshotField, ptr_from_counts
+
+__all__ = ["MappedSignal", "CHUNK_BYTES", "is_mapped_source"]
+
+#: bytes copied from the map before its pages are handed back
+CHUNK_BYTES = 16 << 20
+_MADV_DONTNEED = 4  # Linux
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_REMEDY = "Re-create it with DynamicGraphSignal.save()."
+
+
+def is_mapped_source(data: Any) -> bool:
+    """Whether a trainer's ``data`` is a signal on disk: a path (``str`` /
+    ``os.PathLike``) or a :class:`MappedSignal`."""
+    return isinstance(data, (str, os.PathLike, MappedSignal))
+
+
+def _libc_madvise() -> Any:
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError):  # not a POSIX libc: pages stay until the map is closed
+        return None
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_MADVISE = _libc_madvise()
+
+
+def _file_map(path: str, lo: int, hi: int) -> bool:
+    """Whether addresses ``[lo, hi)`` lie in one private map of file ``path``
+    (``/proc/self/maps``): only there is ``MADV_DONTNEED`` a hint and not a
+    loss of data."""
+    try:
+        real = os.path.realpath(path)
+        with open("/proc/self/maps") as f:
+            for line in f:
+                parts = line.split(maxsplit=5)
+                a, b = (int(v, 16) for v in parts[0].split("-"))
+                if a <= lo and hi <= b:
+                    return len(parts) == 6 and parts[1][3] == "p" and os.path.realpath(parts[5].strip()) == real
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
+
+
+class MappedSignal:
+    r"""A :class:`~pyg_dynscale.data.DynamicGraphSignal` file opened
+    memory-mapped (module docstring).
+
+    Args:
+        path (str): a file written by ``DynamicGraphSignal.save``.
+
+    Attributes:
+        path (str): the file.
+        signal (DynamicGraphSignal): the whole signal over the mapped tensors
+            (reading a row reads its pages; nothing is read at opening).
+        bytes_read (int): bytes copied out of the map by :meth:`read`.
+        releases (bool): whether the pages of read chunks are handed back
+            (a private file map on Linux; elsewhere they stay mapped until
+            the object is dropped).
+    """
+
+    def __init__(self, path: Union[str, os.PathLike]) -> None:
+        from ..data.io import FORMAT_TAG, FORMAT_VERSION
+        from ..data.signal import DynamicGraphSignal
+
+        self.path = os.fspath(path)
+        if not os.path.isfile(self.path):
+            raise FileNotFoundError(f"{self.path}: no such signal file.")
+        try:
+            payload = torch.load(self.path, mmap=True, weights_only=True)
+        except Exception as exc:  # a zip archive torch cannot map (or an old pickle file): say which
+            why = ("it holds Python objects other than tensors, which are not unpickled" if "weights_only" in str(exc)
+                   else f"{type(exc).__name__}: {str(exc)[:200]}")
+            raise SignalFormatError(f"{self.path}: not a memory-mappable pyg_dynscale signal file ({why}). "
+                                    f"{_REMEDY}") from None
+        if not isinstance(payload, dict) or payload.get("format") != FORMAT_TAG:
+            raise SignalFormatError(f"{self.path}: not a pyg_dynscale signal file (format tag missing). {_REMEDY}")
+        if payload.get("version") != FORMAT_VERSION:
+            raise SignalFormatError(f"{self.path}: signal format version {payload.get('version')!r} is not supported "
+                                    f"by this pyg_dynscale (reads version {FORMAT_VERSION}). {_REMEDY}")
+        t = payload["tensors"]
+        fields = {name: SnapshotField(m["level"], t[f"field.{name}.values"], t.get(f"field.{name}.ptr"),
+                                      int(m["cat_dim"])) for name, m in payload["fields"].items()}
+        self.signal = DynamicGraphSignal.from_storage(t["node_id"], t["node_ptr"], t["edge_index"], t["edge_ptr"],
+                                                      t["edge_weight"], fields, int(payload["num_vertices"]))
+        #: the file's SHA-256 of its tensors (:meth:`verify`)
+        self.checksum = str(payload.get("checksum"))
+        self._check_structure()
+        self.bytes_read = 0
+        tensors = [v for v in t.values() if isinstance(v, Tensor) and v.numel()]
+        spans = [(v.untyped_storage().data_ptr(), v.untyped_storage().data_ptr() + v.untyped_storage().nbytes())
+                 for v in tensors]
+        self._span = (min(a for a, _ in spans), max(b for _, b in spans)) if spans else (0, 0)
+        self.releases = bool(spans) and _MADVISE is not None and _file_map(self.path, *self._span)
+
+    # ------------------------------------------------------------------ checks
+    def _bad(self, what: str) -> SignalFormatError:
+        return SignalFormatError(f"{self.path}: {what}; the file is corrupt. {_REMEDY}")
+
+    def _check_ptr(self, name: str, ptr: Tensor, rows: int, T: Optional[int]) -> None:
+        if ptr.dim() != 1 or ptr.dtype != torch.long or (T is not None and ptr.numel() != T + 1) or ptr.numel() < 1:
+            raise self._bad(f"{name} is not a [T+1] int64 pointer")
+        if int(ptr[0]) != 0 or int(ptr[-1]) != rows or bool((ptr[1:] < ptr[:-1]).any()):
+            raise self._bad(f"{name} does not split {rows} rows (it must run from 0 to {rows}, non-decreasing)")
+
+    def _check_structure(self) -> None:
+        s = self.signal
+        T = int(s.node_ptr.numel()) - 1
+        self._check_ptr("node_ptr", s.node_ptr, int(s.node_id.shape[0]), T)
+        if s.edge_index.dim() != 2 or s.edge_index.shape[0] != 2:
+            raise self._bad("edge_index is not [2, E]")
+        E = int(s.edge_index.shape[1])
+        self._check_ptr("edge_ptr", s.edge_ptr, E, T)
+        if s.edge_weight is not None and s.edge_weight.shape[:1] != (E,):
+            raise self._bad("edge_weight does not have one entry per edge")
+        for name, f in s.fields.items():
+            if f.level == "node" and f.values.shape[0] != s.node_id.shape[0]:
+                raise self._bad(f"field {name!r} does not have one row per vertex-time node")
+            if f.level == "edge" and f.values.shape[0] != E:
+                raise self._bad(f"field {name!r} does not have one row per edge")
+            if f.level == "graph" and f.values.shape[0] != T:
+                raise self._bad(f"field {name!r} does not have one row per snapshot")
+            if f.level == "ragged":
+                if f.ptr is None:
+                    raise self._bad(f"ragged field {name!r} has no pointer")
+                self._check_ptr(f"field {name!r}'s ptr", f.ptr, int(f.values.shape[f.cat_dim]), T)
+
+    # ------------------------------------------------------------------ access
+    @property
+    def num_snapshots(self) -> int:
+        return self.signal.num_snapshots
+
+    def verify(self) -> None:
+        """Check the file's SHA-256 over every tensor (reads the whole file)."""
+        from ..data.io import tensor_checksum
+
+        s = self.signal
+        tensors: dict = {"node_id": s.node_id, "node_ptr": s.node_ptr, "edge_index": s.edge_index,
+                         "edge_ptr": s.edge_ptr, "edge_weight": s.edge_weight}
+        for name, f in s.fields.items():
+            tensors[f"field.{name}.values"] = f.values
+            if f.ptr is not None:
+                tensors[f"field.{name}.ptr"] = f.ptr
+        if tensor_checksum(tensors) != self.checksum:
+            raise SignalFormatError(f"{self.path}: checksum mismatch, the file is corrupt. {_REMEDY}")
+
+    def load(self) -> Any:
+        """The whole signal in memory, checksum verified
+        (:meth:`DynamicGraphSignal.load <pyg_dynscale.data.DynamicGraphSignal.load>`)."""
+        from ..data.signal import DynamicGraphSignal
+
+        return DynamicGraphSignal.load(self.path)
+
+    def read(self, snapshots: Tensor) -> Any:
+        r"""The signal of ``snapshots`` (``[S]`` sorted distinct global
+        indices), in memory: its rows copied out of the map run by run, in
+        chunks (module docstring), and validated."""
+        s = self.signal
+        idx = torch.as_tensor(snapshots, dtype=torch.long).reshape(-1)
+        T = s.num_snapshots
+        if idx.numel() == 0 or int(idx.min()) < 0 or int(idx.max()) >= T or bool((idx[1:] <= idx[:-1]).any()):
+            raise ModelInputError("snapshots", f"are not sorted distinct indices in 0..{T - 1}.",
+                                  "give the held snapshots in increasing order.")
+        # runs of consecutive snapshots [a, b): one contiguous row range of every per-row tensor each
+        cut = torch.nonzero(idx[1:] != idx[:-1] + 1).flatten() + 1
+        first = torch.cat([idx[:1], idx[cut]]).tolist()
+        last = torch.cat([idx[cut - 1], idx[-1:]]).tolist()
+        runs = [(a, b + 1) for a, b in zip(first, last)]
+
+        def ranges(ptr: Tensor) -> list:
+            p = ptr.tolist() if ptr.numel() < 1 << 20 else None
+            return [(p[a], p[b]) if p is not None else (int(ptr[a]), int(ptr[b])) for a, b in runs]
+
+        nodes, edges = ranges(s.node_ptr), ranges(s.edge_ptr)
+        fields: dict = {}
+        for name, f in s.fields.items():
+            if f.level == "node":
+                fields[name] = SnapshotField("node", self._rows(f.values, nodes, 0))
+            elif f.level == "edge":
+                fields[name] = SnapshotField("edge", self._rows(f.values, edges, 0))
+            elif f.level == "graph":
+                fields[name] = SnapshotField("graph", f.values.index_select(0, idx).clone())
+            else:
+                counts = (f.ptr[1:] - f.ptr[:-1]).index_select(0, idx)
+                fields[name] = SnapshotField("ragged", self._rows(f.values, ranges(f.ptr), f.cat_dim),
+                                             ptr_from_counts(counts), f.cat_dim)
+        node_counts = (s.node_ptr[1:] - s.node_ptr[:-1]).index_select(0, idx)
+        edge_counts = (s.edge_ptr[1:] - s.edge_ptr[:-1]).index_select(0, idx)
+        out = type(s).from_storage(
+            self._rows(s.node_id, nodes, 0), ptr_from_counts(node_counts), self._rows(s.edge_index, edges, 1),
+            ptr_from_counts(edge_counts), None if s.edge_weight is None else self._rows(s.edge_weight, edges, 0),
+            fields, s.num_vertices)
+        try:
+            out.validate(allow_nonfinite=True)
+        except Exception as exc:  # noqa: BLE001 - the file's rows are inconsistent: a format error naming the file
+            raise self._bad(f"its snapshots {runs[0][0]}..{runs[-1][1] - 1} do not form a valid signal ({exc})") from None
+        return out
+
+    def node_rows(self, name: str, first: int, stop: int) -> Tensor:
+        """The rows of node-level field ``name`` of snapshots ``first .. stop-1``, copied out of the map."""
+        f = self.signal.fields.get(name)
+        if f is None or f.level != "node":
+            raise ModelInputError(name, "is not a node-level field of the signal.", f"give the signal node rows '{name}'.")
+        p = self.signal.node_ptr
+        return self._rows(f.values, [(int(p[first]), int(p[stop]))], 0)
+
+    # ------------------------------------------------------------------ reading rows
+    def _rows(self, t: Tensor, spans: list, dim: int) -> Tensor:
+        """The rows ``spans`` (``[(a, b), ...]`` along ``dim``) of mapped tensor ``t``, concatenated, as a new tensor."""
+        total = sum(b - a for a, b in spans)
+        if dim == 1 and t.dim() == 2:  # [k, R] (edge_index): each of the k rows is a contiguous run of the file
+            return torch.stack([self._rows(t[i], spans, 0) for i in range(t.shape[0])]) if t.shape[0] else \
+                t.new_empty((0, total))
+        if dim != 0 or not t.is_contiguous():  # not laid out by rows: read by indexing (pages kept until closed)
+            pos = torch.cat([torch.arange(a, b) for a, b in spans]) if spans else torch.zeros(0, dtype=torch.long)
+            out = t.index_select(dim, pos)
+            self.bytes_read += out.numel() * out.element_size()
+            return out
+        out = t.new_empty((total, *t.shape[1:]))
+        row = max(1, t[:1].numel() * t.element_size())
+        step = max(1, CHUNK_BYTES // row)
+        o = 0
+        for a, b in spans:
+            for c in range(a, b, step):
+                d = min(b, c + step)
+                src = t[c:d]
+                out[o:o + d - c] = src
+                o += d - c
+                self.bytes_read += src.numel() * src.element_size()
+                self._release(src)
+        return out
+
+    def _release(self, view: Tensor) -> None:
+        """Hand the pages under ``view`` back to the kernel (a private file map: re-read from the file if touched)."""
+        if not self.releases or view.numel() == 0:
+            return
+        lo = view.data_ptr() // _PAGE * _PAGE
+        hi = -(-(view.data_ptr() + view.numel() * view.element_size()) // _PAGE) * _PAGE
+        lo, hi = max(lo, self._span[0] // _PAGE * _PAGE), min(hi, -(-self._span[1] // _PAGE) * _PAGE)
+        if hi > lo:
+            _MADVISE(ctypes.c_void_p(lo), ctypes.c_size_t(hi - lo), _MADV_DONTNEED)
+
+    def __repr__(self) -> str:
+        s = self.signal
+        return (f"MappedSignal({self.path!r}, snapshots={s.num_snapshots}, rows={int(s.node_ptr[-1])}, "
+                f"edges={int(s.edge_ptr[-1])}, bytes_read={self.bytes_read})")
