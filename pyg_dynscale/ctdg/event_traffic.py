@@ -91,7 +91,7 @@ class EventTraffic:
         return out
 
     def report(self, *, placement, gradient_bytes: int, distributed: bool, parallelism: tuple, rank: int,
-               world_size: int, group, row_width: int) -> TrafficReport:
+               world_size: int, group, row_width: int, exchange=None) -> TrafficReport:
         r"""The last training epoch's bytes over every rank, measured at the collectives and
         predicted from the id lists (a collective under a process group: call it on every rank).
 
@@ -101,6 +101,8 @@ class EventTraffic:
             distributed (bool): whether DDP sums the gradients.
             parallelism, rank, world_size: the layout; group: the host group of the gathers.
             row_width (int): bytes of one all-gathered write-back row (id + memory + ``last_update``).
+            exchange: events per rank's :class:`~pyg_dynscale.ctdg.event_exchange.EventExchange`
+                (``events``, ``neighbors``, ``mailbox`` measured and predicted), or ``None``.
         """
         e = self.last or {"bytes": {}, "roots": [], "steps": 0}
         got = e["bytes"]
@@ -124,6 +126,13 @@ class EventTraffic:
             skip = ()
             local = dict(p.epoch["local"])
             eta = lambda n, u: (n - u) / n if n else math.nan  # noqa: E731
+            if exchange is not None:
+                from .event_exchange import EXCHANGE_KINDS
+
+                gathered = {k: all_gather_long(exchange.epoch[k], world_size, group) for k in ("neighbors", "mailbox")}
+                for k in EXCHANGE_KINDS:
+                    measured[k] = int(got.get(k, 0))
+                predicted.update(exchange.predicted(gathered))
             extra = {"redundancy": {"dispatch_occurrences": occ[0], "dispatch_distinct": occ[1],
                                     "aggregation_occurrences": occ[2], "aggregation_distinct": occ[3],
                                     "eta1": eta(occ[0], occ[1]), "eta2": eta(occ[2], occ[3])},

@@ -132,3 +132,31 @@ def check_combinations(parallelism: tuple, world_size: int, *, memory_placement:
             "neighbour loader per process without epoch parallelism.",
             "j = 1, and k > 1 only across processes; or prefetch=False.")
     return micro_batches
+
+
+#: the ``event_placement`` values of :class:`~pyg_dynscale.ctdg.MemoryTrainer`
+EVENT_PLACEMENTS = ("whole", "per_rank")
+
+
+def check_event_placement(event_placement: str, *, memory_placement: str, partition, prefetch: bool,
+                          micro_batches, overlap_aggregation: bool) -> None:
+    """``event_placement`` and the options ``"per_rank"`` runs with (see
+    :mod:`~pyg_dynscale.ctdg.rank_events`)."""
+    if event_placement not in EVENT_PLACEMENTS:
+        raise ModelInputError("event_placement", f"is {event_placement!r}.", f"use one of {list(EVENT_PLACEMENTS)}.")
+    if event_placement == "whole":
+        return
+    if memory_placement == "replicated":
+        raise UnsupportedOptionError("event_placement", "is 'per_rank' with memory_placement='replicated': the "
+                                     "neighbour index and the mailbox are held by the owners of a partitioned memory.",
+                                     "memory_placement='partitioned' or 'sven', or event_placement='whole'.")
+    for name, value, off in (("prefetch", prefetch, False), ("micro_batches", micro_batches, 1),
+                             ("overlap_aggregation", overlap_aggregation, False)):
+        if value != off:
+            raise UnsupportedOptionError(name, f"is {value!r} with event_placement='per_rank'.",
+                                         f"{name}={off!r}, or event_placement='whole'.")
+    if isinstance(partition, str) and partition == "flexbicut":
+        raise UnsupportedOptionError("partition", "is 'flexbicut' with event_placement='per_rank': its pre-sampling "
+                                     "walks the whole stream on every rank.",
+                                     "give the owner tensor it computes (pyg-dynscale partition-events --out FILE), "
+                                     "or 'range' / 'interval'.")

@@ -91,6 +91,8 @@ class PartitionedFetch:
         host (HostStream): the stream's index columns (host).
         neighbors (LastNeighborLoader): the neighbour loader (host).
         state (MemoryState): the memory's message stores (the mailbox the dispatch reads).
+        exchange (EventExchange, optional): events per rank: the neighbourhoods and stored messages
+            come from the owners (:meth:`~pyg_dynscale.ctdg.event_exchange.EventExchange.lookup`).
 
     Attributes:
         prefetched (dict): local batches whose ``dispatch`` / ``aggregation`` id lists came from
@@ -98,8 +100,10 @@ class PartitionedFetch:
         channel (Channel or None): ``overlap_aggregation``'s own groups (``None``: inline).
     """
 
-    def __init__(self, placement: PartitionedMemory, host, neighbors, state) -> None:
+    def __init__(self, placement: PartitionedMemory, host, neighbors, state, exchange=None) -> None:
         self.placement, self.host, self.neighbors, self.state = placement, host, neighbors, state
+        #: events per rank: the owners' index (its lookups are collectives), else None
+        self.exchange = exchange
         self.prefetched = {"dispatch": 0, "aggregation": 0}
         self.channel: Optional[Channel] = None
 
@@ -109,6 +113,8 @@ class PartitionedFetch:
         ``ctx.lookups`` for the embedding. Every rank calls it every step (an empty batch fetches
         nothing)."""
         if lb.num_events == 0:
+            if self.exchange is not None:  # the owners' lookups are collectives too
+                self.exchange.lookup(self.host.src[:0], True)
             self.placement.fetch(self.host.src[:0])
             return
         ready = ctx.lookups.get(lb.trainer)
@@ -147,7 +153,11 @@ class PartitionedFetch:
         neighbour lookup. In training the stored messages of the sampled nodes are applied first:
         their other endpoints are read too (the memory update of evaluation fetches for itself,
         :meth:`~pyg_dynscale.ctdg.store.MemoryState.write`). ``placement``: a table view."""
-        found = self.neighbors(torch.cat([self.host.src[a:b], self.host.dst[a:b], neg]).unique())
+        if self.exchange is not None:
+            self.exchange.prepare(a, b, training)
+            found = self.exchange.lookup(torch.cat([self.host.src[a:b], self.host.dst[a:b], neg]).unique(), training)
+        else:
+            found = self.neighbors(torch.cat([self.host.src[a:b], self.host.dst[a:b], neg]).unique())
         occ = self.occurrences(a, b, neg, found, training)
         (self.placement if placement is None else placement).fetch(occ)
         return Ready(found)

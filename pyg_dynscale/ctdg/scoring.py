@@ -31,17 +31,23 @@ class LinkScorer:
         host (HostStream): the stream's index columns on the host.
         msg (Tensor): ``[E, F]`` the raw messages on the device.
         local (ByteLedger): counts the memory rows read (``memory_read``), ``row_bytes`` each.
+        edges (callable, optional): ``() -> (t, msg)``, the times (host) and messages (device) of
+            the edges of the last neighbour lookup, indexed by its ``e_id`` (events per rank:
+            :meth:`~pyg_dynscale.ctdg.event_exchange.EventExchange.edge_columns`); ``None``: the
+            stream's ``t`` and ``msg`` by event id.
 
     Attributes:
         assoc (Tensor): ``[N]`` host: node -> row of the last embedded batch.
     """
 
     def __init__(self, gnn, link_pred, static, dynamic_memory: bool, state, neighbors, host, msg: Tensor,
-                 local: ByteLedger, row_bytes: int) -> None:
+                 local: ByteLedger, row_bytes: int, edges=None) -> None:
         self.gnn, self.link_pred, self.static, self.dynamic_memory = gnn, link_pred, static, dynamic_memory
         self.state, self.neighbors, self.host, self.msg = state, neighbors, host, msg
         self.device = msg.device
         self.local, self.row_bytes = local, row_bytes
+        #: ``() -> (t, msg)``: the times and messages the lookup's ``e_id`` index (None: the stream's)
+        self.edges = edges
         self.assoc = torch.empty(state.module.num_nodes, dtype=torch.long)
 
     def embed(self, n_id: Tensor, training: bool, lookup=None) -> Tensor:
@@ -54,13 +60,14 @@ class LinkScorer:
         self.local.add("memory_read", n_id.numel() * self.row_bytes)
         z, last_update = self.state.read(n_id, training)
         m = e_id.numel()
-        parts = [edge_index.reshape(-1), self.host.t[e_id], e_id] + ([n_id] if self.static is not None else [])
+        t_col, msg_col = (self.host.t, self.msg) if self.edges is None else self.edges()
+        parts = [edge_index.reshape(-1), t_col[e_id], e_id] + ([n_id] if self.static is not None else [])
         at = host_to_device(torch.cat(parts), self.device)
         edges, t_e, e_dev = at[:2 * m].view(2, m), at[2 * m:3 * m], at[3 * m:4 * m]
         if self.static is not None:
             n_dev = at[4 * m:]
             z = z + self.static(n_dev) if self.dynamic_memory else self.static(n_dev)
-        return self.gnn(z, last_update, edges, t_e, self.msg[e_dev])
+        return self.gnn(z, last_update, edges, t_e, msg_col[e_dev])
 
     def scores(self, a: int, b: int, neg: Tensor, training: bool, lookup=None) -> tuple[Tensor, Tensor, Tensor]:
         """The logits of events ``[a, b)`` against their host negatives ``neg``: ``(pos_out [B, 1],

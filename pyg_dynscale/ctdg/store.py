@@ -203,6 +203,15 @@ class MemoryState:
         placement's table positions)."""
         return ids if self.placement is None else self.placement.rows_of(ids)
 
+    def messages(self, n_id: Tensor) -> tuple:
+        """The stored messages of the host ids ``n_id`` as :meth:`updated` reads them: ``(node_s,
+        other_s, ev_s, t_s, node_d, other_d, ev_d, t_d, table)`` -- per direction each message's
+        node (grouped by ``n_id`` order), other endpoint, row of ``table`` (the raw messages
+        ``[*, F]`` on the device) and time, all host tensors but ``table``."""
+        node_s, ev_s = self.store_s.get(n_id)
+        node_d, ev_d = self.store_d.get(n_id)
+        return node_s, self.dst[ev_s], ev_s, self.t[ev_s], node_d, self.src[ev_d], ev_d, self.t[ev_d], self.msg
+
     def others(self, n_id: Tensor) -> Tensor:
         """The other endpoint of every stored message of ``n_id`` (whose memory the messages read)."""
         return torch.cat([self.dst[self.store_s.get(n_id)[1]], self.src[self.store_d.get(n_id)[1]]])
@@ -231,15 +240,13 @@ class MemoryState:
         m = self.module
         n = n_id.numel()
         self.assoc[n_id] = torch.arange(n, device=n_id.device)
-        node_s, ev_s = self.store_s.get(n_id)
-        node_d, ev_d = self.store_d.get(n_id)
-        t_s, t_d = self.t[ev_s], self.t[ev_d]
+        node_s, other_s, ev_s, t_s, node_d, other_d, ev_d, t_d, table = self.messages(n_id)
         t = torch.cat([t_s, t_d])
         index = self.assoc[torch.cat([node_s, node_d])]
         last_update = scatter(t, index, 0, n, reduce="max")  # == scatter(t, node, 0, N, "max")[n_id]
         last_aggr = type(m.aggr_module) is LastAggregator
-        parts = [self._rows(n_id), self._rows(node_s), self._rows(self.dst[ev_s]), ev_s, t_s,
-                 self._rows(node_d), self._rows(self.src[ev_d]), ev_d, t_d, last_update,
+        parts = [self._rows(n_id), self._rows(node_s), self._rows(other_s), ev_s, t_s,
+                 self._rows(node_d), self._rows(other_d), ev_d, t_d, last_update,
                  last_message_rows(index, t, n) if last_aggr else index]
         sizes = [p.numel() for p in parts]
         at = torch.split(host_to_device(torch.cat(parts), self.device), sizes)
@@ -248,7 +255,7 @@ class MemoryState:
         mem, last = self._tables()
 
         def messages(module, node, other, ev, t_ev):
-            raw = self.msg[ev]
+            raw = table[ev]
             t_enc = m.time_enc((t_ev - last[node]).to(raw.dtype))
             return module(mem[node], mem[other], raw, t_enc)
 

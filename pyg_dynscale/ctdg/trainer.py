@@ -36,7 +36,7 @@ from torch_geometric.data import TemporalData
 from torch_geometric.nn.models.tgn import LastNeighborLoader
 
 from ..distributed.transport import resolve_transport
-from ..errors import DynScaleError, ModelInputError
+from ..errors import DynScaleError, ModelInputError, UnsupportedOptionError
 from ..training.gradients import DelayedGradients, ShareModule, wrap_ddp
 from ..training.options import build_optimizer
 from ..training.ranks import agree, bind_device, check_gpu_sharing
@@ -49,7 +49,11 @@ from .host import HostStream
 from .memory_copies import MemoryCopies
 from .memory_placement import Channel, PartitionedMemory
 from .microbatch import MicroBatchPipeline
-from .options import check_combinations, check_modules, check_options, legacy_positionals
+from .event_exchange import EventExchange
+from .options import check_combinations, check_event_placement, check_modules, check_options, legacy_positionals
+from .owned_index import OwnedIndex
+from .rank_events import EventHolders, RankEvents, RankHost
+from .rank_state import RankCopies, RankMemoryState
 from .parallel import RankGroups, local_world_size, world
 from .partitioned_fetch import PartitionedFetch, build_placement
 from .prefetch import NeighborPrefetcher
@@ -206,6 +210,16 @@ class MemoryTrainer(BaseTrainer):
             bit for bit. One
             process: accepted, nothing changes (the emulated trainers'
             writes wait for every trainer's reads).
+        event_placement (str): ``"whole"`` (the default: every rank holds the whole stream, its
+            neighbour loader and message index) or ``"per_rank"`` (a partitioned placement under a
+            process group: each rank holds the events of its trainer slices and its share of each
+            evaluation batch, :mod:`~pyg_dynscale.ctdg.rank_events`, and the neighbour index and
+            mailbox of the vertices it owns, :mod:`~pyg_dynscale.ctdg.owned_index`; the
+            neighbourhoods and stored messages of other owners' vertices are fetched before each
+            batch's memory dispatch, :mod:`~pyg_dynscale.ctdg.event_exchange`; the same numbers).
+            Not with ``prefetch``, ``micro_batches != 1``, ``overlap_aggregation``,
+            ``partition="flexbicut"`` or checkpoints (:class:`~pyg_dynscale.errors.UnsupportedOptionError`).
+            On one process it is the whole stream.
 
     Raises:
         ModelInputError: missing modules, a memory that is not a ``TGNMemory``,
@@ -250,6 +264,7 @@ class MemoryTrainer(BaseTrainer):
         gradient_sync: str = "sync",
         micro_batches: Union[int, str] = 1,
         overlap_aggregation: bool = False,
+        event_placement: str = "whole",
     ) -> None:
         if args:  # the old positional options, for one release
             batch_size, lr, num_neighbors, negatives, seed, parallelism, static_memory = legacy_positionals(
@@ -266,7 +281,8 @@ class MemoryTrainer(BaseTrainer):
                             test_ratio=test_ratio, eval_seed=eval_seed, mrr_negatives=mrr_negatives,
                             dynamic_memory=dynamic_memory, memory_service=memory_service, prefetch=prefetch,
                             memory_placement=memory_placement, partition=partition, gradient_sync=gradient_sync,
-                            micro_batches=micro_batches, overlap_aggregation=overlap_aggregation)
+                            micro_batches=micro_batches, overlap_aggregation=overlap_aggregation,
+                            event_placement=event_placement)
         except DynScaleError as exc:
             if self.world_size == 1:
                 raise
@@ -275,7 +291,8 @@ class MemoryTrainer(BaseTrainer):
             summary = None if error is not None else {
                 "parallelism": repr(self.parallelism), "memory_placement": self.memory_placement,
                 "batch_size": self.batch_size, "num_events": self.num_events, "num_nodes": self.memory.num_nodes,
-                "dtype": str(self.msg.dtype), "device_type": self.device.type, "gradient_sync": gradient_sync}
+                "dtype": str(self.msg.dtype), "device_type": self.device.type, "gradient_sync": gradient_sync,
+                "event_placement": self.event_placement}
             agree(error, summary)  # over the host (gloo) group: no NCCL collective yet
             check_gpu_sharing(self.device)  # two ranks on one GPU over NCCL: our message, before NCCL's
             self._connect(overlap_aggregation)
@@ -290,13 +307,19 @@ class MemoryTrainer(BaseTrainer):
     def _configure(self, memory, gnn, link_pred, data, *, batch_size, lr, num_neighbors, negatives, seed, parallelism,
                    static_memory, loss, optimizer, device, val_ratio, test_ratio, eval_seed, mrr_negatives,
                    dynamic_memory, memory_service, prefetch, memory_placement, partition, gradient_sync,
-                   micro_batches, overlap_aggregation) -> None:
+                   micro_batches, overlap_aggregation, event_placement="whole") -> None:
         """Check the options and build everything this process holds (no collective)."""
         self.loss = check_options(negatives=negatives, loss=loss, batch_size=batch_size, num_neighbors=num_neighbors,
                                   mrr_negatives=mrr_negatives, lr=lr, seed=seed, gradient_sync=gradient_sync,
                                   overlap_aggregation=overlap_aggregation)
         self.batch_size, self.num_neighbors = batch_size, num_neighbors
-        check_events(data, memory.num_nodes)
+        check_event_placement(event_placement, memory_placement=memory_placement, partition=partition,
+                              prefetch=prefetch, micro_batches=micro_batches, overlap_aggregation=overlap_aggregation)
+        #: ``"per_rank"``: this rank holds its events and its owned vertices' index (one process: the whole stream)
+        self.event_placement = event_placement
+        per_rank = event_placement == "per_rank" and self.world_size > 1
+        if not per_rank:
+            check_events(data, memory.num_nodes)
         if data.msg.size(-1) != getattr(memory, "raw_msg_dim", data.msg.size(-1)):
             raise ModelInputError("data.msg", f"has {data.msg.size(-1)} columns but the memory was built for "
                                   f"{memory.raw_msg_dim}.", "build TGNMemory / TGN with msg_dim=data.msg.size(-1).")
@@ -310,11 +333,20 @@ class MemoryTrainer(BaseTrainer):
         self.device = dev
         if self.world_size > 1:  # the training GPU is the current device before any collective (no communication)
             bind_device(dev)
-        #: ``[E, F]`` the raw messages, on the device (the only column of the stream the device reads whole)
-        self.msg = data.msg.to(dev, dtype)
-        #: the stream's index columns on the host: every index list of a step is made from them
-        self.host = HostStream.of(data.src, data.dst, data.t)
         self.val_start, self.test_start, self.num_events = split_ranges(data, val_ratio, test_ratio)
+        #: per rank: the events this rank holds (None: the whole stream)
+        self.rank_events: Optional[RankEvents] = None
+        if per_rank:
+            holders = EventHolders(self.world_size, batch_size, (self.val_start, self.test_start, self.num_events))
+            self.rank_events = RankEvents(data, holders.ranges(self.rank))
+            self.rank_events.check(memory.num_nodes)
+            self.msg = data.msg[:0].to(dev, dtype)  # the messages reach the device from the owners' index
+            self.host = RankHost(self.rank_events)
+        else:
+            #: ``[E, F]`` the raw messages, on the device (the only column of the stream the device reads whole)
+            self.msg = data.msg.to(dev, dtype)
+            #: the stream's index columns on the host: every index list of a step is made from them
+            self.host = HostStream.of(data.src, data.dst, data.t)
         if self.val_start == 0:
             raise ModelInputError("data", "leaves no training events after the split.", "give more events or smaller ratios.")
         self.schedule = EventSchedule(self.val_start, self.batch_size, parallelism)
@@ -326,15 +358,18 @@ class MemoryTrainer(BaseTrainer):
             self.static = StaticMemory(memory.num_nodes, memory.memory_dim, static_memory).to(dev, dtype)
         elif not self.dynamic_memory:
             raise ModelInputError("dynamic_memory", "is False without a static memory.", "give static_memory too.")
-        self.state = MemoryState(memory, self.host.src, self.host.dst, self.host.t, self.msg)
         self._row_bytes = memory.memory_dim * memory.memory.element_size() + memory.last_update.element_size()
-        # on the host: which neighbours a batch sees depends on the events only (and the CPU's
-        # sort / topk ties are the reference loop's on the CPU)
-        self.neighbors = LastNeighborLoader(memory.num_nodes, size=self.num_neighbors, device="cpu")
         #: the bytes this rank moves (:class:`~pyg_dynscale.ctdg.event_traffic.EventTraffic`)
         self.bytes = EventTraffic()
-        self.scorer = LinkScorer(gnn, link_pred, self.static, self.dynamic_memory, self.state, self.neighbors,
-                                 self.host, self.msg, self.bytes.local, self._row_bytes)
+        #: per rank: the owners' index and its exchanges (None: the whole stream's loader and stores)
+        self.exchange: Optional[EventExchange] = None
+        if per_rank:
+            self.neighbors = None  # set with the placement below
+        else:
+            self.state = MemoryState(memory, self.host.src, self.host.dst, self.host.t, self.msg)
+            # on the host: which neighbours a batch sees depends on the events only (and the CPU's
+            # sort / topk ties are the reference loop's on the CPU)
+            self.neighbors = LastNeighborLoader(memory.num_nodes, size=self.num_neighbors, device="cpu")
         self.optimizer_params = module_parameters((memory, gnn, link_pred, self.static))
         self.optimizer = build_optimizer(optimizer, self.optimizer_params, lr)
         #: ``gradient_sync="delayed"``: the previous step's gradients (None: each step applies its own)
@@ -346,10 +381,19 @@ class MemoryTrainer(BaseTrainer):
             memory_placement, partition, memory=memory, parallelism=self.parallelism, rank=self.rank,
             world_size=self.world_size, memory_service=memory_service, host=self.host, val_start=self.val_start,
             batch_size=self.batch_size, num_neighbors=self.num_neighbors, ledger=self.bytes.collectives)
+        if per_rank:
+            p = self.placement
+            index = OwnedIndex(p.owned, p.owner, self.rank, self.num_neighbors, data.msg.size(-1), dtype, dev)
+            self.exchange = EventExchange(self.rank_events, self.host, holders, index, p, self.bytes.collectives)
+            self.state = RankMemoryState(memory, self.exchange, self.msg)
+            self.neighbors = self.exchange
         self.state.placement = self.placement
+        self.scorer = LinkScorer(gnn, link_pred, self.static, self.dynamic_memory, self.state, self.neighbors,
+                                 self.host, self.msg, self.bytes.local, self._row_bytes,
+                                 edges=None if self.exchange is None else self.exchange.edge_columns)
         #: dispatch and aggregation of a partitioned memory (None: replicated)
         self.fetch = None if self.placement is None else PartitionedFetch(self.placement, self.host, self.neighbors,
-                                                                          self.state)
+                                                                          self.state, self.exchange)
         micro_batches = check_combinations(self.parallelism, self.world_size, memory_placement=memory_placement,
                                            micro_batches=micro_batches, prefetch=prefetch,
                                            memory_service=memory_service, overlap_aggregation=overlap_aggregation)
@@ -359,8 +403,8 @@ class MemoryTrainer(BaseTrainer):
         self.trainers = list(range(i * j * k)) if self.world_size == 1 else [self.rank]
         held = list(range(k)) if self.world_size == 1 else [self.rank // (i * j)]
         #: every memory copy this process holds, the live one in the module's buffers
-        self.copies = MemoryCopies(self.state, self.neighbors, self.host, [memory, gnn, link_pred, self.static], held,
-                                   self.placement)
+        self.copies = (MemoryCopies if self.exchange is None else RankCopies)(
+            self.state, self.neighbors, self.host, [memory, gnn, link_pred, self.static], held, self.placement)
         self.evaluator = SplitEvaluator(self.copies, self.scorer, self.fetch, self.schedule, self.host,
                                         (self.val_start, self.test_start, self.num_events), eval_seed, mrr_negatives,
                                         self.criterion)
@@ -371,7 +415,7 @@ class MemoryTrainer(BaseTrainer):
         self.prefetcher: Optional[NeighborPrefetcher] = None
         #: the end of each step for a memory copy (its rows, messages and neighbours)
         self.write_back = WriteBack(self.copies, self.host, i * j, self.bytes.local, self.bytes.collectives,
-                                    self._row_bytes, self.fetch)
+                                    self._row_bytes, self.fetch, self.exchange)
         #: the process groups of this rank (None: one process)
         self.groups: Optional[RankGroups] = None
         self._ddp = None
@@ -387,6 +431,9 @@ class MemoryTrainer(BaseTrainer):
         if self.placement is not None:
             self.placement.connect(Channel(self.groups.host, resolve_transport("auto", self.device)))
             self.fetch.channel = self.groups.aggregation
+        if self.exchange is not None:  # the negatives' ranges, from every rank's share of each split
+            self.exchange.agree_bounds([(0, self.val_start), (self.val_start, self.test_start),
+                                        (self.test_start, self.num_events)])
         share = ShareModule(self._share, memory=self.memory, gnn=self.gnn, link_pred=self.link_pred, static=self.static)
         self._ddp = wrap_ddp(share, self.bytes.collectives, delayed=self._delayed,
                              setup_params=[p for p in self.optimizer_params if p.requires_grad])
@@ -597,6 +644,8 @@ class MemoryTrainer(BaseTrainer):
         self.bytes.begin_epoch()
         if self.placement is not None:
             self.placement.begin_epoch()
+        if self.exchange is not None:
+            self.exchange.begin_epoch()
         dev = self.device
         # with the prefetcher the next step's negatives are drawn before this step's optimizer step: the
         # dropout must not draw from the global stream in between (per-trainer seeds, as for i*j*k > 1)
@@ -685,7 +734,7 @@ class MemoryTrainer(BaseTrainer):
         grad = sum(p.numel() * p.element_size() for p in self.optimizer_params if p.requires_grad)
         return self.bytes.report(placement=self.placement, gradient_bytes=grad, distributed=self._ddp is not None,
                                  parallelism=self.parallelism, rank=self.rank, world_size=self.world_size,
-                                 group=self._host_group,
+                                 group=self._host_group, exchange=self.exchange,
                                  row_width=self.memory.memory_dim * self.memory.memory.element_size() + 16)
 
     def stats(self) -> dict:
@@ -700,6 +749,7 @@ class MemoryTrainer(BaseTrainer):
         "stream": ...}`` (the stream part:
         :meth:`~pyg_dynscale.ctdg.stream_checkpoint.StreamCheckpoint.state_dict`, a flat
         ``{key: Tensor}``: every memory copy, the epoch, the random generators, the byte counters)."""
+        self._check_checkpointable()
         return {"modules": self.modules.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "stream": self.stream_checkpoint.state_dict(self.epoch)}
 
@@ -710,9 +760,16 @@ class MemoryTrainer(BaseTrainer):
         for key in ("modules", "optimizer", "stream"):
             if key not in state:
                 raise ModelInputError("state", f"lacks {key!r}.", "give what MemoryTrainer.state_dict() returned.")
+        self._check_checkpointable()
         self.modules.load_state_dict(state["modules"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.epoch = self.stream_checkpoint.load_state_dict(state["stream"])
+
+    def _check_checkpointable(self) -> None:
+        if self.exchange is not None:
+            raise UnsupportedOptionError("event_placement", "is 'per_rank': a checkpoint of the owners' neighbour "
+                                         "index and mailbox is not implemented.",
+                                         "event_placement='whole' to save and resume the stream state.")
 
     def device_rng_keys(self) -> list:
         """The keys of ``state_dict()["stream"]`` that only a run on this kind of device writes."""

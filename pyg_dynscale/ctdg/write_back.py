@@ -31,6 +31,9 @@ class WriteBack:
         local (ByteLedger): counts the rows written (``memory_write``, ``row_bytes`` each).
         collectives (ByteLedger): counts the all-gathered rows (``gather``).
         fetch (PartitionedFetch, optional): a partitioned memory's aggregation.
+        exchange (EventExchange, optional): events per rank: the batch goes into the owners' index
+            (:meth:`~pyg_dynscale.ctdg.event_exchange.EventExchange.advance`, collectives) instead of
+            the whole-stream stores and loader.
 
     Attributes:
         groups (RankGroups or None): the process groups (set once connected).
@@ -39,9 +42,10 @@ class WriteBack:
     """
 
     def __init__(self, copies, host, writers: int, local: ByteLedger, collectives: ByteLedger, row_bytes: int,
-                 fetch=None) -> None:
+                 fetch=None, exchange=None) -> None:
         self.copies, self.host, self.writers = copies, host, writers
         self.local, self.collectives, self.row_bytes, self.fetch = local, collectives, row_bytes, fetch
+        self.exchange = exchange
         self.groups = None
         self.service = None
         self.prefetcher = None
@@ -76,6 +80,9 @@ class WriteBack:
         with torch.no_grad():
             write_rows(m.memory, m.last_update, mine)  # in trainer order: a later writer wins
         self.local.add("memory_write", written)
+        if self.exchange is not None:
+            self.exchange.advance(a, b)
+            return
         src, dst = self.host.src[a:b], self.host.dst[a:b]
         state = self.copies.state
         state.store_s.put(a, b)

@@ -1,0 +1,221 @@
+r"""The events one rank holds under ``MemoryTrainer(event_placement="per_rank")``.
+
+With parallelism :math:`(M, 1, 1)` on :math:`M` ranks, trainer :math:`r` trains on its
+local batch of every global batch: with local batch size :math:`b`, training event
+:math:`e` belongs to rank
+
+.. math::
+    h(e) = \lfloor e / b \rfloor \bmod M
+
+(global batch :math:`g` is events :math:`[g M b, (g + 1) M b)`, its local batch :math:`r`
+the :math:`r`-th :math:`b` of them). Every rank walks every evaluation batch (the whole
+batch is scored on every rank), but each holds only a chronological share of it: the
+evaluation batch :math:`[x, y)` of :math:`n = y - x` events gives event :math:`x + o` to rank
+:math:`\lfloor o M / n \rfloor`. A batch's index columns reach every rank when it needs them
+(:mod:`~pyg_dynscale.ctdg.event_exchange`), and a rank materialises only its own ranges
+(:class:`RankEvents`): the index columns (``src``, ``dst``, ``t``) are copied, the
+messages kept as views of the source -- a memory-mapped event store
+(:func:`~pyg_dynscale.data.mapped.load_events_store`) is then read only where the rank's
+ranges lie.
+"""
+from __future__ import annotations
+
+import bisect
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from ..errors import ModelInputError
+
+__all__ = ["EventHolders", "RankEvents", "RankHost"]
+
+
+class EventHolders:
+    r"""Which rank holds each event (:math:`h(e)` above).
+
+    Args:
+        world_size (int): :math:`M`.
+        batch_size (int): the local batch size :math:`b`.
+        splits (tuple): ``(val_start, test_start, num_events)``.
+    """
+
+    def __init__(self, world_size: int, batch_size: int, splits: tuple) -> None:
+        self.world_size, self.batch_size = world_size, batch_size
+        self.val_start, self.test_start, self.num_events = splits
+
+    def _region(self, e: Tensor) -> tuple[Tensor, Tensor]:
+        """Start and end of the evaluation split of each (evaluation) event."""
+        val = e < self.test_start
+        start = torch.where(val, torch.full_like(e, self.val_start), torch.full_like(e, self.test_start))
+        end = torch.where(val, torch.full_like(e, self.test_start), torch.full_like(e, self.num_events))
+        return start, end
+
+    def of(self, a: int, b: int) -> Tensor:
+        """``[b - a]``: the holder of each event of ``[a, b)``."""
+        e = torch.arange(a, b)
+        bs, m = self.batch_size, self.world_size
+        train = (e // bs) % m
+        start, end = self._region(e)
+        x = start + (e - start) // bs * bs
+        n = torch.minimum(x + bs, end) - x
+        held = ((e - x) * m) // n.clamp(min=1)
+        return torch.where(e < self.val_start, train, held)
+
+    def shares(self, a: int, b: int) -> list[tuple[int, int]]:
+        """Every rank's share of ``[a, b)``: contiguous and chronological in rank order (the
+        all-gather of the shares in rank order is the batch in event order)."""
+        h = self.of(a, b)
+        counts = torch.bincount(h, minlength=self.world_size).tolist()
+        out, at = [], a
+        for c in counts:
+            out.append((at, at + c))
+            at += c
+        if at != b or (h.numel() and not bool((h[1:] >= h[:-1]).all())):
+            raise AssertionError(f"the holders of [{a}, {b}) are not chronological by rank")
+        return out
+
+    def ranges(self, rank: int) -> list[tuple[int, int]]:
+        """The ranges of events ``rank`` holds (merged where contiguous)."""
+        bs, m = self.batch_size, self.world_size
+        out: list = []
+        for a in range(rank * bs, self.val_start, m * bs):
+            out.append((a, min(a + bs, self.val_start)))
+        for lo, hi in ((self.val_start, self.test_start), (self.test_start, self.num_events)):
+            for x in range(lo, hi, bs):
+                y = min(x + bs, hi)
+                n = y - x
+                s, e = x - (-(rank * n) // m), x - (-((rank + 1) * n) // m)
+                if s < e:
+                    out.append((s, e))
+        merged: list = []
+        for s, e in out:
+            if merged and merged[-1][1] == s:
+                merged[-1] = (merged[-1][0], e)
+            else:
+                merged.append((s, e))
+        return merged
+
+
+class RankEvents:
+    r"""The event ranges one rank holds: ``src``, ``dst``, ``t`` copied (host), ``msg`` as views
+    of the source's rows.
+
+    Args:
+        data: the event stream (``src``, ``dst``, ``t`` ``[E]``, ``msg`` ``[E, F]``; e.g.
+            memory-mapped).
+        ranges (list): the ``(start, end)`` ranges, sorted and disjoint.
+    """
+
+    def __init__(self, data, ranges: list) -> None:
+        self.ranges = list(ranges)
+        self.starts = [a for a, _ in self.ranges]
+        offsets = [0]
+        for a, b in self.ranges:
+            offsets.append(offsets[-1] + b - a)
+        self.offsets = offsets
+        self.src = torch.cat([data.src[a:b].clone() for a, b in self.ranges]) if ranges else data.src[:0].clone()
+        self.dst = torch.cat([data.dst[a:b].clone() for a, b in self.ranges]) if ranges else data.dst[:0].clone()
+        self.t = torch.cat([data.t[a:b].clone() for a, b in self.ranges]) if ranges else data.t[:0].clone()
+        self.msg_parts = [data.msg[a:b] for a, b in self.ranges]  # views: a mapped source reads these pages only
+        self.msg_dim = data.msg.size(-1)
+        self.msg_dtype = data.msg.dtype
+        self.num_events = int(data.src.numel())
+
+    @property
+    def held(self) -> int:
+        """Events this rank holds."""
+        return self.offsets[-1]
+
+    def locate(self, a: int, b: int) -> tuple[int, int]:
+        """``(range index, local start)`` of ``[a, b)``, which lies in one held range (``a < b``)."""
+        i = bisect.bisect_right(self.starts, a) - 1
+        if i < 0 or b > self.ranges[i][1]:
+            raise ModelInputError("events", f"[{a}, {b}) is not held by this rank (event_placement='per_rank').",
+                                  "read only the events of this rank's trainer slices.")
+        return i, self.offsets[i] + a - self.ranges[i][0]
+
+    def column(self, name: str, a: int, b: int) -> Tensor:
+        """Events ``[a, b)`` of the host column ``name``."""
+        if b <= a:
+            return getattr(self, name)[:0]
+        _, at = self.locate(a, b)
+        return getattr(self, name)[at:at + b - a]
+
+    def messages(self, a: int, b: int) -> Tensor:
+        """``[b - a, F]`` the raw messages of ``[a, b)`` (a view of the source)."""
+        if b <= a:
+            return self.msg_parts[0][:0] if self.msg_parts else torch.zeros(0, self.msg_dim, dtype=self.msg_dtype)
+        i, _ = self.locate(a, b)
+        s = self.ranges[i][0]
+        return self.msg_parts[i][a - s:b - s]
+
+    def nbytes(self) -> int:
+        """Bytes of the rank's copies of the index columns and of its messages."""
+        return (self.src.numel() + self.dst.numel() + self.t.numel()) * 8 + \
+            sum(p.numel() * p.element_size() for p in self.msg_parts)
+
+    def check(self, num_nodes: int) -> None:
+        """:func:`~pyg_dynscale.ctdg.events.check_events` on the held ranges: ids in
+        ``0 .. num_nodes - 1``, ``t`` non-decreasing within each range (a rank checks its own
+        events; :meth:`RankHost` checks the boundaries)."""
+        for name in ("src", "dst"):
+            x = getattr(self, name)
+            if x.numel() and (int(x.min()) < 0 or int(x.max()) >= num_nodes):
+                raise ModelInputError(f"data.{name}", f"has ids in [{int(x.min())}, {int(x.max())}] for "
+                                      f"{num_nodes} nodes.", "give ids 0 .. num_nodes - 1.")
+        for k, (a, b) in enumerate(self.ranges):
+            t = self.t[self.offsets[k]:self.offsets[k + 1]]
+            down = torch.nonzero(t[1:] < t[:-1])
+            if down.numel():
+                i = a + int(down[0]) + 1
+                raise ModelInputError("data.t", f"decreases at event {i}.",
+                                      "sort the events by time (stable), e.g. data = data[data.t.argsort(stable=True)].")
+
+
+class _Column:
+    """A host index column read by global event ranges: the held ranges, or the batch whose
+    columns the rank gathered (:attr:`RankHost.window`)."""
+
+    def __init__(self, host: "RankHost", name: str) -> None:
+        self.host, self.name = host, name
+
+    def __getitem__(self, key: slice) -> Tensor:
+        if not isinstance(key, slice) or key.step not in (None, 1):
+            raise TypeError("a per-rank event column is read by ranges [a:b]")
+        a, b = key.start or 0, key.stop
+        w = self.host.window
+        if w is not None and w[0] <= a and b <= w[1]:
+            return w[2][self.name][a - w[0]:b - w[0]]
+        return self.host.events.column(self.name, a, b)
+
+
+class RankHost:
+    r"""The :class:`~pyg_dynscale.ctdg.host.HostStream` of a rank that holds only its events:
+    ``src[a:b]``, ``dst[a:b]``, ``t[a:b]`` read the rank's ranges, or the last batch gathered
+    from every rank (:attr:`window`).
+
+    Attributes:
+        window (tuple or None): ``(a, b, {"src", "dst", "t"})``: the gathered batch ``[a, b)``.
+        bounds (dict): ``(a, b) -> (min, max)`` destination of each split (agreed over the ranks).
+    """
+
+    def __init__(self, events: RankEvents) -> None:
+        self.events = events
+        self.src, self.dst, self.t = _Column(self, "src"), _Column(self, "dst"), _Column(self, "t")
+        self.window: Optional[tuple] = None
+        self.bounds: dict = {}
+
+    def local_bounds(self, a: int, b: int) -> tuple[int, int]:
+        """``(min, max)`` destination over this rank's events in ``[a, b)`` (``(2**62, -1)`` if none)."""
+        lo, hi = 1 << 62, -1
+        for (s, e), o in zip(self.events.ranges, self.events.offsets):
+            s2, e2 = max(s, a), min(e, b)
+            if s2 < e2:
+                d = self.events.dst[o + s2 - s:o + e2 - s]
+                lo, hi = min(lo, int(d.min())), max(hi, int(d.max()))
+        return lo, hi
+
+    def destination_bounds(self, a: int, b: int) -> tuple[int, int]:
+        """``(min, max)`` destination of the split ``[a, b)`` (agreed at set-up)."""
+        return self.bounds[(a, b)]
