@@ -9,8 +9,10 @@ and errors.
 
     events = ingest_jodie_csv("wikipedia.csv", "wikipedia.store")   # TemporalData, memory-mapped
     events = ingest_event_list("sx-mathoverflow.txt.gz", "mo.events")
+    signal = ingest_edge_list("sx-mathoverflow.txt.gz", "mo.signal", window="7d")   # DynamicGraphSignal, memory-mapped
 """
+from .edgelist import ingest_edge_list
 from .events import ingest_event_list, ingest_jodie_csv
 from .text import DEFAULT_CHUNK_ROWS
 
-__all__ = ["DEFAULT_CHUNK_ROWS", "ingest_event_list", "ingest_jodie_csv"]
+__all__ = ["DEFAULT_CHUNK_ROWS", "ingest_edge_list", "ingest_event_list", "ingest_jodie_csv"]

@@ -98,6 +98,32 @@ def _segment_max(values: np.ndarray, seg: np.ndarray, num_segments: int) -> np.n
     return out.numpy()
 
 
+def check_edge_list_options(
+    window: Union[float, int, str], vertex_set: str, target: Optional[str], features: Optional[str],
+    degree_transform: Optional[str], weight_agg: str, time_unit: float, negative_ratio: float, columns: Sequence[int],
+) -> tuple[float, Optional[str], Optional[str], tuple[int, ...], float]:
+    """Validate :func:`load_edge_list`'s options (shared with the chunked
+    reader); returns ``(window seconds, target, features, columns, window in file units)``."""
+    seconds = parse_window(window)
+    _check_choice("vertex_set", vertex_set, VERTEX_SETS)
+    _check_choice("target", None if target == "none" else target, TARGETS)
+    target = None if target == "none" else target
+    _check_choice("features", None if features == "none" else features, ("degree", None))
+    features = None if features == "none" else features
+    _check_choice("degree_transform", degree_transform, DEGREE_TRANSFORMS)
+    _check_choice("weight_agg", weight_agg, WEIGHT_AGGS)
+    if isinstance(time_unit, bool) or not isinstance(time_unit, (int, float, np.number)) or not (np.isfinite(time_unit) and time_unit > 0):
+        raise SignalValidationError("time_unit", f"is {time_unit!r}.", "give the seconds per unit of the time column as a positive number.")
+    if isinstance(negative_ratio, bool) or not isinstance(negative_ratio, (int, float, np.number)) or not (np.isfinite(negative_ratio) and negative_ratio >= 0):
+        raise SignalValidationError("negative_ratio", f"is {negative_ratio!r}.", "use a number >= 0.")
+    columns = tuple(columns)
+    if len(columns) != 3:
+        raise SignalValidationError("columns", f"has {len(columns)} entries.", "give (source, target, time) column indices.")
+    w_units = seconds / float(time_unit)
+
+    return seconds, target, features, columns, w_units
+
+
 def load_edge_list(
     path: PathLike,
     *,
@@ -198,22 +224,8 @@ def load_edge_list(
             non-integer values (the line is named).
         SignalValidationError: an invalid option (``window <= 0``, ...).
     """
-    seconds = parse_window(window)
-    _check_choice("vertex_set", vertex_set, VERTEX_SETS)
-    _check_choice("target", None if target == "none" else target, TARGETS)
-    target = None if target == "none" else target
-    _check_choice("features", None if features == "none" else features, ("degree", None))
-    features = None if features == "none" else features
-    _check_choice("degree_transform", degree_transform, DEGREE_TRANSFORMS)
-    _check_choice("weight_agg", weight_agg, WEIGHT_AGGS)
-    if isinstance(time_unit, bool) or not isinstance(time_unit, (int, float, np.number)) or not (np.isfinite(time_unit) and time_unit > 0):
-        raise SignalValidationError("time_unit", f"is {time_unit!r}.", "give the seconds per unit of the time column as a positive number.")
-    if isinstance(negative_ratio, bool) or not isinstance(negative_ratio, (int, float, np.number)) or not (np.isfinite(negative_ratio) and negative_ratio >= 0):
-        raise SignalValidationError("negative_ratio", f"is {negative_ratio!r}.", "use a number >= 0.")
-    columns = tuple(columns)
-    if len(columns) != 3:
-        raise SignalValidationError("columns", f"has {len(columns)} entries.", "give (source, target, time) column indices.")
-    w_units = seconds / float(time_unit)
+    seconds, target, features, columns, w_units = check_edge_list_options(
+        window, vertex_set, target, features, degree_transform, weight_agg, time_unit, negative_ratio, columns)
 
     source = os.path.basename(os.fspath(path))
     table = tokenize(read_bytes(path, "edge-list file"), source, delimiter=delimiter, skip_rows=skip_rows)

@@ -1,0 +1,364 @@
+r"""Chunked reader of temporal edge lists into a signal store: the snapshots of
+:func:`~pyg_dynscale.data.loaders.load_edge_list` for files larger than memory.
+
+**Passes.**
+
+1. *Parse* chunks of ``chunk_rows`` lines, validate them (same errors, line
+   numbers in the file) and append ``src``, ``dst``, ``time`` (and the weight
+   column) to scratch files; the smallest and largest time fix the windows.
+2. *Sort* by time when the file is not in time order (a stable external merge
+   sort, :func:`~pyg_dynscale.data.ingest.external.external_argsort`).
+3. *Bin* the events in time order, chunk by chunk: vertex ids by first
+   appearance (:class:`~pyg_dynscale.data.ingest.external.IdTable`), and the
+   windows that are complete are turned into snapshots together, with the
+   in-memory loader's vectorized code restricted to them; a window is complete
+   when an event of a later window was read, and a snapshot with a target also
+   waits for the next window (its labels). The snapshots are appended to the
+   store, committed atomically at the end.
+
+**Equal to the in-memory loader**: the snapshot structure, ``edge_index``,
+``edge_weight`` (repeated events merged in file order, so float sums are the
+same bits), ``x``, ``y`` (``target="degree"``), ``vertex_map``,
+``snapshot_time``, and for ``target="link"`` the positives and the number of
+negatives of every snapshot. **Not equal: the negative pairs' draws.** The
+in-memory loader draws every snapshot's negatives from one generator over all
+snapshots at once, which needs every positive pair in memory; here snapshot
+:math:`t`'s negatives are drawn by the same sampler
+(:func:`~pyg_dynscale.data.loaders.negative_sampling.sample_negative_pairs`:
+distinct, not positives, no self-loops, uniform) from
+``numpy.random.default_rng([seed, t])``, so they do not depend on the chunk
+size, only on ``seed`` and ``t``.
+
+**Memory**: ``O(chunk_rows)`` parsed rows, the ``[V]`` id table, and the
+events of the windows being binned -- at least the largest window (two with a
+target): a single window larger than memory is not supported.
+"""
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Optional, Sequence, Union
+
+import numpy as np
+import torch
+
+from ...errors import SignalValidationError
+from ..loaders._common import PathLike
+from ..loaders.edgelist import MAX_WINDOWS, _segment_max, check_edge_list_options
+from ..loaders.negative_sampling import sample_negative_pairs
+from ..mapped import CHUNK_BYTES, StoreWriter, load_signal_store
+from .external import IdTable, Scratch, external_argsort
+from .text import DEFAULT_CHUNK_ROWS, ChunkedTable
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..signal import DynamicGraphSignal
+
+_EV = ("b", "u", "v", "w", "row")
+# edge_label_index and edge_label have equal offsets (two copies, as load_edge_list's signal)
+_LABEL_PTRS = ("field.edge_label_index.ptr", "field.edge_label.ptr")
+
+
+class _Binner:
+    """Turns time-ordered events (window ``b``, ids ``u``, ``v``, weight ``w``,
+    file row ``row``) into snapshots appended to ``writer``; owns the running
+    offsets between blocks."""
+
+    def __init__(self, writer: StoreWriter, *, t0: float, w_units: float, features: Optional[str],
+                 target: Optional[str], negative_ratio: float, vertex_set: str, seed: int, weighted: bool,
+                 weight_agg: str, degree_transform: Optional[str], undirected: bool, drop_empty: bool) -> None:
+        self.w = writer
+        self.t0, self.w_units = t0, w_units
+        self.features, self.target, self.ratio = features, target, float(negative_ratio)
+        self.vertex_set, self.seed, self.weighted, self.agg = vertex_set, int(seed), weighted, weight_agg
+        self.transform, self.undirected, self.drop_empty = degree_transform, undirected, drop_empty
+        self.next_b = 0          # first window not emitted yet
+        self.snap = 0            # global index of the next snapshot
+        self.nodes = 0           # vertex-time nodes written
+        self.edges = 0
+        self.labels = 0
+        self.known = 0           # cumulative: vertices that exist by the last emitted snapshot
+        for name in ("node_ptr", "edge_ptr") + (_LABEL_PTRS if target == "link" else ()):
+            writer.append(name, np.zeros(1, dtype=np.int64))
+
+    def emit(self, ev: dict, cut_b: int, look_b: Optional[int]) -> None:
+        """Write the snapshots of windows ``next_b .. cut_b - 1`` (their events
+        are the ``ev`` rows with ``b < cut_b``); ``look_b``: the window of the
+        next snapshot, whose events (all of them) are the rows with ``b == look_b``."""
+        b = ev["b"]
+        if self.drop_empty:
+            wins = np.unique(b[b < cut_b])
+            S = int(wins.shape[0])
+            all_wins = wins if look_b is None else np.append(wins, look_b)
+            s = np.searchsorted(all_wins, b)
+        else:
+            S = cut_b - self.next_b
+            wins = self.next_b + np.arange(S, dtype=np.int64)
+            s = b - self.next_b
+        if S <= 0:
+            return
+        T = S + (1 if look_b is not None else 0)
+        u, v, row = ev["u"], ev["v"], ev["row"]
+        ew = ev["w"] if self.weighted else np.ones(u.shape[0])
+        rev_flag = np.zeros(u.shape[0], dtype=np.int8)
+        snap = s
+        if self.undirected:
+            rev = u != v
+            u, v = np.concatenate([u, v[rev]]), np.concatenate([v, u[rev]])
+            snap = np.concatenate([snap, snap[rev]])
+            ew = np.concatenate([ew, ew[rev]])
+            row = np.concatenate([row, row[rev]])
+            rev_flag = np.concatenate([rev_flag, np.ones(int(rev.sum()), dtype=np.int8)])
+        # ties in file order (forward events, then reversed ones), as the in-memory stable lexsort
+        o = np.lexsort((row, rev_flag, v, u, snap))
+        s_s, u_s, v_s, w_s = snap[o], u[o], v[o], ew[o]
+        new = np.ones(o.shape[0], dtype=bool)
+        new[1:] = (s_s[1:] != s_s[:-1]) | (u_s[1:] != u_s[:-1]) | (v_s[1:] != v_s[:-1])
+        starts = np.flatnonzero(new)
+        es, eu, ev_ = s_s[starts], u_s[starts], v_s[starts]
+        mult = np.diff(np.r_[starts, o.shape[0]]).astype(np.float64)
+        if not self.weighted:
+            weight = mult
+        elif self.agg == "mean":
+            weight = np.add.reduceat(w_s, starts) / mult
+        else:
+            ufunc = {"sum": np.add, "max": np.maximum, "min": np.minimum}[self.agg]
+            weight = ufunc.reduceat(w_s, starts)
+        edge_counts = np.bincount(es, minlength=T)
+
+        if self.vertex_set == "cumulative":
+            top = np.full(T, -1, dtype=np.int64)
+            np.maximum.at(top, s, np.maximum(ev["u"], ev["v"]))
+            node_counts = np.maximum.accumulate(np.maximum(top + 1, self.known))
+            node_ptr = np.zeros(T + 1, dtype=np.int64)
+            np.cumsum(node_counts, out=node_ptr[1:])
+            node_id, node_keys, lu, lv = None, None, eu, ev_
+            Vm = 1
+        else:
+            Vm = int(max(eu.max(), ev_.max())) + 1 if eu.shape[0] else 1
+            node_keys = np.unique(np.concatenate([es * Vm + eu, es * Vm + ev_]))
+            node_counts = np.bincount(node_keys // Vm, minlength=T).astype(np.int64)
+            node_ptr = np.zeros(T + 1, dtype=np.int64)
+            np.cumsum(node_counts, out=node_ptr[1:])
+            node_id = node_keys % Vm
+            lu = np.searchsorted(node_keys, es * Vm + eu) - node_ptr[es]
+            lv = np.searchsorted(node_keys, es * Vm + ev_) - node_ptr[es]
+        N = int(node_ptr[-1])
+        gu, gv = node_ptr[es] + lu, node_ptr[es] + lv
+        out_deg = np.bincount(gu, minlength=N).astype(np.float64)
+        in_deg = np.bincount(gv, minlength=N).astype(np.float64)
+
+        def node_in(t: np.ndarray, vid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            if node_keys is None:
+                return vid < node_counts[t], vid
+            k = t * Vm + vid
+            pos = np.minimum(np.searchsorted(node_keys, k), max(node_keys.shape[0] - 1, 0))
+            return node_keys[pos] == k, pos - node_ptr[t]
+
+        N_out, E_out = int(node_ptr[S]), int(edge_counts[:S].sum())
+        snap_of_node = np.repeat(np.arange(T, dtype=np.int64), node_counts)
+        w = self.w
+        w.append("node_ptr", self.nodes + node_ptr[1:S + 1])
+        w.append("edge_ptr", self.edges + np.cumsum(edge_counts[:S]))
+        if node_id is None:
+            node_id = np.arange(N_out, dtype=np.int64) - np.repeat(node_ptr[:S], node_counts[:S])
+        w.append("node_id", node_id[:N_out].astype(np.int64))
+        w.append("edge_index", np.stack([lu[:E_out], lv[:E_out]]).astype(np.int64), axis=1)
+        w.append("edge_weight", weight[:E_out].astype(np.float32))
+        w.append("extra.snapshot_time", self.t0 + wins.astype(np.float64) * self.w_units)
+
+        if self.features == "degree":
+            x = np.stack([in_deg, out_deg], axis=1)
+            if self.transform == "log1p":
+                x = np.log1p(x)
+            elif self.transform == "normalize":
+                x = x / np.maximum(_segment_max(x, snap_of_node, T), 1.0)[snap_of_node]
+            w.append("field.x.values", x[:N_out].astype(np.float32))
+        if self.target == "degree":
+            total = out_deg if self.undirected else in_deg + out_deg
+            t_next = snap_of_node[:N_out] + 1
+            vid = np.arange(N_out, dtype=np.int64) - node_ptr[snap_of_node[:N_out]] if node_keys is None else node_id[:N_out]
+            found, r = node_in(t_next, vid)
+            y = np.where(found, total[np.where(found, node_ptr[t_next] + r, 0)], 0.0) if N_out else np.zeros(0)
+            w.append("field.y.values", y.astype(np.float32))
+        elif self.target == "link":
+            self._links(es, eu, ev_, node_in, node_counts, S)
+
+        self.nodes += N_out
+        self.edges += E_out
+        self.snap += S
+        self.next_b = int(wins[-1]) + 1 if self.drop_empty else cut_b
+        if self.vertex_set == "cumulative":
+            self.known = int(node_counts[S - 1])
+
+    def _links(self, es, eu, ev_, node_in, node_counts, S: int) -> None:
+        nxt = es >= 1
+        pt, pu, pv = es[nxt] - 1, eu[nxt], ev_[nxt]
+        ok_u, ru = node_in(pt, pu)
+        ok_v, rv = node_in(pt, pv)
+        ok = ok_u & ok_v
+        pt, ru, rv = pt[ok], ru[ok], rv[ok]
+        pos_counts = np.bincount(pt, minlength=S)
+        k = np.floor(self.ratio * pos_counts + 0.5).astype(np.int64)
+        bounds = np.searchsorted(pt, np.arange(S + 1))  # pt is sorted (es is)
+        nt, nu, nv = [], [], []
+        for t in np.flatnonzero(k > 0).tolist():  # one generator per snapshot: draws independent of the chunking
+            a, b = bounds[t], bounds[t + 1]
+            rng = np.random.default_rng([self.seed, self.snap + t])
+            _, su, sv = sample_negative_pairs(node_counts[t:t + 1], k[t:t + 1], np.zeros(b - a, dtype=np.int64),
+                                              ru[a:b], rv[a:b], rng)
+            nt.append(np.full(su.shape[0], t, dtype=np.int64))
+            nu.append(su)
+            nv.append(sv)
+        z = [np.zeros(0, dtype=np.int64)]
+        lt = np.concatenate([pt] + (nt or z))
+        li = np.stack([np.concatenate([ru] + (nu or z)), np.concatenate([rv] + (nv or z))])
+        lab = np.concatenate([np.ones(pt.shape[0]), np.zeros(lt.shape[0] - pt.shape[0])])
+        lo = np.argsort(lt, kind="stable")
+        self.w.append("field.edge_label_index.values", np.ascontiguousarray(li[:, lo]).astype(np.int64), axis=1)
+        self.w.append("field.edge_label.values", lab[lo].astype(np.float32))
+        for name in _LABEL_PTRS:
+            self.w.append(name, self.labels + np.cumsum(np.bincount(lt, minlength=S)))
+        self.labels += int(lt.shape[0])
+
+
+def ingest_edge_list(
+    path: PathLike,
+    out: PathLike,
+    *,
+    window: Union[float, int, str],
+    columns: Sequence[int] = (0, 1, -1),
+    delimiter: Optional[str] = None,
+    features: Optional[str] = "degree",
+    target: Optional[str] = "link",
+    negative_ratio: float = 1.0,
+    vertex_set: str = "cumulative",
+    time_unit: float = 1.0,
+    seed: int = 0,
+    weight_column: Optional[int] = None,
+    weight_agg: str = "sum",
+    degree_transform: Optional[str] = None,
+    undirected: bool = False,
+    self_loops: bool = True,
+    drop_empty: bool = True,
+    skip_rows: int = 0,
+    chunk_rows: int = DEFAULT_CHUNK_ROWS,
+    overwrite: bool = False,
+    chunk_bytes: int = CHUNK_BYTES,
+) -> "DynamicGraphSignal":
+    r"""Read a temporal edge list in chunks into the signal store ``out``
+    (snapshot graphs, as :func:`~pyg_dynscale.data.loaders.load_edge_list`)
+    and open it memory-mapped (``DynamicGraphSignal.load(out)`` opens it again).
+
+    Every option means what it means for ``load_edge_list``; the result equals
+    its result except for the draws of the negative link labels (see the
+    module docstring: per snapshot from ``default_rng([seed, t])``).
+
+    Args:
+        chunk_rows: lines parsed (and events binned) at a time.
+        out, overwrite, chunk_bytes: the store directory, whether to replace an
+            existing one, its checksum granularity.
+
+    Returns:
+        The signal over the store, with ``vertex_map``, ``snapshot_time``
+        (memory-mapped) and ``window`` attributes, as ``load_edge_list``.
+
+    Raises:
+        DatasetNotFoundError, DatasetFormatError, SignalValidationError: as ``load_edge_list``.
+    """
+    seconds, target, features, columns, w_units = check_edge_list_options(
+        window, vertex_set, target, features, degree_transform, weight_agg, time_unit, negative_ratio, columns)
+    table_chunks = ChunkedTable(path, "edge-list file", chunk_rows=chunk_rows, delimiter=delimiter, skip_rows=skip_rows)
+    chunk_rows = table_chunks.chunk_rows
+    writer = StoreWriter(out, "signal", overwrite=overwrite, chunk_bytes=chunk_bytes)
+    scratch = Scratch(os.fspath(out))
+    try:
+        lo, hi, ordered, prev = np.inf, -np.inf, True, None
+        for table in table_chunks:
+            cs = table.column_index(columns[0], "columns[0] (source)")
+            cd = table.column_index(columns[1], "columns[1] (target)")
+            ct = table.column_index(columns[2], "columns[2] (time)")
+            if len({cs, cd, ct}) != 3:
+                raise SignalValidationError("columns", f"{columns} name the same column twice.", "pick three different columns.")
+            src, dst, tau = table.ints(cs, "source"), table.ints(cd, "target"), table.floats(ct, "time")
+            wcol = table.floats(table.column_index(weight_column, "weight_column"), "weight") if weight_column is not None else None
+            row = table.line_no.astype(np.int64)  # file order
+            if not self_loops:
+                keep = src != dst
+                src, dst, tau, row = src[keep], dst[keep], tau[keep], row[keep]
+                wcol = None if wcol is None else wcol[keep]
+            if tau.shape[0]:
+                lo, hi = min(lo, float(tau.min())), max(hi, float(tau.max()))
+                ordered = ordered and (prev is None or tau[0] >= prev) and bool((tau[1:] >= tau[:-1]).all())
+                prev = tau[-1]
+            scratch.append("src", src)
+            scratch.append("dst", dst)
+            scratch.append("tau", tau)
+            scratch.append("row", row)
+            if wcol is not None:
+                scratch.append("w", wcol)
+        table_chunks.finish()
+        n = scratch.rows("src")
+        if n == 0:
+            raise SignalValidationError("self_loops", "removed every event of the file.", "keep self-loops or check the file.")
+        t0, span = lo, hi - lo
+        if not span / w_units < MAX_WINDOWS:
+            raise SignalValidationError(
+                "window", f"is {seconds:g} s, too small for the events' time span of {span * float(time_unit):g} s "
+                f"({span / w_units:.3g} windows; at most {MAX_WINDOWS:.3g}).",
+                "use a longer window, e.g. '1h' or '1d' (or check time_unit).",
+            )
+        if target is not None and int(np.floor(span / w_units)) < 1:
+            raise SignalValidationError(
+                "window", f"puts all events into 1 snapshot, but target={target!r} needs a next snapshot.",
+                "use a smaller window or target=None.",
+            )
+        tau_all = scratch.array("tau")
+        order = None if ordered else external_argsort(tau_all, chunk_rows, scratch)
+        cols = {k: scratch.array(k) for k in ("src", "dst", "row") + (("w",) if weight_column is not None else ())}
+        binner = _Binner(writer, t0=t0, w_units=w_units, features=features, target=target,
+                         negative_ratio=negative_ratio, vertex_set=vertex_set, seed=seed,
+                         weighted=weight_column is not None, weight_agg=weight_agg,
+                         degree_transform=degree_transform, undirected=undirected, drop_empty=drop_empty)
+        ids = IdTable()
+        pending = {k: np.zeros(0, dtype=np.float64 if k == "w" else np.int64) for k in _EV}
+        keep_windows = 2 if target is not None else 1
+        for s in range(0, n, chunk_rows):
+            idx = slice(s, min(s + chunk_rows, n)) if order is None else np.asarray(order[s:s + chunk_rows])
+            uv = ids.map(np.stack([np.asarray(cols["src"][idx]), np.asarray(cols["dst"][idx])], axis=1).ravel())
+            tau = np.asarray(tau_all[idx])
+            chunk = {"b": np.floor((tau - t0) / w_units).astype(np.int64), "u": uv[0::2], "v": uv[1::2],
+                     "w": np.asarray(cols["w"][idx]) if "w" in cols else np.zeros(tau.shape[0]),
+                     "row": np.asarray(cols["row"][idx])}
+            pending = {k: np.concatenate([pending[k], chunk[k]]) for k in _EV}
+            wins = np.unique(pending["b"])
+            if wins.shape[0] <= keep_windows:
+                continue  # no window is complete (and followed by a complete one) yet
+            cut = int(wins[-keep_windows])
+            look = int(wins[-2]) if target is not None else None
+            upto = np.searchsorted(pending["b"], look if look is not None else cut, "right" if look is not None else "left")
+            binner.emit({k: pending[k][:upto] for k in _EV}, cut, look)
+            rest = np.searchsorted(pending["b"], cut, "left")
+            pending = {k: pending[k][rest:] for k in _EV}
+        # the end: every window is complete
+        wins = np.unique(pending["b"])
+        if target is not None:
+            binner.emit(pending, int(wins[-1]), int(wins[-1]))
+        else:
+            binner.emit(pending, int(wins[-1]) + 1, None)
+        writer.put("extra.vertex_map", ids.vertex_map().astype(np.int64))
+        fields = {}
+        if features == "degree":
+            fields["x"] = {"level": "node", "cat_dim": 0}
+        if target == "degree":
+            fields["y"] = {"level": "node", "cat_dim": 0}
+        elif target == "link":
+            fields["edge_label_index"] = {"level": "ragged", "cat_dim": 1}
+            fields["edge_label"] = {"level": "ragged", "cat_dim": 0}
+        writer.attrs.update({"num_vertices": len(ids), "fields": fields, "window": w_units})
+        writer.commit()
+    except BaseException:
+        writer.abort()
+        raise
+    finally:
+        scratch.close()
+    return load_signal_store(out, verify=False)
+
