@@ -1,0 +1,359 @@
+r"""Each rank builds only its own part of the communication plan.
+
+:meth:`CommunicationPlan.build <pyg_dynscale.partition.plan.CommunicationPlan.build>`
+computes every row of every exchange for all :math:`R` ranks; a rank that
+runs it holds the whole plan only to keep its own lists
+(:meth:`RankPlan.from_plan <pyg_dynscale.partition.rank_plan.RankPlan.from_plan>`).
+:func:`build_rank_plan` gets the same :class:`~pyg_dynscale.partition.rank_plan.RankPlan`
+without the central plan.
+
+**What a rank receives is local knowledge.** Given the signal's supergraph
+and the partition (structure owner :math:`o`, time owner :math:`\tau`), rank
+:math:`r` lists the rows it needs, each with the rank that holds it:
+
+* ``spatial``: the in-neighbours :math:`u` of its nodes (:math:`o(v) = r`)
+  with :math:`o(u) \ne r`, once each, from :math:`o(u)`;
+* ``recurrent``: the previous appearance :math:`u` of each :math:`v \in Q_r`
+  with :math:`\tau(u) \ne r`, from :math:`\tau(u)`;
+* ``attention``: every appearance before the last :math:`Q_r` appearance of
+  a vertex, owned elsewhere; ``window:b``: those less than :math:`b`
+  snapshots before one of its appearances;
+* ``redis`` / ``back`` (PSS-TS): its time-owned nodes structured elsewhere,
+  and back;
+* ``readout``: the destinations :math:`d` of the label pairs whose source it
+  time-owns, :math:`\tau(d) \ne r`.
+
+**What it sends is learned from one exchange of request lists.** Every rank
+sends each other rank the gids it needs from it, all row sets concatenated
+(row set tag, then gid order): one ``all_to_all_single`` of the ``[R, tags]``
+counts, one of the gids. What rank :math:`s` asks from :math:`r` is
+exactly :math:`r`'s send list to :math:`s` in the central plan (its rows
+with destination :math:`s`, gid-sorted).
+
+**Recurrent rounds stay per rank.** A node's round (depth,
+:func:`~pyg_dynscale.partition.plan.segment_depth`) is the number of
+time-owner changes before it in its vertex's sequence. It depends on pieces
+of the sequence on other ranks, but only through their *owners*: with the
+partition's time-owner array (which every rank holds), rank :math:`r` scans
+each sequence that holds one of its nodes from its start up to its last
+:math:`Q_r` appearance and counts owner changes, with no communication. This
+gives the depth of every node of :math:`Q_r` (the rows it sends in the
+recurrent exchange) and of every earlier appearance in those sequences (the
+rows it receives), so both sides split the exchange into rounds alike. The
+ranks' largest depths ride along in the counts exchange, so every rank knows
+:math:`D` = :meth:`~pyg_dynscale.partition.rank_plan.RankPlan.temporal_rounds`
+before the last step.
+
+**Global totals** (each exchange's ``[R, R]`` row counts, hence the whole
+plan's bytes) come from one ``all_reduce`` in which rank :math:`r` fills
+column :math:`r` with what it receives. Set-up errors (bad arguments,
+ranks passing different data) stop every rank with the cause
+(:func:`~pyg_dynscale.training.ranks.agree`). All collectives run over the
+group's host (gloo) twin: the lists are host tensors, also under NCCL.
+
+Cost on rank :math:`r`: scans over the edge and owner arrays (which it
+holds) and memory for its own rows; no :math:`R`-fold row sets, no other
+rank's lists.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Optional, Union
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from ..errors import DynScaleError, PartitionError
+from ..partition.partition import Partition
+from ..partition.pattern import DependencyPattern
+from ..partition.plan import check_link_pairs, check_plan_inputs, phase_specs, temporal_tag
+from ..partition.rank_plan import RankExchange, RankPlan
+from ..training.ranks import agree, host_group
+
+__all__ = ["build_rank_plan", "local_requests"]
+
+
+def _fingerprint(part: Partition) -> str:
+    """A digest of the owner arrays: ranks that partition differently disagree here."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(part.owner.cpu().contiguous().numpy().tobytes())
+    if part.time_owner is not None:
+        h.update(part.time_owner.cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def _keyed(src: Tensor, gid: Tensor, N: int, unique: bool = True) -> Tensor:
+    """``src * N + gid`` sorted (and deduplicated): a receive list's order
+    (by source rank, then gid)."""
+    key = src * max(N, 1) + gid
+    return torch.unique(key) if unique else torch.sort(key).values
+
+
+def _expand(starts: Tensor, ends: Tensor) -> tuple[Tensor, Tensor]:
+    """Positions of the ranges ``[starts[i], ends[i])`` back to back, and the
+    range index of each."""
+    lens = ends - starts
+    total = int(lens.sum())
+    which = torch.repeat_interleave(torch.arange(lens.numel()), lens, output_size=total)
+    offset = torch.cumsum(lens, 0) - lens
+    return starts[which] + torch.arange(total) - offset[which], which
+
+
+class _Sequences:
+    r"""The temporal sequences that hold a node of :math:`Q_r`, each from its
+    start up to its last :math:`Q_r` appearance, as positions of
+    ``sequence_order`` (``pos``), their ranges (``which``), and the time
+    owner and depth of every position."""
+
+    def __init__(self, sg: Any, town: Tensor, r: int) -> None:
+        order, ptr = sg.sequence_order, sg.sequence_ptr
+        self.order, self.ptr = order, ptr
+        mine = (town[order] == r).nonzero().flatten()  # positions of Q_r in sequence order
+        self.mine = mine
+        seq = torch.searchsorted(ptr, mine, right=True) - 1
+        self.seq_of_mine = seq
+        seqs, counts = torch.unique_consecutive(seq, return_counts=True)
+        last = mine[torch.cumsum(counts, 0) - 1] if mine.numel() else mine
+        self.seqs, self.last = seqs, last
+        self.pos, self.which = _expand(ptr[seqs], last + 1)
+        self.gid = order[self.pos]
+        self.owner = town[self.gid]
+        # a new piece where the sequence starts or the time owner changes
+        start = torch.ones_like(self.pos, dtype=torch.bool)
+        if self.pos.numel() > 1:
+            start[1:] = (self.which[1:] != self.which[:-1]) | (self.owner[1:] != self.owner[:-1])
+        piece = torch.cumsum(start.long(), 0)
+        first = torch.ones_like(start)
+        if self.pos.numel() > 1:
+            first[1:] = self.which[1:] != self.which[:-1]
+        self.depth = piece - piece[first.nonzero().flatten()][self.which] if piece.numel() else piece
+        self._by_gid = torch.sort(self.gid)
+
+    def depth_of(self, gids: Tensor) -> Tensor:
+        """Depth of gids among the scanned positions (all present)."""
+        g, idx = self._by_gid
+        return self.depth[idx[torch.searchsorted(g, gids)]]
+
+
+def local_requests(sg: Any, partition: Partition, pattern: DependencyPattern, rank: int, *,
+                   link_pairs: Optional[tuple[Tensor, Tensor]] = None) -> tuple[dict[str, Tensor], Optional[_Sequences]]:
+    r"""Rank ``rank``'s receive lists, by row set tag, from local knowledge.
+
+    Returns:
+        ``({tag: keys})`` with ``keys = src_rank * N + gid`` sorted (the
+        central plan's ``recv_list`` order), for the tags ``pattern`` (and
+        ``link_pairs``) use; and the scanned sequences (depths) when a block
+        is recurrent, else ``None``.
+    """
+    N = sg.num_nodes
+    r = rank
+    own, town = partition.owner.cpu(), partition.temporal_owner.cpu()
+    tags = {t for *_, t, _s in phase_specs(pattern, partition.time_owner is not None, "load")}
+    out: dict[str, Tensor] = {}
+    if "spatial" in tags:
+        s, d = sg.spatial_edge_index
+        m = (own[d] == r) & (own[s] != r)
+        out["spatial"] = _keyed(own[s[m]], s[m], N)
+    if "redis" in tags:  # structure output rows: o(v) -> tau(v)
+        v = ((town == r) & (own != r)).nonzero().flatten()
+        out["redis"] = _keyed(own[v], v, N, unique=False)
+    if "back" in tags:  # block input rows: tau(v) -> o(v)
+        v = ((own == r) & (town != r)).nonzero().flatten()
+        out["back"] = _keyed(town[v], v, N, unique=False)
+    seqs = None
+    if any(t in ("recurrent", "attention") for t in tags):
+        seqs = _Sequences(sg, town, r)
+    if "recurrent" in tags:
+        u, v = sg.temporal_edge_index
+        m = (town[v] == r) & (town[u] != r)
+        out["recurrent"] = _keyed(town[u[m]], u[m], N, unique=False)
+    if "attention" in tags:
+        # every scanned position before the sequence's last Q_r appearance, owned elsewhere
+        keep = (seqs.pos < seqs.last[seqs.which]) & (seqs.owner != r)
+        g = seqs.gid[keep]
+        out["attention"] = _keyed(town[g], g, N, unique=False)
+    order, ptr, time = sg.sequence_order, sg.sequence_ptr, sg.time
+    for tag in sorted(t for t in tags if t.startswith("window:")):
+        band = int(tag.split(":")[1])
+        mine = (town[order] == r).nonzero().flatten()
+        start = ptr[torch.searchsorted(ptr, mine, right=True) - 1]
+        t_mine = time[order[mine]]
+        got = []
+        for j in range(1, band):  # loop over the band only
+            q = mine - j
+            ok = q >= start
+            q = q[ok]
+            g = order[q]
+            ok2 = (t_mine[ok] - time[g] < band) & (town[g] != r)
+            got.append(g[ok2])
+        g = torch.cat(got) if got else mine[:0]
+        out[tag] = _keyed(town[g], g, N)
+    if link_pairs is not None:
+        ls, ld = link_pairs
+        m = (town[ls] == r) & (town[ld] != r)
+        out["readout"] = _keyed(town[ld[m]], ld[m], N)
+    return out, seqs
+
+
+def _splits(keys: Tensor, N: int, R: int) -> tuple[Tensor, list[int]]:
+    """(gids, rows per source rank) of sorted ``src * N + gid`` keys."""
+    n = max(N, 1)
+    return keys % n, torch.bincount(keys // n, minlength=R).tolist()
+
+
+def build_rank_plan(
+    supergraph: Any,
+    partition: Partition,
+    pattern: DependencyPattern,
+    *,
+    group: Optional[Any] = None,
+    input_halo: str = "load",
+    link_pairs: Optional[tuple[Tensor, Tensor]] = None,
+    readout_width: int = 0,
+) -> RankPlan:
+    r"""This rank's :class:`~pyg_dynscale.partition.rank_plan.RankPlan`,
+    built by the ranks together (a collective: every rank of ``group``
+    calls it with the same arguments).
+
+    Equal to ``RankPlan.from_plan(CommunicationPlan.build(supergraph,
+    partition, pattern, input_halo=..., link_pairs=..., readout_width=...),
+    rank)``: the same lists, order, totals and rounds, without any rank
+    building the central plan.
+
+    Args:
+        supergraph: a :class:`~pyg_dynscale.data.DynamicGraphSignal` or its
+            :class:`~pyg_dynscale.data.Supergraph` (on the host).
+        partition: owner arrays with ``num_parts`` = the group's size; part
+            :math:`r` is the group's rank :math:`r`.
+        pattern: the model's dependency pattern.
+        group: the process group (``None``: the world; an NCCL group's
+            collectives run on its gloo twin). Without an initialized
+            process group, a one-part partition runs alone.
+        input_halo, link_pairs, readout_width: as
+            :meth:`~pyg_dynscale.partition.plan.CommunicationPlan.build`.
+
+    Collectives: one ``all_gather_object`` (set-up agreement), two
+    ``all_to_all_single`` (request counts, request gids), one
+    ``all_reduce`` (global row counts).
+    """
+    alone = not (dist.is_available() and dist.is_initialized())
+    rank = 0 if alone else dist.get_rank(group)
+    world = 1 if alone else dist.get_world_size(group)
+    hg = None if alone else host_group(group)
+    error: Optional[DynScaleError] = None
+    summary: Optional[dict] = None
+    sg: Any = None
+    pairs = None
+    try:
+        sg = check_plan_inputs(supergraph, partition, pattern, input_halo)
+        if partition.num_parts != world:
+            raise PartitionError("partition", f"has {partition.num_parts} parts for {world} ranks.",
+                                 "partition into as many parts as the group has ranks.")
+        if link_pairs is not None:
+            pairs = tuple(t.cpu() for t in check_link_pairs(link_pairs, readout_width, sg.num_nodes, torch.device("cpu")))
+        summary = {"num_nodes": sg.num_nodes, "partition": _fingerprint(partition), "scheme": partition.scheme,
+                   "pattern": json.dumps(pattern.to_dict(), sort_keys=True), "input_halo": input_halo,
+                   "readout": None if pairs is None else
+                   (int(readout_width), hashlib.blake2b(torch.stack(pairs).numpy().tobytes(), digest_size=16).hexdigest())}
+    except DynScaleError as exc:
+        error = exc
+    if alone:
+        if error is not None:
+            raise error
+    else:
+        agree(error, summary, group)
+    N, R = sg.num_nodes, world
+    has_redis = partition.time_owner is not None
+    specs = phase_specs(pattern, has_redis, input_halo)
+    recv, seqs = local_requests(sg, partition, pattern, rank, link_pairs=pairs)
+    tags = sorted(recv)
+    T = len(tags)
+    lists = {t: _splits(recv[t], N, R) for t in tags}
+    qdepth = seqs.depth_of(sg.sequence_order[seqs.mine]) if seqs is not None else torch.zeros(0, dtype=torch.long)
+    my_max = int(qdepth.max()) if qdepth.numel() else 0
+
+    # ---- one exchange of request lists: counts (and each rank's deepest round), then the gids
+    want = torch.zeros(R, T + 1, dtype=torch.long)  # [dst, tag]: gids this rank asks from dst
+    for i, t in enumerate(tags):
+        want[:, i] = torch.tensor(lists[t][1], dtype=torch.long)
+    want[:, T] = my_max
+    asked = _all_to_all(want.flatten(), [T + 1] * R, [T + 1] * R, hg, alone).view(R, T + 1)
+    D = int(asked[:, T].max()) + 1 if "recurrent" in tags else 0
+    # request buffer: by destination rank, then tag, then gid
+    if T:
+        src = torch.cat([recv[t] // max(N, 1) for t in tags])
+        tag_of = torch.repeat_interleave(torch.arange(T), torch.tensor([recv[t].numel() for t in tags]))
+        gids = torch.cat([lists[t][0] for t in tags])
+        order = torch.argsort((src * T + tag_of) * max(N, 1) + gids)
+        request = gids[order]
+    else:
+        request = torch.zeros(0, dtype=torch.long)
+    got = _all_to_all(request, want[:, :T].sum(1).tolist(), asked[:, :T].sum(1).tolist(), hg, alone)
+    tag_in = torch.repeat_interleave(torch.arange(T).repeat(R), asked[:, :T].flatten(), output_size=got.numel())
+    send = {t: (got[tag_in == i], asked[:, i].tolist()) for i, t in enumerate(tags)}
+
+    # ---- the senders hold what they are asked for (a disagreement would be a bug: flagged, raised on all ranks)
+    own, town = partition.owner.cpu(), partition.temporal_owner.cpu()
+    holder = {"spatial": own, "redis": own, "back": town}
+    bad = any(bool((holder.get(t, town)[send[t][0]] != rank).any()) for t in tags)
+
+    # ---- rounds of the recurrent exchange, on both sides from the local depths
+    round_lists: list = []
+    if "recurrent" in tags:
+        sg_, ss = send["recurrent"]
+        rg, rs = lists["recurrent"]
+        sd, rd = seqs.depth_of(sg_), seqs.depth_of(rg)
+        s_dst = torch.repeat_interleave(torch.arange(R), torch.tensor(ss), output_size=sg_.numel())
+        r_src = torch.repeat_interleave(torch.arange(R), torch.tensor(rs), output_size=rg.numel())
+        for k in range(D - 1):
+            a, b = sd == k, rd == k
+            round_lists.append((sg_[a], torch.bincount(s_dst[a], minlength=R).tolist(),
+                                rg[b], torch.bincount(r_src[b], minlength=R).tolist()))
+
+    # ---- global row counts: rank r fills column r (what it receives); one all_reduce
+    counts = torch.zeros(T + len(round_lists) + 1, R, R, dtype=torch.long)
+    for i, t in enumerate(tags):
+        counts[i, :, rank] = torch.tensor(lists[t][1], dtype=torch.long)
+    for k, (_, _, _, rsplit) in enumerate(round_lists):
+        counts[T + k, :, rank] = torch.tensor(rsplit, dtype=torch.long)
+    counts[-1, 0, 0] = int(bad)
+    if not alone:
+        dist.all_reduce(counts, group=hg)
+    if int(counts[-1, 0, 0]):
+        raise PartitionError("partition", "a rank was asked for rows it does not own (the ranks' owner arrays "
+                             "or signals differ).", "pass the same signal and partition on every rank.")
+
+    bpe = pattern.bytes_per_element
+    total = {t: counts[i] for i, t in enumerate(tags)}
+
+    def rank_exchange(block: int, phase: str, kind: str, width: int, tag: str, static: bool) -> RankExchange:
+        (sgid, ssplit), (rgid, rsplit) = send[tag], lists[tag]
+        return RankExchange(block, phase, kind, int(width), static, bpe, sgid, ssplit, rgid, rsplit, rank, total[tag])
+
+    exchanges = [rank_exchange(*s) for s in specs]
+    if pairs is not None:
+        exchanges.append(rank_exchange(pattern.num_blocks - 1, "readout", "readout", readout_width, "readout", False))
+    rounds: dict = {}
+    for b, blk in enumerate(pattern.blocks):
+        if blk.time_kind == "recurrent":
+            assert temporal_tag(blk) == "recurrent"
+            rounds[b] = [RankExchange(b, f"temporal:{k}", "temporal", blk.time_width, False, bpe, sgid, ssplit,
+                                      rgid, rsplit, rank, counts[T + k])
+                         for k, (sgid, ssplit, rgid, rsplit) in enumerate(round_lists)]
+    depth_gid = depth = None
+    if "recurrent" in tags:
+        q = sg.sequence_order[seqs.mine]
+        depth_gid, perm = torch.sort(q)
+        depth = qdepth[perm]
+    return RankPlan(rank, R, N, partition.scheme, pattern, exchanges, rounds, depth_gid, depth, D)
+
+
+def _all_to_all(x: Tensor, in_splits: list[int], out_splits: list[int], group: Any, alone: bool) -> Tensor:
+    """``all_to_all_single`` of a host long tensor over the host group."""
+    if alone:
+        return x.clone()
+    out = torch.empty(sum(out_splits), dtype=x.dtype)
+    dist.all_to_all_single(out, x.contiguous(), out_splits, in_splits, group=group)
+    return out
