@@ -34,6 +34,7 @@ from .events import (
     split_ranges,
     synthetic_events,
 )
+from .events import ingest_event_list, ingest_jodie_csv, load_events_store, save_events_store  # part B: files larger than memory
 from .models import TGN, GraphAttentionEmbedding, LinkPredictor
 from .owner_map import OwnerMap
 from .pretrain import pretrain_static_memory
@@ -53,6 +54,10 @@ __all__ = [
     "TGN",
     "check_events",
     "chronological_split",
+    "ingest_event_list",
+    "ingest_jodie_csv",
+    "load_events_store",
+    "save_events_store",
     "load_event_list",
     "load_jodie_csv",
     "pretrain_static_memory",

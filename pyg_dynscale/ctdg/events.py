@@ -9,6 +9,12 @@ features, ``F`` may be 0) and, where the file has one, ``y [E]`` (int64 state
 label). Parsing reuses the package's vectorised tokenizer
 (:mod:`pyg_dynscale.data.loaders.edgelist_parse`), so a bad line is named by
 its line number.
+
+Files larger than memory: :func:`ingest_jodie_csv` and :func:`ingest_event_list`
+(from :mod:`pyg_dynscale.data.ingest`) read them in chunks into an event store
+on disk and return the same ``TemporalData`` with memory-mapped tensors;
+:func:`load_events_store` opens a store again, :func:`save_events_store`
+writes an in-memory stream as one.
 """
 from __future__ import annotations
 
@@ -19,17 +25,23 @@ import numpy as np
 import torch
 from torch_geometric.data import TemporalData
 
+from ..data.ingest import ingest_event_list, ingest_jodie_csv
 from ..data.loaders import DatasetFormatError
 from ..data.loaders._common import PathLike, read_bytes
 from ..data.loaders.edgelist import remap_by_first_appearance
 from ..data.loaders.edgelist_parse import TokenTable, has_header, tokenize, unsorted_error
+from ..data.mapped import load_events_store, save_events_store
 from ..errors import ModelInputError
 
 __all__ = [
     "check_events",
     "chronological_split",
+    "ingest_event_list",
+    "ingest_jodie_csv",
     "load_event_list",
+    "load_events_store",
     "load_jodie_csv",
+    "save_events_store",
     "split_ranges",
     "synthetic_events",
 ]

@@ -1,15 +1,17 @@
-r"""An on-disk, memory-mappable store of tensors written in chunks: version 2 of
-pyg_dynscale's versioned format, for data larger than memory.
+r"""An on-disk, memory-mappable store of tensors written in chunks: the
+directory form of pyg_dynscale's versioned files, for data larger than memory.
 
-Version 1 (:mod:`pyg_dynscale.data.io`) is one ``torch.save`` archive: it is
-written from tensors held in memory and its SHA-256 covers the whole file, so
-checking it reads everything. Version 2 is a **directory**, because data that
-is read in chunks is also written in chunks (the size of a tensor is known only
-at the end) and read in parts (a rank reads its rows):
+The signal file of :mod:`pyg_dynscale.data.io` is one ``torch.save`` archive:
+it is written from tensors held in memory and its SHA-256 covers the whole
+file, so checking it reads everything. A store keeps that format's rules
+(a format tag, a version, SHA-256 checksums, typed errors, the same tensor
+names) but is a **directory**, because data that is read in chunks is also
+written in chunks (the size of a tensor is known only at the end) and read in
+parts (a rank reads its rows):
 
 .. code-block:: text
 
-    DIR/meta.json         {"format": "pyg_dynscale.MappedStore", "version": 2, "kind": "signal" | "events",
+    DIR/meta.json         {"format": "pyg_dynscale.MappedStore", "version": 1, "kind": "signal" | "events",
                            "tensors": {name: {"dtype", "shape", "axis", "file", "chunk_bytes", "sha256": [...]}},
                            "attrs": {...}, "meta_sha256": ...}
     DIR/<name>.bin        the tensor's raw bytes, C order, little-endian, no header
@@ -75,8 +77,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .signal import DynamicGraphSignal
 
 FORMAT_TAG = "pyg_dynscale.MappedStore"
-#: version 1 is the single-file archive of :mod:`pyg_dynscale.data.io`
-FORMAT_VERSION = 2
+FORMAT_VERSION = 1
 META_FILE = "meta.json"
 #: default checksum granularity: a reader of one row reads (and hashes) at most this many bytes more
 CHUNK_BYTES = 1 << 22
@@ -409,17 +410,19 @@ class MappedStore:
 
 
 # ============================================================================ signals
-_SIGNAL_CORE = ("node_id", "node_ptr", "edge_index", "edge_ptr")
-
-
 def write_signal_tensors(writer: StoreWriter, signal: "DynamicGraphSignal") -> None:
     """Put a whole in-memory signal into ``writer`` (the layout of :func:`load_signal_store`)."""
     writer.put("node_id", signal.node_id)
     writer.put("node_ptr", signal.node_ptr)
-    writer.put("edge_index", signal.edge_index, axis=1)
-    writer.put("edge_ptr", signal.edge_ptr)
-    if signal.edge_weight is not None:
-        writer.put("edge_weight", signal.edge_weight)
+    if getattr(signal, "is_static", False):  # a static graph's one edge list, never its T-fold expansion
+        writer.put("static_edge_index", signal.static_edge_index, axis=1)
+        if signal.static_edge_weight is not None:
+            writer.put("static_edge_weight", signal.static_edge_weight)
+    else:
+        writer.put("edge_index", signal.edge_index, axis=1)
+        writer.put("edge_ptr", signal.edge_ptr)
+        if signal.edge_weight is not None:
+            writer.put("edge_weight", signal.edge_weight)
     fields = {}
     for name, f in signal.fields.items():
         axis = 1 if (f.level == "ragged" and f.cat_dim == 1) else 0
@@ -432,7 +435,7 @@ def write_signal_tensors(writer: StoreWriter, signal: "DynamicGraphSignal") -> N
 
 def save_signal_store(signal: "DynamicGraphSignal", path: Union[str, "os.PathLike[str]"], *,
                       overwrite: bool = False, chunk_bytes: int = CHUNK_BYTES) -> str:
-    """Write an in-memory signal as a store directory (version 2); its extras
+    """Write an in-memory signal as a store directory; its extras
     ``vertex_map`` / ``snapshot_time`` / ``window`` are kept when present."""
     with StoreWriter(path, "signal", overwrite=overwrite, chunk_bytes=chunk_bytes) as w:
         write_signal_tensors(w, signal)
@@ -444,13 +447,15 @@ def save_signal_store(signal: "DynamicGraphSignal", path: Union[str, "os.PathLik
     return os.path.abspath(os.fspath(path))
 
 
-def load_signal_store(path: Union[str, "os.PathLike[str]"], cls: Optional[type] = None, *,
+def load_signal_store(path: Union[str, "os.PathLike[str]"], cls: type, *,
                       verify: bool = True) -> "DynamicGraphSignal":
     r"""Open a signal store: a :class:`DynamicGraphSignal` whose tensors are
     memory-mapped (``DynamicGraphSignal.load(DIR)`` calls this).
 
     Args:
-        cls: the signal class (default :class:`DynamicGraphSignal`).
+        cls: the signal class (:class:`DynamicGraphSignal`; passed in, as to
+            :func:`pyg_dynscale.data.io.load_signal`, so that this module
+            imports nothing of the signal's).
         verify: check every chunk's SHA-256 first (reads the files once, in
             4 MiB pieces, holding none of them). ``False``: only the metadata and
             file sizes; a rank that reads a part then verifies that part with
@@ -462,26 +467,33 @@ def load_signal_store(path: Union[str, "os.PathLike[str]"], cls: Optional[type] 
     ``vertex_map``, ``snapshot_time`` (tensors) and ``window`` are set as
     attributes when stored.
     """
-    if cls is None:
-        from .signal import DynamicGraphSignal as cls  # noqa: N813
     store = MappedStore(path, kind="signal")
     if verify:
         store.verify()
-    missing = [n for n in _SIGNAL_CORE if n not in store]
+    static = "static_edge_index" in store
+    core = ("node_id", "node_ptr") + (("static_edge_index",) if static else ("edge_index", "edge_ptr"))
+    missing = [n for n in core if n not in store]
     if missing:
         raise StoreFormatError(f"{store.path}: a signal store needs {missing}. {_remedy()}")
-    fields = {}
-    for name, m in store.attrs.get("fields", {}).items():
-        ptr = store.tensor(f"field.{name}.ptr") if f"field.{name}.ptr" in store else None
-        fields[name] = SnapshotField(m["level"], store.tensor(f"field.{name}.values"), ptr, int(m["cat_dim"]))
-    node_ptr, edge_ptr = store.tensor("node_ptr"), store.tensor("edge_ptr")
-    edge_index = store.tensor("edge_index")
-    if (node_ptr.numel() < 2 or edge_ptr.shape != node_ptr.shape or int(node_ptr[-1]) != store.shape("node_id")[0]
-            or int(edge_ptr[-1]) != edge_index.shape[1]):
+    try:
+        fields = {}
+        for name, m in store.attrs["fields"].items():
+            ptr = store.tensor(f"field.{name}.ptr") if f"field.{name}.ptr" in store else None
+            fields[name] = SnapshotField(m["level"], store.tensor(f"field.{name}.values"), ptr, int(m["cat_dim"]))
+        num_vertices = int(store.attrs["num_vertices"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StoreFormatError(f"{store.path}: damaged signal metadata ({type(exc).__name__}: {exc}). {_remedy()}") from None
+    node_ptr = store.tensor("node_ptr")
+    if static:
+        edge_index, edge_ptr = store.tensor("static_edge_index"), None
+        edge_weight = store.tensor("static_edge_weight") if "static_edge_weight" in store else None
+    else:
+        edge_index, edge_ptr = store.tensor("edge_index"), store.tensor("edge_ptr")
+        edge_weight = store.tensor("edge_weight") if "edge_weight" in store else None
+    if (node_ptr.numel() < 2 or int(node_ptr[-1]) != store.shape("node_id")[0]
+            or (edge_ptr is not None and (edge_ptr.shape != node_ptr.shape or int(edge_ptr[-1]) != edge_index.shape[1]))):
         raise StoreFormatError(f"{store.path}: inconsistent offsets (node_ptr / edge_ptr do not match the tensors). {_remedy()}")
-    obj = cls.from_storage(store.tensor("node_id"), node_ptr, edge_index, edge_ptr,
-                           store.tensor("edge_weight") if "edge_weight" in store else None, fields,
-                           int(store.attrs["num_vertices"]))
+    obj = cls.from_storage(store.tensor("node_id"), node_ptr, edge_index, edge_ptr, edge_weight, fields, num_vertices)
     for extra in ("vertex_map", "snapshot_time"):
         if f"extra.{extra}" in store:
             setattr(obj, extra, store.tensor(f"extra.{extra}"))

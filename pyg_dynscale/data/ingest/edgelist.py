@@ -36,21 +36,20 @@ target): a single window larger than memory is not supported.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Optional, Sequence, Union
+from typing import Optional, Sequence, Union
 
 import numpy as np
 import torch
 
 from ...errors import SignalValidationError
 from ..loaders._common import PathLike
-from ..loaders.edgelist import MAX_WINDOWS, _segment_max, check_edge_list_options
+from ..loaders.edgelist import MAX_WINDOWS, segment_max, check_edge_list_options
 from ..loaders.negative_sampling import sample_negative_pairs
 from ..mapped import CHUNK_BYTES, StoreWriter, load_signal_store
+from ..signal import DynamicGraphSignal
 from .external import IdTable, Scratch, external_argsort
 from .text import DEFAULT_CHUNK_ROWS, ChunkedTable
 
-if TYPE_CHECKING:  # pragma: no cover
-    from ..signal import DynamicGraphSignal
 
 _EV = ("b", "u", "v", "w", "row")
 # edge_label_index and edge_label have equal offsets (two copies, as load_edge_list's signal)
@@ -170,7 +169,7 @@ class _Binner:
             if self.transform == "log1p":
                 x = np.log1p(x)
             elif self.transform == "normalize":
-                x = x / np.maximum(_segment_max(x, snap_of_node, T), 1.0)[snap_of_node]
+                x = x / np.maximum(segment_max(x, snap_of_node, T), 1.0)[snap_of_node]
             w.append("field.x.values", x[:N_out].astype(np.float32))
         if self.target == "degree":
             total = out_deg if self.undirected else in_deg + out_deg
@@ -360,5 +359,5 @@ def ingest_edge_list(
         raise
     finally:
         scratch.close()
-    return load_signal_store(out, verify=False)
+    return load_signal_store(out, DynamicGraphSignal, verify=False)
 

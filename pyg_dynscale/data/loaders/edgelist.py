@@ -91,7 +91,7 @@ def remap_by_first_appearance(
     return u, v, uniq[by_first], first_event
 
 
-def _segment_max(values: np.ndarray, seg: np.ndarray, num_segments: int) -> np.ndarray:
+def segment_max(values: np.ndarray, seg: np.ndarray, num_segments: int) -> np.ndarray:
     out = torch.zeros((num_segments,) + values.shape[1:], dtype=torch.float64)
     idx = torch.from_numpy(seg).view(-1, *([1] * (values.ndim - 1))).expand(values.shape)
     out.scatter_reduce_(0, idx, torch.from_numpy(values), "amax", include_self=True)
@@ -342,7 +342,7 @@ def load_edge_list(
         if degree_transform == "log1p":
             x = np.log1p(x)
         elif degree_transform == "normalize":
-            x = x / np.maximum(_segment_max(x, snap_of_node, T), 1.0)[snap_of_node]
+            x = x / np.maximum(segment_max(x, snap_of_node, T), 1.0)[snap_of_node]
         fields["x"] = SnapshotField("node", torch.from_numpy(x[:N_out].astype(np.float32)))
 
     if target == "degree":
