@@ -11,6 +11,7 @@ from pyg_dynscale.errors import PartitionError
 from pyg_dynscale.partition import CommunicationPlan, Partition, partition
 from pyg_dynscale.partition import plan as plan_module
 from pyg_dynscale.partition.rank_plan import RankPlan
+from tests.helpers import fake_nccl  # registers the CPU stand-in for NCCL in the spawned ranks
 from tests.helpers.rank_plans import PATTERNS, assert_same_state, assert_slice_equals_plan, link_pairs, partitions
 from tests.helpers.signals import make_dynamic_signal
 
@@ -98,6 +99,25 @@ def _mismatch_worker(rank: int, world: int, case: str) -> str:
 def test_a_set_up_error_on_one_rank_stops_every_rank(case, cause):
     out = spawn(_mismatch_worker, 2, case, timeout=60)
     assert all(o != "built" and cause in o for o in out), out
+
+
+def _nccl_worker(rank: int, world: int) -> dict:
+    sig = make_dynamic_signal(seed=7, T=7, V=14)
+    part = partition(sig, "pss", world)
+    pattern = PATTERNS[0]
+    plan = CommunicationPlan.build(sig, part, pattern, link_pairs=link_pairs(sig), readout_width=2)
+    rp = build_rank_plan(sig, part, pattern, link_pairs=link_pairs(sig), readout_width=2)
+    assert_same_state(rp.to_state(), RankPlan.from_plan(plan, rank).to_state())
+    return {"log": list(fake_nccl.LOG), "rounds": rp.temporal_rounds()}
+
+
+def test_under_nccl_the_lists_go_over_the_gloo_twin():
+    """A device-only (NCCL) group: every collective of the build (agreement, request lists, counts)
+    runs on its gloo twin; the device-only group sees none (the stand-in records each)."""
+    for out in spawn(_nccl_worker, 2, backend=fake_nccl.NAME, timeout=60):
+        assert out["rounds"] >= 2
+        on_device = [e for e in out["log"] if e[0] not in ("bind", "devices")]
+        assert on_device == [], on_device
 
 
 def test_one_process_without_a_group():
