@@ -16,7 +16,7 @@ def read_archive(
     path: str,
     *,
     tag: str,
-    version: int,
+    version: Union[int, tuple[int, ...]],
     what: str,
     remedy: str,
     error: type[Exception],
@@ -25,7 +25,8 @@ def read_archive(
     """Load ``path`` and check its format tag and version.
 
     Args:
-        tag, version: the expected ``format`` and ``version`` entries.
+        tag, version: the expected ``format`` and ``version`` entries (a
+            tuple: the versions this reader accepts).
         what: the kind of file, for messages (e.g. ``"partition"``).
         remedy: how to re-create the file, appended to every message.
         error: the exception class raised for unreadable or foreign files.
@@ -47,9 +48,11 @@ def read_archive(
         raise error(f"{path}: not a readable pyg_dynscale {what} file ({why}). {remedy}") from None
     if not isinstance(payload, dict) or payload.get("format") != tag:
         raise error(f"{path}: not a pyg_dynscale {what} file (format tag missing). {remedy}")
-    if payload.get("version") != version:
+    accepted = version if isinstance(version, tuple) else (version,)
+    if payload.get("version") not in accepted:
+        reads = f"version {accepted[0]}" if len(accepted) == 1 else "versions " + ", ".join(map(str, accepted))
         raise error(
             f"{path}: {what} format version {payload.get('version')!r} is not supported by this "
-            f"pyg_dynscale (reads version {version}). {remedy}"
+            f"pyg_dynscale (reads {reads}). {remedy}"
         )
     return payload

@@ -36,7 +36,11 @@ def concat_signals(*signals: DynamicGraphSignal) -> DynamicGraphSignal:
 
     Returns:
         DynamicGraphSignal: :math:`T = \sum_k T_k` snapshots; vertex-time
-        node ``n`` of signal ``k`` is node ``n + \sum_{j<k} N_j``.
+        node ``n`` of signal ``k`` is node ``n + \sum_{j<k} N_j``. Static
+        graphs with the same one edge list (slices of one static signal) give
+        a static graph sharing it; otherwise the edges are concatenated per
+        snapshot (a static input's expansion is built for the result only,
+        not kept on the input).
 
     Raises:
         SignalValidationError: naming what differs between the signals.
@@ -48,7 +52,7 @@ def concat_signals(*signals: DynamicGraphSignal) -> DynamicGraphSignal:
         if s.num_vertices != first.num_vertices:
             raise SignalValidationError("num_vertices", f"is {s.num_vertices} in signal {k} and {first.num_vertices} "
                                         "in signal 0.", "join windows of the same signal.")
-        if (s.edge_weight is None) != (first.edge_weight is None):
+        if s.weighted != first.weighted:
             raise SignalValidationError("edge_weight", f"is present in only some signals (signal {k}).",
                                         "join windows of the same signal.")
         if {n: f.level for n, f in s.fields.items()} != {n: f.level for n, f in first.fields.items()}:
@@ -67,8 +71,21 @@ def concat_signals(*signals: DynamicGraphSignal) -> DynamicGraphSignal:
             fields[name] = SnapshotField("ragged", values, _offset_ptr([p.ptr for p in parts]), f.cat_dim)
         else:
             fields[name] = SnapshotField(f.level, values)
+    node_id, node_ptr = torch.cat([s.node_id for s in signals]), _offset_ptr([s.node_ptr for s in signals])
+    if all(_same_static_graph(first, s) for s in signals[1:]):
+        return DynamicGraphSignal.from_storage(node_id, node_ptr, first.static_edge_index, None,
+                                               first.static_edge_weight, fields, first.num_vertices)
+    edges = [s.expand_edges() for s in signals]  # (edge_index, edge_ptr, edge_weight) of each
     return DynamicGraphSignal.from_storage(
-        torch.cat([s.node_id for s in signals]), _offset_ptr([s.node_ptr for s in signals]),
-        torch.cat([s.edge_index for s in signals], 1), _offset_ptr([s.edge_ptr for s in signals]),
-        None if first.edge_weight is None else torch.cat([s.edge_weight for s in signals]),
+        node_id, node_ptr, torch.cat([e[0] for e in edges], 1), _offset_ptr([e[1] for e in edges]),
+        None if not first.weighted else torch.cat([e[2] for e in edges]),
         fields, first.num_vertices)
+
+
+def _same_static_graph(a: DynamicGraphSignal, b: DynamicGraphSignal) -> bool:
+    """Whether ``a`` and ``b`` are static graphs with the same one edge list and weights."""
+    if not (a.is_static and b.is_static):
+        return False
+    pairs = [(a.static_edge_index, b.static_edge_index), (a.static_edge_weight, b.static_edge_weight)]
+    return all((x is None and y is None) or (x is not None and y is not None and x.dtype == y.dtype
+                                             and x.shape == y.shape and bool(torch.equal(x, y))) for x, y in pairs)

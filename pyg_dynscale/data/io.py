@@ -4,10 +4,23 @@ The file is a ``torch.save`` archive of a dict holding only tensors, strings and
 ints, read back with ``torch.load(weights_only=True)``, which refuses any other
 object. A format tag, a version and a SHA-256 checksum of the tensors are
 checked on load.
+
+Versions (:data:`READ_VERSIONS` are read, :data:`FORMAT_VERSION` written):
+
+* **1**: tensors ``node_id``, ``node_ptr``, ``edge_index`` ``[2, sum_t E_t]``,
+  ``edge_ptr``, ``edge_weight`` and ``field.<name>.values`` / ``.ptr``.
+* **2**: the tensors of version 1 for edges stored per snapshot; for a
+  static graph stored once, ``static_edge_index`` ``[2, E]`` and
+  ``static_edge_weight`` ``[E]`` (the one list every snapshot shares,
+  :attr:`DynamicGraphSignal.static_edge_index`) in place of ``edge_index``,
+  ``edge_ptr`` and ``edge_weight``. The names are covered by the checksum, so
+  the layout cannot be changed without the file being refused. Saving a
+  static graph never builds its :math:`T`-fold expansion.
 """
 from __future__ import annotations
 
 import hashlib
+import os
 from typing import TYPE_CHECKING, Any, Optional, Union
 
 import torch
@@ -20,7 +33,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from .signal import DynamicGraphSignal
 
 FORMAT_TAG = "pyg_dynscale.DynamicGraphSignal"
-FORMAT_VERSION = 1
+#: the version :func:`save_signal` writes
+FORMAT_VERSION = 2
+#: the versions :func:`load_signal` reads
+READ_VERSIONS = (1, 2)
 
 
 def tensor_checksum(tensors: dict[str, Optional[torch.Tensor]]) -> str:
@@ -39,11 +55,14 @@ def tensor_checksum(tensors: dict[str, Optional[torch.Tensor]]) -> str:
 
 
 def save_signal(signal: "DynamicGraphSignal", path: str) -> None:
-    tensors: dict[str, Optional[torch.Tensor]] = {
-        "node_id": signal.node_id, "node_ptr": signal.node_ptr,
-        "edge_index": signal.edge_index, "edge_ptr": signal.edge_ptr,
-        "edge_weight": signal.edge_weight,
-    }
+    """Write ``signal`` to ``path`` in format :data:`FORMAT_VERSION` (a static
+    graph as its one edge list)."""
+    static = signal.is_static
+    tensors: dict[str, Optional[torch.Tensor]] = {"node_id": signal.node_id, "node_ptr": signal.node_ptr}
+    if static:
+        tensors.update(static_edge_index=signal.static_edge_index, static_edge_weight=signal.static_edge_weight)
+    else:
+        tensors.update(edge_index=signal.edge_index, edge_ptr=signal.edge_ptr, edge_weight=signal.edge_weight)
     meta: dict[str, Any] = {}
     for name, f in signal.fields.items():
         tensors[f"field.{name}.values"] = f.values
@@ -64,8 +83,11 @@ def save_signal(signal: "DynamicGraphSignal", path: str) -> None:
 def load_signal(path: str, cls: type, map_location: Union[str, torch.device, None] = "cpu") -> "DynamicGraphSignal":
     """Read a file written by :func:`save_signal` into a ``cls``
     (:meth:`DynamicGraphSignal.load` is the public entry point)."""
+    if os.path.isdir(path):  # a store directory written in chunks (data/mapped.py, part B)
+        from .mapped import load_signal_store
+        return load_signal_store(path, cls)
     payload = read_archive(
-        path, tag=FORMAT_TAG, version=FORMAT_VERSION, what="signal", error=SignalFormatError,
+        path, tag=FORMAT_TAG, version=READ_VERSIONS, what="signal", error=SignalFormatError,
         remedy="Re-create it with DynamicGraphSignal.save().", map_location=map_location,
     )
     tensors = payload["tensors"]
@@ -74,9 +96,12 @@ def load_signal(path: str, cls: type, map_location: Union[str, torch.device, Non
     fields = {}
     for name, meta in payload["fields"].items():
         fields[name] = SnapshotField(meta["level"], tensors[f"field.{name}.values"], tensors.get(f"field.{name}.ptr"), int(meta["cat_dim"]))
-    obj = cls.from_storage(
-        tensors["node_id"], tensors["node_ptr"], tensors["edge_index"], tensors["edge_ptr"],
-        tensors["edge_weight"], fields, int(payload["num_vertices"]),
-    )
+    if "static_edge_index" in tensors:  # version 2, a static graph: its one list (edge_ptr None)
+        edges = (tensors["static_edge_index"], None, tensors.get("static_edge_weight"))
+    elif "edge_index" in tensors and "edge_ptr" in tensors:  # edges per snapshot (versions 1 and 2)
+        edges = (tensors["edge_index"], tensors["edge_ptr"], tensors.get("edge_weight"))
+    else:
+        raise SignalFormatError(f"{path}: no edge tensors, the file is corrupt. Re-create it with DynamicGraphSignal.save().")
+    obj = cls.from_storage(tensors["node_id"], tensors["node_ptr"], *edges, fields, int(payload["num_vertices"]))
     obj.validate(allow_nonfinite=True)
     return obj

@@ -39,6 +39,25 @@ class DynamicGraphSignal:
     which is ``node_ptr[t] + row``. :meth:`supergraph` exposes the graph on
     these ids with spatial and temporal edges.
 
+    **A static graph is stored once.** When every snapshot has the same edges
+    (one ``[2, E]`` ``edge_indices`` array, with one ``[E]`` weight array or
+    none), the signal keeps that one edge list, :attr:`static_edge_index`
+    ``[2, E]`` and :attr:`static_edge_weight` ``[E]``, beside the per-snapshot
+    features and targets, instead of :math:`T` copies (a 52,116-step road
+    graph of 2,600 edges would otherwise hold 2.2 GB of edge indices).
+    Snapshots, slicing, :meth:`select`, :meth:`sort_edges`, :meth:`to`,
+    :meth:`save` / :meth:`load`, :meth:`fingerprint` and :meth:`supergraph`
+    work on the one list. The concatenated attributes :attr:`edge_index`
+    ``[2, T E]`` and :attr:`edge_weight` ``[T E]`` stay available to readers
+    that need them: each is expanded at its first access and kept
+    (:attr:`edges_expanded` tells whether that happened). An expansion edited
+    in place (``signal.edge_weight[-1] += 1``), or an assignment to
+    :attr:`edge_index` / :attr:`edge_weight` / :attr:`edge_ptr`, makes the
+    signal one with edges per snapshot from then on, so every reader sees the
+    edit; an edit of the one list drops the stale expansion.
+    :attr:`edge_ptr` (``[T+1]``, :math:`t E`) is computed, never saved.
+    Readers that only ask whether edges are weighted use :attr:`weighted`.
+
     Iterating yields one :class:`torch_geometric.data.Data` per snapshot with
     ``x``, ``edge_index``, ``edge_attr`` (the edge weight, as PyGT names it),
     ``edge_weight``, ``y``, ``n_id`` (global vertex ids) and the extras, so a
@@ -74,9 +93,6 @@ class DynamicGraphSignal:
 
     node_id: Tensor
     node_ptr: Tensor
-    edge_index: Tensor
-    edge_ptr: Tensor
-    edge_weight: Optional[Tensor]
     fields: dict[str, SnapshotField]
     num_vertices: int
 
@@ -153,15 +169,20 @@ class DynamicGraphSignal:
             )
 
         # ---- edges -----------------------------------------------------------
+        # One [2, E] array with one [E] weight array (or none) is a static graph: stored once
+        # (class docstring). With per-snapshot weights the edges are repeated, as each weight is its own.
+        stored_once = static_edges and (edge_weights is None or not nz.is_per_snapshot_sequence(edge_weights))
         if static_edges:
             ei, _ = nz.stack_edge_indices([edge_indices], "edge_indices")
-            edge_list = ei * T
+            edge_list = ei if stored_once else ei * T
         edge_tensors, edge_counts = nz.stack_edge_indices(edge_list, "edge_indices")
+        if stored_once:
+            edge_counts = edge_counts.expand(T).clone()
         edge_ptr = ptr_from_counts(edge_counts)
         weight: Optional[Tensor] = None
         if edge_weights is not None:
-            if static_edges and not nz.is_per_snapshot_sequence(edge_weights):
-                w_list = [edge_weights] * T
+            if stored_once:
+                w_list = [edge_weights]
             for t, w in enumerate(w_list):
                 if w is not None and nz.as_tensor(w, f"edge_weights[{t}]").dim() > 1:
                     raise SignalValidationError(
@@ -173,7 +194,7 @@ class DynamicGraphSignal:
                 weight = None
             else:
                 weight = nz.to_float(
-                    nz.concat_rows(w_list, "edge_weights", edge_counts, "edges"), "edge_weights", dtype
+                    nz.concat_rows(w_list, "edge_weights", edge_counts[:len(w_list)], "edges"), "edge_weights", dtype
                 )
 
         # ---- vertex sets -----------------------------------------------------
@@ -202,8 +223,11 @@ class DynamicGraphSignal:
                 display, name, parts, level, node_counts, edge_counts, dtype
             )
 
-        self._set_storage(node_id, node_ptr, torch.cat(edge_tensors, dim=1) if edge_tensors else torch.empty(2, 0, dtype=torch.long),
-                          edge_ptr, weight, fields, num_vertices)
+        if stored_once:
+            self._set_storage(node_id, node_ptr, edge_tensors[0], None, weight, fields, num_vertices)
+        else:
+            self._set_storage(node_id, node_ptr, torch.cat(edge_tensors, dim=1) if edge_tensors else torch.empty(2, 0, dtype=torch.long),
+                              edge_ptr, weight, fields, num_vertices)
         self.validate(allow_nonfinite=allow_nonfinite)
 
     # ------------------------------------------------------------------ helpers
@@ -309,7 +333,7 @@ class DynamicGraphSignal:
         node_id: Tensor,
         node_ptr: Tensor,
         edge_index: Tensor,
-        edge_ptr: Tensor,
+        edge_ptr: Optional[Tensor],
         edge_weight: Optional[Tensor],
         fields: dict[str, SnapshotField],
         num_vertices: Optional[int],
@@ -317,7 +341,9 @@ class DynamicGraphSignal:
         """A signal over storage that is already in the packed layout (gid rows,
         ``node_ptr`` / ``edge_ptr`` per snapshot, local edge ids): no copy and
         no validation -- call :meth:`validate` when the storage comes from
-        outside (a file)."""
+        outside (a file). ``edge_ptr=None``: ``edge_index`` ``[2, E]`` and
+        ``edge_weight`` ``[E]`` are a static graph's one edge list, shared by
+        every snapshot (stored once, class docstring)."""
         obj = cls.__new__(cls)
         obj._set_storage(node_id, node_ptr, edge_index, edge_ptr, edge_weight, fields, num_vertices)
         return obj
@@ -327,16 +353,27 @@ class DynamicGraphSignal:
         node_id: Tensor,
         node_ptr: Tensor,
         edge_index: Tensor,
-        edge_ptr: Tensor,
+        edge_ptr: Optional[Tensor],
         edge_weight: Optional[Tensor],
         fields: dict[str, SnapshotField],
         num_vertices: Optional[int],
     ) -> None:
         self.node_id = node_id
         self.node_ptr = node_ptr
-        self.edge_index = edge_index
-        self.edge_ptr = edge_ptr
-        self.edge_weight = edge_weight
+        #: the concatenated edges: the storage (edges per snapshot), or a static graph's expansions (built on demand)
+        self._edge_index: Optional[Tensor] = None
+        self._edge_ptr: Optional[Tensor] = None
+        self._edge_weight: Optional[Tensor] = None
+        #: a static graph's one list (``None``: edges per snapshot)
+        self._static_ei: Optional[Tensor] = None
+        self._static_ew: Optional[Tensor] = None
+        #: per expansion (``"index"``, ``"weight"``): the versions of the one list and of the expansion when it was
+        #: built, to tell an edit of either (:meth:`_settle`)
+        self._expanded_at: dict[str, tuple[int, int]] = {}
+        if edge_ptr is None:  # a static graph: one edge list; the concatenated form is derived on demand
+            self._static_ei, self._static_ew = edge_index, edge_weight
+        else:
+            self._edge_index, self._edge_ptr, self._edge_weight = edge_index, edge_ptr, edge_weight
         self.fields = fields
         if num_vertices is None:
             num_vertices = int(node_id.max()) + 1 if node_id.numel() > 0 else 0
@@ -350,7 +387,7 @@ class DynamicGraphSignal:
         *,
         node_ptr: Tensor,
         edge_index: Tensor,
-        edge_ptr: Tensor,
+        edge_ptr: Optional[Tensor] = None,
         node_id: Optional[Tensor] = None,
         edge_weight: Optional[Tensor] = None,
         x: Optional[Tensor] = None,
@@ -364,27 +401,34 @@ class DynamicGraphSignal:
 
         Args:
             node_ptr: ``[T+1]`` offsets of each snapshot's vertex-time nodes.
-            edge_index: ``[2, E]`` local row indices, snapshots concatenated.
-            edge_ptr: ``[T+1]`` offsets of each snapshot's edges.
+            edge_index: ``[2, E]`` local row indices, snapshots concatenated;
+                with ``edge_ptr=None`` the one edge list of every snapshot (a
+                static graph, stored once).
+            edge_ptr: ``[T+1]`` offsets of each snapshot's edges, or ``None``
+                for a static graph.
             node_id: ``[N]`` global vertex ids (default: ``0..|V_t|-1`` per snapshot).
-            edge_weight: ``[E]`` or ``None``.
+            edge_weight: ``[E]`` (matching ``edge_index``) or ``None``.
             x, y: node-level ``[N, ...]`` tensors, or ``None``.
             fields: further :class:`SnapshotField` attributes.
 
         The result is validated exactly like the list constructor.
         """
         node_ptr = nz.to_index(nz.as_tensor(node_ptr, "node_ptr"), "node_ptr")
-        edge_ptr = nz.to_index(nz.as_tensor(edge_ptr, "edge_ptr"), "edge_ptr")
         edge_index = nz.to_index(nz.as_tensor(edge_index, "edge_index"), "edge_index")
         if node_ptr.dim() != 1 or node_ptr.numel() < 2:
             raise SignalValidationError("node_ptr", "must be [T+1] with T >= 1.", "pass snapshot offsets starting at 0.")
+        static = edge_ptr is None
+        if static:  # checked here, never stored (edge_ptr of a static graph is derived)
+            edge_ptr = (torch.arange(node_ptr.numel(), device=node_ptr.device) * (
+                edge_index.shape[-1] if edge_index.dim() == 2 else 0))
+        edge_ptr = nz.to_index(nz.as_tensor(edge_ptr, "edge_ptr"), "edge_ptr")
         if edge_ptr.shape != node_ptr.shape:
             raise SignalValidationError(
                 "edge_ptr",
                 f"has {edge_ptr.numel() - 1} snapshots but node_ptr has {node_ptr.numel() - 1}.",
                 "give both offset arrays T+1 entries.",
             )
-        for name, ptr, total in (("node_ptr", node_ptr, None), ("edge_ptr", edge_ptr, edge_index.shape[-1])):
+        for name, ptr, total in (("node_ptr", node_ptr, None), ("edge_ptr", edge_ptr, None if static else edge_index.shape[-1])):
             if int(ptr[0]) != 0 or bool((ptr[1:] < ptr[:-1]).any()):
                 raise SignalValidationError(name, "must start at 0 and be non-decreasing.", "build it as a cumulative sum of counts.")
             if total is not None and int(ptr[-1]) != total:
@@ -405,7 +449,7 @@ class DynamicGraphSignal:
             all_fields["y"] = SnapshotField("node", nz.to_value(y, "y", None))
         all_fields.update(fields or {})
         obj = cls.from_storage(
-            node_id, node_ptr, edge_index, edge_ptr,
+            node_id, node_ptr, edge_index, None if static else edge_ptr,
             None if edge_weight is None else nz.to_float(edge_weight, "edge_weight", None),
             all_fields, num_vertices,
         )
@@ -443,8 +487,10 @@ class DynamicGraphSignal:
                 raise SignalValidationError(
                     f"node_ids[{snap}]", f"lists vertex {vid} more than once.", "each vertex may appear once per snapshot; merge the duplicates."
                 )
-        E = self.edge_index.shape[1]
-        if E > 0:
+        E = self.num_edges
+        if self.static_edge_index is not None:
+            self._validate_static_edges(node_counts, allow_nonfinite)
+        elif E > 0:
             neg = (self.edge_index < 0).any(dim=0)
             if bool(neg.any()):
                 e = int(neg.nonzero()[0])
@@ -462,7 +508,7 @@ class DynamicGraphSignal:
                     f"refers to node row {int(self.edge_index[:, e].max())} but snapshot {snap} has only {int(node_counts[snap])} vertices.",
                     "edge indices are local rows of the snapshot (0 .. |V_t|-1); pass node_ids/features covering every endpoint.",
                 )
-        if self.edge_weight is not None:
+        if self.static_edge_index is None and self.edge_weight is not None:
             if self.edge_weight.dim() != 1 or self.edge_weight.numel() != E:
                 raise SignalValidationError("edge_weights", f"has shape {list(self.edge_weight.shape)} for {E} edges.", "give one weight per edge.")
             nz.check_finite(self.edge_weight, "edge_weights", self.edge_ptr, allow_nonfinite)
@@ -488,6 +534,35 @@ class DynamicGraphSignal:
                     snap = self._snapshot_of(f.ptr, int(bad.nonzero()[0]))
                     raise SignalValidationError(f"{name}[{snap}]", "holds node rows outside 0 .. |V_t|-1.", "index the snapshot's own rows.")
 
+    def _validate_static_edges(self, node_counts: Tensor, allow_nonfinite: bool) -> None:
+        """:meth:`validate` of a static graph's one edge list: the checks of
+        the per-snapshot form, on ``[2, E]`` (an index fits every snapshot
+        when it fits the smallest one), with the same messages."""
+        ei, w = self.static_edge_index, self.static_edge_weight
+        assert ei is not None
+        if ei.dim() != 2 or ei.shape[0] != 2:
+            raise SignalValidationError("edge_indices", f"must have shape [2, num_edges] but has shape {list(ei.shape)}.",
+                                        "pass a [2, num_edges] array.")
+        E = int(ei.shape[1])
+        if E > 0:
+            lo, hi = int(ei.min()), int(ei.max())
+            if lo < 0:
+                raise SignalValidationError(
+                    "edge_indices[0]", f"contains a negative node index ({lo}).", "edge indices are rows 0 .. |V_t|-1 of the snapshot."
+                )
+            short = (node_counts <= hi).nonzero()
+            if short.numel() > 0:
+                snap = int(short[0])
+                raise SignalValidationError(
+                    f"edge_indices[{snap}]",
+                    f"refers to node row {hi} but snapshot {snap} has only {int(node_counts[snap])} vertices.",
+                    "edge indices are local rows of the snapshot (0 .. |V_t|-1); pass node_ids/features covering every endpoint.",
+                )
+        if w is not None:
+            if w.dim() != 1 or w.numel() != E:
+                raise SignalValidationError("edge_weights", f"has shape {list(w.shape)} for {E} edges.", "give one weight per edge.")
+            nz.check_finite(w, "edge_weights", None, allow_nonfinite)
+
     @staticmethod
     def _snapshot_of(ptr: Tensor, pos: int) -> int:
         return int(torch.searchsorted(ptr, torch.tensor(pos, device=ptr.device), right=True)) - 1
@@ -510,8 +585,186 @@ class DynamicGraphSignal:
 
     @property
     def num_edges(self) -> int:
-        r""":math:`\sum_t |E_t|` (spatial edges)."""
-        return int(self.edge_ptr[-1])
+        r""":math:`\sum_t |E_t|` (spatial edges; :math:`T E` for a static graph)."""
+        if self._static_ei is not None:
+            return self.num_snapshots * int(self._static_ei.shape[1])
+        return int(self._edge_ptr[-1])  # type: ignore[index]
+
+    # ------------------------------------------------------------ edges
+    @property
+    def static_edge_index(self) -> Optional[Tensor]:
+        """A static graph's one edge list ``[2, E]`` (local rows, shared by
+        every snapshot); ``None`` when the edges are stored per snapshot."""
+        self._settle()
+        return self._static_ei
+
+    @property
+    def static_edge_weight(self) -> Optional[Tensor]:
+        """A static graph's one weight vector ``[E]`` (``None``: unweighted, or
+        edges stored per snapshot)."""
+        self._settle()
+        return self._static_ew
+
+    @property
+    def is_static(self) -> bool:
+        """Whether the edges are one list shared by every snapshot, stored once
+        (:attr:`static_edge_index`; class docstring)."""
+        return self.static_edge_index is not None
+
+    @property
+    def weighted(self) -> bool:
+        """Whether the edges carry weights (asks nothing of the storage: use it
+        rather than ``edge_weight is not None``, which expands a static graph's
+        weights)."""
+        if self._static_ei is not None:
+            return self._static_ew is not None
+        return self._edge_weight is not None
+
+    @property
+    def edges_expanded(self) -> bool:
+        """Whether a static graph's concatenated :attr:`edge_index` or
+        :attr:`edge_weight` (:math:`T` copies) has been built and is held;
+        always ``False`` for edges stored per snapshot."""
+        return self.is_static and (self._edge_index is not None or self._edge_weight is not None)
+
+    def _settle(self) -> None:
+        """Reconcile a static graph with its expansions: an expansion edited in
+        place becomes the storage (edges per snapshot); an expansion whose one
+        list was edited since is dropped (rebuilt on demand)."""
+        if self._static_ei is None or not self._expanded_at:
+            return
+        current = {"index": (self._static_ei, self._edge_index), "weight": (self._static_ew, self._edge_weight)}
+        for key, (one, exp) in current.items():
+            at = self._expanded_at.get(key)
+            if at is None or exp is None or one is None:
+                continue
+            if exp._version != at[1]:  # the expansion was edited: it is the truth now
+                self._to_per_snapshot()
+                return
+        for key, (one, exp) in current.items():
+            at = self._expanded_at.get(key)
+            if at is not None and one is not None and one._version != at[0]:  # the one list was edited
+                if key == "index":
+                    self._edge_index = None
+                else:
+                    self._edge_weight = None
+                del self._expanded_at[key]
+
+    @property
+    def edge_ptr(self) -> Tensor:
+        """``[T+1]`` offsets of each snapshot's edges in :attr:`edge_index`
+        (:math:`t E` for a static graph: computed, kept, never saved)."""
+        if self._edge_ptr is None:
+            ei = self._static_ei
+            assert ei is not None
+            self._edge_ptr = torch.arange(self.num_snapshots + 1, device=self.node_ptr.device) * int(ei.shape[1])
+        return self._edge_ptr
+
+    @edge_ptr.setter
+    def edge_ptr(self, value: Tensor) -> None:
+        self._to_per_snapshot()
+        self._edge_ptr = value
+
+    @property
+    def edge_index(self) -> Tensor:
+        """``[2, sum_t E_t]`` local row indices, snapshots concatenated. A static
+        graph's is its one list tiled :math:`T` times, built at the first
+        access and kept (the hot paths -- snapshots, slicing, windows, save,
+        the supergraph -- never ask for it; class docstring)."""
+        self._settle()
+        if self._edge_index is None:
+            ei = self._static_ei
+            assert ei is not None
+            self._edge_index = ei.repeat(1, self.num_snapshots)
+            self._expanded_at["index"] = (ei._version, self._edge_index._version)
+        return self._edge_index
+
+    @edge_index.setter
+    def edge_index(self, value: Tensor) -> None:
+        # the concatenated form given: edges per snapshot from now on
+        self._to_per_snapshot()
+        self._edge_index = value
+
+    @property
+    def edge_weight(self) -> Optional[Tensor]:
+        """``[sum_t E_t]`` edge weights or ``None``; a static graph's is tiled
+        :math:`T` times at the first access, as :attr:`edge_index` (to ask
+        whether there are weights, read :attr:`weighted`)."""
+        self._settle()
+        if self._static_ei is None or self._static_ew is None:
+            return self._edge_weight
+        if self._edge_weight is None:
+            w = self._static_ew
+            self._edge_weight = w.repeat(self.num_snapshots)
+            self._expanded_at["weight"] = (w._version, self._edge_weight._version)
+        return self._edge_weight
+
+    @edge_weight.setter
+    def edge_weight(self, value: Optional[Tensor]) -> None:
+        self._to_per_snapshot()
+        self._edge_weight = value
+
+    def _to_per_snapshot(self) -> None:
+        """Store the edges per snapshot (the expansions, built where missing),
+        forgetting the one list."""
+        if self._static_ei is None:
+            return
+        T = self.num_snapshots
+        ei = self._edge_index if self._edge_index is not None else self._static_ei.repeat(1, T)
+        w = self._edge_weight
+        if w is None and self._static_ew is not None:
+            w = self._static_ew.repeat(T)
+        ptr = self.edge_ptr
+        self._static_ei = self._static_ew = None
+        self._expanded_at = {}
+        self._edge_index, self._edge_ptr, self._edge_weight = ei, ptr, w
+        self._supergraph = None
+
+    def snapshot_edges(self, t: int) -> tuple[Tensor, Optional[Tensor]]:
+        """``(edge_index [2, E_t], edge_weight [E_t] or None)`` of snapshot
+        ``t`` (non-negative): views of the storage; a static graph's one list
+        (the same tensors for every ``t``, never expanded)."""
+        if self.static_edge_index is not None:
+            return self.static_edge_index, self.static_edge_weight
+        ptr = self._edge_ptr
+        assert ptr is not None
+        a, b = int(ptr[t]), int(ptr[t + 1])
+        w = self._edge_weight
+        return self._edge_index[:, a:b], None if w is None else w[a:b]  # type: ignore[index]
+
+    def expand_edges(self) -> tuple[Tensor, Tensor, Optional[Tensor]]:
+        """``(edge_index [2, sum E_t], edge_ptr [T+1], edge_weight or None)``,
+        the concatenated form, without keeping it: a static graph's is built
+        anew (for a reader that makes its own tensor of it anyway), per-snapshot
+        edges are returned as stored."""
+        one = self.static_edge_index  # settles first
+        if one is None:
+            return self._edge_index, self._edge_ptr, self._edge_weight  # type: ignore[return-value]
+        ei = self._edge_index if self._edge_index is not None else one.repeat(1, self.num_snapshots)
+        w = self._static_ew
+        if w is not None:
+            w = self._edge_weight if self._edge_weight is not None else w.repeat(self.num_snapshots)
+        return ei, self.edge_ptr, w
+
+    def has_same_edges(self) -> bool:
+        """Whether every snapshot has the same edges and weights: ``True`` at
+        once for a static graph; else compared a chunk of snapshots at a time
+        (no :math:`T \times E` temporary)."""
+        if self.static_edge_index is not None:
+            return True
+        ec = self.edges_per_snapshot
+        if not bool((ec == ec[0]).all()):
+            return False
+        E, T = int(ec[0]), self.num_snapshots
+        ei = self.edge_index.view(2, T, E)
+        ew = None if self.edge_weight is None else self.edge_weight.view(T, E)
+        c = max(1, (1 << 22) // max(1, E))  # snapshots per comparison
+        for t in range(0, T, c):
+            if not bool((ei[:, t:t + c] == ei[:, :1]).all()):
+                return False
+            if ew is not None and not bool((ew[t:t + c] == ew[:1]).all()):
+                return False
+        return True
 
     @property
     def nodes_per_snapshot(self) -> Tensor:
@@ -521,7 +774,8 @@ class DynamicGraphSignal:
     @property
     def edges_per_snapshot(self) -> Tensor:
         """``[T]`` number of edges of each snapshot."""
-        return self.edge_ptr[1:] - self.edge_ptr[:-1]
+        ptr = self.edge_ptr
+        return ptr[1:] - ptr[:-1]
 
     @property
     def x(self) -> Optional[Tensor]:
@@ -575,14 +829,13 @@ class DynamicGraphSignal:
             t += T
         if not 0 <= t < T:
             raise IndexError(f"snapshot index {t} out of range for a signal of {T} snapshots")
-        a, b = int(self.edge_ptr[t]), int(self.edge_ptr[t + 1])
         n0, n1 = int(self.node_ptr[t]), int(self.node_ptr[t + 1])
+        ei, w = self.snapshot_edges(t)
         attrs: dict[str, Any] = {
-            "edge_index": self.edge_index[:, a:b],
+            "edge_index": ei,
             "n_id": self.node_id[n0:n1],
         }
-        if self.edge_weight is not None:
-            w = self.edge_weight[a:b]
+        if w is not None:
             attrs["edge_attr"] = w
             attrs["edge_weight"] = w
         for name, f in self.fields.items():
@@ -615,12 +868,16 @@ class DynamicGraphSignal:
             yield self.snapshot(t)
 
     def select(self, snapshots: Tensor) -> "DynamicGraphSignal":
-        """A new signal made of the given snapshots, in the given order (vectorized)."""
+        """A new signal made of the given snapshots, in the given order
+        (vectorized). A static graph's selection is static and shares its one
+        edge list (no copy, as PyGT's slices of a static signal)."""
         idx = torch.as_tensor(snapshots, dtype=torch.long, device=self.node_ptr.device).reshape(-1)
         if idx.numel() == 0:
             raise SignalValidationError("snapshots", "selects zero snapshots.", "select at least one snapshot.")
         node_pos, node_ptr = gather_ranges(self.node_ptr, idx)
-        edge_pos, edge_ptr = gather_ranges(self.edge_ptr, idx)
+        static = self.static_edge_index is not None
+        if not static or any(f.level == "edge" for f in self.fields.values()):
+            edge_pos, edge_ptr = gather_ranges(self.edge_ptr, idx)
         fields: dict[str, SnapshotField] = {}
         for name, f in self.fields.items():
             if f.level == "node":
@@ -633,6 +890,9 @@ class DynamicGraphSignal:
                 assert f.ptr is not None
                 pos, ptr = gather_ranges(f.ptr, idx)
                 fields[name] = SnapshotField("ragged", f.values.index_select(f.cat_dim, pos), ptr, f.cat_dim)
+        if static:
+            return self.from_storage(self.node_id[node_pos], node_ptr, self.static_edge_index, None,
+                                     self.static_edge_weight, fields, self.num_vertices)
         return self.from_storage(
             self.node_id[node_pos], node_ptr, self.edge_index[:, edge_pos], edge_ptr,
             None if self.edge_weight is None else self.edge_weight[edge_pos],
@@ -643,7 +903,10 @@ class DynamicGraphSignal:
         """A new signal whose edges are sorted by (target, source) inside each
         snapshot (stable; weights and edge-level fields follow their edges).
         PyGT's DCRNN pairs degree normalizers with edges by position and is
-        only local -- splittable across ranks -- on sorted, duplicate-free edges."""
+        only local -- splittable across ranks -- on sorted, duplicate-free edges.
+        A static graph sorts its one list (and stays static)."""
+        if self.static_edge_index is not None:
+            return self._sort_static_edges()
         E = self.num_edges
         counts = self.edge_ptr[1:] - self.edge_ptr[:-1]
         t = torch.repeat_interleave(torch.arange(self.num_snapshots, device=self.edge_ptr.device), counts, output_size=E)
@@ -652,6 +915,19 @@ class DynamicGraphSignal:
         fields = {name: (SnapshotField("edge", f.values[perm]) if f.level == "edge" else f) for name, f in self.fields.items()}
         return self.from_storage(self.node_id, self.node_ptr, self.edge_index[:, perm], self.edge_ptr,
                                  None if self.edge_weight is None else self.edge_weight[perm], fields, self.num_vertices)
+
+    def _sort_static_edges(self) -> "DynamicGraphSignal":
+        ei, w = self.static_edge_index, self.static_edge_weight
+        assert ei is not None
+        E, T = int(ei.shape[1]), self.num_snapshots
+        n = int(self.nodes_per_snapshot.max()) + 1
+        perm = torch.sort(ei[1] * n + ei[0], stable=True).indices
+        fields = dict(self.fields)
+        if any(f.level == "edge" for f in fields.values()):  # per-snapshot edge rows follow the same permutation
+            full = (torch.arange(T, device=ei.device).unsqueeze(1) * E + perm.unsqueeze(0)).reshape(-1)
+            fields = {name: (SnapshotField("edge", f.values[full]) if f.level == "edge" else f) for name, f in fields.items()}
+        return self.from_storage(self.node_id, self.node_ptr, ei[:, perm], None, None if w is None else w[perm],
+                                 fields, self.num_vertices)
 
     def split(
         self, train_ratio: float = 0.8, val_ratio: float = 0.0
@@ -682,10 +958,23 @@ class DynamicGraphSignal:
     def __getstate__(self) -> dict:
         # derived caches are rebuilt on demand: the supergraph holds a weak reference back to the signal, which
         # cannot be pickled (spawn(fn, world_size, signal) after partition(signal, ...))
+        self._settle()
         state = dict(self.__dict__)
         state["_supergraph"] = None
         state.pop("_fingerprint", None)
+        if state.get("_static_ei") is not None:  # a static graph travels as its one edge list
+            state["_edge_index"] = state["_edge_weight"] = state["_edge_ptr"] = None
+            state["_expanded_at"] = {}
         return state
+
+    def __setstate__(self, state: dict) -> None:
+        if "edge_index" in state:  # pickled before static graphs were stored once: plain attributes
+            state = dict(state)
+            state["_edge_index"], state["_edge_ptr"] = state.pop("edge_index"), state.pop("edge_ptr")
+            state["_edge_weight"] = state.pop("edge_weight")
+            state["_static_ei"] = state["_static_ew"] = None
+            state["_expanded_at"] = {}
+        self.__dict__.update(state)
 
     # ------------------------------------------------------------ views
     def supergraph(self) -> "Supergraph":
@@ -704,6 +993,11 @@ class DynamicGraphSignal:
     def to(self, device: Union[torch.device, str], non_blocking: bool = False) -> "DynamicGraphSignal":
         """A copy of the signal on ``device``."""
         mv = lambda t: None if t is None else t.to(device, non_blocking=non_blocking)  # noqa: E731
+        if self.static_edge_index is not None:
+            return self.from_storage(
+                mv(self.node_id), mv(self.node_ptr), mv(self.static_edge_index), None, mv(self.static_edge_weight),
+                {k: f.to(device) for k, f in self.fields.items()}, self.num_vertices,
+            )
         return self.from_storage(
             mv(self.node_id), mv(self.node_ptr), mv(self.edge_index), mv(self.edge_ptr), mv(self.edge_weight),
             {k: f.to(device) for k, f in self.fields.items()}, self.num_vertices,
@@ -711,18 +1005,30 @@ class DynamicGraphSignal:
 
     def fingerprint(self) -> str:
         """SHA-256 of the structure (vertex sets and edges): partitions and plans
-        record it to refuse being applied to another graph."""
-        tensors = (self.node_ptr, self.node_id, self.edge_ptr, self.edge_index)
+        record it to refuse being applied to another graph.
+
+        A static graph hashes the bytes of its concatenated form, streamed from
+        the one list (never built): the same graph stored either way has one
+        fingerprint, and partitions made before static graphs were stored
+        once still match."""
+        static = self.static_edge_index is not None
+        edges = self.static_edge_index if static else self.edge_index
+        tensors = (self.node_ptr, self.node_id, self.edge_ptr, edges)
         # cached per storage and in-place version of the structure tensors: a
         # partitioner asks for it several times, hashing costs ~0.1 s per 1M edges
-        key = (self.num_snapshots, self.num_vertices) + tuple((t.data_ptr(), t._version, tuple(t.shape)) for t in tensors)
+        key = (self.num_snapshots, self.num_vertices, static) + tuple(
+            (t.data_ptr(), t._version, tuple(t.shape)) for t in tensors)
         cached = getattr(self, "_fingerprint", None)
         if cached is not None and cached[0] == key:
             return cached[1]
         h = hashlib.sha256()
         h.update(f"T={self.num_snapshots};V={self.num_vertices}".encode())
-        for t in tensors:
+        for t in tensors[:3]:
             h.update(t.detach().to("cpu", torch.long).contiguous().numpy())  # the buffer itself: no bytes copy
+        if static:
+            _hash_tiled(h, edges, self.num_snapshots)
+        else:
+            h.update(edges.detach().to("cpu", torch.long).contiguous().numpy())
         self._fingerprint = (key, h.hexdigest())
         return self._fingerprint[1]
 
@@ -760,10 +1066,14 @@ class DynamicGraphSignal:
             return a.dtype == b.dtype and a.shape == b.shape and bool(torch.equal(a.cpu(), b.cpu()))
         if self.num_vertices != other.num_vertices or set(self.fields) != set(other.fields):
             return False
-        if not all(eq(a, b) for a, b in [
-            (self.node_ptr, other.node_ptr), (self.node_id, other.node_id), (self.edge_ptr, other.edge_ptr),
-            (self.edge_index, other.edge_index), (self.edge_weight, other.edge_weight),
-        ]):
+        if not (eq(self.node_ptr, other.node_ptr) and eq(self.node_id, other.node_id)):
+            return False
+        if self.is_static and other.is_static:  # the one lists (same T: node_ptr agreed)
+            edges = [(self.static_edge_index, other.static_edge_index),
+                     (self.static_edge_weight, other.static_edge_weight)]
+        else:  # a static graph equals its expansion (compared on a temporary copy)
+            edges = list(zip(self.expand_edges(), other.expand_edges()))
+        if not all(eq(a, b) for a, b in edges):
             return False
         for k, f in self.fields.items():
             g = other.fields[k]
@@ -776,8 +1086,24 @@ class DynamicGraphSignal:
         return (
             f"{self.__class__.__name__}(snapshots={self.num_snapshots}, vertices={self.num_vertices}, "
             f"vertex_time_nodes={self.num_vertex_time_nodes}, edges={self.num_edges}, "
-            f"weighted={self.edge_weight is not None}{', ' + fields if fields else ''})"
+            f"weighted={self.weighted}{', ' + fields if fields else ''})"
         )
+
+
+def _hash_tiled(h: Any, edges: Tensor, T: int) -> None:
+    """Feed ``h`` the bytes of ``edges.repeat(1, T)`` (int64, row-major)
+    without building it: each row tiled ``T`` times, a bounded block at a time."""
+    E = int(edges.shape[1])
+    if E == 0 or T == 0:
+        return
+    c = max(1, min(T, (1 << 22) // E))  # snapshots per block: <= 32 MiB
+    for row in edges.detach().to("cpu", torch.long):
+        block = row.repeat(c).numpy()
+        full, rest = divmod(T, c)
+        for _ in range(full):
+            h.update(block)
+        if rest:
+            h.update(block[:rest * E])
 
 
 def temporal_signal_split(signal: Any, train_ratio: float = 0.8) -> tuple[Any, Any]:

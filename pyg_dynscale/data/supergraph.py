@@ -71,6 +71,11 @@ class Supergraph:
 
     @classmethod
     def from_signal(cls, signal: "DynamicGraphSignal") -> "Supergraph":
+        r"""The supergraph of ``signal``. Its spatial edges are per vertex-time
+        node by nature (:math:`[2, \sum_t |E_t|]`), also for a static graph,
+        whose one edge list is shifted by each snapshot's offset into that
+        tensor directly (the signal's concatenated :attr:`edge_index` is not
+        built, so no second copy is kept)."""
         node_ptr = signal.node_ptr
         T = signal.num_snapshots
         N = signal.num_vertex_time_nodes
@@ -78,8 +83,14 @@ class Supergraph:
         dev = node_ptr.device
         node_counts = node_ptr[1:] - node_ptr[:-1]
         time = torch.repeat_interleave(torch.arange(T, device=dev), node_counts, output_size=N)
-        offset_per_edge = torch.repeat_interleave(node_ptr[:-1], signal.edges_per_snapshot, output_size=E)
-        spatial = signal.edge_index + offset_per_edge.unsqueeze(0)
+        if signal.is_static:
+            # a static graph: its one [2, E] list shifted to every snapshot's rows, written straight into the one
+            # [2, T E] tensor the supergraph needs (the signal's own expansion is neither built nor kept)
+            ei = signal.static_edge_index
+            spatial = (ei.unsqueeze(1) + node_ptr[:-1].view(1, T, 1)).reshape(2, E)
+        else:
+            offset_per_edge = torch.repeat_interleave(node_ptr[:-1], signal.edges_per_snapshot, output_size=E)
+            spatial = signal.edge_index + offset_per_edge.unsqueeze(0)
         # gids are time-major, so a stable sort by vertex keeps time order inside
         # each vertex's sequence.
         vertex = signal.node_id

@@ -23,6 +23,19 @@ same :math:`n > 0` rows), ``fixed`` (and they are vertices :math:`0 \ldots
 V-1` in order: states are handed on row by row), ``static`` (and the same
 edges and weights, no edge fields: one graph).
 
+**A static graph is held once.** Where the signal stores one edge list for
+every snapshot (:attr:`~pyg_dynscale.data.DynamicGraphSignal.static_edge_index`,
+e.g. :func:`~pyg_dynscale.windows.series_signal`'s), the store holds that
+``[2, E]`` list (and ``[E]`` weights) on the device, and every reader of the
+batches -- :meth:`SnapshotStore.first_graph`, :meth:`~SnapshotStore.union`,
+:meth:`~SnapshotStore.union_loops`, :meth:`~SnapshotStore.storage_graph` --
+works from it. :attr:`SnapshotStore.edge_index` / ``edge_weight`` /
+``loops`` (the concatenated form) are then built at their first access only,
+for readers that need every held snapshot's copy (e.g. incremental
+aggregation, node batches); :attr:`SnapshotStore.edges_expanded` says
+whether that happened. The road graph's 52,116 snapshots thus hold 2,600
+edges, not :math:`52{,}116 \times 2{,}600`.
+
 **Disjoint union** of snapshots :math:`t_1 \ldots t_B` (one step of a batch
 of :math:`B` windows): rows concatenated, snapshot :math:`b`'s edges offset by
 :math:`\sum_{b' < b} n_{t_{b'}}`; on a static graph the union's edges are
@@ -59,7 +72,10 @@ class StoreLayout:
 
     @classmethod
     def of(cls, signal: Any, edge_fields: tuple = ()) -> "StoreLayout":
-        """The layout of ``signal`` (edge fields read by the model make a graph non-static)."""
+        """The layout of ``signal`` (edge fields read by the model make a graph
+        non-static). A signal that stores its edges once is static without a
+        look at them; otherwise the snapshots' edges are compared a chunk at a
+        time (no :math:`T \times E` temporary)."""
         counts = signal.nodes_per_snapshot
         n0 = int(counts[0])
         uniform = bool((counts == n0).all()) and n0 > 0
@@ -69,20 +85,9 @@ class StoreLayout:
 
 
 def _same_edges(signal: Any) -> bool:
-    """Whether every snapshot has the same edges and weights (snapshots of equal size)."""
-    ec = signal.edges_per_snapshot
-    if not bool((ec == ec[0]).all()):
-        return False
-    E, T = int(ec[0]), signal.num_snapshots
-    ei = signal.edge_index.view(2, T, E)
-    ew = None if signal.edge_weight is None else signal.edge_weight.view(T, E)
-    c = max(1, (1 << 22) // max(1, E))  # snapshots per comparison: no T x E temporary
-    for t in range(0, T, c):
-        if not bool((ei[:, t:t + c] == ei[:, :1]).all()):
-            return False
-        if ew is not None and not bool((ew[t:t + c] == ew[:1]).all()):
-            return False
-    return True
+    """Whether every snapshot has the same edges and weights (snapshots of
+    equal size): :meth:`~pyg_dynscale.data.DynamicGraphSignal.has_same_edges`."""
+    return bool(signal.has_same_edges())
 
 
 class SnapshotStore:
@@ -102,13 +107,17 @@ class SnapshotStore:
     Attributes:
         x (Tensor): ``[N_held, F...]`` features.
         y (Tensor): ``[N_held, ...]`` targets.
-        edge_index (Tensor): ``[2, E_held]``, local rows per snapshot.
-        edge_weight (Tensor, optional): ``[E_held]``.
+        edge_index (Tensor): ``[2, E_held]``, local rows per snapshot (a
+            static graph's: built at the first access, module docstring).
+        edge_weight (Tensor, optional): ``[E_held]`` (likewise).
+        static_graph (tuple, optional): ``(edge_index [2, E], edge_weight [E]
+            or None)``, a static graph's one list (``None``: edges per snapshot).
         edge_fields (dict): name -> ``[E_held, ...]``.
         node_id (Tensor): ``[N_held]`` vertex of each row.
         node_ptr (list): ``[S+1]`` row offsets (host).
         edge_ptr (list): ``[S+1]`` edge offsets (host).
-        loops (Tensor): host positions of the self-loops in ``edge_index``.
+        loops (Tensor): host positions of the self-loops in ``edge_index``
+            (a static graph's: built at the first access).
         layout (StoreLayout): the whole signal's facts; ``uniform``, ``fixed``,
             ``static``, ``num_vertices`` read through.
     """
@@ -119,22 +128,75 @@ class SnapshotStore:
         self.layout, self.device, self.dtype = layout, device, dtype
         self.x = view.x.to(device, dtype)
         self.y = sig.fields[target].values.to(device)
-        self.edge_weight = None if sig.edge_weight is None else sig.edge_weight.to(device, dtype)
-        self.edge_index = sig.edge_index.to(device)
+        self.static_graph: Optional[tuple] = None
+        self._edge_index: Optional[Tensor] = None
+        self._edge_weight: Optional[Tensor] = None
+        self._loops: Optional[Tensor] = None
+        #: a static graph's loops: the first snapshot's (made at the first use)
+        self._first_loops: Optional[Tensor] = None
+        if sig.is_static:  # the one list, never the T copies (module docstring)
+            ei, ew = sig.static_edge_index, sig.static_edge_weight
+            self.static_graph = (ei.to(device), None if ew is None else ew.to(device, dtype))
+            self._first_loops = self_loops(ei.cpu())
+        else:
+            self._edge_weight = None if sig.edge_weight is None else sig.edge_weight.to(device, dtype)
+            self._edge_index = sig.edge_index.to(device)
+            #: host positions of the storage's self-loops (the batch graphs are normalized without a read-back)
+            self._loops = self_loops(sig.edge_index.cpu())
+        self.weighted = bool(sig.weighted)
         self.edge_fields = {k: sig.fields[k].values.to(device) for k in edge_fields}
         self.node_ptr, self.edge_ptr = sig.node_ptr.tolist(), sig.edge_ptr.tolist()
         self.node_id = sig.node_id.to(device)
-        #: host positions of the storage's self-loops (the batch graphs are normalized without a read-back)
-        self.loops = self_loops(sig.edge_index.cpu())
         #: host ``[S+1]`` edge offsets, and per snapshot its range of ``loops`` (made at the first use)
         self._eptr = torch.tensor(self.edge_ptr)
         self._loop_ptr: Optional[Tensor] = None
-        #: a static graph's loops: the first snapshot's (made at the first use)
-        self._first_loops: Optional[Tensor] = None
         #: global snapshot -> storage position (``None``: the identity, every snapshot held)
         self._pos = view.local_positions()
         #: the static union's edges of the last batch size: ``{B: (edge_index, edge_weight)}``
         self._union_edges: dict = {}
+
+    # ------------------------------------------------------------------ edges
+    @property
+    def edge_index(self) -> Tensor:
+        """``[2, E_held]`` local rows, held snapshots concatenated (a static
+        graph's one list tiled, built here at the first access and kept)."""
+        if self._edge_index is None:
+            assert self.static_graph is not None
+            self._edge_index = self.static_graph[0].repeat(1, self.num_held)
+        return self._edge_index
+
+    @property
+    def edge_weight(self) -> Optional[Tensor]:
+        """``[E_held]`` weights or ``None`` (a static graph's: as :attr:`edge_index`)."""
+        if self._edge_weight is None and self.static_graph is not None and self.static_graph[1] is not None:
+            self._edge_weight = self.static_graph[1].repeat(self.num_held)
+        return self._edge_weight
+
+    @property
+    def loops(self) -> Tensor:
+        """Host positions of the self-loops in :attr:`edge_index` (a static
+        graph's: its one list's, shifted to every held snapshot, at the first
+        access)."""
+        if self._loops is None:
+            assert self._first_loops is not None
+            E = self.edge_ptr[1]
+            self._loops = (torch.arange(self.num_held).unsqueeze(1) * E + self._first_loops.unsqueeze(0)).flatten()
+        return self._loops
+
+    @property
+    def edges_expanded(self) -> bool:
+        """Whether a static graph's concatenated edges (or their loops) were
+        built; always ``False`` for edges per snapshot."""
+        return self.static_graph is not None and (
+            self._edge_index is not None or self._edge_weight is not None or self._loops is not None)
+
+    def _edges_at(self, p: int) -> tuple:
+        """``(edge_index, edge_weight)`` of storage position ``p``: views."""
+        if self.static_graph is not None:
+            return self.static_graph
+        a, b = self.edge_ptr[p], self.edge_ptr[p + 1]
+        ew = self._edge_weight
+        return self._edge_index[:, a:b], None if ew is None else ew[a:b]  # type: ignore[index]
 
     # ------------------------------------------------------------------ layout
     @property
@@ -185,8 +247,7 @@ class SnapshotStore:
 
     def first_graph(self) -> tuple:
         """``(edge_index [2, E], edge_weight [E] or None)``: a static graph's one graph."""
-        E = self.edge_ptr[1]
-        return self.edge_index[:, :E], None if self.edge_weight is None else self.edge_weight[:E]
+        return self._edges_at(0)
 
     def union(self, ts: list) -> tuple:
         """``x, edge_index, edge_weight, edge_fields, rows`` of the disjoint
@@ -199,8 +260,9 @@ class SnapshotStore:
             if B not in self._union_edges:
                 E, n = self.edge_ptr[1], self.node_ptr[1]
                 off = (torch.arange(B, device=self.device) * n).repeat_interleave(E)
-                ei = self.edge_index[:, :E].repeat(1, B) + off
-                ew = None if self.edge_weight is None else self.edge_weight[:E].repeat(B)
+                ei0, ew0 = self.first_graph()
+                ei = ei0.repeat(1, B) + off
+                ew = None if ew0 is None else ew0.repeat(B)
                 self._union_edges = {B: (ei, ew)}
             ei, ew = self._union_edges[B]
             ef: dict = {}
@@ -209,14 +271,15 @@ class SnapshotStore:
             efs: dict = {k: [] for k in self.edge_fields}
             for t in ts:
                 a, b = self.edge_ptr[t], self.edge_ptr[t + 1]
-                eis.append(self.edge_index[:, a:b] + off)
-                if self.edge_weight is not None:
-                    ews.append(self.edge_weight[a:b])
+                ei_t, ew_t = self._edges_at(t)
+                eis.append(ei_t + off)
+                if ew_t is not None:
+                    ews.append(ew_t)
                 for k, v in self.edge_fields.items():
                     efs[k].append(v[a:b])
                 off += self.node_ptr[t + 1] - self.node_ptr[t]
             ei = torch.cat(eis, 1)
-            ew = torch.cat(ews) if self.edge_weight is not None else None
+            ew = torch.cat(ews) if self.weighted else None
             ef = {k: torch.cat(v) for k, v in efs.items()}
         rows = None
         if not self.fixed:
@@ -229,6 +292,13 @@ class SnapshotStore:
         :meth:`union` of global snapshots ``ts`` (host data: a normalization of
         the union that is told where they are reads nothing back,
         :mod:`~pyg_dynscale.nn.graph_norm`)."""
+        if self.static_graph is not None:  # every snapshot holds the one list: B copies of its loops
+            fl = self._first_loops
+            assert fl is not None
+            if fl.numel() == 0:
+                return fl
+            E = self.edge_ptr[1]
+            return (torch.arange(len(ts)).unsqueeze(1) * E + fl.unsqueeze(0)).flatten()
         loops = self.loops
         if loops.numel() == 0:
             return loops
@@ -261,6 +331,11 @@ class SnapshotStore:
         if self.static:
             ei, ew = self.first_graph()
             return ei, ew, self.node_ptr[1]
+        if self.static_graph is not None:  # one list, snapshots of different sizes: shifted into one new tensor
+            ei0, ew0 = self.static_graph
+            starts = torch.as_tensor(self.node_ptr[:-1], device=ei0.device)
+            ei = (ei0.unsqueeze(1) + starts.view(1, -1, 1)).reshape(2, -1)
+            return ei, None if ew0 is None else ew0.repeat(self.num_held), self.x.shape[0]
         ei = self.edge_index
         counts_e = torch.as_tensor(self.edge_ptr, device=ei.device).diff()
         starts = torch.as_tensor(self.node_ptr[:-1], device=ei.device)
@@ -273,5 +348,5 @@ class SnapshotStore:
 
     def __repr__(self) -> str:
         return (f"SnapshotStore(snapshots={self.num_held}, rows={self.x.shape[0]}, "
-                f"edges={self.edge_index.shape[1]}, uniform={self.uniform}, fixed={self.fixed}, "
+                f"edges={self.edge_ptr[-1]}, uniform={self.uniform}, fixed={self.fixed}, "
                 f"static={self.static}, device={self.device})")

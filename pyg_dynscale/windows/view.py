@@ -259,12 +259,9 @@ class WindowView:
         return self.signal.y[self.rows(t)]
 
     def edges_at(self, t: int) -> tuple:
-        """``(edge_index [2, E_t], edge_weight [E_t] | None)`` of snapshot ``t``: views."""
-        p = self.signal.edge_ptr
-        t = self.local(t)
-        a, b = int(p[t]), int(p[t + 1])
-        ew = self.signal.edge_weight
-        return self.signal.edge_index[:, a:b], (None if ew is None else ew[a:b])
+        """``(edge_index [2, E_t], edge_weight [E_t] | None)`` of snapshot ``t``:
+        views (a static graph's one list, never expanded)."""
+        return self.signal.snapshot_edges(self.local(t))
 
     def __repr__(self) -> str:
         n = {k: int(v.numel()) for k, v in self._split.items()}
@@ -278,7 +275,13 @@ def series_signal(data: Any, edge_index: Any, edge_weight: Any = None, dtype: to
     :math:`X_t = D_t` and :math:`Y_t = D_{t+1}`, so that a
     :class:`WindowView` with ``lags=L, horizon=H`` has exactly
     ``IndexDataset``'s windows (inputs :math:`D_{s..s+L-1}`, targets
-    :math:`D_{s+L..s+L+H-1}`)."""
+    :math:`D_{s+L..s+L+H-1}`).
+
+    ``edge_index`` ``[2, E]`` (and ``edge_weight`` ``[E]``) is the one graph
+    of every snapshot: the signal stores it once
+    (:attr:`~pyg_dynscale.data.DynamicGraphSignal.static_edge_index`), so the
+    signal holds the features and targets plus :math:`E` edges, not
+    :math:`(T_r - 1) E` (PyGT's ``IndexDataset`` keeps one graph too)."""
     from ..data.signal import DynamicGraphSignal
 
     d = torch.as_tensor(data)
@@ -290,8 +293,9 @@ def series_signal(data: Any, edge_index: Any, edge_weight: Any = None, dtype: to
     y = d[1:]
     y = y.squeeze(-1) if y.shape[-1] == 1 else y
     ei = torch.as_tensor(edge_index).long()
-    E = int(ei.shape[1])
+    if ei.dim() != 2 or ei.shape[0] != 2:
+        raise ModelInputError("edge_index", f"has shape {list(ei.shape)}.", "give the one graph as [2, E].")
     return DynamicGraphSignal.from_tensors(
-        node_ptr=torch.arange(T + 1) * N, edge_ptr=torch.arange(T + 1) * E, edge_index=ei.repeat(1, T),
-        edge_weight=None if edge_weight is None else torch.as_tensor(edge_weight).to(dtype).repeat(T),
+        node_ptr=torch.arange(T + 1) * N, edge_ptr=None, edge_index=ei,  # edge_ptr=None: one graph, stored once
+        edge_weight=None if edge_weight is None else torch.as_tensor(edge_weight).to(dtype),
         x=d[:-1].reshape(T * N, -1).to(dtype), y=y.reshape(T * N, *y.shape[2:]).to(dtype))
