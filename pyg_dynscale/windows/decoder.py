@@ -177,7 +177,7 @@ class Seq2Seq:
                                         "normalizes over the whole batch).")
         n0 = int(sig.nodes_per_snapshot[0])
         try:
-            self.decoder.probe(trainer.view.x.new_zeros(n0, self.width), edge_weight=sig.edge_weight is not None)
+            self.decoder.probe(trainer.view.x.new_zeros(n0, self.width), edge_weight=sig.weighted)
         except ModelInputError as exc:
             raise ModelInputError("decoder", f"failed on {self.width}-wide input rows ({exc.problem})",
                                   f"pass a decoder whose input width is {self.width} (decoder_input="

@@ -118,10 +118,10 @@ class RankWindowView(WindowView):
         training blocks; ``my_blocks``: this rank's, consecutive)."""
         sig = self.signal
         held = StoreLayout.of(sig, edge_fields)
-        E0 = int(sig.edge_ptr[1])
-        h = hashlib.sha256(sig.edge_index[:, :E0].contiguous().numpy().tobytes())
-        if sig.edge_weight is not None:
-            h.update(sig.edge_weight[:E0].contiguous().numpy().tobytes())
+        ei0, ew0 = sig.snapshot_edges(0)  # views; a static signal's one list (never expanded)
+        h = hashlib.sha256(ei0.contiguous().numpy().tobytes())
+        if ew0 is not None:
+            h.update(ew0.contiguous().numpy().tobytes())
         facts = dict(fixed=held.fixed, static=held.static, graph=h.hexdigest())
         if self.standardize:
             facts.update(self._moments(*self._owned_training_range(blocks, my_blocks)))

@@ -394,7 +394,7 @@ class WindowTrainer(BaseTrainer):
             raise ModelInputError("data", "has no nodes.", "pass a signal with at least one node.")
         if not (self.sequence_model or self.window_model):
             ea, eb = int(sig.edge_ptr[first]), int(sig.edge_ptr[first + 1])
-            self.model.probe(self.view.x_at(first), edge_weight=sig.edge_weight is not None,
+            self.model.probe(self.view.x_at(first), edge_weight=sig.weighted,
                              edge_fields={k: sig.fields[k].values[ea:eb].to(self.device) for k in edge_fields})
         if decoder is not None and node_batch_size is not None:
             raise UnsupportedOptionError(

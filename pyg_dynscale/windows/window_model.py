@@ -97,7 +97,6 @@ class WindowModelRunner:
 
     def __init__(self, trainer: Any, reuse: bool) -> None:
         self.trainer, self.model = trainer, trainer.model
-        sig = trainer.view.signal
         if not (trainer.store.fixed and trainer.store.static):
             raise ModelInputError("signal", f"changes its graph or vertex set, but {type(self.model).__name__} "
                                   "takes one graph for all periods of a window.",
@@ -108,10 +107,8 @@ class WindowModelRunner:
         if int(self.model.in_channels) != F:
             raise ModelInputError("model", f"{type(self.model).__name__} has in_channels={self.model.in_channels} "
                                   f"but the signal has {F} features.", f"build it with in_channels={F}.")
-        E = trainer.store.edge_ptr[1]
-        #: the one graph (A3TGCN's ``edge_index``, ``edge_weight``)
-        self.ei = trainer.store.edge_index[:, :E]
-        self.ew = None if sig.edge_weight is None else trainer.store.edge_weight[:E]
+        #: the one graph (A3TGCN's ``edge_index``, ``edge_weight``; a static signal's one list, never expanded)
+        self.ei, self.ew = trainer.store.first_graph()
         self.computed = 0
         #: ``(B, edge_index, edge_weight)`` of the last batch size's disjoint union (``A3TGCN`` without reuse)
         self._union: tuple = (0, None, None)
