@@ -80,6 +80,19 @@ def save_signal(signal: "DynamicGraphSignal", path: str) -> None:
     torch.save(payload, path)
 
 
+def edge_storage(tensors: dict[str, Any]) -> Optional[tuple]:
+    """``(edge_index, edge_ptr, edge_weight)`` of a file's ``tensors`` for
+    :meth:`DynamicGraphSignal.from_storage`, either version: a static graph's
+    one list with ``edge_ptr=None`` (version 2), or the edges per snapshot;
+    ``None`` when the file holds neither (for readers of the raw payload, e.g.
+    a memory-mapped one)."""
+    if "static_edge_index" in tensors:  # version 2, a static graph: its one list
+        return tensors["static_edge_index"], None, tensors.get("static_edge_weight")
+    if "edge_index" in tensors and "edge_ptr" in tensors:  # edges per snapshot (versions 1 and 2)
+        return tensors["edge_index"], tensors["edge_ptr"], tensors.get("edge_weight")
+    return None
+
+
 def load_signal(path: str, cls: type, map_location: Union[str, torch.device, None] = "cpu") -> "DynamicGraphSignal":
     """Read a file written by :func:`save_signal` into a ``cls``
     (:meth:`DynamicGraphSignal.load` is the public entry point)."""
@@ -96,11 +109,8 @@ def load_signal(path: str, cls: type, map_location: Union[str, torch.device, Non
     fields = {}
     for name, meta in payload["fields"].items():
         fields[name] = SnapshotField(meta["level"], tensors[f"field.{name}.values"], tensors.get(f"field.{name}.ptr"), int(meta["cat_dim"]))
-    if "static_edge_index" in tensors:  # version 2, a static graph: its one list (edge_ptr None)
-        edges = (tensors["static_edge_index"], None, tensors.get("static_edge_weight"))
-    elif "edge_index" in tensors and "edge_ptr" in tensors:  # edges per snapshot (versions 1 and 2)
-        edges = (tensors["edge_index"], tensors["edge_ptr"], tensors.get("edge_weight"))
-    else:
+    edges = edge_storage(tensors)
+    if edges is None:
         raise SignalFormatError(f"{path}: no edge tensors, the file is corrupt. Re-create it with DynamicGraphSignal.save().")
     obj = cls.from_storage(tensors["node_id"], tensors["node_ptr"], *edges, fields, int(payload["num_vertices"]))
     obj.validate(allow_nonfinite=True)

@@ -89,3 +89,63 @@ def test_fingerprint_cache_follows_in_place_and_replaced_structure():
     assert edited != first
     a.edge_index = a.edge_index.clone()  # same content, new tensor: same fingerprint
     assert a.fingerprint() == edited
+
+
+# ---- format version 2: a static graph saved as its one edge list; version-1 files still load
+def _static_and_per_snapshot():
+    rng = np.random.default_rng(5)
+    ei, w = np.array([[0, 1, 2, 2], [1, 2, 0, 2]]), rng.uniform(0.5, 2, 4)
+    X, Y = [rng.standard_normal((3, 2)) for _ in range(7)], [rng.standard_normal(3) for _ in range(7)]
+    return (DynamicGraphSignal(ei, w, X, Y, dtype=torch.float64),
+            DynamicGraphSignal([ei] * 7, [w] * 7, X, Y, dtype=torch.float64))
+
+
+def test_a_static_graph_is_saved_and_loaded_as_its_one_edge_list(tmp_path):
+    from pyg_dynscale.data.io import FORMAT_VERSION
+
+    s, d = _static_and_per_snapshot()
+    s.save(str(tmp_path / "s.pt"))
+    d.save(str(tmp_path / "d.pt"))
+    assert not s.edges_expanded  # saving never built the T copies
+    payload = torch.load(str(tmp_path / "s.pt"), weights_only=True)
+    assert payload["version"] == FORMAT_VERSION == 2
+    tensors = payload["tensors"]
+    assert tensors["static_edge_index"].shape == (2, 4) and tensors["static_edge_weight"].shape == (4,)
+    assert not {"edge_index", "edge_ptr", "edge_weight"} & set(tensors)
+    back = DynamicGraphSignal.load(str(tmp_path / "s.pt"))
+    assert back.is_static and not back.edges_expanded
+    assert back.equals(s) and back.equals(d) and back.fingerprint() == d.fingerprint()
+    for a, b in zip(back, d):
+        assert torch.equal(a.edge_index, b.edge_index) and torch.equal(a.edge_weight, b.edge_weight)
+        assert torch.equal(a.x, b.x) and torch.equal(a.y, b.y)
+    per = DynamicGraphSignal.load(str(tmp_path / "d.pt"))  # version 2, edges per snapshot: as before
+    assert not per.is_static and per.equals(d)
+
+
+def test_a_version_1_file_still_loads(tmp_path):
+    """Version 1 (written before static graphs were stored once): the edges per snapshot, no other entry."""
+    from pyg_dynscale.data.io import FORMAT_TAG, tensor_checksum
+
+    _, d = _static_and_per_snapshot()
+    tensors = {"node_id": d.node_id, "node_ptr": d.node_ptr, "edge_index": d.edge_index, "edge_ptr": d.edge_ptr,
+               "edge_weight": d.edge_weight}
+    meta = {}
+    for name, f in d.fields.items():
+        tensors[f"field.{name}.values"] = f.values
+        meta[name] = {"level": f.level, "cat_dim": f.cat_dim}
+    torch.save({"format": FORMAT_TAG, "version": 1, "num_vertices": d.num_vertices, "fields": meta,
+                "tensors": tensors, "checksum": tensor_checksum(tensors)}, str(tmp_path / "v1.pt"))
+    back = DynamicGraphSignal.load(str(tmp_path / "v1.pt"))
+    assert back.equals(d) and back.fingerprint() == d.fingerprint()
+
+
+def test_a_static_file_relabelled_as_edges_per_snapshot_is_refused(tmp_path):
+    s, _ = _static_and_per_snapshot()
+    s.save(str(tmp_path / "s.pt"))
+    payload = torch.load(str(tmp_path / "s.pt"), weights_only=True)
+    t = payload["tensors"]
+    t["edge_index"], t["edge_weight"] = t.pop("static_edge_index"), t.pop("static_edge_weight")
+    t["edge_ptr"] = torch.arange(8) * 4
+    torch.save(payload, str(tmp_path / "s.pt"))
+    with pytest.raises(SignalFormatError, match="checksum"):
+        DynamicGraphSignal.load(str(tmp_path / "s.pt"))
