@@ -45,7 +45,7 @@ from ..data.fields import SnapshotField, ptr_from_counts
 __all__ = ["MappedSignal", "CHUNK_BYTES", "is_mapped_source"]
 
 #: bytes copied from the map before its pages are handed back
-CHUNK_BYTES = 16 << 20
+CHUNK_BYTES = 4 << 20
 _MADV_DONTNEED = 4  # Linux
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _REMEDY = "Re-create it with DynamicGraphSignal.save()."
@@ -72,8 +72,8 @@ _MADVISE = _libc_madvise()
 
 def _file_map(path: str, lo: int, hi: int) -> bool:
     """Whether addresses ``[lo, hi)`` lie in one private map of file ``path``
-    (``/proc/self/maps``): only there is ``MADV_DONTNEED`` a hint and not a
-    loss of data."""
+    or of a file in directory ``path`` (``/proc/self/maps``): only there is
+    ``MADV_DONTNEED`` a hint and not a loss of data."""
     try:
         real = os.path.realpath(path)
         with open("/proc/self/maps") as f:
@@ -81,7 +81,10 @@ def _file_map(path: str, lo: int, hi: int) -> bool:
                 parts = line.split(maxsplit=5)
                 a, b = (int(v, 16) for v in parts[0].split("-"))
                 if a <= lo and hi <= b:
-                    return len(parts) == 6 and parts[1][3] == "p" and os.path.realpath(parts[5].strip()) == real
+                    if len(parts) != 6 or parts[1][3] != "p":
+                        return False
+                    mapped = os.path.realpath(parts[5].strip())
+                    return mapped == real or os.path.dirname(mapped) == real
     except (OSError, ValueError, IndexError):
         pass
     return False
@@ -105,12 +108,31 @@ class MappedSignal:
     """
 
     def __init__(self, path: Union[str, os.PathLike]) -> None:
-        from ..data.io import FORMAT_TAG, FORMAT_VERSION
         from ..data.signal import DynamicGraphSignal
 
         self.path = os.fspath(path)
-        if not os.path.isfile(self.path):
-            raise FileNotFoundError(f"{self.path}: no such signal file.")
+        #: the directory store (:mod:`pyg_dynscale.data.mapped`), ``None`` for a ``torch.save`` file
+        self.store: Any = None
+        if os.path.isdir(self.path):
+            t, fields, num_vertices = self._open_store()
+        elif os.path.isfile(self.path):
+            t, fields, num_vertices = self._open_archive()
+        else:
+            raise FileNotFoundError(f"{self.path}: no such signal file or store directory.")
+        #: the tensors by their name in the file (``node_id``, ``edge_index``, ``field.x.values``, ...)
+        self._tensors = t
+        self.signal = DynamicGraphSignal.from_storage(t["node_id"], t["node_ptr"], t["edge_index"], t.get("edge_ptr"),
+                                                      t.get("edge_weight"), fields, num_vertices)
+        self._check_structure()
+        self.bytes_read = 0
+        #: storage address -> whether its pages may be handed back (a private map of a file of ``path``)
+        self._maps: dict = {}
+        self.releases = _MADVISE is not None
+
+    def _open_archive(self) -> tuple:
+        """A version-1 file (:mod:`pyg_dynscale.data.io`) through ``torch.load(mmap=True)``."""
+        from ..data.io import FORMAT_TAG, FORMAT_VERSION
+
         try:
             payload = torch.load(self.path, mmap=True, weights_only=True)
         except Exception as exc:  # a zip archive torch cannot map (or an old pickle file): say which
@@ -123,20 +145,29 @@ class MappedSignal:
         if payload.get("version") != FORMAT_VERSION:
             raise SignalFormatError(f"{self.path}: signal format version {payload.get('version')!r} is not supported "
                                     f"by this pyg_dynscale (reads version {FORMAT_VERSION}). {_REMEDY}")
-        t = payload["tensors"]
+        t = {k: v for k, v in payload["tensors"].items() if v is not None}
         fields = {name: SnapshotField(m["level"], t[f"field.{name}.values"], t.get(f"field.{name}.ptr"),
                                       int(m["cat_dim"])) for name, m in payload["fields"].items()}
-        self.signal = DynamicGraphSignal.from_storage(t["node_id"], t["node_ptr"], t["edge_index"], t["edge_ptr"],
-                                                      t["edge_weight"], fields, int(payload["num_vertices"]))
-        #: the file's SHA-256 of its tensors (:meth:`verify`)
+        #: the file's SHA-256 of its tensors (:meth:`verify`; a version-1 file)
         self.checksum = str(payload.get("checksum"))
-        self._check_structure()
-        self.bytes_read = 0
-        tensors = [v for v in t.values() if isinstance(v, Tensor) and v.numel()]
-        spans = [(v.untyped_storage().data_ptr(), v.untyped_storage().data_ptr() + v.untyped_storage().nbytes())
-                 for v in tensors]
-        self._span = (min(a for a, _ in spans), max(b for _, b in spans)) if spans else (0, 0)
-        self.releases = bool(spans) and _MADVISE is not None and _file_map(self.path, *self._span)
+        self._payload_tensors = payload["tensors"]
+        return t, fields, int(payload["num_vertices"])
+
+    def _open_store(self) -> tuple:
+        """A version-2 directory (:class:`~pyg_dynscale.data.mapped.MappedStore`): per-chunk SHA-256, the chunks
+        of every row read verified first (:meth:`read`); the pointers verified whole at opening."""
+        from ..data.mapped import MappedStore
+
+        self.store = store = MappedStore(self.path, kind="signal")
+        missing = [n for n in ("node_id", "node_ptr", "edge_index") if n not in store]
+        if missing:
+            raise SignalFormatError(f"{self.path}: a signal store needs {missing}; the store is incomplete. {_REMEDY}")
+        store.verify([n for n in store.names if n.endswith("_ptr") or n.endswith(".ptr")])
+        t = {n: store.tensor(n) for n in store.names}
+        fields = {name: SnapshotField(m["level"], t[f"field.{name}.values"], t.get(f"field.{name}.ptr"),
+                                      int(m["cat_dim"])) for name, m in store.attrs.get("fields", {}).items()}
+        self.checksum = None
+        return t, fields, int(store.attrs["num_vertices"])
 
     # ------------------------------------------------------------------ checks
     def _bad(self, what: str) -> SignalFormatError:
@@ -148,20 +179,27 @@ class MappedSignal:
         if int(ptr[0]) != 0 or int(ptr[-1]) != rows or bool((ptr[1:] < ptr[:-1]).any()):
             raise self._bad(f"{name} does not split {rows} rows (it must run from 0 to {rows}, non-decreasing)")
 
+    @property
+    def static(self) -> bool:
+        """Whether the file stores one edge list for every snapshot (a static graph stored once)."""
+        return "edge_ptr" not in self._tensors
+
     def _check_structure(self) -> None:
-        s = self.signal
+        s, t = self.signal, self._tensors
         T = int(s.node_ptr.numel()) - 1
         self._check_ptr("node_ptr", s.node_ptr, int(s.node_id.shape[0]), T)
-        if s.edge_index.dim() != 2 or s.edge_index.shape[0] != 2:
+        ei = t["edge_index"]
+        if ei.dim() != 2 or ei.shape[0] != 2:
             raise self._bad("edge_index is not [2, E]")
-        E = int(s.edge_index.shape[1])
-        self._check_ptr("edge_ptr", s.edge_ptr, E, T)
-        if s.edge_weight is not None and s.edge_weight.shape[:1] != (E,):
+        E = int(ei.shape[1])
+        if not self.static:
+            self._check_ptr("edge_ptr", t["edge_ptr"], E, T)
+        if t.get("edge_weight") is not None and t["edge_weight"].shape[:1] != (E,):
             raise self._bad("edge_weight does not have one entry per edge")
         for name, f in s.fields.items():
             if f.level == "node" and f.values.shape[0] != s.node_id.shape[0]:
                 raise self._bad(f"field {name!r} does not have one row per vertex-time node")
-            if f.level == "edge" and f.values.shape[0] != E:
+            if f.level == "edge" and f.values.shape[0] != E and not self.static:
                 raise self._bad(f"field {name!r} does not have one row per edge")
             if f.level == "graph" and f.values.shape[0] != T:
                 raise self._bad(f"field {name!r} does not have one row per snapshot")
@@ -176,24 +214,26 @@ class MappedSignal:
         return self.signal.num_snapshots
 
     def verify(self) -> None:
-        """Check the file's SHA-256 over every tensor (reads the whole file)."""
+        """Check every checksum (reads the whole file): a version-1 file's
+        SHA-256 over every tensor, or every chunk of a store."""
         from ..data.io import tensor_checksum
 
-        s = self.signal
-        tensors: dict = {"node_id": s.node_id, "node_ptr": s.node_ptr, "edge_index": s.edge_index,
-                         "edge_ptr": s.edge_ptr, "edge_weight": s.edge_weight}
-        for name, f in s.fields.items():
-            tensors[f"field.{name}.values"] = f.values
-            if f.ptr is not None:
-                tensors[f"field.{name}.ptr"] = f.ptr
-        if tensor_checksum(tensors) != self.checksum:
+        if self.store is not None:
+            self.store.verify()
+            return
+        if tensor_checksum(self._payload_tensors) != self.checksum:
             raise SignalFormatError(f"{self.path}: checksum mismatch, the file is corrupt. {_REMEDY}")
 
     def load(self) -> Any:
-        """The whole signal in memory, checksum verified
-        (:meth:`DynamicGraphSignal.load <pyg_dynscale.data.DynamicGraphSignal.load>`)."""
+        """The whole signal, checksums verified: a version-1 file in memory
+        (:meth:`DynamicGraphSignal.load <pyg_dynscale.data.DynamicGraphSignal.load>`),
+        a store over its mapped tensors (:func:`~pyg_dynscale.data.mapped.load_signal_store`)."""
         from ..data.signal import DynamicGraphSignal
 
+        if self.store is not None:
+            from ..data.mapped import load_signal_store
+
+            return load_signal_store(self.path, verify=True)
         return DynamicGraphSignal.load(self.path)
 
     def read(self, snapshots: Tensor) -> Any:
@@ -216,25 +256,29 @@ class MappedSignal:
             p = ptr.tolist() if ptr.numel() < 1 << 20 else None
             return [(p[a], p[b]) if p is not None else (int(ptr[a]), int(ptr[b])) for a, b in runs]
 
-        nodes, edges = ranges(s.node_ptr), ranges(s.edge_ptr)
+        t, static = self._tensors, self.static
+        nodes = ranges(t["node_ptr"])
+        # a static graph stored once: its one edge list (and edge rows) whole, every snapshot's
+        edges = [(0, int(t["edge_index"].shape[1]))] if static else ranges(t["edge_ptr"])
         fields: dict = {}
         for name, f in s.fields.items():
+            key = f"field.{name}.values"
             if f.level == "node":
-                fields[name] = SnapshotField("node", self._rows(f.values, nodes, 0))
+                fields[name] = SnapshotField("node", self._rows(key, nodes, 0))
             elif f.level == "edge":
-                fields[name] = SnapshotField("edge", self._rows(f.values, edges, 0))
+                fields[name] = SnapshotField("edge", self._rows(key, edges, 0))
             elif f.level == "graph":
+                self._verify(key, [(int(i), int(i) + 1) for i in idx.tolist()])
                 fields[name] = SnapshotField("graph", f.values.index_select(0, idx).clone())
             else:
                 counts = (f.ptr[1:] - f.ptr[:-1]).index_select(0, idx)
-                fields[name] = SnapshotField("ragged", self._rows(f.values, ranges(f.ptr), f.cat_dim),
+                fields[name] = SnapshotField("ragged", self._rows(key, ranges(f.ptr), f.cat_dim),
                                              ptr_from_counts(counts), f.cat_dim)
-        node_counts = (s.node_ptr[1:] - s.node_ptr[:-1]).index_select(0, idx)
-        edge_counts = (s.edge_ptr[1:] - s.edge_ptr[:-1]).index_select(0, idx)
+        node_counts = (t["node_ptr"][1:] - t["node_ptr"][:-1]).index_select(0, idx)
+        edge_ptr = None if static else ptr_from_counts((t["edge_ptr"][1:] - t["edge_ptr"][:-1]).index_select(0, idx))
         out = type(s).from_storage(
-            self._rows(s.node_id, nodes, 0), ptr_from_counts(node_counts), self._rows(s.edge_index, edges, 1),
-            ptr_from_counts(edge_counts), None if s.edge_weight is None else self._rows(s.edge_weight, edges, 0),
-            fields, s.num_vertices)
+            self._rows("node_id", nodes, 0), ptr_from_counts(node_counts), self._rows("edge_index", edges, 1),
+            edge_ptr, self._rows("edge_weight", edges, 0) if "edge_weight" in t else None, fields, s.num_vertices)
         try:
             out.validate(allow_nonfinite=True)
         except Exception as exc:  # noqa: BLE001 - the file's rows are inconsistent: a format error naming the file
@@ -246,22 +290,35 @@ class MappedSignal:
         f = self.signal.fields.get(name)
         if f is None or f.level != "node":
             raise ModelInputError(name, "is not a node-level field of the signal.", f"give the signal node rows '{name}'.")
-        p = self.signal.node_ptr
-        return self._rows(f.values, [(int(p[first]), int(p[stop]))], 0)
+        p = self._tensors["node_ptr"]
+        return self._rows(f"field.{name}.values", [(int(p[first]), int(p[stop]))], 0)
 
     # ------------------------------------------------------------------ reading rows
-    def _rows(self, t: Tensor, spans: list, dim: int) -> Tensor:
-        """The rows ``spans`` (``[(a, b), ...]`` along ``dim``) of mapped tensor ``t``, concatenated, as a new tensor."""
+    def _verify(self, name: str, spans: list) -> None:
+        """A store's chunks under rows ``spans`` of tensor ``name``, verified (each chunk once)."""
+        if self.store is not None:
+            for a, b in spans:
+                self.store.verify_rows(name, a, b)
+
+    def _rows(self, name: str, spans: list, dim: int) -> Tensor:
+        """The rows ``spans`` (``[(a, b), ...]`` along ``dim``) of mapped tensor ``name``, verified (a store),
+        concatenated, as a new tensor."""
+        self._verify(name, spans)
+        return self._copy(self._tensors[name], spans, dim)
+
+    def _copy(self, t: Tensor, spans: list, dim: int, out: Optional[Tensor] = None) -> Tensor:
         total = sum(b - a for a, b in spans)
-        if dim == 1 and t.dim() == 2:  # [k, R] (edge_index): each of the k rows is a contiguous run of the file
-            return torch.stack([self._rows(t[i], spans, 0) for i in range(t.shape[0])]) if t.shape[0] else \
-                t.new_empty((0, total))
+        if dim == 1 and t.dim() == 2 and t.is_contiguous():  # [k, R] (edge_index): each row a run of the file
+            out = t.new_empty((t.shape[0], total))
+            for i in range(t.shape[0]):
+                self._copy(t[i], spans, 0, out[i])
+            return out
         if dim != 0 or not t.is_contiguous():  # not laid out by rows: read by indexing (pages kept until closed)
             pos = torch.cat([torch.arange(a, b) for a, b in spans]) if spans else torch.zeros(0, dtype=torch.long)
             out = t.index_select(dim, pos)
             self.bytes_read += out.numel() * out.element_size()
             return out
-        out = t.new_empty((total, *t.shape[1:]))
+        out = t.new_empty((total, *t.shape[1:])) if out is None else out
         row = max(1, t[:1].numel() * t.element_size())
         step = max(1, CHUNK_BYTES // row)
         o = 0
@@ -276,12 +333,21 @@ class MappedSignal:
         return out
 
     def _release(self, view: Tensor) -> None:
-        """Hand the pages under ``view`` back to the kernel (a private file map: re-read from the file if touched)."""
+        """Hand the pages under ``view`` back to the kernel where its storage
+        is a private map of a file of :attr:`path` (re-read from the file if
+        touched again; anywhere else nothing is released)."""
         if not self.releases or view.numel() == 0:
+            return
+        st = view.untyped_storage()
+        a, b = st.data_ptr(), st.data_ptr() + st.nbytes()
+        if a not in self._maps:
+            self._maps[a] = _file_map(self.path, a, b)
+        if not self._maps[a]:
             return
         lo = view.data_ptr() // _PAGE * _PAGE
         hi = -(-(view.data_ptr() + view.numel() * view.element_size()) // _PAGE) * _PAGE
-        lo, hi = max(lo, self._span[0] // _PAGE * _PAGE), min(hi, -(-self._span[1] // _PAGE) * _PAGE)
+        # the map starts on a page and spans whole pages: rounding outwards stays inside it
+        lo, hi = max(lo, a // _PAGE * _PAGE), min(hi, -(-b // _PAGE) * _PAGE)
         if hi > lo:
             _MADVISE(ctypes.c_void_p(lo), ctypes.c_size_t(hi - lo), _MADV_DONTNEED)
 
