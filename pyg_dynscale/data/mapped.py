@@ -82,7 +82,7 @@ META_FILE = "meta.json"
 #: default checksum granularity: a reader of one row reads (and hashes) at most this many bytes more
 CHUNK_BYTES = 1 << 22
 KINDS = ("signal", "events", "tensors")
-_COPY_BYTES = 1 << 22
+_COPY_BYTES = 1 << 18
 _DTYPES = {"bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64"}
 
 
@@ -99,6 +99,19 @@ def _remedy() -> str:
 def _meta_digest(meta: dict) -> str:
     body = {k: v for k, v in meta.items() if k != "meta_sha256"}
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+def _hash_piecewise(fh: Any, size: int) -> tuple[str, int]:
+    """SHA-256 of the next ``size`` bytes of ``fh`` (fewer at the end), read in
+    pieces of at most 256 KiB; returns ``(hex digest, bytes read)``."""
+    h, got = hashlib.sha256(), 0
+    while got < size:
+        piece = fh.read(min(size - got, _COPY_BYTES))
+        if not piece:
+            break
+        h.update(piece)
+        got += len(piece)
+    return h.hexdigest(), got
 
 
 def _fsync_dir(path: str) -> None:
@@ -134,7 +147,7 @@ class StoreWriter:
 
     Memory: only the arrays passed to :meth:`append` (the writer holds no
     copy); :meth:`commit` joins the part files of ``axis=1`` tensors and hashes
-    every file in pieces of 4 MiB.
+    every file in pieces of 256 KiB.
     """
 
     def __init__(self, path: Union[str, "os.PathLike[str]"], kind: str = "tensors", *, overwrite: bool = False,
@@ -216,10 +229,10 @@ class StoreWriter:
         digests = []
         with open(final, "rb") as fh:
             while True:
-                block = fh.read(self.chunk_bytes)
-                if not block:
+                h, got = _hash_piecewise(fh, self.chunk_bytes)
+                if not got:
                     break
-                digests.append(hashlib.sha256(block).hexdigest())
+                digests.append(h)
         return {"dtype": col.dtype.name, "shape": shape, "axis": col.axis, "file": f"{col.name}.bin",
                 "chunk_bytes": self.chunk_bytes, "sha256": digests}
 
@@ -373,7 +386,7 @@ class MappedStore:
         with open(file, "rb") as fh:
             for c in todo:
                 fh.seek(c * size)
-                if c >= len(info["sha256"]) or hashlib.sha256(fh.read(size)).hexdigest() != info["sha256"][c]:
+                if c >= len(info["sha256"]) or _hash_piecewise(fh, size)[0] != info["sha256"][c]:
                     raise StoreFormatError(f"{file}: checksum mismatch in bytes {c * size} .. {(c + 1) * size - 1}, "
                                            f"the file is corrupt. {_remedy()}")
                 self._verified[name].add(c)
@@ -423,13 +436,13 @@ def write_signal_tensors(writer: StoreWriter, signal: "DynamicGraphSignal") -> N
         writer.put("edge_ptr", signal.edge_ptr)
         if signal.edge_weight is not None:
             writer.put("edge_weight", signal.edge_weight)
-    fields = {}
+    fields = []  # a list: meta.json's keys are sorted, the fields' order is the signal's
     for name, f in signal.fields.items():
         axis = 1 if (f.level == "ragged" and f.cat_dim == 1) else 0
         writer.put(f"field.{name}.values", f.values, axis=axis)
         if f.ptr is not None:
             writer.put(f"field.{name}.ptr", f.ptr)
-        fields[name] = {"level": f.level, "cat_dim": int(f.cat_dim)}
+        fields.append({"name": name, "level": f.level, "cat_dim": int(f.cat_dim)})
     writer.attrs.update({"num_vertices": int(signal.num_vertices), "fields": fields})
 
 
@@ -457,7 +470,7 @@ def load_signal_store(path: Union[str, "os.PathLike[str]"], cls: type, *,
             :func:`pyg_dynscale.data.io.load_signal`, so that this module
             imports nothing of the signal's).
         verify: check every chunk's SHA-256 first (reads the files once, in
-            4 MiB pieces, holding none of them). ``False``: only the metadata and
+            256 KiB pieces, holding none of them). ``False``: only the metadata and
             file sizes; a rank that reads a part then verifies that part with
             ``MappedStore(path).verify_rows(...)`` / ``rows(...)``.
 
@@ -477,7 +490,8 @@ def load_signal_store(path: Union[str, "os.PathLike[str]"], cls: type, *,
         raise StoreFormatError(f"{store.path}: a signal store needs {missing}. {_remedy()}")
     try:
         fields = {}
-        for name, m in store.attrs["fields"].items():
+        for m in store.attrs["fields"]:
+            name = m["name"]
             ptr = store.tensor(f"field.{name}.ptr") if f"field.{name}.ptr" in store else None
             fields[name] = SnapshotField(m["level"], store.tensor(f"field.{name}.values"), ptr, int(m["cat_dim"]))
         num_vertices = int(store.attrs["num_vertices"])

@@ -31,7 +31,10 @@ size, only on ``seed`` and ``t``.
 
 **Memory**: ``O(chunk_rows)`` parsed rows, the ``[V]`` id table, and the
 events of the windows being binned -- at least the largest window (two with a
-target): a single window larger than memory is not supported.
+target): a single window larger than memory is not supported. The snapshots'
+rows are written as they are made; with ``vertex_set="cumulative"`` a window
+has up to :math:`V` rows whatever its events, so windows are binned in groups
+of at most ``4 * chunk_rows / V`` (at least one).
 """
 from __future__ import annotations
 
@@ -219,6 +222,29 @@ class _Binner:
         self.labels += int(lt.shape[0])
 
 
+def _flush(binner: _Binner, pending: dict, cut: int, look: Optional[int], num_vertices: int, chunk_rows: int) -> None:
+    """Emit the windows ``binner.next_b .. cut - 1`` of ``pending`` (``look``:
+    the window after them, for targets), in groups small enough that a group's
+    cumulative vertex sets (up to ``num_vertices`` rows per snapshot, empty
+    windows included) stay within ``4 * chunk_rows`` rows."""
+    b = pending["b"]
+    if binner.vertex_set == "cumulative":
+        per_group = max(1, (4 * chunk_rows) // max(num_vertices, 1))
+    else:
+        per_group = 1 << 62  # a window's rows are its events' endpoints: bounded by the events
+    if binner.drop_empty:
+        wins = np.unique(b[b < cut])
+        cuts = [int(c) for c in wins[per_group::per_group]] + [cut]
+    else:
+        cuts = list(range(binner.next_b + per_group, cut, per_group)) + [cut]
+    lo = 0
+    for g, c in enumerate(cuts):
+        lk = (c if g < len(cuts) - 1 else look) if look is not None else None
+        hi = int(np.searchsorted(b, lk, "right")) if lk is not None else int(np.searchsorted(b, c, "left"))
+        binner.emit({k: pending[k][lo:hi] for k in _EV}, c, lk)
+        lo = int(np.searchsorted(b, c, "left"))
+
+
 def ingest_edge_list(
     path: PathLike,
     out: PathLike,
@@ -332,26 +358,22 @@ def ingest_edge_list(
             if wins.shape[0] <= keep_windows:
                 continue  # no window is complete (and followed by a complete one) yet
             cut = int(wins[-keep_windows])
-            look = int(wins[-2]) if target is not None else None
-            upto = np.searchsorted(pending["b"], look if look is not None else cut, "right" if look is not None else "left")
-            binner.emit({k: pending[k][:upto] for k in _EV}, cut, look)
+            _flush(binner, pending, cut, cut if target is not None else None, len(ids), chunk_rows)
             rest = np.searchsorted(pending["b"], cut, "left")
             pending = {k: pending[k][rest:] for k in _EV}
         # the end: every window is complete
-        wins = np.unique(pending["b"])
-        if target is not None:
-            binner.emit(pending, int(wins[-1]), int(wins[-1]))
-        else:
-            binner.emit(pending, int(wins[-1]) + 1, None)
+        last = int(pending["b"][-1])
+        _flush(binner, pending, last if target is not None else last + 1, last if target is not None else None,
+               len(ids), chunk_rows)
         writer.put("extra.vertex_map", ids.vertex_map().astype(np.int64))
-        fields = {}
+        fields = []  # load_edge_list's order
         if features == "degree":
-            fields["x"] = {"level": "node", "cat_dim": 0}
+            fields.append({"name": "x", "level": "node", "cat_dim": 0})
         if target == "degree":
-            fields["y"] = {"level": "node", "cat_dim": 0}
+            fields.append({"name": "y", "level": "node", "cat_dim": 0})
         elif target == "link":
-            fields["edge_label_index"] = {"level": "ragged", "cat_dim": 1}
-            fields["edge_label"] = {"level": "ragged", "cat_dim": 0}
+            fields.append({"name": "edge_label_index", "level": "ragged", "cat_dim": 1})
+            fields.append({"name": "edge_label", "level": "ragged", "cat_dim": 0})
         writer.attrs.update({"num_vertices": len(ids), "fields": fields, "window": w_units})
         writer.commit()
     except BaseException:

@@ -6,12 +6,12 @@ stable external merge sort, and the raw-id table.
   between the readers' passes; deleted at the end).
 * :func:`external_argsort`: the stable ascending order of a float64 column
   larger than memory. Sorted runs of ``chunk_rows`` keys are written first,
-  then merged :math:`R` at a time with a buffer of ``chunk_rows / R`` entries
-  per run. Ties are broken by the row number, so every key is distinct and the
+  then merged 16 at a time (passes until one run is left) with a buffer of
+  ``chunk_rows / 16`` entries per run. Ties are broken by the row number, so every key is distinct and the
   result is exactly ``numpy.argsort(keys, kind="stable")``: a merge round emits
   every buffered entry :math:`\le` the smallest last-buffered entry of the runs
   that still have unread entries, which no unread entry can precede. Memory:
-  ``O(chunk_rows)``; I/O: the keys are read twice and the runs once.
+  ``O(chunk_rows)``; I/O: the keys are read twice, the runs once per pass.
 * :class:`IdTable`: raw vertex ids to ``0 .. V-1`` in order of first
   appearance over a stream of chunks (sorted ``[V]`` keys, so memory is
   ``O(V)``, not ``O(E)``); the same ids as
@@ -60,43 +60,72 @@ class Scratch:
             return np.zeros((rows,) + inner, dtype=dtype)
         return np.memmap(os.path.join(self.dir, name), dtype=dtype, mode="r", shape=(rows,) + inner)
 
+    def drop(self, name: str) -> None:
+        """Delete a column (a merge pass's input, once merged)."""
+        self._fh.pop(name).close()  # type: ignore[attr-defined]
+        del self._meta[name]
+        os.remove(os.path.join(self.dir, name))
+
     def close(self) -> None:
         for fh in self._fh.values():
             fh.close()  # type: ignore[attr-defined]
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+#: runs merged at once: each gets ``chunk_rows / FAN_IN`` buffered entries, so that a merge round
+#: emits many entries (with hundreds of runs of a few entries each, rounds would emit a handful)
+FAN_IN = 16
+
+
 def external_argsort(keys: np.ndarray, chunk_rows: int, scratch: Scratch, prefix: str = "sort") -> np.ndarray:
     """``numpy.argsort(keys, kind="stable")`` for a memory-mapped ``[n]``
-    column, holding ``O(chunk_rows)`` entries at a time. Returns the order as a
-    memory-mapped int64 column of ``scratch``."""
+    column, holding ``O(chunk_rows)`` entries at a time: sorted runs of
+    ``chunk_rows`` keys, then passes that merge :data:`FAN_IN` runs into one
+    (:math:`\lceil \log_{16} R \rceil` passes over the data for :math:`R` runs).
+    Returns the order as a memory-mapped int64 column of ``scratch``."""
     n = int(keys.shape[0])
-    rk, ri = f"{prefix}.run_key", f"{prefix}.run_idx"
+    level = 0
+    rk, ri = f"{prefix}.key0", f"{prefix}.idx0"
     for s in range(0, n, chunk_rows):
         k = np.asarray(keys[s:s + chunk_rows])
         o = np.argsort(k, kind="stable")
         scratch.append(rk, k[o])
         scratch.append(ri, o.astype(np.int64) + s)
-    if n <= chunk_rows:
-        return scratch.array(ri)
-    run_key, run_idx = scratch.array(rk), scratch.array(ri)
-    starts = list(range(0, n, chunk_rows))
-    R = len(starts)
-    pos = starts[:]
-    end = [min(s + chunk_rows, n) for s in starts]
-    per_run = max(1, chunk_rows // R)
+    runs = [(s, min(s + chunk_rows, n)) for s in range(0, n, chunk_rows)]
+    while len(runs) > 1:
+        src_k, src_i = scratch.array(rk), scratch.array(ri)
+        nk, ni = f"{prefix}.key{level + 1}", f"{prefix}.idx{level + 1}"
+        merged = []
+        for g in range(0, len(runs), FAN_IN):
+            group = runs[g:g + FAN_IN]
+            first = scratch.rows(nk)
+            _merge_runs(src_k, src_i, group, max(1, chunk_rows // len(group)), scratch, nk, ni)
+            merged.append((first, first + sum(e - b for b, e in group)))
+        scratch.drop(rk)
+        scratch.drop(ri)
+        rk, ri, runs, level = nk, ni, merged, level + 1
+    return scratch.array(ri)
+
+
+def _merge_runs(run_key: np.ndarray, run_idx: np.ndarray, runs: list[tuple[int, int]], per_run: int,
+                scratch: Scratch, out_key: str, out_idx: str) -> None:
+    """Merge sorted runs (``(start, end)`` ranges of ``run_key``/``run_idx``,
+    ordered by ``(key, idx)``) into one, appended to ``out_key``/``out_idx``."""
+    R = len(runs)
+    pos = [b for b, _ in runs]
+    end = [e for _, e in runs]
     buf_k: list[np.ndarray] = [np.zeros(0)] * R
     buf_i: list[np.ndarray] = [np.zeros(0, dtype=np.int64)] * R
-    out = f"{prefix}.order"
     while True:
-        for r in range(R):
-            if buf_k[r].shape[0] == 0 and pos[r] < end[r]:
-                stop = min(pos[r] + per_run, end[r])
-                buf_k[r], buf_i[r] = np.asarray(run_key[pos[r]:stop]), np.asarray(run_idx[pos[r]:stop])
+        for r in range(R):  # top up buffers that are half empty
+            if buf_k[r].shape[0] < (per_run + 1) // 2 and pos[r] < end[r]:
+                stop = min(pos[r] + per_run - buf_k[r].shape[0], end[r])
+                buf_k[r] = np.concatenate([buf_k[r], run_key[pos[r]:stop]])
+                buf_i[r] = np.concatenate([buf_i[r], run_idx[pos[r]:stop]])
                 pos[r] = stop
         active = [r for r in range(R) if buf_k[r].shape[0]]
         if not active:
-            break
+            return
         limited = [r for r in active if pos[r] < end[r]]
         limit: Optional[tuple[float, int]] = min(((float(buf_k[r][-1]), int(buf_i[r][-1])) for r in limited),
                                                  default=None)
@@ -105,6 +134,8 @@ def external_argsort(keys: np.ndarray, chunk_rows: int, scratch: Scratch, prefix
             k, i = buf_k[r], buf_i[r]
             if limit is None:
                 c = k.shape[0]
+            elif (float(k[0]), int(i[0])) > limit:
+                continue  # nothing of this run yet (runs of nearly sorted input cover disjoint ranges)
             else:  # entries <= limit in (key, row) order: a prefix of the sorted buffer
                 lo, hi = np.searchsorted(k, limit[0], "left"), np.searchsorted(k, limit[0], "right")
                 c = int(lo + np.searchsorted(i[lo:hi], limit[1], "right"))
@@ -112,8 +143,9 @@ def external_argsort(keys: np.ndarray, chunk_rows: int, scratch: Scratch, prefix
             parts_i.append(i[:c])
             buf_k[r], buf_i[r] = k[c:], i[c:]
         k, i = np.concatenate(parts_k), np.concatenate(parts_i)
-        scratch.append(out, i[np.lexsort((i, k))])
-    return scratch.array(out)
+        o = np.lexsort((i, k))
+        scratch.append(out_key, k[o])
+        scratch.append(out_idx, i[o])
 
 
 def is_sorted_after(values: np.ndarray, previous: Optional[float]) -> int:
