@@ -34,13 +34,12 @@ with destination :math:`s`, gid-sorted).
 :func:`~pyg_dynscale.partition.plan.segment_depth`) is the number of
 time-owner changes before it in its vertex's sequence. It depends on pieces
 of the sequence on other ranks, but only through their *owners*: with the
-partition's time-owner array (which every rank holds), rank :math:`r` scans
-each sequence that holds one of its nodes from its start up to its last
-:math:`Q_r` appearance and counts owner changes, with no communication. This
-gives the depth of every node of :math:`Q_r` (the rows it sends in the
-recurrent exchange) and of every earlier appearance in those sequences (the
-rows it receives), so both sides split the exchange into rounds alike. The
-ranks' largest depths ride along in the counts exchange, so every rank knows
+partition's time-owner array (which every rank holds), rank :math:`r` counts
+owner changes along ``sequence_order`` in one chunked scan and keeps the
+count only at the nodes of :math:`Q_r` (the rows it sends in the recurrent
+exchange) and at the appearance just before each (the rows it receives), so
+both ends of a row agree on its round without communication. The ranks'
+largest depths ride along in the counts exchange, so every rank knows
 :math:`D` = :meth:`~pyg_dynscale.partition.rank_plan.RankPlan.temporal_rounds`
 before the last step.
 
@@ -51,9 +50,9 @@ ranks passing different data) stop every rank with the cause
 (:func:`~pyg_dynscale.training.ranks.agree`). All collectives run over the
 group's host (gloo) twin: the lists are host tensors, also under NCCL.
 
-Cost on rank :math:`r`: scans over the edge and owner arrays (which it
-holds) and memory for its own rows; no :math:`R`-fold row sets, no other
-rank's lists.
+Cost on rank :math:`r`: chunked scans over the edge, sequence and owner
+arrays it holds (:data:`CHUNK` entries at a time), memory for its own rows
+and :math:`O(S)` per-sequence values; no other rank's lists.
 """
 from __future__ import annotations
 
@@ -68,132 +67,165 @@ from torch import Tensor
 from ..errors import DynScaleError, PartitionError
 from ..partition.partition import Partition
 from ..partition.pattern import DependencyPattern
-from ..partition.plan import check_link_pairs, check_plan_inputs, phase_specs, temporal_tag
+from ..partition.plan import check_link_pairs, check_plan_inputs, phase_specs
 from ..partition.rank_plan import RankExchange, RankPlan
 from ..training.ranks import agree, host_group
 
 __all__ = ["build_rank_plan", "local_requests"]
 
 
+#: positions (or edges) one step of a scan reads: a scan's transient memory is :math:`O(\text{CHUNK})`,
+#: not :math:`O(N)` (what it keeps is the rank's own rows and :math:`O(S)` per-sequence values)
+CHUNK = 1 << 20
+
+
+def _chunks(n: int) -> list[tuple[int, int]]:
+    step = max(int(CHUNK), 1)
+    return [(a, min(a + step, n)) for a in range(0, n, step)]
+
+
+def _cat(parts: list[Tensor]) -> Tensor:
+    return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.long)
+
+
 def _fingerprint(part: Partition) -> str:
-    """A digest of the owner arrays: ranks that partition differently disagree here."""
+    """A digest of the owner arrays (read in place): ranks that partition differently disagree here."""
     h = hashlib.blake2b(digest_size=16)
-    h.update(part.owner.cpu().contiguous().numpy().tobytes())
-    if part.time_owner is not None:
-        h.update(part.time_owner.cpu().contiguous().numpy().tobytes())
+    for t in (part.owner, part.time_owner):
+        if t is not None:
+            h.update(t.cpu().contiguous().numpy().data)
     return h.hexdigest()
 
 
-def _keyed(src: Tensor, gid: Tensor, N: int, unique: bool = True) -> Tensor:
-    """``src * N + gid`` sorted (and deduplicated): a receive list's order
-    (by source rank, then gid)."""
-    key = src * max(N, 1) + gid
-    return torch.unique(key) if unique else torch.sort(key).values
+def _edge_requests(edge_index: Tensor, owner: Tensor, r: int, N: int) -> Tensor:
+    """Sorted unique ``owner[u] * N + u`` over the edges ``u -> v`` with
+    ``owner[v] = r != owner[u]``: the rows rank ``r`` receives for them."""
+    keys = []
+    for a, b in _chunks(edge_index.shape[1]):
+        u, v = edge_index[0, a:b], edge_index[1, a:b]
+        m = (owner[v] == r) & (owner[u] != r)
+        keys.append(owner[u[m]] * max(N, 1) + u[m])
+    return torch.unique(_cat(keys))
 
 
-def _expand(starts: Tensor, ends: Tensor) -> tuple[Tensor, Tensor]:
-    """Positions of the ranges ``[starts[i], ends[i])`` back to back, and the
-    range index of each."""
-    lens = ends - starts
-    total = int(lens.sum())
-    which = torch.repeat_interleave(torch.arange(lens.numel()), lens, output_size=total)
-    offset = torch.cumsum(lens, 0) - lens
-    return starts[which] + torch.arange(total) - offset[which], which
+def _moved_requests(have: Tensor, src: Tensor, r: int, N: int) -> Tensor:
+    """Sorted ``src[v] * N + v`` over the nodes with ``have[v] = r != src[v]``."""
+    keys = []
+    for a, b in _chunks(have.numel()):
+        v = ((have[a:b] == r) & (src[a:b] != r)).nonzero().flatten() + a
+        keys.append(src[v] * max(N, 1) + v)
+    return torch.sort(_cat(keys)).values
 
 
 class _Sequences:
-    r"""The temporal sequences that hold a node of :math:`Q_r`, each from its
-    start up to its last :math:`Q_r` appearance, as positions of
-    ``sequence_order`` (``pos``), their ranges (``which``), and the time
-    owner and depth of every position."""
+    r"""Rank :math:`r`'s view of the temporal sequences, from chunked scans
+    of ``sequence_order``.
 
-    def __init__(self, sg: Any, town: Tensor, r: int) -> None:
+    Attributes:
+        mine (Tensor): positions (in ``sequence_order``) of the nodes of
+            :math:`Q_r`, ascending.
+        seq_of_mine (Tensor): their sequence.
+        last (Tensor): ``[S]`` the last :math:`Q_r` position of each
+            sequence (``-1``: none).
+
+    With ``depth``: the round of every node of :math:`Q_r` and of the
+    appearance before each (:meth:`depth_of`). The round of position
+    :math:`p` is :math:`C(p) - C(\text{start of its sequence})`, with
+    :math:`C` the running count of time-owner changes between consecutive
+    positions of one sequence: owners only, which every rank holds.
+    """
+
+    def __init__(self, sg: Any, town: Tensor, r: int, depth: bool) -> None:
         order, ptr = sg.sequence_order, sg.sequence_ptr
+        N, S = order.numel(), ptr.numel() - 1
         self.order, self.ptr = order, ptr
-        mine = (town[order] == r).nonzero().flatten()  # positions of Q_r in sequence order
-        self.mine = mine
-        seq = torch.searchsorted(ptr, mine, right=True) - 1
-        self.seq_of_mine = seq
-        seqs, counts = torch.unique_consecutive(seq, return_counts=True)
-        last = mine[torch.cumsum(counts, 0) - 1] if mine.numel() else mine
-        self.seqs, self.last = seqs, last
-        self.pos, self.which = _expand(ptr[seqs], last + 1)
-        self.gid = order[self.pos]
-        self.owner = town[self.gid]
-        # a new piece where the sequence starts or the time owner changes
-        start = torch.ones_like(self.pos, dtype=torch.bool)
-        if self.pos.numel() > 1:
-            start[1:] = (self.which[1:] != self.which[:-1]) | (self.owner[1:] != self.owner[:-1])
-        piece = torch.cumsum(start.long(), 0)
-        first = torch.ones_like(start)
-        if self.pos.numel() > 1:
-            first[1:] = self.which[1:] != self.which[:-1]
-        self.depth = piece - piece[first.nonzero().flatten()][self.which] if piece.numel() else piece
-        self._by_gid = torch.sort(self.gid)
+        self.mine = _cat([(town[order[a:b]] == r).nonzero().flatten() + a for a, b in _chunks(N)])
+        self.seq_of_mine = torch.searchsorted(ptr, self.mine, right=True) - 1
+        self.last = torch.full((S,), -1, dtype=torch.long)
+        self.last.scatter_reduce_(0, self.seq_of_mine, self.mine, reduce="amax")
+        self._by_gid: Optional[tuple] = None
+        if not depth:
+            return
+        # positions whose round is needed: Q_r, and the appearance before each (a row received, or Q_r's own)
+        prev = self.mine - 1
+        need = torch.unique(torch.cat([self.mine, prev[prev >= ptr[self.seq_of_mine]]]))
+        c_need = torch.empty_like(need)
+        c_start = torch.empty(S, dtype=torch.long)
+        starts = ptr[:-1]
+        carry = 0
+        for a, b in _chunks(N):
+            o = town[order[max(a - 1, 0):b]]
+            change = torch.zeros(b - a, dtype=torch.long)
+            change[1 if a == 0 else 0:] = (o[1:] != o[:-1]).long()
+            c = torch.cumsum(change, 0) + carry  # (a change into a sequence's start cancels in C(p) - C(start))
+            lo, hi = int(torch.searchsorted(starts, a)), int(torch.searchsorted(starts, b))
+            c_start[lo:hi] = c[starts[lo:hi] - a]
+            i, j = int(torch.searchsorted(need, a)), int(torch.searchsorted(need, b))
+            c_need[i:j] = c[need[i:j] - a]
+            carry = int(c[-1])
+        depth_need = c_need - c_start[torch.searchsorted(ptr, need, right=True) - 1]
+        srt = torch.sort(order[need])
+        self._by_gid = (srt.values, depth_need[srt.indices])
 
     def depth_of(self, gids: Tensor) -> Tensor:
-        """Depth of gids among the scanned positions (all present)."""
-        g, idx = self._by_gid
-        return self.depth[idx[torch.searchsorted(g, gids)]]
+        """The round of ``gids`` (nodes of :math:`Q_r` or the appearances just before them)."""
+        g, d = self._by_gid
+        return d[torch.searchsorted(g, gids)]
 
 
 def local_requests(sg: Any, partition: Partition, pattern: DependencyPattern, rank: int, *,
-                   link_pairs: Optional[tuple[Tensor, Tensor]] = None) -> tuple[dict[str, Tensor], Optional[_Sequences]]:
+                   link_pairs: Optional[tuple[Tensor, Tensor]] = None) -> tuple[dict[str, Tensor], _Sequences]:
     r"""Rank ``rank``'s receive lists, by row set tag, from local knowledge.
 
     Returns:
         ``({tag: keys})`` with ``keys = src_rank * N + gid`` sorted (the
         central plan's ``recv_list`` order), for the tags ``pattern`` (and
-        ``link_pairs``) use; and the scanned sequences (depths) when a block
-        is recurrent, else ``None``.
+        ``link_pairs``) use; and the rank's view of the sequences (its
+        :math:`Q_r` and, with a recurrent block, their rounds).
     """
     N = sg.num_nodes
+    n = max(N, 1)
     r = rank
     own, town = partition.owner.cpu(), partition.temporal_owner.cpu()
-    tags = {t for *_, t, _s in phase_specs(pattern, partition.time_owner is not None, "load")}
+    tags = {spec[4] for spec in phase_specs(pattern, partition.time_owner is not None, "load")}
     out: dict[str, Tensor] = {}
     if "spatial" in tags:
-        s, d = sg.spatial_edge_index
-        m = (own[d] == r) & (own[s] != r)
-        out["spatial"] = _keyed(own[s[m]], s[m], N)
+        out["spatial"] = _edge_requests(sg.spatial_edge_index, own, r, N)
     if "redis" in tags:  # structure output rows: o(v) -> tau(v)
-        v = ((town == r) & (own != r)).nonzero().flatten()
-        out["redis"] = _keyed(own[v], v, N, unique=False)
+        out["redis"] = _moved_requests(town, own, r, N)
     if "back" in tags:  # block input rows: tau(v) -> o(v)
-        v = ((own == r) & (town != r)).nonzero().flatten()
-        out["back"] = _keyed(town[v], v, N, unique=False)
-    seqs = None
-    if any(t in ("recurrent", "attention") for t in tags):
-        seqs = _Sequences(sg, town, r)
+        out["back"] = _moved_requests(own, town, r, N)
+    seqs = _Sequences(sg, town, r, depth="recurrent" in tags)
+    order, ptr, time = seqs.order, seqs.ptr, sg.time
     if "recurrent" in tags:
-        u, v = sg.temporal_edge_index
-        m = (town[v] == r) & (town[u] != r)
-        out["recurrent"] = _keyed(town[u[m]], u[m], N, unique=False)
+        out["recurrent"] = _edge_requests(sg.temporal_edge_index, town, r, N)
     if "attention" in tags:
-        # every scanned position before the sequence's last Q_r appearance, owned elsewhere
-        keep = (seqs.pos < seqs.last[seqs.which]) & (seqs.owner != r)
-        g = seqs.gid[keep]
-        out["attention"] = _keyed(town[g], g, N, unique=False)
-    order, ptr, time = sg.sequence_order, sg.sequence_ptr, sg.time
+        # every appearance before the sequence's last Q_r appearance, owned elsewhere
+        got = []
+        for a, b in _chunks(order.numel()):
+            pos = torch.arange(a, b)
+            g = order[a:b]
+            keep = (seqs.last[torch.searchsorted(ptr, pos, right=True) - 1] > pos) & (town[g] != r)
+            got.append(g[keep])
+        g = _cat(got)
+        out["attention"] = torch.sort(town[g] * n + g).values
     for tag in sorted(t for t in tags if t.startswith("window:")):
         band = int(tag.split(":")[1])
-        mine = (town[order] == r).nonzero().flatten()
-        start = ptr[torch.searchsorted(ptr, mine, right=True) - 1]
+        mine = seqs.mine
+        start = ptr[seqs.seq_of_mine]
         t_mine = time[order[mine]]
         got = []
         for j in range(1, band):  # loop over the band only
             q = mine - j
             ok = q >= start
-            q = q[ok]
-            g = order[q]
-            ok2 = (t_mine[ok] - time[g] < band) & (town[g] != r)
-            got.append(g[ok2])
-        g = torch.cat(got) if got else mine[:0]
-        out[tag] = _keyed(town[g], g, N)
+            g = order[q[ok]]
+            got.append(g[(t_mine[ok] - time[g] < band) & (town[g] != r)])
+        g = _cat(got)
+        out[tag] = torch.unique(town[g] * n + g)
     if link_pairs is not None:
         ls, ld = link_pairs
         m = (town[ls] == r) & (town[ld] != r)
-        out["readout"] = _keyed(town[ld[m]], ld[m], N)
+        out["readout"] = torch.unique(town[ld[m]] * n + ld[m])
     return out, seqs
 
 
@@ -271,7 +303,8 @@ def build_rank_plan(
     tags = sorted(recv)
     T = len(tags)
     lists = {t: _splits(recv[t], N, R) for t in tags}
-    qdepth = seqs.depth_of(sg.sequence_order[seqs.mine]) if seqs is not None else torch.zeros(0, dtype=torch.long)
+    q_gid = sg.sequence_order[seqs.mine]
+    qdepth = seqs.depth_of(q_gid) if "recurrent" in tags else torch.zeros(0, dtype=torch.long)
     my_max = int(qdepth.max()) if qdepth.numel() else 0
 
     # ---- one exchange of request lists: counts (and each rank's deepest round), then the gids
@@ -338,14 +371,12 @@ def build_rank_plan(
     rounds: dict = {}
     for b, blk in enumerate(pattern.blocks):
         if blk.time_kind == "recurrent":
-            assert temporal_tag(blk) == "recurrent"
             rounds[b] = [RankExchange(b, f"temporal:{k}", "temporal", blk.time_width, False, bpe, sgid, ssplit,
                                       rgid, rsplit, rank, counts[T + k])
                          for k, (sgid, ssplit, rgid, rsplit) in enumerate(round_lists)]
     depth_gid = depth = None
     if "recurrent" in tags:
-        q = sg.sequence_order[seqs.mine]
-        depth_gid, perm = torch.sort(q)
+        depth_gid, perm = torch.sort(q_gid)
         depth = qdepth[perm]
     return RankPlan(rank, R, N, partition.scheme, pattern, exchanges, rounds, depth_gid, depth, D)
 
