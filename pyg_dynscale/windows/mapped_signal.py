@@ -121,8 +121,14 @@ class MappedSignal:
             raise FileNotFoundError(f"{self.path}: no such signal file or store directory.")
         #: the tensors by their name in the file (``node_id``, ``edge_index``, ``field.x.values``, ...)
         self._tensors = t
-        self.signal = DynamicGraphSignal.from_storage(t["node_id"], t["node_ptr"], t["edge_index"], t.get("edge_ptr"),
-                                                      t.get("edge_weight"), fields, num_vertices)
+        # a static graph stored once (format version 2) names its one list ``static_edge_index`` / ``_weight``
+        one = "static_edge_index" in t
+        #: the file's names of the edge list and weights
+        self._edges = ("static_edge_index", "static_edge_weight") if one else ("edge_index", "edge_weight")
+        if self._edges[0] not in t or not (one or "edge_ptr" in t):
+            raise self._bad("it holds no edge tensors")
+        self.signal = DynamicGraphSignal.from_storage(t["node_id"], t["node_ptr"], t[self._edges[0]], t.get("edge_ptr"),
+                                                      t.get(self._edges[1]), fields, num_vertices)
         self._check_structure()
         self.bytes_read = 0
         #: storage address -> whether its pages may be handed back (a private map of a file of ``path``)
@@ -131,7 +137,7 @@ class MappedSignal:
 
     def _open_archive(self) -> tuple:
         """A version-1 file (:mod:`pyg_dynscale.data.io`) through ``torch.load(mmap=True)``."""
-        from ..data.io import FORMAT_TAG, FORMAT_VERSION
+        from ..data.io import FORMAT_TAG, READ_VERSIONS
 
         try:
             payload = torch.load(self.path, mmap=True, weights_only=True)
@@ -142,9 +148,9 @@ class MappedSignal:
                                     f"{_REMEDY}") from None
         if not isinstance(payload, dict) or payload.get("format") != FORMAT_TAG:
             raise SignalFormatError(f"{self.path}: not a pyg_dynscale signal file (format tag missing). {_REMEDY}")
-        if payload.get("version") != FORMAT_VERSION:
+        if payload.get("version") not in READ_VERSIONS:
             raise SignalFormatError(f"{self.path}: signal format version {payload.get('version')!r} is not supported "
-                                    f"by this pyg_dynscale (reads version {FORMAT_VERSION}). {_REMEDY}")
+                                    f"by this pyg_dynscale (reads versions {READ_VERSIONS}). {_REMEDY}")
         t = {k: v for k, v in payload["tensors"].items() if v is not None}
         fields = {name: SnapshotField(m["level"], t[f"field.{name}.values"], t.get(f"field.{name}.ptr"),
                                       int(m["cat_dim"])) for name, m in payload["fields"].items()}
@@ -159,13 +165,18 @@ class MappedSignal:
         from ..data.mapped import MappedStore
 
         self.store = store = MappedStore(self.path, kind="signal")
-        missing = [n for n in ("node_id", "node_ptr", "edge_index") if n not in store]
+        missing = [n for n in ("node_id", "node_ptr") if n not in store]
         if missing:
             raise SignalFormatError(f"{self.path}: a signal store needs {missing}; the store is incomplete. {_REMEDY}")
         store.verify([n for n in store.names if n.endswith("_ptr") or n.endswith(".ptr")])
         t = {n: store.tensor(n) for n in store.names}
-        fields = {name: SnapshotField(m["level"], t[f"field.{name}.values"], t.get(f"field.{name}.ptr"),
-                                      int(m["cat_dim"])) for name, m in store.attrs.get("fields", {}).items()}
+        meta = store.attrs.get("fields", [])
+        meta = [{"name": k, **v} for k, v in meta.items()] if isinstance(meta, dict) else meta
+        try:
+            fields = {m["name"]: SnapshotField(m["level"], t[f"field.{m['name']}.values"],
+                                               t.get(f"field.{m['name']}.ptr"), int(m["cat_dim"])) for m in meta}
+        except (KeyError, TypeError, ValueError) as exc:
+            raise self._bad(f"its field metadata is damaged ({type(exc).__name__}: {exc})") from None
         self.checksum = None
         return t, fields, int(store.attrs["num_vertices"])
 
@@ -188,13 +199,13 @@ class MappedSignal:
         s, t = self.signal, self._tensors
         T = int(s.node_ptr.numel()) - 1
         self._check_ptr("node_ptr", s.node_ptr, int(s.node_id.shape[0]), T)
-        ei = t["edge_index"]
+        ei = t[self._edges[0]]
         if ei.dim() != 2 or ei.shape[0] != 2:
             raise self._bad("edge_index is not [2, E]")
         E = int(ei.shape[1])
         if not self.static:
             self._check_ptr("edge_ptr", t["edge_ptr"], E, T)
-        if t.get("edge_weight") is not None and t["edge_weight"].shape[:1] != (E,):
+        if t.get(self._edges[1]) is not None and t[self._edges[1]].shape[:1] != (E,):
             raise self._bad("edge_weight does not have one entry per edge")
         for name, f in s.fields.items():
             if f.level == "node" and f.values.shape[0] != s.node_id.shape[0]:
@@ -230,11 +241,7 @@ class MappedSignal:
         a store over its mapped tensors (:func:`~pyg_dynscale.data.mapped.load_signal_store`)."""
         from ..data.signal import DynamicGraphSignal
 
-        if self.store is not None:
-            from ..data.mapped import load_signal_store
-
-            return load_signal_store(self.path, verify=True)
-        return DynamicGraphSignal.load(self.path)
+        return DynamicGraphSignal.load(self.path)  # a directory: data.mapped.load_signal_store, verified
 
     def read(self, snapshots: Tensor) -> Any:
         r"""The signal of ``snapshots`` (``[S]`` sorted distinct global
@@ -259,7 +266,7 @@ class MappedSignal:
         t, static = self._tensors, self.static
         nodes = ranges(t["node_ptr"])
         # a static graph stored once: its one edge list (and edge rows) whole, every snapshot's
-        edges = [(0, int(t["edge_index"].shape[1]))] if static else ranges(t["edge_ptr"])
+        edges = [(0, int(t[self._edges[0]].shape[1]))] if static else ranges(t["edge_ptr"])
         fields: dict = {}
         for name, f in s.fields.items():
             key = f"field.{name}.values"
@@ -277,8 +284,8 @@ class MappedSignal:
         node_counts = (t["node_ptr"][1:] - t["node_ptr"][:-1]).index_select(0, idx)
         edge_ptr = None if static else ptr_from_counts((t["edge_ptr"][1:] - t["edge_ptr"][:-1]).index_select(0, idx))
         out = type(s).from_storage(
-            self._rows("node_id", nodes, 0), ptr_from_counts(node_counts), self._rows("edge_index", edges, 1),
-            edge_ptr, self._rows("edge_weight", edges, 0) if "edge_weight" in t else None, fields, s.num_vertices)
+            self._rows("node_id", nodes, 0), ptr_from_counts(node_counts), self._rows(self._edges[0], edges, 1),
+            edge_ptr, self._rows(self._edges[1], edges, 0) if self._edges[1] in t else None, fields, s.num_vertices)
         try:
             out.validate(allow_nonfinite=True)
         except Exception as exc:  # noqa: BLE001 - the file's rows are inconsistent: a format error naming the file
