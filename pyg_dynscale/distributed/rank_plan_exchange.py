@@ -374,11 +374,11 @@ def build_rank_plan(
             rounds[b] = [RankExchange(b, f"temporal:{k}", "temporal", blk.time_width, False, bpe, sgid, ssplit,
                                       rgid, rsplit, rank, counts[T + k])
                          for k, (sgid, ssplit, rgid, rsplit) in enumerate(round_lists)]
-    depth_gid = depth = None
+    q_sorted = q_depth = None
     if "recurrent" in tags:
-        depth_gid, perm = torch.sort(q_gid)
-        depth = qdepth[perm]
-    return RankPlan(rank, R, N, partition.scheme, pattern, exchanges, rounds, depth_gid, depth, D)
+        q_sorted, perm = torch.sort(q_gid)
+        q_depth = qdepth[perm]
+    return RankPlan(rank, R, N, partition.scheme, pattern, exchanges, rounds, q_sorted, q_depth, D)
 
 
 def _all_to_all(x: Tensor, in_splits: list[int], out_splits: list[int], group: Any, alone: bool) -> Tensor:

@@ -205,20 +205,20 @@ class RankPlan:
         exchanges (list[RankExchange]): in the plan's order.
         rounds (dict[int, list[RankExchange]]): per recurrent block, its
             :math:`D - 1` rounds (phase ``"temporal:<k>"``).
-        depth_gid (Tensor, optional): ``[|Q_r|]`` sorted gids of
+        q_gid (Tensor, optional): ``[|Q_r|]`` sorted gids of
             :math:`Q_r` (recurrent patterns only).
-        depth (Tensor, optional): ``[|Q_r|]`` their rounds.
+        q_depth (Tensor, optional): ``[|Q_r|]`` their rounds (:meth:`depth_of`).
         num_rounds (int): :math:`D` (``0`` without a recurrent block).
     """
 
     def __init__(self, rank: int, world: int, num_nodes: int, scheme: str, pattern: DependencyPattern,
                  exchanges: list[RankExchange], rounds: dict[int, list[RankExchange]],
-                 depth_gid: Optional[Tensor], depth: Optional[Tensor], num_rounds: int) -> None:
+                 q_gid: Optional[Tensor], q_depth: Optional[Tensor], num_rounds: int) -> None:
         self.rank, self.world, self.num_nodes, self.scheme = int(rank), int(world), int(num_nodes), scheme
         self.pattern = pattern
         self.exchanges = list(exchanges)
         self._rounds = {int(b): list(v) for b, v in rounds.items()}
-        self.depth_gid, self.depth = depth_gid, depth
+        self.q_gid, self.q_depth = q_gid, q_depth
         self._num_rounds = int(num_rounds)
 
     @property
@@ -243,13 +243,13 @@ class RankPlan:
 
         exchanges = [cut(e) for e in plan]
         rounds: dict = {}
-        depth_gid = depth = None
+        q_gid = depth = None
         if plan.depth is not None:
             if plan.temporal_owner is None:
                 raise PartitionError("plan", "was not made by CommunicationPlan.build (no time owner recorded).",
                                      "build the plan with CommunicationPlan.build(signal, partition, pattern).")
-            depth_gid = (plan.temporal_owner.to(plan.depth.device) == rank).nonzero().flatten()
-            depth = plan.depth.index_select(0, depth_gid)
+            q_gid = (plan.temporal_owner.to(plan.depth.device) == rank).nonzero().flatten()
+            depth = plan.depth.index_select(0, q_gid)
             shared: dict = {}  # every recurrent block has the same rounds (rows), its own width
             for b, blk in enumerate(plan.pattern.blocks):
                 if blk.time_kind == "recurrent":
@@ -260,7 +260,7 @@ class RankPlan:
                     rounds[b] = [RankExchange.from_exchange(x, rank, ls) for x, ls in shared[key]]
                     rounds[b] = [_with(x, block=b, width=w) for x in rounds[b]]
         return cls(rank, R, plan.num_nodes, plan.scheme, plan.pattern, exchanges, rounds,
-                   depth_gid, depth, plan.temporal_rounds())
+                   q_gid, depth, plan.temporal_rounds())
 
     # ------------------------------------------------------------------ access
     def __iter__(self) -> Iterator[RankExchange]:
@@ -295,18 +295,18 @@ class RankPlan:
 
     def depth_of(self, gids: Tensor) -> Tensor:
         """``[K]`` the recurrent round of the given gids, all in :math:`Q_r`."""
-        if self.depth is None:
+        if self.q_depth is None:
             raise PartitionError("depth", "this plan has no recurrent block, so no rounds.",
                                  "ask for depths only when pattern has a time_kind='recurrent' block.")
-        gids = gids.to(self.depth_gid.device, torch.long)
-        pos = torch.searchsorted(self.depth_gid, gids)
-        ok = pos < self.depth_gid.numel()
-        ok[ok.clone()] = self.depth_gid[pos[ok]] == gids[ok]
+        gids = gids.to(self.q_gid.device, torch.long)
+        pos = torch.searchsorted(self.q_gid, gids)
+        ok = pos < self.q_gid.numel()
+        ok[ok.clone()] = self.q_gid[pos[ok]] == gids[ok]
         if not bool(ok.all()):
             bad = gids[~ok][:3].tolist()
             raise PartitionError("gids", f"{bad} are not time-owned by rank {self.rank}.",
                                  "ask a rank only for depths of its own time set Q_r.")
-        return self.depth.index_select(0, pos)
+        return self.q_depth.index_select(0, pos)
 
     # ------------------------------------------------------------------ totals
     def bytes_by_kind(self, forward_only: bool = False) -> dict[str, int]:
@@ -362,7 +362,7 @@ class RankPlan:
             "num_nodes": self.num_nodes, "scheme": self.scheme, "pattern": self.pattern.to_dict(),
             "exchanges": [e.to_state() for e in self.exchanges],
             "rounds": [[b, [x.to_state() for x in v]] for b, v in sorted(self._rounds.items())],
-            "depth_gid": self.depth_gid, "depth": self.depth, "temporal_rounds": self._num_rounds,
+            "q_gid": self.q_gid, "q_depth": self.q_depth, "temporal_rounds": self._num_rounds,
         }
 
     @classmethod
@@ -381,13 +381,20 @@ class RankPlan:
             exchanges = [RankExchange.from_state(e) for e in state["exchanges"]]
             rounds = {int(b): [RankExchange.from_state(x) for x in v] for b, v in state["rounds"]}
             out = cls(state["rank"], state["world"], state["num_nodes"], str(state["scheme"]), pattern,
-                      exchanges, rounds, state["depth_gid"], state["depth"], state["temporal_rounds"])
+                      exchanges, rounds, state["q_gid"], state["q_depth"], state["temporal_rounds"])
         except (KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, PartitionFormatError):
                 raise
             raise PartitionFormatError(f"a rank plan state is malformed ({type(exc).__name__}: {exc}).") from None
         if any(e.rank != out.rank or e.num_parts != out.world for e in exchanges):
             raise PartitionFormatError("a rank plan state mixes exchanges of other ranks or world sizes.")
+        q, d = out.q_gid, out.q_depth
+        if (q is None) != (d is None) or (q is not None and not (
+                isinstance(q, Tensor) and isinstance(d, Tensor) and q.shape == d.shape and q.dim() == 1)):
+            raise PartitionFormatError("a rank plan state's time set and its rounds (q_gid, q_depth) disagree.")
+        if any(len(v) != max(out.temporal_rounds() - 1, 0) for v in rounds.values()):
+            raise PartitionFormatError(f"a rank plan state has rounds other than temporal_rounds - 1 = "
+                                       f"{out.temporal_rounds() - 1}.")
         return out
 
 

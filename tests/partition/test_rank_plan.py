@@ -100,5 +100,9 @@ def test_state_is_plain_and_refuses_corruption():
         RankPlan.from_state({**state, "exchanges": state["exchanges"][:-1] + [ex]})
     with pytest.raises(PartitionFormatError, match="lacks the field 'recv_gid'"):
         RankPlan.from_state({**state, "exchanges": [{k: v for k, v in state["exchanges"][0].items() if k != "recv_gid"}]})
+    with pytest.raises(PartitionFormatError, match="q_gid, q_depth"):
+        RankPlan.from_state({**state, "q_depth": state["q_depth"][:-1]})
+    with pytest.raises(PartitionFormatError, match="rounds other than"):
+        RankPlan.from_state({**state, "temporal_rounds": state["temporal_rounds"] + 1})
     with pytest.raises(PartitionFormatError, match="malformed"):
-        RankPlan.from_state({k: v for k, v in state.items() if k != "depth"})
+        RankPlan.from_state({k: v for k, v in state.items() if k != "q_depth"})
