@@ -135,7 +135,7 @@ def ingest_jodie_csv(path: PathLike, out: PathLike, *, sort: bool = False, chunk
         for idx in _chunks(n, order, table_chunks.chunk_rows):
             writer.append("src", cols["user"][idx])
             writer.append("dst", cols["item"][idx] + (max_user + 1))
-            writer.append("t", torch.from_numpy(np.asarray(ts_all[idx])).to(torch.long).numpy())
+            writer.append("t", torch.from_numpy(np.array(ts_all[idx])).to(torch.long).numpy())
             writer.append("msg", cols["msg"][idx])
             writer.append("y", cols["y"][idx])
         writer.commit()
