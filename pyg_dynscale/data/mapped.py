@@ -446,6 +446,56 @@ def write_signal_tensors(writer: StoreWriter, signal: "DynamicGraphSignal") -> N
     writer.attrs.update({"num_vertices": int(signal.num_vertices), "fields": fields})
 
 
+class SignalAppender:
+    r"""Append signals one after another (e.g. one snapshot at a time) to a
+    signal store being written: offsets are shifted, ``edge_index`` and ragged
+    ``*_index`` fields grow along their row axis. Every appended signal must
+    have the same fields (names, levels) and all or none edge weights.
+    :meth:`finish` records ``num_vertices`` (the largest of the parts') and
+    the fields."""
+
+    def __init__(self, writer: StoreWriter) -> None:
+        self.w = writer
+        self.nodes = self.edges = 0
+        self.num_vertices = 0
+        self.fields: Optional[list[dict]] = None
+        self.offsets: dict[str, int] = {}
+        self.weighted: Optional[bool] = None
+        writer.append("node_ptr", np.zeros(1, dtype=np.int64))
+        writer.append("edge_ptr", np.zeros(1, dtype=np.int64))
+
+    def append(self, signal: "DynamicGraphSignal") -> None:
+        fields = [{"name": n, "level": f.level, "cat_dim": int(f.cat_dim)} for n, f in signal.fields.items()]
+        weighted = signal.edge_weight is not None
+        if self.fields is None:
+            self.fields, self.weighted = fields, weighted
+            for f in fields:
+                if f["level"] == "ragged":
+                    self.w.append(f"field.{f['name']}.ptr", np.zeros(1, dtype=np.int64))
+                    self.offsets[f["name"]] = 0
+        elif fields != self.fields or weighted != self.weighted:
+            raise ValueError(f"appended signal has fields {fields} (weighted {weighted}), the store {self.fields} "
+                             f"(weighted {self.weighted})")
+        self.w.append("node_ptr", signal.node_ptr[1:] + self.nodes)
+        self.w.append("edge_ptr", signal.edge_ptr[1:] + self.edges)
+        self.w.append("node_id", signal.node_id)
+        self.w.append("edge_index", signal.edge_index, axis=1)
+        if weighted:
+            self.w.append("edge_weight", signal.edge_weight)
+        for name, f in signal.fields.items():
+            self.w.append(f"field.{name}.values", f.values, axis=1 if (f.level == "ragged" and f.cat_dim == 1) else 0)
+            if f.level == "ragged":
+                self.w.append(f"field.{name}.ptr", f.ptr[1:] + self.offsets[name])
+                self.offsets[name] += int(f.ptr[-1])
+        self.nodes += int(signal.node_ptr[-1])
+        self.edges += int(signal.edge_ptr[-1])
+        self.num_vertices = max(self.num_vertices, int(signal.num_vertices))
+
+    def finish(self) -> None:
+        """Record the number of vertices and the fields in the store's attributes."""
+        self.w.attrs.update({"num_vertices": self.num_vertices, "fields": self.fields or []})
+
+
 def save_signal_store(signal: "DynamicGraphSignal", path: Union[str, "os.PathLike[str]"], *,
                       overwrite: bool = False, chunk_bytes: int = CHUNK_BYTES) -> str:
     """Write an in-memory signal as a store directory; its extras

@@ -130,7 +130,7 @@ def detect_dataset(data: Mapping[str, Any]) -> Optional[str]:
 
 
 # --------------------------------------------------------------------- access
-class _Reader:
+class PygtReader:
     """Key access into the parsed JSON with errors naming the missing key."""
 
     def __init__(self, data: Any, source: str, dataset: str) -> None:
@@ -179,7 +179,7 @@ class _Reader:
 
 
 # --------------------------------------------------------------------- helpers
-def _check_lags(lags: Any, T: int, name: str, reader: _Reader) -> int:
+def check_lags(lags: Any, T: int, name: str, reader: PygtReader) -> int:
     if isinstance(lags, bool) or not isinstance(lags, (int, np.integer)) or lags < 1:
         raise SignalValidationError(name, f"is {lags!r}.", f"use a positive integer (PyGT's default for {reader.dataset}).")
     if lags >= T:
@@ -195,7 +195,7 @@ def _lag_windows(stacked: np.ndarray, lags: int) -> np.ndarray:
     return sliding_window_view(stacked, lags, axis=0)[: stacked.shape[0] - lags]
 
 
-def _standardize(a: np.ndarray, eps: float = 0.0) -> np.ndarray:
+def standardize(a: np.ndarray, eps: float = 0.0) -> np.ndarray:
     # The exact expression of PyGT's loaders (np.std is the population std);
     # a constant series gives NaN there too -- the signal's validation reports it.
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -258,43 +258,43 @@ def _dynamic_signal(
 
 
 # --------------------------------------------------------------------- formats
-def _chickenpox(r: _Reader, lags: int, allow_nonfinite: bool) -> DynamicGraphSignal:
+def _chickenpox(r: PygtReader, lags: int, allow_nonfinite: bool) -> DynamicGraphSignal:
     edges = r.edges(r.get(r.data, "edges"), "key 'edges'")
     stacked = r.array(r.get(r.data, "FX"), "key 'FX'", ndim=2)
-    lags = _check_lags(lags, stacked.shape[0], "lags", r)
+    lags = check_lags(lags, stacked.shape[0], "lags", r)
     x = _lag_windows(stacked, lags)
     y = stacked[lags:]
     return _static_signal(edges, np.ones(edges.shape[1]), x, y, stacked.shape[1], allow_nonfinite=allow_nonfinite)
 
 
-def _pedalme(r: _Reader, lags: int, allow_nonfinite: bool) -> DynamicGraphSignal:
+def _pedalme(r: PygtReader, lags: int, allow_nonfinite: bool) -> DynamicGraphSignal:
     edges = r.edges(r.get(r.data, "edges"), "key 'edges'")
     weights = r.array(r.get(r.data, "weights"), "key 'weights'", ndim=1)
     if weights.shape[0] != edges.shape[1]:
         raise r.fail("key 'weights'", f"has {weights.shape[0]} entries for {edges.shape[1]} edges.")
     stacked = r.array(r.get(r.data, "X"), "key 'X'", ndim=2)
-    lags = _check_lags(lags, stacked.shape[0], "lags", r)
+    lags = check_lags(lags, stacked.shape[0], "lags", r)
     return _static_signal(edges, weights, _lag_windows(stacked, lags), stacked[lags:], stacked.shape[1],
                           allow_nonfinite=allow_nonfinite)
 
 
-def _wikimaths(r: _Reader, lags: int, allow_nonfinite: bool) -> DynamicGraphSignal:
+def _wikimaths(r: PygtReader, lags: int, allow_nonfinite: bool) -> DynamicGraphSignal:
     edges = r.edges(r.get(r.data, "edges"), "key 'edges'")
     weights = r.array(r.get(r.data, "weights"), "key 'weights'", ndim=1)
     if weights.shape[0] != edges.shape[1]:
         raise r.fail("key 'weights'", f"has {weights.shape[0]} entries for {edges.shape[1]} edges.")
     T = r.time_periods()
-    lags = _check_lags(lags, T, "lags", r)
+    lags = check_lags(lags, T, "lags", r)
     rows = [r.get(r.get(r.data, str(t)), "y", f"[{str(t)!r}]") for t in range(T)]  # loop over time steps
     stacked = r.array(rows, "key '<t>'['y']", ndim=2)
-    std = _standardize(stacked)
+    std = standardize(stacked)
     return _static_signal(edges, weights, _lag_windows(std, lags), std[lags:], stacked.shape[1],
                           allow_nonfinite=allow_nonfinite)
 
 
-def _england_covid(r: _Reader, lags: int, allow_nonfinite: bool) -> DynamicGraphSignal:
+def _england_covid(r: PygtReader, lags: int, allow_nonfinite: bool) -> DynamicGraphSignal:
     T = r.time_periods()
-    lags = _check_lags(lags, T, "lags", r)
+    lags = check_lags(lags, T, "lags", r)
     mapping = r.get(r.data, "edge_mapping")
     ei_map = r.get(mapping, "edge_index", "['edge_mapping']")
     ew_map = r.get(mapping, "edge_weight", "['edge_mapping']")
@@ -310,14 +310,14 @@ def _england_covid(r: _Reader, lags: int, allow_nonfinite: bool) -> DynamicGraph
     stacked = r.array(r.get(r.data, "y"), "key 'y'", ndim=2)
     if stacked.shape[0] < T:
         raise r.fail("key 'y'", f"has {stacked.shape[0]} time steps but time_periods is {T}.")
-    std = _standardize(stacked, 10 ** -10)  # over all rows of 'y', as PyGT
+    std = standardize(stacked, 10 ** -10)  # over all rows of 'y', as PyGT
     x = sliding_window_view(std, lags, axis=0)[: T - lags]
     y = std[lags:T]
     return _dynamic_signal(edges, weights, np.ascontiguousarray(x, dtype=np.float32), list(y.astype(np.float32)), allow_nonfinite)
 
 
 def _montevideo_bus(
-    r: _Reader, lags: int, target_var: str, feature_vars: Any, allow_nonfinite: bool
+    r: PygtReader, lags: int, target_var: str, feature_vars: Any, allow_nonfinite: bool
 ) -> DynamicGraphSignal:
     if isinstance(feature_vars, str):
         feature_vars = [feature_vars]
@@ -358,15 +358,15 @@ def _montevideo_bus(
 
     feats = r.array([[series(n, v, "X") for v in feature_vars] for n in nodes], "['nodes'][i]['X'][var]", ndim=3)
     V, F, T = feats.shape
-    lags = _check_lags(lags, T, "lags", r)
+    lags = check_lags(lags, T, "lags", r)
     # PyGT: one column per (node, variable), node-major -> [T, V*F]
     stacked_f = feats.reshape(V * F, T).T
-    std_f = _standardize(stacked_f)
+    std_f = standardize(stacked_f)
     x = _lag_windows(std_f, lags)  # [T-lags, V*F, lags]
     targ = r.array([series(n, target_var, None) for n in nodes], f"['nodes'][i][{target_var!r}]", ndim=2)
     if targ.shape[1] != T:
         raise r.fail(f"['nodes'][i][{target_var!r}]", f"has {targ.shape[1]} time steps but the features have {T}.")
-    std_y = _standardize(targ.T)
+    std_y = standardize(targ.T)
     y = std_y[lags:]
     if F == 1:
         return _static_signal(edges, weights, x, y, V, allow_nonfinite=allow_nonfinite)
@@ -375,7 +375,7 @@ def _montevideo_bus(
     return _static_signal(edges, weights, x, y, V, x_level="graph", allow_nonfinite=allow_nonfinite)
 
 
-def _encode_tennis_features(X: np.ndarray, r: _Reader, t: int, log_degree_cutoff: int = 4) -> np.ndarray:
+def encode_tennis_features(X: np.ndarray, r: PygtReader, t: int, log_degree_cutoff: int = 4) -> np.ndarray:
     """Vectorized ``encode_features`` of PyGT's Twitter tennis loader: one-hot of
     ``min(ceil(log(deg+1)), 4)`` (5 classes) and ``floor(10 * transitivity)`` (11 classes)."""
     if X.ndim != 2 or X.shape[1] < 2:
@@ -395,7 +395,7 @@ def _encode_tennis_features(X: np.ndarray, r: _Reader, t: int, log_degree_cutoff
 
 
 def _twitter_tennis(
-    r: _Reader, event_id: str, N: Optional[int], feature_mode: Optional[str], target_offset: int, allow_nonfinite: bool
+    r: PygtReader, event_id: str, N: Optional[int], feature_mode: Optional[str], target_offset: int, allow_nonfinite: bool
 ) -> DynamicGraphSignal:
     if event_id not in ("rg17", "uo17"):
         raise SignalValidationError("event_id", f"is {event_id!r}.", "use 'rg17' (Roland-Garros 2017) or 'uo17' (US Open 2017).")
@@ -422,7 +422,7 @@ def _twitter_tennis(
         if feature_mode == "diagonal":
             X = np.identity(X.shape[0])
         elif feature_mode == "encoded":
-            X = _encode_tennis_features(X, r, t)
+            X = encode_tennis_features(X, r, t)
         edges.append(e)
         weights.append(w)
         features.append(X)
@@ -434,7 +434,7 @@ def _twitter_tennis(
     return _dynamic_signal(edges, weights, features, targets, allow_nonfinite)
 
 
-def _mtm(r: _Reader, frames: int, allow_nonfinite: bool) -> DynamicGraphSignal:
+def _mtm(r: PygtReader, frames: int, allow_nonfinite: bool) -> DynamicGraphSignal:
     edges = r.edges(r.get(r.data, "edges"), "key 'edges'")
     num_joints = 21
     first = r.get(r.data, "0")
@@ -484,7 +484,7 @@ _BUILDERS: dict[str, Callable[..., DynamicGraphSignal]] = {
 
 
 # --------------------------------------------------------------------- entry
-def _resolve_path(path_or_name: Union[PathLike, str], dataset: Optional[str], cache_dir: Optional[PathLike],
+def resolve_path(path_or_name: Union[PathLike, str], dataset: Optional[str], cache_dir: Optional[PathLike],
                   event_id: str) -> tuple[str, Optional[str]]:
     """Return ``(file path, dataset or None)``; never downloads."""
     p = os.fspath(path_or_name)
@@ -581,7 +581,7 @@ def load_pygt_json(
     event_id = dataset_options.get("event_id", "rg17")
     if "event_id" not in dataset_options and str(path_or_name).lower().endswith(("uo17", "uo17.json", "uo17.json.gz")):
         event_id = dataset_options["event_id"] = "uo17"
-    path, dataset = _resolve_path(path_or_name, dataset, cache_dir, event_id)
+    path, dataset = resolve_path(path_or_name, dataset, cache_dir, event_id)
     raw = read_bytes(path, "PyGT JSON file")
     try:
         data = json.loads(raw)
@@ -601,7 +601,7 @@ def load_pygt_json(
         raise SignalValidationError(unknown[0], f"is not an option of the {dataset} dataset.",
                                     f"use {sorted(defaults)} (PyGT's get_dataset/constructor options).")
     opts = {**defaults, **dataset_options}
-    reader = _Reader(data, path, dataset)
+    reader = PygtReader(data, path, dataset)
     if dataset != "twitter_tennis":
         opts.pop("event_id", None)
     return _BUILDERS[dataset](reader, **opts, allow_nonfinite=allow_nonfinite)
