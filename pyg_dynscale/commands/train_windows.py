@@ -2,10 +2,17 @@
 training (:class:`~pyg_dynscale.windows.WindowTrainer`, PyGT's
 index-batching workflow) and its report.
 
-Every rank loads ``PATH`` and builds the model from ``--seed``; the
-trainer keeps the snapshots its placement gives it (``--placement blocks``:
-the windows of its time blocks and its share of the test windows, the rest
-dropped) and wraps model and head in ``DistributedDataParallel``. The
+Every rank builds the model from ``--seed`` and wraps model and head in
+``DistributedDataParallel``. With several processes, ``--placement blocks``
+(the default) and ``PATH`` a signal file (``DynamicGraphSignal.save``) or
+store directory (:mod:`pyg_dynscale.data.mapped`), each rank opens it
+memory-mapped and reads only the snapshots of its windows
+(:mod:`~pyg_dynscale.windows.rank_view`; the report's ``bytes_read``);
+otherwise (one process, ``--placement replicated``, another format, or
+``--model dcrnn``, whose edges are sorted over the whole signal first) every
+rank loads ``PATH`` and the trainer keeps the snapshots its placement gives
+it (``blocks``: the windows of its time blocks and its share of the test
+windows, the rest dropped). The
 windows are split in start order: the first ``--train-ratio`` train, the rest
 are the test windows (no validation split).
 
@@ -20,8 +27,9 @@ bit, a checkpoint of another run refused naming the option.
 from __future__ import annotations
 
 import argparse
+import os
 import time
-from typing import Callable
+from typing import Any, Callable, Optional
 
 from .job import Job, fail
 from .train_job import check_target, load_signal
@@ -48,11 +56,13 @@ def train_windows(args: argparse.Namespace, rank: int, world: int, init_process_
     job = Job(args, rank, PROG, time.perf_counter)
     torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype)
-    signal = load_signal(args)
+    source = _per_rank_source(args, world)  # each rank reads its part of a signal file, or None: all of it
+    signal = load_signal(args) if source is None else source.signal
     if args.model == "dcrnn":  # as full-batch training: PyGT's DConv on edges sorted by (target, source)
         signal = signal.sort_edges()
     check_target(signal, args)
-    job.find_resume(run_record(args, signal.fingerprint(), world, None), lambda exc: mismatch_message(exc, args))
+    fingerprint = signal.fingerprint() if source is None else source.fingerprint()  # nothing read
+    job.find_resume(run_record(args, fingerprint, world, None), lambda exc: mismatch_message(exc, args))
     user = args.user_model
     user_kwargs = None
     if user is not None:
@@ -66,7 +76,7 @@ def train_windows(args: argparse.Namespace, rank: int, world: int, init_process_
     head = head.to(device=device, dtype=dtype) if head is not None else None
     ratio = (args.train_ratio, 0.0, 1.0 - args.train_ratio)
     try:
-        trainer = WindowTrainer(model, signal, lags=args.windows, horizon=args.horizon, batch_size=args.batch_size,
+        trainer = WindowTrainer(model, signal if source is None else source, lags=args.windows, horizon=args.horizon, batch_size=args.batch_size,
                                 stride=args.stride, loss="mse", lr=args.lr, optimizer="adam", head=head, ratio=ratio,
                                 seed=args.seed, placement=args.placement)
     except DynScaleError as exc:
@@ -76,7 +86,8 @@ def train_windows(args: argparse.Namespace, rank: int, world: int, init_process_
         fail(f"--train-ratio {args.train_ratio} leaves no test window ({trainer.view.num_windows} windows of "
              f"--windows {args.windows}); use a smaller --train-ratio.")
     num_vt = signal.num_vertex_time_nodes
-    del signal  # under --placement blocks the trainer holds its snapshots only
+    bytes_read = host_all_gather_object(None if source is None else source.bytes_read)
+    del signal, source  # under --placement blocks the trainer holds its snapshots only
     progress: dict = {"losses": [], "epoch_seconds": [], "batch_losses": []}
     extra = trainer.state_dict()["progress"]  # this rank's keys: DCP fills them in place
     progress, start = job.restore(trainer.modules, trainer.optimizer, progress, extra=extra,
@@ -103,6 +114,7 @@ def train_windows(args: argparse.Namespace, rank: int, world: int, init_process_
                     "batch_size": trainer.batch_size, "blocks": trainer.blocks, "placement": trainer.placement,
                     "train": int(trainer.view.split("train").numel()), "test": int(trainer.view.split("test").numel())},
         "vertex_time_nodes": num_vt, "held_vertex_time_nodes": every,
+        "per_rank_read": bytes_read[0] is not None, "bytes_read": bytes_read,
         "held_feature_bytes": [n * row_bytes for n in every],
         "losses": progress["losses"], "batch_losses": progress["batch_losses"],
         "test_metric": test["mse"], "test_metric_name": "mse",
@@ -110,6 +122,33 @@ def train_windows(args: argparse.Namespace, rank: int, world: int, init_process_
         "traffic": dict(traffic["totals"]),  # this rank's running totals by kind and its optimizer steps
         "device": str(trainer.device), **job.fields(),
     }
+
+
+def _per_rank_source(args: argparse.Namespace, world: int) -> Optional[Any]:
+    """The signal file each rank reads its part of (a
+    :class:`~pyg_dynscale.windows.mapped_signal.MappedSignal`), or ``None``
+    where every rank loads the whole signal: one process, ``--placement
+    replicated``, a dataset format other than a signal file or store
+    directory, or ``--model dcrnn`` (its edges are sorted over the whole
+    signal first)."""
+    from ..data.loaders.auto import detect_format
+    from ..errors import DynScaleError
+    from ..windows.mapped_signal import MappedSignal
+
+    if world < 2 or (args.placement or "blocks") != "blocks" or args.model == "dcrnn":
+        return None
+    path = args.path
+    if not os.path.isdir(path):
+        if not os.path.isfile(path):
+            return None
+        fmt = args.format if args.format != "auto" else detect_format(path)
+        if fmt != "dynscale":
+            return None
+    try:
+        return MappedSignal(path)
+    except DynScaleError as exc:
+        fail(str(exc) if path in str(exc) else f"PATH '{path}': {exc}")
+    return None
 
 
 def print_windows_report(r: dict) -> None:

@@ -224,6 +224,14 @@ class MappedSignal:
     def num_snapshots(self) -> int:
         return self.signal.num_snapshots
 
+    def fingerprint(self) -> str:
+        """The file's content digest, nothing read: a version-1/2 file's
+        SHA-256 over its tensors, a store's metadata SHA-256 (which covers
+        every chunk's). A run record compares it to refuse resuming on other data."""
+        if self.store is not None:
+            return f"store:{self.store.meta.get('meta_sha256')}"
+        return f"file:{self.checksum}"
+
     def verify(self) -> None:
         """Check every checksum (reads the whole file): a version-1 file's
         SHA-256 over every tensor, or every chunk of a store."""

@@ -112,3 +112,22 @@ def test_bad_placement_is_a_usage_error(capsys) -> None:
     with pytest.raises(SystemExit):
         build_parser().parse_args(["train", "england_covid", "--windows", "4", "--placement", "nodes"])
     assert "invalid choice: 'nodes'" in capsys.readouterr().err
+
+
+def test_from_a_signal_file_each_rank_reads_its_part_and_trains_as_the_whole_signal(job, tmp_path) -> None:
+    from pyg_dynscale.data.loaders import load
+
+    path = str(tmp_path / "covid.pt")
+    load("england_covid", format="pygt-json").save(path)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "pyg_dynscale", "train", path, *ARGS, "--nproc", "2", "--json",
+                           "--no-progress"], capture_output=True, text=True, timeout=240, env=env, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = json.loads(proc.stdout)
+    assert r["per_rank_read"] and not job["per_rank_read"] and job["bytes_read"] == [None, None]
+    # each rank read a part of the file (its blocks and half of the test windows, with the lag overlap)
+    size = os.path.getsize(path)
+    assert all(0 < b < 0.7 * size for b in r["bytes_read"]), (r["bytes_read"], size)
+    # bit for bit the run in which every rank loaded the whole dataset
+    for key in ("losses", "batch_losses", "test_metrics", "traffic", "held_vertex_time_nodes"):
+        assert r[key] == job[key], key
