@@ -74,6 +74,14 @@ def add_job_options(p: argparse.ArgumentParser, *, epochs: int, checkpoint_every
     p.add_argument("--max-restarts", type=int, default=0, metavar="K",
                    help="with --nproc: restart the workers up to K times after a failure (torchrun's policy, "
                         "default: 0; add --checkpoint-dir DIR --resume to continue from the newest checkpoint)")
+    p.add_argument("--nnodes", type=int, default=None, metavar="M",
+                   help="with --nproc: the job spans M machines, each running this command (--nproc processes "
+                        "each), meeting at --rdzv-endpoint (torchrun's c10d rendezvous)")
+    p.add_argument("--rdzv-endpoint", default=None, metavar="HOST:PORT",
+                   help="with --nnodes: the rendezvous address, one machine of the job (the same on every machine)")
+    p.add_argument("--rdzv-id", default="pyg-dynscale", metavar="ID",
+                   help="with --nnodes: the job's id at the rendezvous, the same on every machine "
+                        "(default: pyg-dynscale)")
     p.add_argument("--epochs", type=int, default=epochs, help=f"training epochs in total (default: {epochs})")
     p.add_argument("--checkpoint-dir", default=None, metavar="DIR", help=f"write checkpoints here ({checkpoint})")
     p.add_argument("--checkpoint-every", type=int, default=checkpoint_every, metavar="K",
@@ -90,13 +98,41 @@ def add_job_options(p: argparse.ArgumentParser, *, epochs: int, checkpoint_every
 
 
 def check_launch_options(args: argparse.Namespace) -> None:
-    """``--nproc`` and ``--max-restarts`` (no data needed: the launcher and every rank)."""
+    """``--nproc``, ``--max-restarts`` and the machines (``--nnodes``, ``--rdzv-endpoint``, ``--rdzv-id``); no
+    data needed: the launcher and every rank.
+
+    ``--nproc N`` counts the processes of one machine (torchrun's ``--nproc-per-node``): with ``--nnodes M``
+    the job has ``M * N``. From here on ``args.nproc`` is the job's processes (what every later check and the
+    run record compare: the same job on one machine with ``--nproc M*N`` is the same run, resumable from the
+    same checkpoints) and ``args.nproc_per_node`` this machine's.
+    """
+    if getattr(args, "nproc_per_node", None) is not None:  # checked already (args.nproc is the job's now)
+        return
     if args.nproc is not None and args.nproc < 1:
         fail(f"--nproc must be >= 1, got {args.nproc}.")
     if args.max_restarts < 0:
         fail(f"--max-restarts must be >= 0, got {args.max_restarts}.")
     if args.max_restarts and args.nproc is None:
         fail("--max-restarts needs --nproc (under torchrun, pass --max-restarts to torchrun).")
+    nnodes, endpoint = getattr(args, "nnodes", None), getattr(args, "rdzv_endpoint", None)
+    if nnodes is None:
+        if endpoint is not None:
+            fail(f"--rdzv-endpoint {endpoint} needs --nnodes M (the machines of the job).")
+        return
+    if nnodes < 1:
+        fail(f"--nnodes must be >= 1, got {nnodes}.")
+    if args.nproc is None:
+        fail(f"--nnodes {nnodes} needs --nproc N (processes per machine; under torchrun, pass --nnodes to "
+             "torchrun).")
+    if nnodes > 1 and endpoint is None:
+        fail(f"--nnodes {nnodes} needs --rdzv-endpoint HOST:PORT: one machine of the job, the same on every one.")
+    if endpoint is not None:
+        host, colon, port = endpoint.rpartition(":")
+        if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            fail(f"--rdzv-endpoint {endpoint}: give HOST:PORT, e.g. node001:29500 (a port from 1 to 65535).")
+    if not str(getattr(args, "rdzv_id", "x") or ""):
+        fail("--rdzv-id is empty; give the job an id (the same on every machine).")
+    args.nproc_per_node, args.nproc = args.nproc, args.nproc * nnodes
 
 
 def check_checkpoint_options(args: argparse.Namespace) -> None:
@@ -317,7 +353,7 @@ def run_worker(args: argparse.Namespace, prog: str, body: Callable[[int, int, in
     from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
 
     from ..errors import DynScaleError
-    from ..training.failure import install_stop_report, is_transport_error, publish_failure, say
+    from ..training.failure import install_stop_report, is_transport_error, publish_failure, say, stop_heartbeat
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     args._rank_label = f" (rank {rank})"
@@ -339,6 +375,7 @@ def run_worker(args: argparse.Namespace, prog: str, body: Callable[[int, int, in
         return report_runtime_failure(rank, world, exc, args.timeout, prog)
     finally:
         args._stop_heartbeat()
+        stop_heartbeat()  # the one the process group's set-up started (every subcommand's)
         if dist.is_initialized():
             gc.collect()  # objects holding collectives' threads (DDP's reducer) go while the group exists
             with contextlib.suppress(Exception):
@@ -358,29 +395,36 @@ def report_runtime_failure(rank: int, world: int, exc: BaseException, timeout: O
     torchrun's ``SIGTERM``); else publish and report ours."""
     from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
 
-    from ..training.failure import (HEARTBEAT_SECONDS, SILENT_BEATS, RankNotAnsweringError, diagnose_peers,
-                                       is_transport_error, launcher_gone, local_pid, publish_failure,
-                                       report_launcher_gone, say)
+    from ..training.failure import (HEARTBEAT_SECONDS, SILENT_BEATS, PeerFailedError, RankNotAnsweringError,
+                                       diagnose_peers, failure_text, is_transport_error, launcher_gone, local_pid,
+                                       nodes, publish_failure, ranks_label, report_launcher_gone, say)
 
     if launcher_gone():  # a peer ended on the parent-death signal first; the store died with the launcher
         report_launcher_gone(prog, rank)
     if is_transport_error(exc):
         other, silent = diagnose_peers(rank, world)
         if other is not None:
-            say(f"{prog} (rank {rank}): stopping: rank {other[0]} failed: {other[1]}")
+            say(f"{prog} (rank {rank}): stopping: {failure_text(*other)}")
+            if nodes() > 1:  # this machine's launcher names the rank and node that failed, not this one
+                ErrorHandler().record_exception(PeerFailedError(other[0], other[1]))
             return 1
         if silent:
-            waited = f"--timeout {timeout:g} s" if timeout is not None else "the collective timeout"
-            detail = (f"no heartbeat for {SILENT_BEATS * HEARTBEAT_SECONDS:g} s after rank {rank} waited {waited} "
-                      "for it (stopped, hung, or its machine is gone)")
+            if nodes() > 1 and not _timed_out(exc):  # another machine's ranks closed their connections
+                waited = "lost its connection to it"
+            else:
+                waited = "waited " + (f"--timeout {timeout:g} s" if timeout is not None else "the collective timeout")
+                waited += " for it"
+            detail = (f"no heartbeat for {SILENT_BEATS * HEARTBEAT_SECONDS:g} s after rank {rank} {waited} "
+                      "(stopped, hung, or its machine is gone)")
             here = {r: pid for r in silent if (pid := local_pid(r)) is not None}
             if here:
                 detail += f"; ending it with SIGKILL (pid {', '.join(map(str, here.values()))})"
+            who = ranks_label(silent)
             # published, recorded and printed before the kill: torchrun stops this rank as soon as it sees the
             # silent one die, and the others must read the cause by then
             for r in silent:
-                publish_failure(r, str(RankNotAnsweringError(r, detail)))
-            err = RankNotAnsweringError(silent[0], detail)
+                publish_failure(r, str(RankNotAnsweringError(r, detail, who)))
+            err = RankNotAnsweringError(silent[0], detail, who)
             ErrorHandler().record_exception(err)
             say(f"{prog} (rank {rank}): stopping: {err}")
             for pid in here.values():
@@ -396,3 +440,10 @@ def report_runtime_failure(rank: int, world: int, exc: BaseException, timeout: O
     traceback.print_exc()
     say(f"{prog}: error (rank {rank}): {cause}")
     return 1
+
+
+def _timed_out(exc: BaseException) -> bool:
+    """Whether ``exc`` is a collective that waited out its timeout (rather than a connection that closed)."""
+    text = f"{type(exc).__name__}: {exc}"
+    return isinstance(exc, TimeoutError) or any(t in text for t in ("Timed out", "timed out", "Socket Timeout",
+                                                                       "Watchdog caught collective"))

@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import sys
 from dataclasses import dataclass
 from datetime import timedelta
@@ -100,20 +101,46 @@ def bind_device(device: str) -> Optional[Any]:
 
 
 # ------------------------------------------------------------------ launching
+#: The machines of a launch (:func:`launch_workers`): launcher-only too, stripped from the workers' options.
+MACHINE_OPTIONS = ("--nnodes", "--rdzv-endpoint", "--rdzv-id")
+
+
 def worker_argv(argv: list) -> list:
-    """``argv`` without the launcher-only options (:data:`LAUNCHER_OPTIONS`)."""
+    """``argv`` without the launcher-only options (:data:`LAUNCHER_OPTIONS`, :data:`MACHINE_OPTIONS`)."""
+    launcher_only = tuple(LAUNCHER_OPTIONS) + MACHINE_OPTIONS
     out, skip = [], False
     for a in argv:
         if skip:
             skip = False
             continue
-        if a in LAUNCHER_OPTIONS:
+        if a in launcher_only:
             skip = True
             continue
-        if any(a.startswith(o + "=") for o in LAUNCHER_OPTIONS):
+        if any(a.startswith(o + "=") for o in launcher_only):
             continue
         out.append(a)
     return out
+
+
+def _per_node(args: argparse.Namespace) -> int:
+    """This machine's processes (``--nproc``; with ``--nnodes``, ``args.nproc`` is the job's after the checks,
+    :func:`~pyg_dynscale.commands.job.check_launch_options`)."""
+    per_node = getattr(args, "nproc_per_node", None)
+    return per_node if per_node is not None else args.nproc
+
+
+def torchrun_argv(args: argparse.Namespace) -> list:
+    """The ``torch.distributed.run`` command line of a launch: ``--standalone`` on one machine; with
+    ``--nnodes M``, torchrun's c10d rendezvous at ``--rdzv-endpoint`` (every machine runs the same command;
+    the rendezvous numbers the machines, as torchrun's ``--node-rank`` is for its static rendezvous only)."""
+    nnodes = getattr(args, "nnodes", None)
+    if nnodes is None:
+        where = ["--standalone"]
+    else:
+        where = ["--nnodes", str(nnodes), "--rdzv-backend", "c10d", "--rdzv-endpoint", args.rdzv_endpoint,
+                 "--rdzv-id", args.rdzv_id]
+    return where + ["--nproc-per-node", str(_per_node(args)), "--max-restarts", str(args.max_restarts),
+                    "--monitor-interval", "0.2", "-m", "pyg_dynscale"] + worker_argv(args._argv)
 
 
 def launch_workers(args: argparse.Namespace) -> int:
@@ -125,14 +152,14 @@ def launch_workers(args: argparse.Namespace) -> int:
     ``128 + signal``, no traceback)."""
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed import DistStoreError
+    from torch.distributed.elastic.rendezvous.api import RendezvousError
     from torch.distributed.run import get_args_parser
     from torch.distributed.run import run as torchrun
 
     from ..training.failure import LAUNCHER_PID_ENV
 
-    targs = get_args_parser().parse_args(
-        ["--standalone", "--nproc-per-node", str(args.nproc), "--max-restarts", str(args.max_restarts),
-         "--monitor-interval", "0.2", "-m", "pyg_dynscale"] + worker_argv(args._argv))
+    targs = get_args_parser().parse_args(torchrun_argv(args))
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
     # the workers check that their parent is still this process once their parent-death signal is set
     os.environ[LAUNCHER_PID_ENV] = str(os.getpid())
@@ -143,15 +170,36 @@ def launch_workers(args: argparse.Namespace) -> int:
     except ChildFailedError as exc:
         rank, exitcode, cause = _job_failure(exc)
         print(f"{PROG}: error: {cause}" if rank is None else
-              f"{PROG}: error: rank {rank} failed (exit code {exitcode}): {cause}", file=sys.stderr)
+              f"{PROG}: error: {_rank_here(rank)} failed (exit code {exitcode}): {cause}", file=sys.stderr)
         return 2 if exitcode == 2 else 1
     except SignalException as exc:  # torchrun's handler raises it in this thread; it has stopped the workers
         name = _signal_name(int(exc.sigval))
-        print(f"{PROG}: error: stopped by {name}: the launcher stopped its {args.nproc} worker(s); "
+        print(f"{PROG}: error: stopped by {name}: the launcher stopped its {_per_node(args)} worker(s); "
               "with --checkpoint-dir DIR, rerun with --resume to continue from the newest checkpoint.",
               file=sys.stderr, flush=True)
         return 128 + int(exc.sigval)
+    except (RendezvousError, DistStoreError) as exc:
+        # the machines never met (a wrong endpoint, a machine missing), or the job ended on another machine while
+        # this one waited for the next round
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        where = (f"at {args.rdzv_endpoint} (--rdzv-id {args.rdzv_id})" if getattr(args, "nnodes", None) is not None
+                 else "of this machine's workers")
+        print(f"{PROG}: error: the rendezvous {where} failed: {first}", file=sys.stderr, flush=True)
+        return 1
     return 0
+
+
+#: The node (the rendezvous' rank of this machine's agent), the number of nodes and this machine's name, of
+#: the latest attempt this process launched (set by :func:`_reporting_agent`'s agent).
+_launched: dict = {}
+
+
+def _rank_here(rank: int) -> str:
+    """A rank of this machine in the launcher's lines: ``"rank 2"``, on several machines
+    ``"rank 2 (node 1, host h)"``."""
+    if _launched.get("nodes", 1) <= 1:
+        return f"rank {rank}"
+    return f"rank {rank} (node {_launched['node']}, host {_launched['host']})"
 
 
 class _DropAgentWarnings:
@@ -208,10 +256,26 @@ def _reporting_agent(base: type) -> type:
     from torch.distributed.elastic.agent.server.api import WorkerState
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
-    from ..training.failure import say
+    from ..training.failure import ROUND_ENV, say
 
     class RestartReportingAgent(base):  # type: ignore[misc, valid-type]
         _failed_attempts = 0
+
+        # the rendezvous of an attempt. torch (2.13) publishes the address of the workers' store (hosted by the
+        # agent the rendezvous numbers 0) into the first round's keys only, so an agent that joins a later round
+        # for the first time -- a machine's agent started again after it was lost -- waits for them until it
+        # times out; node 0's agent publishes them into every round's keys
+        def _rendezvous(self, worker_group: Any) -> Any:
+            _publish_store_address(worker_group.spec.rdzv_handler)
+            return super()._rendezvous(worker_group)
+
+        # the method that starts an attempt's workers, after the rendezvous: their round token first (every
+        # machine's agent reads the same one from the round's store, :func:`round_token`), and where they run
+        def _start_workers(self, worker_group: Any) -> Any:
+            os.environ[ROUND_ENV] = round_token(worker_group.store)
+            _launched.update(node=worker_group.group_rank, nodes=worker_group.group_world_size,
+                             host=socket.gethostname())
+            return super()._start_workers(worker_group)
 
         # the method SimpleElasticAgent leaves to its implementations: its result decides a restart (a failed
         # or unhealthy group, while restarts are left) or the end of the job
@@ -229,6 +293,37 @@ def _reporting_agent(base: type) -> type:
     return RestartReportingAgent
 
 
+def _publish_store_address(handler: Any) -> None:
+    """Wrap ``handler.next_rendezvous`` (once) so that the agent numbered 0 writes the workers' store
+    address (``RendezvousStoreInfo``'s keys) into every round's store, as torch does in the first round."""
+    if getattr(handler, "_pyg_dynscale_publishes", False):
+        return
+    from torch.distributed.elastic.rendezvous.api import RendezvousStoreInfo
+
+    inner = handler.next_rendezvous
+
+    def next_rendezvous() -> Any:
+        info = inner()
+        boot = getattr(info, "bootstrap_store_info", None)
+        if info.rank == 0 and boot is not None:
+            info.store.set(RendezvousStoreInfo.MASTER_ADDR_KEY, boot.master_addr.encode())
+            info.store.set(RendezvousStoreInfo.MASTER_PORT_KEY, str(boot.master_port).encode())
+        return info
+
+    handler.next_rendezvous = next_rendezvous
+    handler._pyg_dynscale_publishes = True
+
+
+def round_token(store: Any) -> str:
+    """A token drawn once per rendezvous round: the first agent of the round to ask sets it in the round's
+    store (torchrun's agents share one store per round; its keys are the round's own), the others read
+    that one. The workers name their keys by it (:func:`~pyg_dynscale.training.failure.job_round`)."""
+    import uuid
+
+    value = store.compare_set("pyg_dynscale/round", "", uuid.uuid4().hex)
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 def restart_line(failure: Optional[tuple[Optional[int], int, str]], attempt: int, attempts: int) -> str:
     """The launcher's line for a restart: ``failure`` is :func:`_job_failure`'s
     ``(rank, exit code, cause)`` of the failed attempt (``None``: torchrun
@@ -241,8 +336,8 @@ def restart_line(failure: Optional[tuple[Optional[int], int, str]], attempt: int
     if rank is None:
         return f"{PROG}: {cause}; {then}"
     if exitcode < 0:
-        return f"{PROG}: rank {rank} died ({_signal_name(-exitcode)}); {then}"
-    return f"{PROG}: rank {rank} failed (exit code {exitcode}): {cause}; {then}"
+        return f"{PROG}: {_rank_here(rank)} died ({_signal_name(-exitcode)}); {then}"
+    return f"{PROG}: {_rank_here(rank)} failed (exit code {exitcode}): {cause}; {then}"
 
 
 def _signal_name(signum: int) -> str:
@@ -262,9 +357,18 @@ def _job_failure(exc: Any) -> tuple[Optional[int], int, str]:
 
     first_rank, first = exc.get_first_failure()
     for rank, failure in sorted(exc.failures.items()):
-        m = re.search(r"RankNotAnsweringError: (rank (\d+) stopped answering.*)", _failure_cause(failure))
+        m = re.search(r"RankNotAnsweringError: ((?:rank|node) \d+.*? stopped answering.*)", _failure_cause(failure))
         if m:
-            return None, failure.exitcode, f"{m.group(1)} (noticed by rank {rank})"
+            return None, failure.exitcode, f"{m.group(1)} (noticed by {_rank_here(rank)})"
+    # a rank of another machine failed (it published its cause; the ranks here only stopped): name it
+    peers = {rank: re.search(r"PeerFailedError: (.*)", _failure_cause(f)) for rank, f in exc.failures.items()}
+    own = {rank: f for rank, f in exc.failures.items() if peers[rank] is None}
+    if own:
+        first_rank = min(own, key=lambda r: own[r].timestamp)
+        first = own[first_rank]
+    else:
+        rank = min(peers)
+        return None, exc.failures[rank].exitcode, f"{peers[rank].group(1)} (noticed by {_rank_here(rank)})"
     return first_rank, first.exitcode, _failure_cause(first)
 
 
@@ -291,6 +395,8 @@ def init_torchrun_group(rank: int, world: int, timeout: timedelta, backend: str 
     entries published there."""
     import torch.distributed as dist
 
+    from ..training.failure import job_round, start_heartbeat
+
     device_id = bind_device(device)
     extra = {"device_id": device_id} if backend == "nccl" else {}
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
@@ -298,6 +404,9 @@ def init_torchrun_group(rank: int, world: int, timeout: timedelta, backend: str 
         return
     base = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, is_master=False,
                          timeout=timeout)
-    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    store = dist.PrefixStore(f"pyg_dynscale/attempt_{attempt}", base)
+    # the attempt's namespace is the same on every machine (a node's agent replaced after a failure counts its
+    # restarts from 0 again: job_round, not TORCHELASTIC_RESTART_COUNT)
+    store = dist.PrefixStore(f"pyg_dynscale/attempt_{job_round()}", base)
     dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout, **extra)
+    # from here on a rank that stops answering can be told from one that is only slow (every subcommand)
+    start_heartbeat(rank)

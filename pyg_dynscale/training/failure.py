@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import signal
 import socket
 import sys
@@ -37,10 +38,15 @@ import torch.distributed as dist
 
 __all__ = ["publish_failure", "failure_of_others", "is_transport_error", "install_stop_report",
            "die_with_launcher", "launcher_pid", "launcher_gone", "report_launcher_gone", "start_heartbeat",
-           "diagnose_peers", "local_pid", "RankNotAnsweringError", "LAUNCHER_PID_ENV", "HEARTBEAT_SECONDS"]
+           "stop_heartbeat", "diagnose_peers", "local_pid", "RankNotAnsweringError", "PeerFailedError",
+           "LAUNCHER_PID_ENV", "ROUND_ENV", "HEARTBEAT_SECONDS", "job_round", "failure_text", "nodes", "node_of",
+           "rank_label", "ranks_label"]
 
 #: Set by ``pyg-dynscale train --nproc`` for its workers: the pid of the launcher they must not outlive.
 LAUNCHER_PID_ENV = "PYG_DYNSCALE_LAUNCHER_PID"
+#: Set by ``pyg-dynscale train --nproc`` (one machine or ``--nnodes``) for its workers: a token every node's
+#: workers of one rendezvous round share, and no other round has (:func:`job_round`).
+ROUND_ENV = "PYG_DYNSCALE_ROUND"
 #: Seconds between two heartbeats of a rank.
 HEARTBEAT_SECONDS = 1.0
 #: A rank is silent when its counter did not move for this many heartbeats (margin for a loaded machine).
@@ -48,13 +54,67 @@ SILENT_BEATS = 3
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
-def _attempt() -> str:
-    # per torchrun attempt: a restarted job must not read the previous attempt's keys
+def job_round() -> str:
+    """The namespace of this attempt's keys in torchrun's store, the same on every rank of the attempt.
+
+    A restarted job must not read the previous attempt's keys (its failures, heartbeats, process-group
+    entries). ``TORCHELASTIC_RESTART_COUNT`` counts the restarts of *this machine's* agent: on several
+    machines it differs between nodes after a membership change (a node's agent replaced after it died counts
+    from 0 again; an agent that restarted for a new node's arrival does not count that restart), and the ranks
+    of one attempt would wait for each other in different namespaces. ``pyg-dynscale train --nproc``'s agent
+    therefore hands its workers a token drawn once per rendezvous round (:data:`ROUND_ENV`); under a plain
+    ``torchrun`` the restart count is used (exact on one machine and when all agents restart together)."""
+    token = os.environ.get(ROUND_ENV)
+    if token:
+        return f"round-{token}"
     return os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+
+
+def _attempt() -> str:
+    return job_round()
 
 
 def _key(rank: int) -> str:
     return f"pyg_dynscale/failure/{_attempt()}/{rank}"
+
+
+# ------------------------------------------------------------------ nodes
+def nodes() -> int:
+    """How many machines (torchrun agents) the job runs on: ``GROUP_WORLD_SIZE``, 1 outside torchrun."""
+    try:
+        return max(1, int(os.environ.get("GROUP_WORLD_SIZE", "1")))
+    except ValueError:
+        return 1
+
+
+def node_of(rank: int) -> Optional[tuple[int, str]]:
+    """``(node, host)`` of rank ``rank`` as it published them with its heartbeat (:func:`start_heartbeat`):
+    its agent's rank in torchrun's rendezvous (``GROUP_RANK``) and its host name; ``None`` if unknown."""
+    store = _agent_store()
+    if store is None:
+        return None
+    try:
+        host, _pid, node = store.get(_beat_key("where", rank)).decode().split("\n")[:3]
+        return int(node), host
+    except Exception:
+        return None
+
+
+def rank_label(rank: int) -> str:
+    """``"rank 2"``; on several machines ``"rank 2 (node 1, host h)"`` (one machine: no node to name)."""
+    where = node_of(rank) if nodes() > 1 else None
+    return f"rank {rank}" if where is None else f"rank {rank} (node {where[0]}, host {where[1]})"
+
+
+def ranks_label(ranks: list[int]) -> str:
+    """Who ``ranks`` are, for a line that says they stopped: on several machines, ranks that share a node
+    are named by their node (``"node 1 (host h: ranks 2, 3)"``, a machine or its agent gone), else
+    ``rank_label(ranks[0])``."""
+    if nodes() > 1 and len(ranks) > 1:
+        where = [node_of(r) for r in ranks]
+        if where[0] is not None and all(w == where[0] for w in where):
+            return f"node {where[0][0]} (host {where[0][1]}: ranks {', '.join(map(str, ranks))})"
+    return rank_label(ranks[0])
 
 
 #: Substrings of gloo/c10d errors that mean "a peer is gone", not a cause of their own.
@@ -66,12 +126,34 @@ TRANSPORT_ERRORS = ("Connection reset", "Connection closed", "Broken pipe", "Soc
 
 class RankNotAnsweringError(RuntimeError):
     """Rank ``rank`` stopped answering (its heartbeat stood still while a
-    peer's collective timed out): the cause of the failure, not the peer that
-    noticed it. The launcher recognizes the message by its class name."""
+    peer's collective timed out or lost its connection): the cause of the
+    failure, not the peer that noticed it. The launcher recognizes the message
+    by its class name. ``who`` names it (default ``"rank <rank>"``; on several
+    machines its node, :func:`ranks_label`)."""
 
-    def __init__(self, rank: int, detail: str) -> None:
+    def __init__(self, rank: int, detail: str, who: Optional[str] = None) -> None:
         self.rank = rank
-        super().__init__(f"rank {rank} stopped answering: {detail}")
+        super().__init__(f"{who or f'rank {rank}'} stopped answering: {detail}")
+
+
+def failure_text(rank: int, cause: str) -> str:
+    """Rank ``rank``'s published failure as a peer says it: ``"rank 2 failed: <cause>"`` (on several
+    machines with its node, :func:`rank_label`), or the cause alone when it names who failed itself (a rank or
+    node that stopped answering, published for it by the rank that noticed)."""
+    if re.match(r"(rank|node) \d+.*? stopped answering: ", cause):
+        return cause
+    return f"{rank_label(rank)} failed: {cause}"
+
+
+class PeerFailedError(RuntimeError):
+    """Recorded by a rank that stopped because rank ``rank`` on another machine
+    published a failure: that machine's launcher names the cause, and this
+    one's names the same rank and node instead of the rank that only stopped
+    (the launcher recognizes the message by its class name)."""
+
+    def __init__(self, rank: int, cause: str) -> None:
+        self.rank = rank
+        super().__init__(failure_text(rank, cause))
 
 
 def say(line: str) -> None:
@@ -227,7 +309,7 @@ def install_stop_report(rank: int, world_size: int, prefix: str) -> None:
         if not store_ok and launcher_pid() is not None:  # the launcher hosts the store: it is dying
             report_launcher_gone(prefix, rank)
         if other is not None:
-            say(f"{prefix} (rank {rank}): stopping: rank {other[0]} failed: {other[1]}")
+            say(f"{prefix} (rank {rank}): stopping: {failure_text(*other)}")
         elif launcher_pid() is None:
             say(f"{prefix} (rank {rank}): stopping: the launcher stopped the job")
         os._exit(128 + signum)
@@ -262,12 +344,15 @@ def start_heartbeat(rank: int, interval: float = HEARTBEAT_SECONDS) -> Callable[
         a function that stops the heartbeat (a no-op outside torchrun's
         agent-store mode, where there is no store that outlives the ranks).
     """
+    if _heartbeat.get("rank") == rank:  # started already (the process group's set-up starts it)
+        return _heartbeat["stop"]
     store = _agent_store()
     if store is None:
         return lambda: None
     stop = threading.Event()
     try:
-        store.set(_beat_key("where", rank), f"{socket.gethostname()}\n{os.getpid()}")
+        store.set(_beat_key("where", rank),
+                  f"{socket.gethostname()}\n{os.getpid()}\n{os.environ.get('GROUP_RANK', '0')}")
         store.add(_beat_key("beat", rank), 1)
     except Exception:
         return lambda: None
@@ -279,8 +364,30 @@ def start_heartbeat(rank: int, interval: float = HEARTBEAT_SECONDS) -> Callable[
             except Exception:  # the agent is gone: nothing left to tell
                 return
 
-    threading.Thread(target=beat, name="pyg_dynscale-heartbeat", daemon=True).start()
-    return stop.set
+    thread = threading.Thread(target=beat, name="pyg_dynscale-heartbeat", daemon=True)
+    thread.start()
+
+    def stop_beating() -> None:
+        # joined: a daemon thread still inside a store call when the interpreter exits aborts the process
+        # ("terminate called without an active exception", SIGABRT)
+        stop.set()
+        if thread is not threading.current_thread():
+            thread.join(timeout=10)
+        _heartbeat.clear()
+
+    _heartbeat.update(rank=rank, stop=stop_beating)
+    return stop_beating
+
+
+def stop_heartbeat() -> None:
+    """Stop this process's heartbeat, if it beats (:func:`start_heartbeat`), and wait for its thread."""
+    stop = _heartbeat.get("stop")
+    if stop is not None:
+        stop()
+
+
+#: this process's heartbeat: ``rank`` and ``stop`` once started (one per process)
+_heartbeat: dict = {}
 
 
 def diagnose_peers(me: int, world_size: int, window: float = SILENT_BEATS * HEARTBEAT_SECONDS
@@ -324,7 +431,7 @@ def local_pid(rank: int) -> Optional[int]:
     if store is None:
         return None
     try:
-        host, pid_text = store.get(_beat_key("where", rank)).decode().split("\n")
+        host, pid_text = store.get(_beat_key("where", rank)).decode().split("\n")[:2]
         pid = int(pid_text)
         if host != socket.gethostname() or pid == os.getpid():
             return None

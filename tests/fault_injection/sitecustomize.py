@@ -71,3 +71,30 @@ if _progress and os.environ.get("RANK") is not None:
         return loss
 
     DistributedTrainer.train_epoch = _counted
+
+# PYG_DYNSCALE_TEST_HOLD="<rank>:<epoch>": that rank stops at the start of that (1-based) epoch and waits there
+# until it is killed (every attempt of the processes that have it set: a test sets it for the agent it kills), so
+# a test that waits for the checkpoint before that epoch knows the job is not past it (no guessed sleeps).
+_hold = os.environ.get("PYG_DYNSCALE_TEST_HOLD")
+if _hold and os.environ.get("RANK") is not None and int(os.environ["RANK"]) == int(_hold.split(":")[0]):
+    _hold_epoch = int(_hold.split(":")[1])
+
+    def _holding(cls, done):
+        inner = cls.train_epoch
+
+        def held(self):
+            if done(self) + 1 == _hold_epoch:
+                import threading
+
+                threading.Event().wait()  # until killed (the SIGTERM of a dying agent ends the process)
+            return inner(self)
+
+        cls.train_epoch = held
+
+    from pyg_dynscale.ctdg import MemoryTrainer as _MT
+    from pyg_dynscale.distributed.trainer import DistributedTrainer as _DT
+    from pyg_dynscale.windows import WindowTrainer as _WT
+
+    _holding(_DT, lambda self: len(self.epoch_seconds))
+    _holding(_MT, lambda self: self.epoch)
+    _holding(_WT, lambda self: self.epoch)
