@@ -129,7 +129,8 @@ def _append(app: SignalAppender, sig_args: tuple, t: int, allow_nonfinite: bool)
     try:
         sig = DynamicGraphSignal(*sig_args, dtype=torch.float32, allow_nonfinite=allow_nonfinite)
     except SignalValidationError as exc:
-        raise SignalValidationError(exc.field.replace("[0]", f"[{t}]"), exc.problem, exc.fix) from None
+        raise SignalValidationError(exc.field.replace("[0]", f"[{t}]"), exc.problem.replace("snapshot 0 ", f"snapshot {t} "),
+                                    exc.fix) from None
     app.append(sig)
 
 

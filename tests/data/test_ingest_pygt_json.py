@@ -1,0 +1,134 @@
+"""The PyGT JSON chunked reader (data/ingest/pygt_json.py, json_stream.py): member by member it
+gives load_pygt_json's signal exactly, the same errors (a malformed file's position included),
+refuses the series datasets with the way to a store, and holds one member at a time."""
+from __future__ import annotations
+
+import gzip
+import io
+import json
+
+import numpy as np
+import pytest
+
+from pyg_dynscale.data import DynamicGraphSignal, ingest_pygt_json
+from pyg_dynscale.data.ingest.json_stream import JsonStream
+from pyg_dynscale.data.loaders import DatasetFormatError, load_pygt_json
+from pyg_dynscale.errors import SignalValidationError, UnsupportedOptionError
+from tests.helpers.datasets import dataset_file
+from tests.helpers.ingest_files import leftovers, peak_numpy_bytes
+
+
+@pytest.mark.parametrize("name,opts", [
+    ("pygt/twitter_tennis_rg17.json", {}),
+    ("pygt/twitter_tennis_rg17.json", dict(N=300, feature_mode=None, target_offset=3)),
+    ("pygt/twitter_tennis_rg17.json", dict(feature_mode="diagonal", N=50)),
+    ("england_covid", {}),                      # the embedded gzip copy; its days come in no order
+    ("england_covid", dict(lags=3)),
+])
+def test_member_by_member_is_load_pygt_json(tmp_path, name, opts):
+    src = name if "/" not in name else dataset_file(name)
+    a = load_pygt_json(src, **opts)
+    b = ingest_pygt_json(src, tmp_path / "store", read_chars=4099, **opts)  # a snapshot spans several reads
+    assert a.equals(b)
+    assert a.equals(DynamicGraphSignal.load(str(tmp_path / "store")))
+
+
+@pytest.mark.parametrize("text", ['{"a": [1,2,}', '{"a": 1 "b": 2}', '{"a": 1} x', '{"a": 12',
+                                  '{"abcdefghijklmnop": [1, 2, 3, 4, 5, 6, 7], "b": [1,\n 2,, 3]}', '{"a": 1,}', "{"])
+def test_json_stream_reports_malformed_json_as_json_does(text):
+    with pytest.raises(json.JSONDecodeError) as expected:
+        json.loads(text)
+    with pytest.raises(DatasetFormatError) as got:
+        list(JsonStream(io.BytesIO(text.encode()), "f.json", read_chars=16).walk(lambda p: True))
+    assert f"({expected.value})" in str(got.value)
+
+
+def test_json_stream_walks_what_json_loads(tmp_path):
+    doc = {"0": {"edges": [[0, 1], [1, 2]], "y": [1.5, 2.25e-3], "s": "x"}, "n": 12345678901234, "e": {},
+           "edge_mapping": {"edge_index": {"3": [[1, 1]], "1": []}}, "l": [{"a": 1}, None, True]}
+    walked = {}
+    for path, value in JsonStream(io.BytesIO(json.dumps(doc).encode()), "f", read_chars=16).walk(
+            lambda p: len(p) == 1 or (len(p) == 2 and p[0] == "edge_mapping")):
+        node = walked
+        for k in path[:-1]:
+            node = node.setdefault(k, {})
+        node[path[-1]] = value
+    doc.pop("e")  # an empty object has no members to yield
+    assert walked == doc
+
+
+def _tennis(T, V, E, seed=0):
+    rng = np.random.default_rng(seed)
+    doc = {}
+    for t in range(T):
+        doc[str(t)] = {"index": t, "edges": rng.integers(0, V, (E, 2)).tolist(), "weights": rng.integers(1, 5, E).tolist(),
+                       "y": rng.integers(0, 9, V).tolist(), "X": np.column_stack([rng.integers(0, 40, V), rng.random(V)]).tolist()}
+    doc["time_periods"] = T
+    doc["node_ids"] = {str(i): i for i in range(V)}
+    return doc
+
+
+@pytest.mark.parametrize("damage,error,pattern", [
+    ("missing_y", DatasetFormatError, r"\['7'\]\['y'\].*is missing"),
+    ("missing_snapshot", DatasetFormatError, r"key '9': is missing"),
+    ("weights", DatasetFormatError, r"\['4'\]\['weights'\].*entries for"),
+    ("ragged_x", DatasetFormatError, r"\['2'\]\['X'\].*not a rectangular"),
+    ("edge_out_of_range", SignalValidationError, r"edge_indices\[5\]"),
+    ("time_periods", DatasetFormatError, r"time_periods"),
+])
+def test_bad_files_raise_what_load_pygt_json_raises(tmp_path, damage, error, pattern):
+    doc = _tennis(12, 30, 20)
+    if damage == "missing_y":
+        del doc["7"]["y"]
+    elif damage == "missing_snapshot":
+        del doc["9"]
+    elif damage == "weights":
+        doc["4"]["weights"].pop()
+    elif damage == "ragged_x":
+        doc["2"]["X"][3] = [1.0]
+    elif damage == "edge_out_of_range":
+        doc["5"]["edges"][0] = [0, 31]
+    else:
+        doc["time_periods"] = "twelve"
+    path = tmp_path / "twitter_tennis_rg17.json"
+    path.write_text(json.dumps(doc))
+    opts = dict(dataset="twitter_tennis", feature_mode=None)
+    with pytest.raises(error, match=pattern) as in_memory:
+        load_pygt_json(path, **opts)
+    with pytest.raises(error, match=pattern) as chunked:
+        ingest_pygt_json(path, tmp_path / "store", read_chars=512, **opts)
+    assert str(chunked.value) == str(in_memory.value)
+    assert leftovers(tmp_path, keep={path.name}) == []
+
+
+def test_malformed_json_is_refused_as_load_pygt_json_refuses_it(tmp_path):
+    text = json.dumps(_tennis(4, 10, 5))
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(gzip.compress((text[:5000] + "," + text[5000:]).encode()))
+    with pytest.raises(DatasetFormatError, match="JSON: is malformed") as in_memory:
+        load_pygt_json(path, dataset="twitter_tennis")
+    with pytest.raises(DatasetFormatError, match="JSON: is malformed") as chunked:
+        ingest_pygt_json(path, tmp_path / "store", dataset="twitter_tennis", read_chars=100)
+    assert str(chunked.value) == str(in_memory.value)
+
+
+def test_series_datasets_are_refused_with_the_way_to_a_store(tmp_path):
+    with pytest.raises(UnsupportedOptionError, match=r"'chickenpox'.*save_signal_store\(load_pygt_json"):
+        ingest_pygt_json(dataset_file("pygt/chickenpox.json"), tmp_path / "store")
+    with pytest.raises(UnsupportedOptionError, match="'pedalme'"):
+        ingest_pygt_json(dataset_file("pygt/pedalme_london.json"), tmp_path / "store", dataset="pedalme")
+    assert leftovers(tmp_path) == []
+
+
+def test_memory_holds_one_snapshot_not_the_file(tmp_path):
+    # 150 snapshots of 300 vertices and 400 edges: ~3.5 MB of JSON; one snapshot is ~1/150 of it
+    path = tmp_path / "twitter_tennis_rg17.json"
+    path.write_text(json.dumps(_tennis(150, 300, 400)))
+    opts = dict(feature_mode=None)
+    peak = peak_numpy_bytes(lambda: ingest_pygt_json(path, tmp_path / "store", read_chars=1 << 16, **opts))
+    whole = peak_numpy_bytes(lambda: load_pygt_json(path, **opts))
+    # a snapshot's decoded members (Python lists: ~60 B a number, 2,200 numbers), the read buffers, the copy/hash buffers
+    bound = 2_000_000
+    assert peak < bound, (peak, bound)
+    assert whole > 3 * bound, (whole, bound)
+    assert load_pygt_json(path, **opts).equals(DynamicGraphSignal.load(str(tmp_path / "store")))
