@@ -88,6 +88,11 @@ def _cat(parts: list[Tensor]) -> Tensor:
     return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.long)
 
 
+def _sorted_unique(x: Tensor) -> Tensor:
+    """``torch.unique`` (sorted), by one sort: faster on the host."""
+    return torch.unique_consecutive(torch.sort(x).values)
+
+
 def _fingerprint(part: Partition) -> str:
     """A digest of the owner arrays (read in place): ranks that partition differently disagree here."""
     h = hashlib.blake2b(digest_size=16)
@@ -105,7 +110,7 @@ def _edge_requests(edge_index: Tensor, owner: Tensor, r: int, N: int) -> Tensor:
         u, v = edge_index[0, a:b], edge_index[1, a:b]
         m = (owner[v] == r) & (owner[u] != r)
         keys.append(owner[u[m]] * max(N, 1) + u[m])
-    return torch.unique(_cat(keys))
+    return _sorted_unique(_cat(keys))
 
 
 def _moved_requests(have: Tensor, src: Tensor, r: int, N: int) -> Tensor:
@@ -117,60 +122,79 @@ def _moved_requests(have: Tensor, src: Tensor, r: int, N: int) -> Tensor:
     return torch.sort(_cat(keys)).values
 
 
+def _chunk_sequences(starts: Tensor, a: int, b: int) -> tuple[Tensor, Tensor, int, int]:
+    """For positions ``[a, b)`` of ``sequence_order``: whether each starts a
+    sequence, the sequence of each, and the range ``[lo, hi)`` of the
+    sequences starting there (``starts``: ``sequence_ptr[:-1]``)."""
+    lo, hi = int(torch.searchsorted(starts, a)), int(torch.searchsorted(starts, b))
+    first = torch.zeros(b - a, dtype=torch.bool)
+    first[starts[lo:hi] - a] = True
+    return first, torch.cumsum(first.long(), 0) + (lo - 1), lo, hi
+
+
 class _Sequences:
     r"""Rank :math:`r`'s view of the temporal sequences, from chunked scans
-    of ``sequence_order``.
+    of ``sequence_order`` (positions :math:`p`; a node's sequence holds its
+    vertex's appearances in time order).
 
     Attributes:
-        mine (Tensor): positions (in ``sequence_order``) of the nodes of
-            :math:`Q_r`, ascending.
+        mine (Tensor): positions of the nodes of :math:`Q_r`, ascending.
         seq_of_mine (Tensor): their sequence.
         last (Tensor): ``[S]`` the last :math:`Q_r` position of each
             sequence (``-1``: none).
 
-    With ``depth``: the round of every node of :math:`Q_r` and of the
-    appearance before each (:meth:`depth_of`). The round of position
-    :math:`p` is :math:`C(p) - C(\text{start of its sequence})`, with
-    :math:`C` the running count of time-owner changes between consecutive
-    positions of one sequence: owners only, which every rank holds.
+    With ``depth`` (a recurrent block), the rounds: with :math:`C(p)` the
+    running count of time-owner changes between consecutive positions, the
+    round of :math:`p` is :math:`C(p) - C(\text{its sequence's start})`
+    (owners only, which every rank holds). Kept: ``q_gid`` / ``q_depth``,
+    :math:`Q_r` sorted by gid and their rounds, and ``recurrent_keys`` /
+    ``recurrent_depth``, the rows the rank receives in the recurrent
+    exchange (each previous appearance of a :math:`Q_r` node owned
+    elsewhere, as sorted ``src * N + gid``) and their rounds.
     """
 
     def __init__(self, sg: Any, town: Tensor, r: int, depth: bool) -> None:
         order, ptr = sg.sequence_order, sg.sequence_ptr
         N, S = order.numel(), ptr.numel() - 1
+        n = max(N, 1)
         self.order, self.ptr = order, ptr
-        self.mine = _cat([(town[order[a:b]] == r).nonzero().flatten() + a for a, b in _chunks(N)])
-        self.seq_of_mine = torch.searchsorted(ptr, self.mine, right=True) - 1
+        starts = ptr[:-1]
+        mine, seq, c_mine, c_prev, has_prev = [], [], [], [], []
+        c_start = torch.zeros(S, dtype=torch.long)
+        carry, o_before = 0, None
+        for a, b in _chunks(N):
+            o = town[order[a:b]]
+            first, sid, lo, hi = _chunk_sequences(starts, a, b)
+            m = (o == r).nonzero().flatten()
+            mine.append(m + a)
+            seq.append(sid[m])
+            if depth:
+                before = torch.cat([o_before if o_before is not None else o[:1], o[:-1]])  # owner at p - 1
+                c = torch.cumsum((o != before).long(), 0) + carry  # C(p); a change into a start cancels below
+                c_start[lo:hi] = c[starts[lo:hi] - a]
+                c_mine.append(c[m])
+                c_prev.append(torch.cat([torch.tensor([carry]), c[:-1]])[m])  # C(p - 1)
+                has_prev.append(~first[m])
+                carry, o_before = int(c[-1]), o[-1:]
+        self.mine, self.seq_of_mine = _cat(mine), _cat(seq)
         self.last = torch.full((S,), -1, dtype=torch.long)
         self.last.scatter_reduce_(0, self.seq_of_mine, self.mine, reduce="amax")
-        self._by_gid: Optional[tuple] = None
         if not depth:
             return
-        # positions whose round is needed: Q_r, and the appearance before each (a row received, or Q_r's own)
-        prev = self.mine - 1
-        need = torch.unique(torch.cat([self.mine, prev[prev >= ptr[self.seq_of_mine]]]))
-        c_need = torch.empty_like(need)
-        c_start = torch.empty(S, dtype=torch.long)
-        starts = ptr[:-1]
-        carry = 0
-        for a, b in _chunks(N):
-            o = town[order[max(a - 1, 0):b]]
-            change = torch.zeros(b - a, dtype=torch.long)
-            change[1 if a == 0 else 0:] = (o[1:] != o[:-1]).long()
-            c = torch.cumsum(change, 0) + carry  # (a change into a sequence's start cancels in C(p) - C(start))
-            lo, hi = int(torch.searchsorted(starts, a)), int(torch.searchsorted(starts, b))
-            c_start[lo:hi] = c[starts[lo:hi] - a]
-            i, j = int(torch.searchsorted(need, a)), int(torch.searchsorted(need, b))
-            c_need[i:j] = c[need[i:j] - a]
-            carry = int(c[-1])
-        depth_need = c_need - c_start[torch.searchsorted(ptr, need, right=True) - 1]
-        srt = torch.sort(order[need])
-        self._by_gid = (srt.values, depth_need[srt.indices])
+        base = c_start[self.seq_of_mine]
+        d_mine = _cat(c_mine) - base
+        hp = torch.cat(has_prev) if has_prev else torch.zeros(0, dtype=torch.bool)
+        d_prev = (_cat(c_prev) - base)[hp]
+        srt = torch.sort(order[self.mine])
+        self.q_gid, self.q_depth = srt.values, d_mine[srt.indices]
+        u = order[self.mine[hp] - 1]  # the previous appearance of each Q_r node that has one
+        far = town[u] != r
+        keys = torch.sort(town[u[far]] * n + u[far])  # one next appearance each: no duplicates
+        self.recurrent_keys, self.recurrent_depth = keys.values, d_prev[far][keys.indices]
 
-    def depth_of(self, gids: Tensor) -> Tensor:
-        """The round of ``gids`` (nodes of :math:`Q_r` or the appearances just before them)."""
-        g, d = self._by_gid
-        return d[torch.searchsorted(g, gids)]
+    def depth_of_own(self, gids: Tensor) -> Tensor:
+        """Rounds of nodes of :math:`Q_r`."""
+        return self.q_depth[torch.searchsorted(self.q_gid, gids)]
 
 
 def local_requests(sg: Any, partition: Partition, pattern: DependencyPattern, rank: int, *,
@@ -198,15 +222,14 @@ def local_requests(sg: Any, partition: Partition, pattern: DependencyPattern, ra
     seqs = _Sequences(sg, town, r, depth="recurrent" in tags)
     order, ptr, time = seqs.order, seqs.ptr, sg.time
     if "recurrent" in tags:
-        out["recurrent"] = _edge_requests(sg.temporal_edge_index, town, r, N)
+        out["recurrent"] = seqs.recurrent_keys
     if "attention" in tags:
         # every appearance before the sequence's last Q_r appearance, owned elsewhere
         got = []
         for a, b in _chunks(order.numel()):
-            pos = torch.arange(a, b)
             g = order[a:b]
-            keep = (seqs.last[torch.searchsorted(ptr, pos, right=True) - 1] > pos) & (town[g] != r)
-            got.append(g[keep])
+            _, sid, _, _ = _chunk_sequences(ptr[:-1], a, b)
+            got.append(g[(seqs.last[sid] > torch.arange(a, b)) & (town[g] != r)])
         g = _cat(got)
         out["attention"] = torch.sort(town[g] * n + g).values
     for tag in sorted(t for t in tags if t.startswith("window:")):
@@ -221,11 +244,11 @@ def local_requests(sg: Any, partition: Partition, pattern: DependencyPattern, ra
             g = order[q[ok]]
             got.append(g[(t_mine[ok] - time[g] < band) & (town[g] != r)])
         g = _cat(got)
-        out[tag] = torch.unique(town[g] * n + g)
+        out[tag] = _sorted_unique(town[g] * n + g)
     if link_pairs is not None:
         ls, ld = link_pairs
         m = (town[ls] == r) & (town[ld] != r)
-        out["readout"] = torch.unique(town[ld[m]] * n + ld[m])
+        out["readout"] = _sorted_unique(town[ld[m]] * n + ld[m])
     return out, seqs
 
 
@@ -303,9 +326,7 @@ def build_rank_plan(
     tags = sorted(recv)
     T = len(tags)
     lists = {t: _splits(recv[t], N, R) for t in tags}
-    q_gid = sg.sequence_order[seqs.mine]
-    qdepth = seqs.depth_of(q_gid) if "recurrent" in tags else torch.zeros(0, dtype=torch.long)
-    my_max = int(qdepth.max()) if qdepth.numel() else 0
+    my_max = int(seqs.q_depth.max()) if "recurrent" in tags and seqs.q_depth.numel() else 0
 
     # ---- one exchange of request lists: counts (and each rank's deepest round), then the gids
     want = torch.zeros(R, T + 1, dtype=torch.long)  # [dst, tag]: gids this rank asks from dst
@@ -337,7 +358,7 @@ def build_rank_plan(
     if "recurrent" in tags:
         sg_, ss = send["recurrent"]
         rg, rs = lists["recurrent"]
-        sd, rd = seqs.depth_of(sg_), seqs.depth_of(rg)
+        sd, rd = seqs.depth_of_own(sg_), seqs.recurrent_depth
         s_dst = torch.repeat_interleave(torch.arange(R), torch.tensor(ss), output_size=sg_.numel())
         r_src = torch.repeat_interleave(torch.arange(R), torch.tensor(rs), output_size=rg.numel())
         for k in range(D - 1):
@@ -374,11 +395,9 @@ def build_rank_plan(
             rounds[b] = [RankExchange(b, f"temporal:{k}", "temporal", blk.time_width, False, bpe, sgid, ssplit,
                                       rgid, rsplit, rank, counts[T + k])
                          for k, (sgid, ssplit, rgid, rsplit) in enumerate(round_lists)]
-    q_sorted = q_depth = None
-    if "recurrent" in tags:
-        q_sorted, perm = torch.sort(q_gid)
-        q_depth = qdepth[perm]
-    return RankPlan(rank, R, N, partition.scheme, pattern, exchanges, rounds, q_sorted, q_depth, D)
+    rec = "recurrent" in tags
+    return RankPlan(rank, R, N, partition.scheme, pattern, exchanges, rounds, seqs.q_gid if rec else None,
+                    seqs.q_depth if rec else None, D)
 
 
 def _all_to_all(x: Tensor, in_splits: list[int], out_splits: list[int], group: Any, alone: bool) -> Tensor:
