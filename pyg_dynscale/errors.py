@@ -60,6 +60,17 @@ class PartitionFormatError(DynScaleError, ValueError):
     wrong version or not a partition file)."""
 
 
+class ShardError(PartitionFormatError):
+    """Raised when a rank's shard (:func:`pyg_dynscale.distributed.write_shards`)
+    cannot be used: a missing rank directory or ``meta.json``, a corrupt or
+    truncated file (checksum), another format version, a rank file of another
+    write, shards cut for another world size, signal, partition or dependency
+    pattern. The message names the file and the cause; under
+    :meth:`DistributedTrainer.from_shards
+    <pyg_dynscale.distributed.DistributedTrainer.from_shards>` every rank
+    raises it, naming the rank that failed."""
+
+
 class ModelInputError(FieldError, ValueError):
     r"""Raised when a model or runtime gets inconsistent input (an initial state
     of the wrong shape, tensors on different devices, a missing target field);

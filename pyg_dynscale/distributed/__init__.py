@@ -20,7 +20,8 @@ from ..training.checkpoint import CheckpointMismatchError, latest_checkpoint, lo
 from ..training.launch import SpawnError, free_port, spawn
 from .exchange import Communicator
 from .local import RankLayout
+from .shards import read_shard, write_shards
 from .trainer import FUSION_MODES, DistributedTrainer
 
-__all__ = ["DistributedTrainer", "FUSION_MODES", "Communicator", "RankLayout", "spawn", "SpawnError", "free_port",
+__all__ = ["DistributedTrainer", "FUSION_MODES", "Communicator", "RankLayout", "write_shards", "read_shard", "spawn", "SpawnError", "free_port",
            "save_checkpoint", "load_checkpoint", "latest_checkpoint", "CheckpointMismatchError"]

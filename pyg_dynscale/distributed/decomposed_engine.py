@@ -151,8 +151,11 @@ class DecomposedEngine:
                  global_graph: FusedGraph, dtype: torch.dtype, *, fusion: str = "full",
                  budget: Optional[float] = None, fusion_groups: str = "snapshots", input_halo: str = "load",
                  h0: Optional[Tensor] = None,
-                 checkpoint_every: Optional[int] = None, stale: Optional[StaleCache] = None) -> None:
+                 checkpoint_every: Optional[int] = None, stale: Optional[StaleCache] = None,
+                 shard: Any = None) -> None:
         self.model, self.signal, self.partition, self.pattern, self.plan = model, signal, partition, pattern, plan
+        #: the rank's :class:`~.shards.Shard` when it holds only its part (``signal`` and ``partition`` are ``None``)
+        self.shard = shard
         self.comm = comm
         self.rank, self.world_size = comm.rank, comm.world_size
         self.dtype = dtype
@@ -165,7 +168,12 @@ class DecomposedEngine:
         self._recv_calls = 0
         # ---------------- host structures, built once
         #: this rank's layout on the host (set-up code reads it); :attr:`layout` is its device copy
-        self.host_layout = RankLayout(signal, partition, plan, self.rank, global_graph).prepare(pattern)
+        if shard is not None:  # fusion="full" without windows (the trainer refuses the rest)
+            self.host_layout = RankLayout.from_nodes(shard.nodes, plan, self.rank, shard.owned, shard.Q,
+                                                     shard.two_owners, shard.spatial_edges, shard.edge_weight,
+                                                     shard.halo_in).prepare(pattern)
+        else:
+            self.host_layout = RankLayout(signal, partition, plan, self.rank, global_graph).prepare(pattern)
         self._host_windows: Optional[list[RankWindow]] = None
         if checkpoint_every is not None:
             self._host_windows = build_windows(signal, partition, pattern, self.rank, checkpoint_every, input_halo,
@@ -187,7 +195,7 @@ class DecomposedEngine:
             self._host_groups = self._build_groups(self.groups)
         self._host_h0 = h0
         readout = getattr(model, "readout", None)
-        self._host_x_Q = signal.x.index_select(0, self.host_layout.Q) if readout is not None else None
+        self._host_x_Q = None if readout is None else self._input_rows(self.host_layout.Q)
         self.x_S: Optional[Tensor] = None
 
     # ------------------------------------------------------------------ device
@@ -195,7 +203,8 @@ class DecomposedEngine:
         """(Re)build the device copies of every host structure with ``fn``
         (:func:`~pyg_dynscale.data.tensor_maps.to_device`), and map the rows
         already computed on the device (the input rows)."""
-        counts = self.signal.nodes_per_snapshot.long()
+        counts = (torch.tensor(self.shard.meta["nodes_per_snapshot"], dtype=torch.long) if self.shard is not None
+                  else self.signal.nodes_per_snapshot.long())
 
         def seg_counts(t0: int, t1: int) -> tuple[Tensor, list]:
             # a graph's snapshots t0..t1-1: their rows over all ranks are fixed, so BatchNorm reads nothing back
@@ -223,16 +232,32 @@ class DecomposedEngine:
         if self.x_S is not None:
             self.x_S = fn(self.x_S)
 
-    def load_inputs(self, x: Tensor, device: torch.device) -> None:
+    def _input_rows(self, gids: Tensor) -> Tensor:
+        """Input features of the nodes ``gids`` (owned or time-owned by this
+        rank): from the whole signal, or from the rank's shard."""
+        if self.shard is not None:
+            return self.shard.input_rows(gids)
+        return self.signal.x.index_select(0, gids)
+
+    def load_inputs(self, device: torch.device) -> None:
         """The structure set's input rows on the device; block 0's
         first-layer halo rows are raw features, moved once here (load bytes)
-        unless ``input_halo="exchange"``."""
+        unless ``input_halo="exchange"``. Only owned rows are read where a
+        halo exists (the exchange brings the others)."""
         lay = self.host_layout
-        xs = x.to(self.dtype).index_select(0, lay.S).to(device)
         m0 = self.layout.maps.get((0, "spatial:0"))
-        if m0 is not None:
+        if self.shard is not None:  # the shard's input table is S's rows, halo rows zero: used as loaded
+            xs = self.shard.x.to(self.dtype).to(device)
+            if m0 is not None and m0.static:  # no autograd at load: the halo rows are written in place
+                xs.index_copy_(0, m0.recv_idx, self.rows(m0, xs.index_select(0, m0.send_idx)).to(xs.dtype))
+            self.x_S = xs
+            return
+        if m0 is None:  # no first-layer exchange (e.g. TM-GCN's block 0 has no encoder)
+            xs = self._input_rows(lay.S).to(self.dtype).to(device)
+        else:
             local = self.layout.S_owned
-            xs = torch.zeros_like(xs).index_copy(0, local, xs.index_select(0, local))  # only owned rows are known
+            own = self._input_rows(lay.S.index_select(0, lay.S_owned)).to(self.dtype).to(device)
+            xs = own.new_zeros((lay.S.numel(),) + tuple(own.shape[1:])).index_copy(0, local, own)
             if m0.static:
                 xs = self.exchange_into(m0, xs, xs)
         self.x_S = xs

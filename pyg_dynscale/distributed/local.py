@@ -36,7 +36,8 @@ from ..data.tensor_maps import TensorMap, map_tensors
 from ..data.supergraph import Supergraph
 from ..nn.decomposed import FusedGraph
 
-__all__ = ["LocalGraph", "ExchangeMap", "RankLayout", "RecurrentRound", "AttentionMerge", "node_subset_graph"]
+__all__ = ["LocalGraph", "ExchangeMap", "RankLayout", "RankNodes", "GlobalNodes", "RecurrentRound", "AttentionMerge",
+           "node_subset_graph"]
 
 
 def _positions(sorted_gids: Tensor, gids: Tensor) -> Tensor:
@@ -50,6 +51,13 @@ def positions_in(keys: Tensor, query: Tensor) -> Tensor:
         return query
     order = torch.argsort(keys)
     return order[torch.searchsorted(keys[order], query)]
+
+
+def _depth_of(plan: Any, gids: Tensor) -> Tensor:
+    """Recurrent round of the nodes ``gids`` of this rank's time set, from a
+    whole plan or a rank's slice (both answer ``depth_of``)."""
+    fn = getattr(plan, "depth_of", None)
+    return fn(gids) if fn is not None else plan.depth[gids]
 
 
 def halo_keys(owner: Tensor, spatial_edge_index: Tensor, num_nodes: int) -> Tensor:
@@ -75,20 +83,45 @@ def _sequences(vertex: Tensor) -> tuple[Tensor, Tensor, Tensor]:
 
 
 class LocalGraph(FusedGraph):
-    """A :class:`FusedGraph` over a subset of vertex-time nodes whose GCN
-    normalization is the slice of the global graph's (set with
-    :meth:`use_global_norm`)."""
+    r"""A :class:`FusedGraph` over a rank's structure set whose GCN
+    normalization is the *global* graph's, restricted to the edges into the
+    owned rows. Two sources give it:
+
+    * :meth:`use_global_norm` -- the whole signal's graph is at hand: its
+      normalization is computed once and sliced;
+    * :meth:`use_halo_in_edges` -- a shard (:mod:`.shards`): the in-edges of
+      the halo rows (global order) stand in for the rest of the graph. A
+      halo row's degree is the sum over its in-edges, which no local edge
+      reaches; each in-edge enters the local graph as an edge from one extra
+      node (a self loop stays a self loop), so PyG's ``gcn_norm`` over
+      :math:`|S_r|+1` nodes computes every degree over the same edges in the
+      same order as over the whole graph, and the edges into owned rows get
+      the global weights bit for bit.
+    """
 
     _global: Any = None
     _gids: Optional[Tensor] = None
     _owned_global: Optional[Tensor] = None
+    _halo_in: Optional[tuple] = None
+    _owned_local: Optional[Tensor] = None
 
     def use_global_norm(self, global_graph: FusedGraph, gids: Tensor, owned_mask_global: Tensor) -> None:
         self._global = global_graph
         self._gids = gids
         self._owned_global = owned_mask_global
 
+    def use_halo_in_edges(self, dst: Tensor, loop: Tensor, weight: Optional[Tensor], owned_local: Tensor) -> None:
+        r"""Args:
+            dst: ``[K]`` local row (in :math:`S_r`) of each halo in-edge's target.
+            loop: ``[K]`` whether the in-edge is a self loop.
+            weight: ``[K]`` its weight (``None``: the signal is unweighted).
+            owned_local: ``[|S_r|]`` bool, the rows this rank owns."""
+        self._halo_in = (dst, loop, weight)
+        self._owned_local = owned_local
+
     def gcn_norm(self, improved: bool, add_self_loops: bool, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        if self._halo_in is not None:
+            return self._norm_from_halo_in_edges(improved, add_self_loops, dtype)
         if self._global is None:
             return super().gcn_norm(improved, add_self_loops, dtype)
         from ..nn.decomposed import gcn_adjacency
@@ -98,15 +131,105 @@ class LocalGraph(FusedGraph):
         ei = _positions(self._gids, ei[:, keep])
         return ei.contiguous(), ew[keep].contiguous()
 
+    def _norm_from_halo_in_edges(self, improved: bool, add_self_loops: bool,
+                                 dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        from torch_geometric.nn.conv.gcn_conv import gcn_norm
+
+        n = self.num_nodes
+        dst, loop, hw = self._halo_in
+        src = torch.where(loop, dst, torch.full_like(dst, n))  # from the extra node n, self loops kept
+        # local edges target owned rows, halo in-edges halo rows: each target's edges keep the global order
+        ei = torch.cat([self.edge_index, torch.stack([src, dst])], 1)
+        w = None if self.edge_weight is None else torch.cat([self.edge_weight.to(dtype), hw.to(dtype)])
+        ei, ew = gcn_norm(ei, w, n + 1, improved, add_self_loops, "source_to_target", dtype)
+        owned = torch.cat([self._owned_local, self._owned_local.new_zeros(1)])
+        keep = owned[ei[1]]
+        ei, ew = ei[:, keep], ew[keep]
+        perm = torch.argsort(ei[1], stable=True)  # by target, as the global normalization is sorted
+        return ei[:, perm].contiguous(), ew[perm].contiguous()
+
+
+class GlobalNodes:
+    """The node columns a :class:`RankLayout` reads, from the whole
+    :class:`~pyg_dynscale.data.Supergraph` (the whole-signal path)."""
+
+    def __init__(self, sg: Any) -> None:
+        self.sg = sg
+        self.num_nodes, self.num_snapshots, self.num_vertices = sg.num_nodes, sg.num_snapshots, sg.num_vertices
+        self._prev: Optional[Tensor] = None
+
+    def take(self, name: str, gids: Tensor) -> Tensor:
+        sg = self.sg
+        if name == "prev":
+            if self._prev is None:  # previous appearance of every node (-1 at a sequence start)
+                self._prev = torch.full((sg.num_nodes,), -1, dtype=torch.long, device=sg.vertex.device)
+                u, v = sg.temporal_edge_index
+                self._prev[v] = u
+            return self._prev[gids]
+        if name == "seq":  # the global sequence of each node's vertex
+            return torch.searchsorted(sg.sequence_vertex, sg.vertex[gids])
+        return getattr(sg, name)[gids]
+
+
+@dataclass
+class RankNodes:
+    r"""The columns of the vertex-time nodes one rank references (its
+    structure set, time set and the rows its attention exchanges bring), as
+    a shard stores them: what :class:`RankLayout` reads instead of the whole
+    supergraph.
+
+    Attributes:
+        num_nodes, num_snapshots, num_vertices (int): the whole signal's.
+        gids (Tensor): ``[n]`` sorted gids of the referenced nodes.
+        time, vertex (Tensor): ``[n]`` their snapshot and vertex.
+        prev (Tensor): ``[n]`` gid of the previous appearance of the same
+            vertex (``-1`` at a sequence start).
+        seq (Tensor): ``[n]`` index of the node's vertex among the whole
+            signal's sequences (rows of ``h0``).
+    """
+
+    num_nodes: int
+    num_snapshots: int
+    num_vertices: int
+    gids: Tensor
+    time: Tensor
+    vertex: Tensor
+    prev: Tensor
+    seq: Tensor
+
+    @classmethod
+    def from_global(cls, sg: Any, gids: Tensor) -> "RankNodes":
+        """The table of the sorted ``gids`` from the whole supergraph (what a shard writer stores)."""
+        src = GlobalNodes(sg)
+        return cls(sg.num_nodes, sg.num_snapshots, sg.num_vertices, gids, src.take("time", gids),
+                   src.take("vertex", gids), src.take("prev", gids), src.take("seq", gids))
+
+    def take(self, name: str, gids: Tensor) -> Tensor:
+        pos = _positions(self.gids, gids)
+        if gids.numel() and not bool((self.gids.index_select(0, pos.clamp(max=max(self.gids.numel() - 1, 0)))
+                                      == gids).all()):
+            raise KeyError(f"the rank's node table has no row for some of the {gids.numel()} gids asked for")
+        return getattr(self, name).index_select(0, pos)
+
+
+def _take(src: Any, name: str, gids: Tensor) -> Tensor:
+    """Column ``name`` (``"time"`` or ``"vertex"``) of the vertex-time nodes
+    ``gids``: indexed from a global :class:`~pyg_dynscale.data.Supergraph`,
+    or looked up in a rank's node table (:class:`RankNodes`, which holds
+    only the nodes the rank references)."""
+    take = getattr(src, "take", None)
+    return take(name, gids) if take is not None else getattr(src, name)[gids]
+
 
 def node_subset_graph(sg: Any, gids: Tensor, x: Optional[Tensor] = None, *, edges: Optional[tuple] = None,
                       cls: type = FusedGraph) -> FusedGraph:
-    """A graph over the (sorted) vertex-time nodes ``gids`` of ``sg``: global
-    snapshot indices and vertex ids, sequences by vertex in time order, the
-    given ``(edge_index, edge_weight)`` in local ids (default none)."""
+    """A graph over the (sorted) vertex-time nodes ``gids`` of ``sg`` (the
+    global supergraph or a rank's :class:`RankNodes`): global snapshot
+    indices and vertex ids, sequences by vertex in time order, the given
+    ``(edge_index, edge_weight)`` in local ids (default none)."""
     T = sg.num_snapshots
-    time = sg.time[gids]
-    vertex = sg.vertex[gids]
+    time = _take(sg, "time", gids)
+    vertex = _take(sg, "vertex", gids)
     node_ptr = torch.zeros(T + 1, dtype=torch.long, device=gids.device)
     torch.cumsum(torch.bincount(time, minlength=T), 0, out=node_ptr[1:])
     order, ptr, sv = _sequences(vertex)
@@ -220,11 +343,18 @@ class ExchangeMap:
 class RankLayout:
     r"""Everything rank ``rank`` needs to execute ``plan``.
 
+    Built from the whole signal (this constructor) or from the rank's shard
+    (:meth:`from_nodes`, :mod:`.shards`): both give :meth:`_build` the
+    rank's owned rows, time set, the spatial edges into its owned rows and
+    a node table, and the index logic is the same.
+
     Args:
         signal: the whole :class:`~pyg_dynscale.data.DynamicGraphSignal`.
         partition: its partition (``num_parts`` = world size).
         plan: the :class:`~pyg_dynscale.partition.CommunicationPlan` of the
-            model's pattern on it.
+            model's pattern on it, or this rank's
+            :class:`~pyg_dynscale.partition.rank_plan.RankPlan` (only the
+            rank's own send and receive lists are read).
         rank: this rank.
         global_graph: the signal's :class:`FusedGraph` (its GCN normalization
             is computed once and sliced).
@@ -232,38 +362,69 @@ class RankLayout:
 
     def __init__(self, signal: Any, partition: Any, plan: Any, rank: int, global_graph: FusedGraph) -> None:
         sg = signal.supergraph()
-        self.sg = sg
-        self.rank = r = rank
-        self.plan = plan
         dev = sg.vertex.device
         own = partition.owner.to(dev)
-        town = partition.temporal_owner.to(dev)
-        self.two_owners = partition.time_owner is not None
-        N = sg.num_nodes
+        owned_g = own == rank
+        s, d = sg.spatial_edge_index
+        keep = owned_g[d]
+        ew = signal.edge_weight[keep] if signal.edge_weight is not None else None
+        self._build(GlobalNodes(sg), plan, rank, owned_g.nonzero().flatten(),
+                    (partition.temporal_owner.to(dev) == rank).nonzero().flatten(), partition.time_owner is not None,
+                    torch.stack([s[keep], d[keep]]), ew)
+        self.structure.use_global_norm(global_graph, self.S, owned_g)
+        #: the global supergraph (set-up code of the whole-signal path reads it)
+        self.sg = sg
+
+    @classmethod
+    def from_nodes(cls, nodes: "RankNodes", plan: Any, rank: int, owned: Tensor, Q: Tensor, two_owners: bool,
+                   spatial_edges: Tensor, edge_weight: Optional[Tensor], halo_in: tuple) -> "RankLayout":
+        r"""The layout of a rank that holds only its part (a shard).
+
+        Args:
+            nodes: the :class:`RankNodes` table of every node it references.
+            plan: its :class:`~pyg_dynscale.partition.rank_plan.RankPlan`
+                (or the whole plan).
+            owned, Q: sorted gids of its owned rows and its time set.
+            two_owners: PSS-TS (a time owner apart from the structure owner).
+            spatial_edges: ``[2, E_r]`` gids of every spatial edge into an
+                owned row, in the global edge order; ``edge_weight`` theirs.
+            halo_in: ``(target gid, is a self loop, weight or None)`` of every
+                in-edge of the halo rows, in the global edge order
+                (:meth:`LocalGraph.use_halo_in_edges`).
+        """
+        lay = cls.__new__(cls)
+        lay._build(nodes, plan, rank, owned, Q, two_owners, spatial_edges, edge_weight)
+        dst, loop, w = halo_in
+        owned_local = torch.zeros(lay.S.numel(), dtype=torch.bool)
+        owned_local[lay.S_owned] = True
+        lay.structure.use_halo_in_edges(_positions(lay.S, dst), loop, w, owned_local)
+        lay.sg = nodes
+        return lay
+
+    def _build(self, nodes: Any, plan: Any, rank: int, owned: Tensor, Q: Tensor, two_owners: bool,
+               spatial_edges: Tensor, edge_weight: Optional[Tensor]) -> None:
+        """The index logic shared by both constructors (``nodes``: a
+        :class:`GlobalNodes` or a :class:`RankNodes`)."""
+        self.nodes = nodes
+        self.rank = r = rank
+        self.plan = plan
+        self.two_owners = two_owners
         # ---------------- structure side
-        owned_g = own == r
-        owned = owned_g.nonzero().flatten()
         spatial = [e for e in plan if e.kind == "spatial"]
         halo = spatial[0].recv_list(r)[0] if spatial else owned[:0]
         S = torch.sort(torch.cat([owned, halo])).values
         self.S = S
         self.S_owned = _positions(S, owned)  # local rows of S this rank owns
-        s, d = sg.spatial_edge_index
-        keep = owned_g[d]
-        ei = _positions(S, torch.stack([s[keep], d[keep]]))
-        ew = signal.edge_weight[keep] if signal.edge_weight is not None else None
-        self.structure = node_subset_graph(sg, S, None, edges=(ei, ew), cls=LocalGraph)
-        self.structure.use_global_norm(global_graph, S, owned_g)
+        ei = _positions(S, spatial_edges)
+        self.structure = node_subset_graph(nodes, S, None, edges=(ei, edge_weight), cls=LocalGraph)
         # ---------------- time side
-        Q = (town == r).nonzero().flatten()
         self.Q = Q
-        if self.two_owners:
-            both = (own == r) & (town == r)
-            g = both.nonzero().flatten()
+        if two_owners:
+            g = owned[torch.isin(owned, Q)]  # nodes whose two owners are this rank
             self.local_S_to_Q = (_positions(S, g), _positions(Q, g))  # rows kept across redistribution
         else:
             self.local_S_to_Q = None
-        self.time_graph = node_subset_graph(sg, Q)
+        self.time_graph = node_subset_graph(nodes, Q)
         # ---------------- exchange maps (spatial, redistribution, readout: see trainer)
         self.maps: dict = {}
         for e in plan:
@@ -275,7 +436,6 @@ class RankLayout:
                 self.maps[(e.block, e.phase)] = ExchangeMap.build(e, r, Q, S)
         self._recurrent: dict = {}
         self._attention: dict = {}
-        self._N = N
 
     # ----------------------------------------------------------- recurrent
     def recurrent_rounds(self, block: int) -> list[RecurrentRound]:
@@ -284,31 +444,25 @@ class RankLayout:
         come from, and the exchange of the states they end with."""
         if block in self._recurrent:
             return self._recurrent[block]
-        sg, plan, r = self.sg, self.plan, self.rank
+        nodes, plan, r = self.nodes, self.plan, self.rank
         dev = self.Q.device
-        depth = plan.depth.to(dev)
         D = plan.temporal_rounds()
         rounds_ex = plan.rounds(block)
-        # previous appearance of every node (-1 at a sequence start)
-        prev = torch.full((self._N,), -1, dtype=torch.long, device=dev)
-        u, v = sg.temporal_edge_index
-        prev[v] = u
-        seq_of_vertex = sg.sequence_vertex  # sorted vertex ids of the global sequences
-        qdepth = depth[self.Q]
+        qdepth = _depth_of(plan, self.Q).to(dev)
         out: list[RecurrentRound] = []
         prev_recv_gid: Optional[Tensor] = None
         for k in range(D):
             pos = (qdepth == k).nonzero().flatten()  # rows of Q in this round (gid order)
             gids = self.Q[pos]
-            g = node_subset_graph(sg, gids)
+            g = node_subset_graph(nodes, gids)
             first = g.sequence_order.index_select(0, g.sequence_ptr[:-1])  # local node of each piece start
             first_gid = gids[first]
             info = RecurrentRound(q_pos=pos, gids=gids, graph=g)
             if k == 0:
-                info.h0_seq = torch.searchsorted(seq_of_vertex, g.sequence_vertex)  # global sequence of each piece
+                info.h0_seq = nodes.take("seq", first_gid)  # the whole signal's sequence of each piece
             else:
                 # the state each piece starts from, received last round
-                info.h0_recv = positions_in(prev_recv_gid, prev[first_gid])
+                info.h0_recv = positions_in(prev_recv_gid, nodes.take("prev", first_gid))
             if k < len(rounds_ex):
                 ex = rounds_ex[k]
                 m = ExchangeMap.build(ex, r, None, None)
@@ -339,7 +493,7 @@ class RankLayout:
         m = ExchangeMap.build(ex, self.rank, self.Q, None)
         M = torch.sort(torch.cat([self.Q, m.recv_gid])).values
         m.recv_idx = _positions(M, m.recv_gid)
-        info = AttentionMerge(exchange=m, graph=node_subset_graph(self.sg, M), q_in_m=_positions(M, self.Q))
+        info = AttentionMerge(exchange=m, graph=node_subset_graph(self.nodes, M), q_in_m=_positions(M, self.Q))
         self._attention[block] = info
         return info
 

@@ -38,7 +38,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from ..data.tensor_maps import TensorMap, map_tensors, to_device
-from ..errors import DynScaleError, ModelInputError, PartitionError
+from ..errors import DynScaleError, ModelInputError, PartitionError, ShardError, UnsupportedOptionError
 from ..nn.decomposed import FusedGraph, check_initial_state
 from ..nn.snapshot_model import SnapshotModel
 from ..partition.plan import CommunicationPlan
@@ -59,6 +59,8 @@ from .fusion_groups import check_fusion_groups
 from .local import ExchangeMap, halo_keys, positions_in
 from .plan_traffic import plan_traffic
 from .setup_checks import agree, bind, check_gpu_sharing, check_pattern, resolve_device, setup_summary
+from .shard_setup import check_sequences, check_shard_options, check_shard_pattern, shard_summary, shard_targets
+from .shards import Shard, agree_on_shard, read_shard
 from .snapshot_engine import SnapshotEngine
 from .stale import StaleCache, StaleConfig
 from .time_windows import RankWindow
@@ -250,7 +252,9 @@ class DistributedTrainer(BaseTrainer):
         t_setup = time.perf_counter()
         deprecated = renamed_keyword("DistributedTrainer", deprecated, "signal", "data")
         signal = data_argument("DistributedTrainer", data, deprecated)
-        if partition is None:
+        #: this rank's :class:`~.shards.Shard` (:meth:`from_shards`), or ``None`` on the whole-signal path
+        self.shard: Optional[Shard] = signal if isinstance(signal, Shard) else None
+        if partition is None and self.shard is None:
             raise TypeError("DistributedTrainer() missing 1 required argument: 'partition'")
         # what the evaluator of a later window is built with (evaluate(signal, partition): .evaluation)
         self._options = dict(fusion=fusion, input_halo=input_halo, target=target, link_index=link_index,
@@ -269,10 +273,16 @@ class DistributedTrainer(BaseTrainer):
         seed_generators(None if seed is None else seed + self.rank)
         #: epochs trained (restored by :meth:`load_state_dict`)
         self.epoch = 0
-        signal = as_signal(signal)
+        if self.shard is None:
+            signal = as_signal(signal)
         self.model = resolve_model(model, path, depth, check)
         #: ``"decomposed"`` or ``"blackbox"``
         self.path = "blackbox" if isinstance(self.model, SnapshotModel) else "decomposed"
+        if self.shard is not None and self.path == "blackbox":
+            raise UnsupportedOptionError("model", f"({type(model).__name__}) runs on the black-box path, which "
+                                         "from_shards does not run (the shards hold the decomposed path's sets).",
+                                         "a model with a decomposition (pyg_dynscale.nn, PyGT's TGCN, ...), or "
+                                         "build the trainer from the signal and partition.")
         self.head = head
         check_loss(loss, snapshot_reduction)
         self.loss_kind, self.snapshot_reduction = loss, snapshot_reduction
@@ -314,36 +324,51 @@ class DistributedTrainer(BaseTrainer):
             bind(self.device)
             #: how rows reach the collectives (:mod:`.transport`)
             self.transport = resolve_transport(backend, self.device, group)
-            if partition.num_parts != self.world_size:
-                raise PartitionError("partition.num_parts", f"is {partition.num_parts} but the process group has "
-                                     f"{self.world_size} ranks.", "partition into world-size parts (one part per rank).")
-            partition.check_signal(signal)
-            if signal.device.type != "cpu":
-                signal = signal.to("cpu")  # every rank holds the whole signal on the host and builds its share
-            if signal.x is None:
-                raise ModelInputError("signal.x", "is missing.", "give the signal node features.")
-            if self.path == "decomposed":
-                self.pattern = check_pattern(self.model, partition, self.dtype)
-            tg = resolve_targets(signal, loss, target, link_index, link_label, self.dtype)
+            if self.shard is not None:  # the shard's world size was checked when it was read
+                self.pattern = check_shard_pattern(self.model, self.shard, self.dtype, input_halo)
+                tg = shard_targets(self.shard, loss, target)
+            else:
+                if partition.num_parts != self.world_size:
+                    raise PartitionError("partition.num_parts", f"is {partition.num_parts} but the process group "
+                                         f"has {self.world_size} ranks.",
+                                         "partition into world-size parts (one part per rank).")
+                partition.check_signal(signal)
+                if signal.device.type != "cpu":
+                    signal = signal.to("cpu")  # every rank holds the whole signal on the host and builds its share
+                if signal.x is None:
+                    raise ModelInputError("signal.x", "is missing.", "give the signal node features.")
+                if self.path == "decomposed":
+                    self.pattern = check_pattern(self.model, partition, self.dtype)
+                tg = resolve_targets(signal, loss, target, link_index, link_label, self.dtype)
         except DynScaleError as exc:
             error = exc
-        summary = None if error is not None else setup_summary(
-            signal, partition, [self.model, head], loss=self.loss_kind,
-            fusion=f"{self.fusion}:{self.fusion_budget}:{fusion_groups}",
-            dtype=self.dtype, stale=self.stale.config.describe() if self.stale is not None else "off",
-            device=self.device, transport=self.transport)
+        summary = None
+        if error is None:
+            options = dict(loss=self.loss_kind, fusion=f"{self.fusion}:{self.fusion_budget}:{fusion_groups}",
+                           dtype=self.dtype, stale=self.stale.config.describe() if self.stale is not None else "off",
+                           device=self.device, transport=self.transport)
+            summary = (shard_summary(self.shard, [self.model, head], **options) if self.shard is not None
+                       else setup_summary(signal, partition, [self.model, head], **options))
         # object collectives over the group's host (gloo) twin, made here on every rank of the world when the
         # group is NCCL (groups.host_group): none of them touches NCCL, so two ranks on one GPU get our error
         agree(error, summary, group)
         check_gpu_sharing(self.device, group)
         self.transport.prepare()  # the host group made by the agreement (no new group, no communication)
-        self.signal, self.partition = signal, partition
+        # a trainer built from shards holds neither the whole signal nor the partition
+        self.signal, self.partition = (None, None) if self.shard is not None else (signal, partition)
         self.comm = Communicator(group, self.device, self.dtype, transport=self.transport)
         if self.stale is not None:
             self.stale.transport = self.transport
         link_pairs = (tg.label_src, tg.label_dst) if loss == "bce_link" else None
         t0 = time.perf_counter()
-        if self.path == "blackbox":
+        if self.shard is not None:
+            self.readout_width = 0
+            self.plan = self.shard.plan
+            if h0 is not None:
+                check_sequences(h0, self.shard.meta["num_sequences"], self.model.state_width)
+            self.engine = DecomposedEngine(self.model, None, None, self.pattern, self.plan, self.comm, None,
+                                           self.dtype, input_halo=input_halo, h0=h0, shard=self.shard)
+        elif self.path == "blackbox":
             self.readout_width = 1
             self.engine: Union[DecomposedEngine, SnapshotEngine] = SnapshotEngine(
                 self.model, signal, partition, self.comm, self.device, self.dtype, check=check,
@@ -370,7 +395,9 @@ class DistributedTrainer(BaseTrainer):
         # static input halo: moved once, counted as load bytes
         self.comm.start(requires_grad=False)
         if self.path == "decomposed":
-            self.engine.load_inputs(signal.x, self.device)
+            self.engine.load_inputs(self.device)
+        if self.shard is not None:
+            self.shard.release_inputs()  # x_S holds them now
         self.load_seconds = time.perf_counter() - t0
         self.load_bytes_measured = int(sum(self.comm.bytes.values()))
         self.comm.reset_counters()
@@ -386,6 +413,47 @@ class DistributedTrainer(BaseTrainer):
         self.epoch_seconds: list[float] = []
         self.comm_seconds: list[float] = []
         self.setup_seconds = time.perf_counter() - t_setup
+
+    @classmethod
+    def from_shards(cls, model: torch.nn.Module, directory: str, *, head: Optional[torch.nn.Module] = None,
+                    loss: str = "mse", lr: float = 0.01, group: Optional[Any] = None,
+                    **options: Any) -> "DistributedTrainer":
+        r"""A trainer whose rank reads only its own shard of ``directory``
+        (written by :func:`~pyg_dynscale.distributed.write_shards`): the
+        shard set's ``meta.json`` and ``rank-<r>/shard.pt``. No rank
+        materializes the whole signal or plan: a rank's host memory is its
+        part plus its halo (:mod:`.shards`). Training, losses, gradients,
+        parameters and the traffic report equal the whole-signal trainer's.
+
+        Call it on every rank (a collective). Every rank raises
+        :class:`~pyg_dynscale.errors.ShardError` naming the rank and the
+        cause when any rank's shard is missing, corrupt, of another write or
+        cut for another world size or dependency pattern.
+
+        Args:
+            model: a :class:`~pyg_dynscale.nn.DecomposedModule` or a PyGT
+                model with an adapter (the decomposed path).
+            directory: the shard directory.
+            head, loss, lr, group: as the constructor.
+            **options: the constructor's other keywords. Those that need the
+                whole signal raise
+                :class:`~pyg_dynscale.errors.UnsupportedOptionError`:
+                ``fusion`` other than ``"full"``, ``fusion_groups``,
+                ``checkpoint_every``, ``stale``, ``path="blackbox"`` (and
+                models only the black-box path runs), ``loss="bce_link"``.
+        """
+        check_shard_options(model, loss, options)  # argument checks: the same outcome on every rank
+        if not dist.is_available() or not dist.is_initialized():
+            raise ModelInputError("torch.distributed", "is not initialized.",
+                                  "call torch.distributed.init_process_group first (torchrun does it for you), "
+                                  "or pyg_dynscale.distributed.spawn in tests.")
+        shard, error = None, None
+        try:
+            shard = read_shard(directory, dist.get_rank(group), dist.get_world_size(group))
+        except ShardError as exc:
+            error = exc
+        agree_on_shard(error, group)  # every rank stops when one could not read its part
+        return cls(model, shard, head=head, loss=loss, lr=lr, group=group, **options)
 
     # ------------------------------------------------------------------ set-up
     def _head_width(self) -> int:
@@ -407,6 +475,11 @@ class DistributedTrainer(BaseTrainer):
     def _rank_targets(self, tg: Any, loss: str) -> RankTargets:
         """This rank's targets and loss normalizers, on the host."""
         Q = self.engine.Q
+        if self.shard is not None:  # the time and targets of Q's rows, and the global counts, from the shard
+            sh = self.shard
+            mean = SnapshotMean(sh.nodes.take("time", Q), torch.tensor(sh.meta["nodes_per_snapshot"]),
+                                self.snapshot_reduction)
+            return RankTargets(mean=mean, target=tg.target)  # stored in Q's order
         T = self.signal.num_snapshots
         if loss != "bce_link":
             time_all = self.signal.supergraph().time
@@ -550,6 +623,11 @@ class DistributedTrainer(BaseTrainer):
     def _later_window(self, signal: Any, partition: Any, continue_state: bool) -> LaterWindow:
         """The evaluator of a later window (:mod:`.evaluation`), kept for the
         last (signal, partition) asked for."""
+        if self.shard is not None:
+            raise UnsupportedOptionError("data", "(a later window) needs the whole training signal to continue "
+                                         "the state from; a trainer built from shards holds its own part only.",
+                                         "evaluate the later window with a trainer built from the signal, or "
+                                         "call evaluate() without data for the training shards.")
         key = (signal, partition, continue_state)
         if self._later is None or any(a is not b for a, b in zip(self._later[0], key)):
             self._later = (key, later_window_evaluator(self, signal, partition, continue_state))
@@ -677,6 +755,9 @@ class DistributedTrainer(BaseTrainer):
         for partitions without chunks."""
         if self.runner is not None:
             raise ModelInputError("path", "is 'blackbox'.", "halo_rows() describes the decomposed path's fused halo.")
+        if self.shard is not None:
+            raise UnsupportedOptionError("halo_rows", "needs the whole partition; a trainer built from shards "
+                                         "holds its own part only.", "call it on a trainer built from the signal.")
         sg = self.engine.host_layout.sg
         fused = int(halo_keys(self.partition.owner, sg.spatial_edge_index, sg.num_nodes).numel())
         chunk = self.partition.chunk
