@@ -124,7 +124,6 @@ class OwnedIndex:
         for side, (key, other) in enumerate(((src, dst), (dst, src))):
             nodes, perm = key.sort()  # MessageStore.put's call on the same keys: its permutation
             uniq, counts = nodes.unique_consecutive(return_counts=True)
-            ends = counts.cumsum(0)
             keep = self.owner[uniq] == self.rank
             if not bool(keep.any()):
                 continue
@@ -136,7 +135,6 @@ class OwnedIndex:
             rows = self.local[uniq[keep]]
             self.hi[side, rows] = base + cnt.cumsum(0)
             self.lo[side, rows] = self.hi[side, rows] - cnt
-            del ends
         self._insert_neighbors(a, src, dst)
         self._compact()
 
@@ -171,7 +169,7 @@ class OwnedIndex:
         """Drop the entries and the pool events no row refers to any more (amortised: when the
         arrays are twice what the rows use)."""
         live_entries = int((self.hi - self.lo).sum())
-        if self.entry_ev.numel() > 2 * live_entries + 1024:
+        if self.entry_ev.numel() > 2 * live_entries + 256:
             sides = []
             for side in (0, 1):
                 which, pos = mail_lists(self.lo[side], self.hi[side], torch.arange(self.owned.numel()))
@@ -185,7 +183,7 @@ class OwnedIndex:
             self.hi = (start + cnt).view(2, n).clone()
             self.entry_ev, self.entry_other = self.entry_ev[pos], self.entry_other[pos]
         used = torch.cat([self.e_id[self.e_id >= 0], self.entry_ev]).unique()
-        if self.pool_id.numel() > 2 * used.numel() + 1024:
+        if self.pool_id.numel() > 2 * used.numel() + 256:
             keep = torch.searchsorted(self.pool_id, used)
             self.pool_id, self.pool_t = self.pool_id[keep], self.pool_t[keep]
             self.pool_msg = self.pool_msg[keep.to(self.device)]

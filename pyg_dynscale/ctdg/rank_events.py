@@ -21,14 +21,68 @@ ranges lie.
 from __future__ import annotations
 
 import bisect
-from typing import Optional
+import os
+from typing import Optional, Union
 
 import torch
 from torch import Tensor
 
 from ..errors import ModelInputError
 
-__all__ = ["EventHolders", "RankEvents", "RankHost"]
+__all__ = ["EventHolders", "RankEvents", "RankHost", "StoreEvents"]
+
+
+class StoreEvents:
+    r"""An event store directory (:func:`~pyg_dynscale.data.mapped.save_events_store`) read by
+    ranges with plain file reads: a rank's copy of its rows is all it holds of the file (a
+    memory map would count the pages the kernel maps around each read -- whole large folios,
+    megabytes, on recent Linux -- as the process's own). Each range's chunks are verified
+    against their SHA-256 first (:meth:`~pyg_dynscale.data.mapped.MappedStore.verify_rows`).
+
+    Args:
+        path: the store directory.
+    """
+
+    def __init__(self, path: Union[str, "os.PathLike[str]"]) -> None:
+        from ..data.mapped import MappedStore
+
+        self.store = MappedStore(path, kind="events")
+        missing = [k for k in ("src", "dst", "t", "msg") if k not in self.store]
+        if missing:
+            raise ModelInputError("data", f"is the event store {self.store.path!r}, which lacks {missing}.",
+                                  "write it with pyg_dynscale.data.mapped.save_events_store.")
+        self.num_events = self.store.shape("src")[0]
+        shape = self.store.shape("msg")
+        self.msg_dim = shape[1] if len(shape) > 1 else 0
+        info = self.store.meta["tensors"]["msg"]
+        import numpy as np
+
+        self.msg_dtype = torch.from_numpy(np.zeros(0, dtype=np.dtype(info["dtype"]))).dtype
+        #: bytes read from the store's files so far (the rows handed out, not the chunks verified)
+        self.bytes_read = 0
+
+    def read(self, name: str, a: int, b: int) -> Tensor:
+        """Rows ``[a, b)`` of column ``name`` (verified, read from the file: a new tensor)."""
+        import numpy as np
+
+        info = self.store.meta["tensors"][name]
+        self.store.verify_rows(name, a, b)
+        dtype = np.dtype(info["dtype"]).newbyteorder("<")
+        inner = int(np.prod(info["shape"][1:], dtype=np.int64)) if len(info["shape"]) > 1 else 1
+        arr = np.fromfile(os.path.join(self.store.path, info["file"]), dtype=dtype, count=(b - a) * inner,
+                          offset=a * inner * dtype.itemsize)
+        self.bytes_read += arr.nbytes
+        out = torch.from_numpy(arr.astype(dtype.newbyteorder("="), copy=False))
+        return out.view(b - a, *info["shape"][1:]) if len(info["shape"]) > 1 else out
+
+    def column(self, name: str) -> Tensor:
+        """The whole column ``name`` (the split reads ``t``)."""
+        return self.read(name, 0, self.num_events)
+
+
+def _rows(data, name: str, a: int, b: int) -> Tensor:
+    """Rows ``[a, b)`` of ``name``: read from a store, or a slice (a view) of a tensor."""
+    return data.read(name, a, b) if isinstance(data, StoreEvents) else getattr(data, name)[a:b]
 
 
 class EventHolders:
@@ -102,8 +156,8 @@ class RankEvents:
     of the source's rows.
 
     Args:
-        data: the event stream (``src``, ``dst``, ``t`` ``[E]``, ``msg`` ``[E, F]``; e.g.
-            memory-mapped).
+        data: the event stream (``src``, ``dst``, ``t`` ``[E]``, ``msg`` ``[E, F]``), or a
+            :class:`StoreEvents` (each range read from the file).
         ranges (list): the ``(start, end)`` ranges, sorted and disjoint.
     """
 
@@ -114,13 +168,15 @@ class RankEvents:
         for a, b in self.ranges:
             offsets.append(offsets[-1] + b - a)
         self.offsets = offsets
-        self.src = torch.cat([data.src[a:b].clone() for a, b in self.ranges]) if ranges else data.src[:0].clone()
-        self.dst = torch.cat([data.dst[a:b].clone() for a, b in self.ranges]) if ranges else data.dst[:0].clone()
-        self.t = torch.cat([data.t[a:b].clone() for a, b in self.ranges]) if ranges else data.t[:0].clone()
-        self.msg_parts = [data.msg[a:b] for a, b in self.ranges]  # views: a mapped source reads these pages only
-        self.msg_dim = data.msg.size(-1)
-        self.msg_dtype = data.msg.dtype
-        self.num_events = int(data.src.numel())
+        for name in ("src", "dst", "t"):
+            parts = [_rows(data, name, a, b) for a, b in self.ranges] or [torch.zeros(0, dtype=torch.long)]
+            setattr(self, name, torch.cat(parts).clone())
+        # the messages: views of an in-memory stream (nothing copied), the rows read from a store
+        self.msg_parts = [_rows(data, "msg", a, b) for a, b in self.ranges]
+        if isinstance(data, StoreEvents):
+            self.msg_dim, self.msg_dtype, self.num_events = data.msg_dim, data.msg_dtype, data.num_events
+        else:
+            self.msg_dim, self.msg_dtype, self.num_events = data.msg.size(-1), data.msg.dtype, int(data.src.numel())
 
     @property
     def held(self) -> int:

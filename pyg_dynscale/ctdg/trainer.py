@@ -27,7 +27,9 @@ step reads nothing back from the device (one read per epoch, the loss).
 from __future__ import annotations
 
 import gc
+import os
 import warnings
+from types import SimpleNamespace
 from typing import Optional, Union
 
 import torch
@@ -52,7 +54,8 @@ from .microbatch import MicroBatchPipeline
 from .event_exchange import EventExchange
 from .options import check_combinations, check_event_placement, check_modules, check_options, legacy_positionals
 from .owned_index import OwnedIndex
-from .rank_events import EventHolders, RankEvents, RankHost
+from ..data.mapped import load_events_store
+from .rank_events import EventHolders, RankEvents, RankHost, StoreEvents
 from .rank_state import RankCopies, RankMemoryState
 from .parallel import RankGroups, local_world_size, world
 from .partitioned_fetch import PartitionedFetch, build_placement
@@ -119,7 +122,10 @@ class MemoryTrainer(BaseTrainer):
     Args:
         model: an object with ``memory``, ``gnn``, ``link_pred`` (e.g.
             :class:`~pyg_dynscale.ctdg.TGN`), or ``None`` with the three given.
-        data (TemporalData): the whole stream (split by time inside).
+        data (TemporalData): the whole stream (split by time inside), or the path of an event
+            store directory (:func:`~pyg_dynscale.data.mapped.save_events_store`; with
+            ``event_placement="per_rank"`` under a process group each rank reads only its ranges
+            from it, :class:`~pyg_dynscale.ctdg.rank_events.StoreEvents`).
         batch_size (int): events per (local) batch.
         lr (float): the learning rate (PyG's example: ``1e-4``).
         num_neighbors (int): ``LastNeighborLoader`` size.
@@ -313,6 +319,9 @@ class MemoryTrainer(BaseTrainer):
                                   mrr_negatives=mrr_negatives, lr=lr, seed=seed, gradient_sync=gradient_sync,
                                   overlap_aggregation=overlap_aggregation)
         self.batch_size, self.num_neighbors = batch_size, num_neighbors
+        if isinstance(data, (str, os.PathLike)):  # an event store directory
+            data = StoreEvents(data) if event_placement == "per_rank" and self.world_size > 1 else \
+                load_events_store(data)
         check_event_placement(event_placement, memory_placement=memory_placement, partition=partition,
                               prefetch=prefetch, micro_batches=micro_batches, overlap_aggregation=overlap_aggregation)
         #: ``"per_rank"``: this rank holds its events and its owned vertices' index (one process: the whole stream)
@@ -320,8 +329,9 @@ class MemoryTrainer(BaseTrainer):
         per_rank = event_placement == "per_rank" and self.world_size > 1
         if not per_rank:
             check_events(data, memory.num_nodes)
-        if data.msg.size(-1) != getattr(memory, "raw_msg_dim", data.msg.size(-1)):
-            raise ModelInputError("data.msg", f"has {data.msg.size(-1)} columns but the memory was built for "
+        msg_dim = data.msg_dim if isinstance(data, StoreEvents) else data.msg.size(-1)
+        if msg_dim != getattr(memory, "raw_msg_dim", msg_dim):
+            raise ModelInputError("data.msg", f"has {msg_dim} columns but the memory was built for "
                                   f"{memory.raw_msg_dim}.", "build TGNMemory / TGN with msg_dim=data.msg.size(-1).")
         if device is not None:
             for mod in (memory, gnn, link_pred):
@@ -333,14 +343,15 @@ class MemoryTrainer(BaseTrainer):
         self.device = dev
         if self.world_size > 1:  # the training GPU is the current device before any collective (no communication)
             bind_device(dev)
-        self.val_start, self.test_start, self.num_events = split_ranges(data, val_ratio, test_ratio)
+        self.val_start, self.test_start, self.num_events = split_ranges(
+            SimpleNamespace(t=data.column("t")) if isinstance(data, StoreEvents) else data, val_ratio, test_ratio)
         #: per rank: the events this rank holds (None: the whole stream)
         self.rank_events: Optional[RankEvents] = None
         if per_rank:
             holders = EventHolders(self.world_size, batch_size, (self.val_start, self.test_start, self.num_events))
             self.rank_events = RankEvents(data, holders.ranges(self.rank))
             self.rank_events.check(memory.num_nodes)
-            self.msg = data.msg[:0].to(dev, dtype)  # the messages reach the device from the owners' index
+            self.msg = torch.zeros(0, msg_dim, dtype=dtype, device=dev)  # messages come from the owners' index
             self.host = RankHost(self.rank_events)
         else:
             #: ``[E, F]`` the raw messages, on the device (the only column of the stream the device reads whole)
@@ -383,7 +394,7 @@ class MemoryTrainer(BaseTrainer):
             batch_size=self.batch_size, num_neighbors=self.num_neighbors, ledger=self.bytes.collectives)
         if per_rank:
             p = self.placement
-            index = OwnedIndex(p.owned, p.owner, self.rank, self.num_neighbors, data.msg.size(-1), dtype, dev)
+            index = OwnedIndex(p.owned, p.owner, self.rank, self.num_neighbors, msg_dim, dtype, dev)
             self.exchange = EventExchange(self.rank_events, self.host, holders, index, p, self.bytes.collectives)
             self.state = RankMemoryState(memory, self.exchange, self.msg)
             self.neighbors = self.exchange
