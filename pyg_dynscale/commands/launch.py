@@ -1,4 +1,5 @@
-"""``pyg-dynscale train``'s processes: devices per rank, the torchrun launch,
+"""``pyg-dynscale train``'s processes: devices per rank, the torchrun launch
+(one machine, or ``--nnodes`` machines meeting at torchrun's c10d rendezvous),
 the process group of a rank, and the one line that says why a job failed."""
 from __future__ import annotations
 

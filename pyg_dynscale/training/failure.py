@@ -20,6 +20,13 @@ so a peer on the same machine ends it (:func:`local_pid`).
 A worker must not outlive its launcher (a ``SIGKILL`` of the launcher would
 leave it training): :func:`die_with_launcher` asks the kernel for ``SIGTERM``
 when the parent dies (Linux ``prctl(PR_SET_PDEATHSIG)``).
+
+On several machines (torchrun agents; ``GROUP_WORLD_SIZE > 1``) a rank also
+publishes its node (``GROUP_RANK``) with its host, and the lines name a rank
+by its machine (:func:`rank_label`); the ranks of one machine that all went
+silent are named as that machine (:func:`ranks_label`: a machine, or its
+agent, lost). The keys of one attempt live under :func:`job_round`, which is
+the same on every machine.
 """
 from __future__ import annotations
 

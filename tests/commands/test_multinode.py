@@ -182,3 +182,20 @@ def test_a_lost_machine_without_restarts_fails_naming_the_node_once(tmp_path) ->
     stopping = [s for s in err.splitlines() if ": stopping: " in s]
     assert sorted(s.split(")", 1)[0] for s in stopping) == ["pyg-dynscale train (rank 0", "pyg-dynscale train (rank 1"]
     assert all("node 1 (host " in s for s in stopping), stopping
+
+
+def test_a_rank_failing_on_another_machine_is_named_with_its_machine_by_both_launchers(tmp_path) -> None:
+    port = free_port()
+    cmd = PY + _machines(*TRAIN, "--epochs", "2", port=port)
+    fault = {"PYTHONPATH": f"{FAULTS}{os.pathsep}{ROOT}", "PYG_DYNSCALE_TEST_FAULT": "2:2"}  # rank 2 raises
+    agents = start_agents([cmd, cmd], port, tmp_path / "logs", cli_env(), ROOT, [fault, fault])
+    for a in agents:
+        assert a.wait(TIMEOUT) == 1, a.stderr[-3000:]
+    # the launchers' lines (the failing rank's own line, "error (rank 2): ...", is its traceback's summary)
+    lines = [[s for s in a.stderr.splitlines() if s.startswith("pyg-dynscale train: error: ")] for a in agents]
+    assert [len(x) for x in lines] == [1, 1], [a.stderr[-3000:] for a in agents]
+    # node 1 holds the failing rank; node 0's ranks only stopped, and its launcher names node 1's rank all the same
+    assert re.fullmatch(r"pyg-dynscale train: error: rank 2 \(node 1, host [^)]+\) failed \(exit code 1\): "
+                        r"RuntimeError: injected fault", lines[1][0]), lines[1][0]
+    assert re.fullmatch(r"pyg-dynscale train: error: rank 2 \(node 1, host [^)]+\) failed: RuntimeError: injected "
+                        r"fault \(noticed by rank [01] \(node 0, host [^)]+\)\)", lines[0][0]), lines[0][0]
