@@ -71,7 +71,9 @@ def concat_signals(*signals: DynamicGraphSignal) -> DynamicGraphSignal:
             fields[name] = SnapshotField("ragged", values, _offset_ptr([p.ptr for p in parts]), f.cat_dim)
         else:
             fields[name] = SnapshotField(f.level, values)
-    node_id, node_ptr = torch.cat([s.node_id for s in signals]), _offset_ptr([s.node_ptr for s in signals])
+    node_ptr = _offset_ptr([s.node_ptr for s in signals])
+    # implicit local ids stay implicit; otherwise each signal's ids (built for the result only where implicit)
+    node_id = None if all(s.local_ids for s in signals) else torch.cat([s._ids_for_reading() for s in signals])
     if all(_same_static_graph(first, s) for s in signals[1:]):
         return DynamicGraphSignal.from_storage(node_id, node_ptr, first.static_edge_index, None,
                                                first.static_edge_weight, fields, first.num_vertices)

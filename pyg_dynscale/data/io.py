@@ -15,7 +15,10 @@ Versions (:data:`READ_VERSIONS` are read, :data:`FORMAT_VERSION` written):
   :attr:`DynamicGraphSignal.static_edge_index`) in place of ``edge_index``,
   ``edge_ptr`` and ``edge_weight``. The names are covered by the checksum, so
   the layout cannot be changed without the file being refused. Saving a
-  static graph never builds its :math:`T`-fold expansion.
+  static graph never builds its :math:`T`-fold expansion. ``node_id`` is
+  written in full in both versions; ids that are ``0 .. |V_t|-1`` in every
+  snapshot are made implicit again on load
+  (:attr:`DynamicGraphSignal.local_ids`).
 """
 from __future__ import annotations
 
@@ -58,7 +61,9 @@ def save_signal(signal: "DynamicGraphSignal", path: str) -> None:
     """Write ``signal`` to ``path`` in format :data:`FORMAT_VERSION` (a static
     graph as its one edge list)."""
     static = signal.is_static
-    tensors: dict[str, Optional[torch.Tensor]] = {"node_id": signal.node_id, "node_ptr": signal.node_ptr}
+    # implicit local ids are written out (readers of the raw payload find node_id in every file) without being
+    # kept on the signal; load_signal makes them implicit again
+    tensors: dict[str, Optional[torch.Tensor]] = {"node_id": signal._ids_for_reading(), "node_ptr": signal.node_ptr}
     if static:
         tensors.update(static_edge_index=signal.static_edge_index, static_edge_weight=signal.static_edge_weight)
     else:
@@ -113,5 +118,6 @@ def load_signal(path: str, cls: type, map_location: Union[str, torch.device, Non
     if edges is None:
         raise SignalFormatError(f"{path}: no edge tensors, the file is corrupt. Re-create it with DynamicGraphSignal.save().")
     obj = cls.from_storage(tensors["node_id"], tensors["node_ptr"], *edges, fields, int(payload["num_vertices"]))
+    obj._detect_local_ids()  # ids 0 .. |V_t|-1 in every snapshot: implicit, as the signal that was saved
     obj.validate(allow_nonfinite=True)
     return obj

@@ -79,8 +79,9 @@ class StoreLayout:
         counts = signal.nodes_per_snapshot
         n0 = int(counts[0])
         uniform = bool((counts == n0).all()) and n0 > 0
-        fixed = uniform and n0 == signal.num_vertices and bool(
-            (signal.node_id.view(-1, n0) == torch.arange(n0)).all())
+        # implicit local ids are rows 0 .. n-1 in order by definition (nothing to compare, nothing built)
+        fixed = uniform and n0 == signal.num_vertices and (getattr(signal, "local_ids", False) or bool(
+            (signal.node_id.view(-1, n0) == torch.arange(n0)).all()))
         return cls(uniform, fixed, uniform and not edge_fields and _same_edges(signal), int(signal.num_vertices))
 
 
@@ -113,7 +114,8 @@ class SnapshotStore:
         static_graph (tuple, optional): ``(edge_index [2, E], edge_weight [E]
             or None)``, a static graph's one list (``None``: edges per snapshot).
         edge_fields (dict): name -> ``[E_held, ...]``.
-        node_id (Tensor): ``[N_held]`` vertex of each row.
+        node_id (Tensor): ``[N_held]`` vertex of each row (a signal's implicit
+            local ids: built at the first access).
         node_ptr (list): ``[S+1]`` row offsets (host).
         edge_ptr (list): ``[S+1]`` edge offsets (host).
         loops (Tensor): host positions of the self-loops in ``edge_index``
@@ -146,7 +148,8 @@ class SnapshotStore:
         self.weighted = bool(sig.weighted)
         self.edge_fields = {k: sig.fields[k].values.to(device) for k in edge_fields}
         self.node_ptr, self.edge_ptr = sig.node_ptr.tolist(), sig.edge_ptr.tolist()
-        self.node_id = sig.node_id.to(device)
+        #: the vertex of each held row (``None``: the signal's implicit local ids, built on demand)
+        self._node_id: Optional[Tensor] = None if sig.local_ids else sig.node_id.to(device)
         #: host ``[S+1]`` edge offsets, and per snapshot its range of ``loops`` (made at the first use)
         self._eptr = torch.tensor(self.edge_ptr)
         self._loop_ptr: Optional[Tensor] = None
@@ -184,11 +187,39 @@ class SnapshotStore:
         return self._loops
 
     @property
+    def node_id(self) -> Tensor:
+        """``[N_held]`` vertex of each held row (implicit local ids ``0 ..
+        n_t-1``: built at the first access, for readers of changing vertex
+        sets; a fixed vertex set never asks)."""
+        if self._node_id is None:
+            ptr = torch.tensor(self.node_ptr, device=self.device)
+            counts = ptr.diff()
+            total = int(ptr[-1])
+            self._node_id = torch.arange(total, device=self.device) - torch.repeat_interleave(
+                ptr[:-1], counts, output_size=total)
+        return self._node_id
+
+    @property
     def edges_expanded(self) -> bool:
         """Whether a static graph's concatenated edges (or their loops) were
         built; always ``False`` for edges per snapshot."""
         return self.static_graph is not None and (
             self._edge_index is not None or self._edge_weight is not None or self._loops is not None)
+
+    def nbytes(self) -> int:
+        """Bytes of the distinct tensor storages the store holds (features,
+        targets, edges -- one list or per snapshot, any expansion built --,
+        vertex ids if built, edge fields, the last union's edges)."""
+        seen: dict[int, int] = {}
+        tensors = [self.x, self.y, self._edge_index, self._edge_weight, self._node_id, self._loops,
+                   *(self.static_graph or ()), *self.edge_fields.values()]
+        for pair in self._union_edges.values():
+            tensors += list(pair)
+        for t in tensors:
+            if t is not None:
+                st = t.untyped_storage()
+                seen[st.data_ptr()] = st.nbytes()
+        return sum(seen.values())
 
     def _edges_at(self, p: int) -> tuple:
         """``(edge_index, edge_weight)`` of storage position ``p``: views."""

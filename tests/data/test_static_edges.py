@@ -172,3 +172,47 @@ def test_per_snapshot_weights_with_one_edge_list_repeat_the_edges():
     ei = np.array([[0, 1], [1, 2]])
     s = DynamicGraphSignal(ei, [np.ones(2), 2 * np.ones(2)], [np.zeros((3, 1))] * 2, None)
     assert not s.is_static and torch.equal(s[1].edge_weight, torch.tensor([2.0, 2.0]))
+
+
+# ---- implicit local vertex ids (rows 0 .. |V_t|-1): not stored, built where a reader asks
+def test_local_ids_are_implicit_and_equal_explicit_ones():
+    s, _ = _pair()
+    ids = [np.arange(N)] * T
+    explicit = DynamicGraphSignal(s.static_edge_index.numpy(), s.static_edge_weight.numpy(),
+                                  list(s.x.view(T, N, F).numpy()), list(s.y.view(T, N).numpy()), node_ids=ids,
+                                  dtype=torch.float64)
+    assert s.local_ids and not explicit.local_ids
+    held = s.storage_bytes()
+    assert held == explicit.storage_bytes() - T * N * 8  # the [T N] int64 ids are not held
+    assert s.equals(explicit) and explicit.equals(s) and s.fingerprint() == explicit.fingerprint()
+    for a, b in zip(s, explicit):
+        _same_data(a, b)
+    assert s.storage_bytes() == held  # iterating built nothing
+    assert torch.equal(s.node_id, explicit.node_id) and s.local_ids  # built on demand, kept
+    assert s.storage_bytes() == held + T * N * 8
+
+
+def test_an_edit_of_the_built_local_ids_makes_them_explicit():
+    s, _ = _pair()
+    s.node_id[N * (T - 1)] = N - 1  # the last snapshot lists vertex N-1 twice now
+    assert not s.local_ids
+    with pytest.raises(SignalValidationError, match=rf"node_ids\[{T - 1}\].*more than once"):
+        s.validate()
+
+
+def test_local_ids_survive_slicing_moving_pickling_joining_and_files(tmp_path):
+    s, d = _pair()
+    assert s[1:4].local_ids and s[[3, 1]].local_ids and s.to("cpu").local_ids and s.sort_edges().local_ids
+    assert concat_signals(s[:2], s[2:]).local_ids
+    back = pickle.loads(pickle.dumps(s))
+    assert back.local_ids and back.equals(d)
+    s.save(str(tmp_path / "s.pt"))
+    loaded = DynamicGraphSignal.load(str(tmp_path / "s.pt"))
+    assert loaded.local_ids and loaded.is_static and loaded.equals(d)
+    assert torch.load(str(tmp_path / "s.pt"), weights_only=True)["tensors"]["node_id"].numel() == T * N  # in full
+    assert s.storage_bytes() == loaded.storage_bytes()
+
+
+def test_local_ids_must_fit_num_vertices():
+    with pytest.raises(SignalValidationError, match="num_vertices.*vertex id 2"):
+        DynamicGraphSignal(np.array([[0], [1]]), None, [np.zeros((3, 1))] * 2, None, num_vertices=2)

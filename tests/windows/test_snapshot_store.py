@@ -82,6 +82,11 @@ def test_the_windows_path_never_expands_the_edges(name, kw):
     [2, T E] tensor, and the store's edge tensors are E long."""
     D, ei, ew = _data()
     sig = series_signal(D, ei, ew, dtype=torch.float64)
+    torch.manual_seed(1)
+    fresh = WindowTrainer(_cell(name), series_signal(D, ei, ew, dtype=torch.float64), lags=3, batch_size=4,
+                          head=torch.nn.Linear(H, F).double(), **kw)
+    # right after set-up the store holds the series (x and y are views of it) and the one graph: nothing else
+    assert fresh.store.nbytes() == D.numel() * 8 + 3 * ei.shape[1] * 8
     tr = _run(sig, name, **kw)[0]
     assert not sig.edges_expanded and not tr.view.signal.edges_expanded
     st = tr.store
@@ -89,6 +94,10 @@ def test_the_windows_path_never_expands_the_edges(name, kw):
     E = ei.shape[1]
     assert sum(t.numel() for t in st.static_graph) == 3 * E  # [2, E] indices + [E] weights
     assert st.edge_ptr[-1] == st.num_held * E                 # while it stands for every held snapshot's copy
+    # bytes: the series (x and y are views of it) + offsets + one graph; no [T N] ids, no [2, T E] edges
+    series, ptrs = D.numel() * 8, 2 * (T + 1) * 8
+    assert sig.local_ids and sig.storage_bytes() == series + ptrs + 3 * E * 8
+    assert st.nbytes() <= series + 3 * E * 8 + 3 * 4 * E * 8  # + the last batch's union edges (B = 4)
 
 
 def test_store_readers_of_the_concatenated_form_still_get_it():
