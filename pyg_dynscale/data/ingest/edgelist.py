@@ -42,7 +42,6 @@ import os
 from typing import Optional, Sequence, Union
 
 import numpy as np
-import torch
 
 from ...errors import SignalValidationError
 from ..loaders._common import PathLike

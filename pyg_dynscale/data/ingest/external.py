@@ -2,8 +2,8 @@ r"""Out-of-core pieces of the chunked readers: scratch columns on disk, a
 stable external merge sort, and the raw-id table.
 
 * :class:`Scratch`: columns appended chunk by chunk to raw files in a
-  temporary directory and read back as :func:`numpy.memmap` (the parsed file
-  between the readers' passes; deleted at the end).
+  temporary directory and read back by copies of rows (:class:`ScratchColumn`;
+  the parsed file between the readers' passes; deleted at the end).
 * :func:`external_argsort`: the stable ascending order of a float64 column
   larger than memory. Sorted runs of ``chunk_rows`` keys are written first,
   then merged 16 at a time (passes until one run is left) with a buffer of
@@ -26,6 +26,32 @@ import uuid
 from typing import Optional
 
 import numpy as np
+
+
+class ScratchColumn:
+    """A scratch column read by copies: each read maps the file, copies the
+    rows asked for (a slice or an index array) and unmaps it again, so that
+    the pages read do not stay mapped into the reader (where they would count
+    in its resident memory, ``ru_maxrss``, until the end)."""
+
+    def __init__(self, path: str, dtype: np.dtype, shape: tuple[int, ...]) -> None:
+        self.path, self.dtype, self.shape = path, np.dtype(dtype), shape
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, index) -> np.ndarray:
+        if int(np.prod(self.shape, dtype=np.int64)) == 0:
+            return np.zeros(self.shape, dtype=self.dtype)[index]
+        m = np.memmap(self.path, dtype=self.dtype, mode="r", shape=self.shape)
+        try:
+            return np.array(m[index])
+        finally:
+            del m  # the last reference: the mapping is closed
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        out = self[:]
+        return out if dtype is None else out.astype(dtype)
 
 
 class Scratch:
@@ -52,13 +78,11 @@ class Scratch:
     def rows(self, name: str) -> int:
         return self._meta[name][2] if name in self._meta else 0
 
-    def array(self, name: str) -> np.ndarray:
-        """The column written so far, memory-mapped read-only."""
+    def array(self, name: str) -> "ScratchColumn":
+        """The column written so far, to be read by copies of its rows."""
         dtype, inner, rows = self._meta[name]
         self._fh[name].flush()  # type: ignore[attr-defined]
-        if rows * int(np.prod(inner, dtype=np.int64)) == 0:
-            return np.zeros((rows,) + inner, dtype=dtype)
-        return np.memmap(os.path.join(self.dir, name), dtype=dtype, mode="r", shape=(rows,) + inner)
+        return ScratchColumn(os.path.join(self.dir, name), dtype, (rows,) + inner)
 
     def drop(self, name: str) -> None:
         """Delete a column (a merge pass's input, once merged)."""
@@ -77,12 +101,13 @@ class Scratch:
 FAN_IN = 16
 
 
-def external_argsort(keys: np.ndarray, chunk_rows: int, scratch: Scratch, prefix: str = "sort") -> np.ndarray:
+def external_argsort(keys: "np.ndarray | ScratchColumn", chunk_rows: int, scratch: Scratch,
+                     prefix: str = "sort") -> ScratchColumn:
     """``numpy.argsort(keys, kind="stable")`` for a memory-mapped ``[n]``
     column, holding ``O(chunk_rows)`` entries at a time: sorted runs of
     ``chunk_rows`` keys, then passes that merge :data:`FAN_IN` runs into one
     (:math:`\lceil \log_{16} R \rceil` passes over the data for :math:`R` runs).
-    Returns the order as a memory-mapped int64 column of ``scratch``."""
+    Returns the order as an int64 column of ``scratch``."""
     n = int(keys.shape[0])
     level = 0
     rk, ri = f"{prefix}.key0", f"{prefix}.idx0"
@@ -107,7 +132,7 @@ def external_argsort(keys: np.ndarray, chunk_rows: int, scratch: Scratch, prefix
     return scratch.array(ri)
 
 
-def _merge_runs(run_key: np.ndarray, run_idx: np.ndarray, runs: list[tuple[int, int]], per_run: int,
+def _merge_runs(run_key: ScratchColumn, run_idx: ScratchColumn, runs: list[tuple[int, int]], per_run: int,
                 scratch: Scratch, out_key: str, out_idx: str) -> None:
     """Merge sorted runs (``(start, end)`` ranges of ``run_key``/``run_idx``,
     ordered by ``(key, idx)``) into one, appended to ``out_key``/``out_idx``."""
