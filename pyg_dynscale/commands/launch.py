@@ -135,7 +135,7 @@ def torchrun_argv(args: argparse.Namespace) -> list:
     ``--nnodes M``, torchrun's c10d rendezvous at ``--rdzv-endpoint`` (every machine runs the same command;
     the rendezvous numbers the machines, as torchrun's ``--node-rank`` is for its static rendezvous only)."""
     nnodes = getattr(args, "nnodes", None)
-    if nnodes is None:
+    if nnodes is None or getattr(args, "rdzv_endpoint", None) is None:  # one machine (--nnodes 1 alone too)
         where = ["--standalone"]
     else:
         where = ["--nnodes", str(nnodes), "--rdzv-backend", "c10d", "--rdzv-endpoint", args.rdzv_endpoint,

@@ -59,6 +59,9 @@ def test_one_machine_stays_standalone() -> None:
     check_launch_options(args)
     argv = launch.torchrun_argv(args)
     assert argv[:3] == ["--standalone", "--nproc-per-node", "2"] and args.nproc == 2
+    args = _parsed("--nproc", "2", "--nnodes", "1")
+    check_launch_options(args)
+    assert launch.torchrun_argv(args)[:3] == ["--standalone", "--nproc-per-node", "2"] and args.nproc == 2
 
 
 def test_every_agent_of_a_round_reads_the_same_token_and_the_next_round_another() -> None:
