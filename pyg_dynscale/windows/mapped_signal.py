@@ -25,7 +25,8 @@ the map as well. :attr:`MappedSignal.bytes_read` counts the bytes copied.
 and the structure that reading trusts: pointers of :math:`T+1` non-decreasing
 entries from 0 that end at the row counts of the tensors they split;
 :meth:`MappedSignal.read` validates the part it returns
-(:meth:`~pyg_dynscale.data.DynamicGraphSignal.validate`). The file's
+(:meth:`~pyg_dynscale.data.DynamicGraphSignal.validate`, :data:`VALIDATE_ROWS` rows at a
+time). The file's
 SHA-256 covers every tensor at once, so checking it reads the whole file:
 :meth:`MappedSignal.verify` does that on demand (once, before a run, on one
 process), a rank reading its part does not.
@@ -46,6 +47,8 @@ __all__ = ["MappedSignal", "CHUNK_BYTES", "is_mapped_source"]
 
 #: bytes copied from the map before its pages are handed back
 CHUNK_BYTES = 4 << 20
+#: vertex-time rows validated at a time (the checks' temporaries: ~50 bytes a row)
+VALIDATE_ROWS = 1 << 18
 _MADV_DONTNEED = 4  # Linux
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _REMEDY = "Re-create it with DynamicGraphSignal.save()."
@@ -294,8 +297,16 @@ class MappedSignal:
         out = type(s).from_storage(
             self._rows("node_id", nodes, 0), ptr_from_counts(node_counts), self._rows(self._edges[0], edges, 1),
             edge_ptr, self._rows(self._edges[1], edges, 0) if self._edges[1] in t else None, fields, s.num_vertices)
-        try:
-            out.validate(allow_nonfinite=True)
+        detect = getattr(out, "_detect_local_ids", None)
+        if detect is not None:  # ids 0 .. |V_t|-1 in every snapshot: held implicitly, as DynamicGraphSignal.load does
+            detect()
+        try:  # in pieces of at most VALIDATE_ROWS rows: the checks' temporaries (sort keys) stay small
+            p = out.node_ptr
+            lo, S = 0, out.num_snapshots
+            while lo < S:
+                hi = min(max(int(torch.searchsorted(p, p[lo] + VALIDATE_ROWS, right=True)) - 1, lo + 1), S)
+                (out if (lo, hi) == (0, S) else out.select(torch.arange(lo, hi))).validate(allow_nonfinite=True)
+                lo = hi
         except Exception as exc:  # noqa: BLE001 - the file's rows are inconsistent: a format error naming the file
             raise self._bad(f"its snapshots {runs[0][0]}..{runs[-1][1] - 1} do not form a valid signal ({exc})") from None
         return out

@@ -128,7 +128,13 @@ class WindowTrainer(BaseTrainer):
             window's ``X [N, F, L]`` (``periods == lags``, static graph, ``horizon=1``);
             on ``[n, F, periods]`` features it is called per snapshot.
         data: a :class:`~pyg_dynscale.data.DynamicGraphSignal` or a PyGT
-            signal object (``signal=`` is its deprecated keyword).
+            signal object (``signal=`` is its deprecated keyword), or a
+            signal on disk: the path of a ``DynamicGraphSignal.save`` file or
+            of a :mod:`~pyg_dynscale.data.mapped` store directory, or a
+            :class:`~pyg_dynscale.windows.mapped_signal.MappedSignal`. On disk
+            under a process group with ``placement="blocks"``, each rank reads
+            only the snapshots it holds (:mod:`~pyg_dynscale.windows.rank_view`);
+            otherwise it is loaded whole.
         lags: snapshots per window :math:`L`.
         horizon: predicted steps :math:`H`. Without ``decoder``,
             :math:`H \le L` (PyGT ``BatchedDCRNN``'s alignment: the output at

@@ -23,12 +23,14 @@ from pyg_dynscale.windows.rank_view import RankFacts, combine
 from pyg_dynscale.windows.view import Standardizer
 from tests.helpers.windows import chickenpox, covid
 
-# (data, T, lags, horizon, stride, standardize, file kind)
-TWO = [("chickenpox", 30, 3, 1, 1, False, "pt"),
-       ("covid", 20, 4, 1, 1, True, "store"),
-       ("chickenpox", 40, 2, 2, 4, True, "pt")]   # stride 4 > lags + horizon - 1: snapshots no window reads
-FOUR = [("chickenpox", 40, 3, 2, 1, False, "store"),
-        ("covid", 24, 3, 1, 1, True, "pt")]
+# (data, T, lags, horizon, stride, standardize, file kind, options)
+TWO = [("chickenpox", 30, 3, 1, 1, False, "pt", {}),
+       ("covid", 20, 4, 1, 1, True, "store", {}),
+       ("chickenpox", 40, 2, 2, 4, True, "pt", {}),   # stride 4 > lags + horizon - 1: snapshots no window reads
+       ("chickenpox", 30, 3, 4, 1, False, "store", {"decoder": True}),         # seq2seq past the window
+       ("covid", 16, 3, 1, 1, False, "pt", {"node_batch_size": 40})]          # node mini-batches
+FOUR = [("chickenpox", 40, 3, 2, 1, False, "store", {}),
+        ("covid", 24, 3, 1, 1, True, "pt", {})]
 
 
 def _signal(data: str, T: int) -> DynamicGraphSignal:
@@ -38,7 +40,7 @@ def _signal(data: str, T: int) -> DynamicGraphSignal:
 def _files(cases: list, tmp_path) -> list:
     """Each case's file (``torch.save`` archive or store directory), written once in the parent."""
     out = []
-    for i, (data, T, *_, kind) in enumerate(cases):
+    for i, (data, T, *_, kind, _) in enumerate(cases):
         sig = _signal(data, T)
         path = str(tmp_path / f"case{i}.pt")
         if kind == "pt":
@@ -49,16 +51,19 @@ def _files(cases: list, tmp_path) -> list:
     return out
 
 
-def _train(data, lags, horizon, stride, standardize) -> tuple:
+def _train(data, lags, horizon, stride, standardize, options) -> tuple:
     from torch_geometric_temporal.nn.recurrent import GConvGRU
 
     torch.manual_seed(0)
     cell, head = GConvGRU(4, 5, 2).double(), torch.nn.Linear(5, 1).double()
+    options = dict(options)
+    if options.pop("decoder", False):  # fed the previous target (width 1), from the encoder's final state
+        options.update(decoder=GConvGRU(1, 5, 2).double(), teacher_forcing=0.5)
     tr = WindowTrainer(cell, data, lags=lags, horizon=horizon, stride=stride, batch_size=4, lr=0.05, head=head,
-                       standardize=standardize, optimizer="adam")
+                       standardize=standardize, optimizer="adam", **options)
     losses = [tr.train_epoch() for _ in range(2)]
     report = tr.traffic()
-    metrics = {split: dict(tr.evaluate(split)) for split in ("train", "val", "test")}
+    metrics = {split: dict(tr.evaluate(split)) for split in ("train", "val", "test") if tr.view.split(split).numel()}
     held = None if tr.view.held is None else tr.view.held.clone()
     out = (losses, list(tr.batch_losses), [p.detach().clone() for p in tr.modules.parameters()], metrics,
            {k: dict(report[k]) for k in ("measured", "predicted")}, held, type(tr.view).__name__,
@@ -70,15 +75,15 @@ def _train(data, lags, horizon, stride, standardize) -> tuple:
 def _equal_runs(rank, world, cases, paths):
     torch.set_num_threads(1)
     out = []
-    for (data, T, lags, horizon, stride, std, _), path in zip(cases, paths):
-        whole = _train(DynamicGraphSignal.load(path), lags, horizon, stride, std)   # today's: every rank loads all
-        part = _train(path, lags, horizon, stride, std)                             # each rank reads its part
+    for (data, T, lags, horizon, stride, std, _, options), path in zip(cases, paths):
+        whole = _train(DynamicGraphSignal.load(path), lags, horizon, stride, std, options)  # every rank loads all
+        part = _train(path, lags, horizon, stride, std, options)                            # each rank its part
         out.append((whole, part))
     return out
 
 
 def _check(per_rank: list, cases: list) -> None:
-    for i, (data, T, lags, horizon, stride, std, _) in enumerate(cases):
+    for i, (data, T, lags, horizon, stride, std, *_) in enumerate(cases):
         for r, ranks in enumerate(per_rank):
             whole, part = ranks[i]
             assert part[6] == "RankWindowView" and whole[6] == "WindowView"
@@ -99,6 +104,17 @@ def _check(per_rank: list, cases: list) -> None:
                     for k, v in m.items():
                         assert math.isclose(part[3][split][k], v, rel_tol=1e-12, abs_tol=1e-12)
             assert part[0] == per_rank[0][i][1][0]                   # the same floats on every rank
+
+
+def test_one_process_loads_a_path_whole_and_trains_as_the_signal(tmp_path):
+    paths = _files(TWO[:2], tmp_path)
+    for case, path in zip(TWO[:2], paths):
+        data, T, lags, horizon, stride, std, _, options = case
+        whole = _train(_signal(data, T), lags, horizon, stride, std, options)
+        part = _train(path, lags, horizon, stride, std, options)
+        assert part[6] == whole[6] == "WindowView" and part[5] is None
+        assert part[0] == whole[0] and part[3] == whole[3]
+        assert all(torch.equal(a, b) for a, b in zip(part[2], whole[2]))
 
 
 def test_two_ranks_read_their_part_and_train_as_the_whole_signal(tmp_path):
