@@ -184,3 +184,15 @@ def test_events_round_trip_memory_mapped(tmp_path):
         assert torch.equal(getattr(back, key), getattr(data, key))
     part = back[10:20]  # a TemporalData slice of memory-mapped tensors
     assert torch.equal(part.msg, data.msg[10:20]) and part.num_events == 10
+
+
+def test_a_static_graph_is_stored_once_and_reopened_static(tmp_path):
+    rng = np.random.default_rng(0)
+    edges = rng.integers(0, 6, (2, 9))
+    sig = DynamicGraphSignal(edges, rng.random(9), [rng.random((6, 2)) for _ in range(40)], [rng.random(6) for _ in range(40)])
+    assert sig.is_static
+    save_signal_store(sig, tmp_path / "s")
+    assert MappedStore(tmp_path / "s").shape("static_edge_index") == (2, 9)  # one list, not 40
+    assert "edge_index" not in MappedStore(tmp_path / "s")
+    back = DynamicGraphSignal.load(str(tmp_path / "s"))
+    assert back.is_static and back.equals(sig)
