@@ -81,13 +81,16 @@ class EventTraffic:
         """Bytes this process moved so far: :data:`SAVED`, the memory service's read / write bytes
         (``service_read`` / ``service_write``) when it runs, and with a partitioned placement the
         bytes it handed to the exchanges (``dispatch``, ``requests``, ``aggregation``, ``counts``;
-        evaluation's as ``eval_*``)."""
+        with events per rank ``events``, ``neighbors``, ``mailbox``; evaluation's as ``eval_*``)."""
         every = {**self.local.totals(), **self.collectives.totals()}
         out = {k: every.get(k, 0) for k in SAVED}
         if service is not None:
             out.update(service_read=service.read_bytes, service_write=service.write_bytes)
         if placement is not None:
             out.update(placement.counters.totals())
+            from .event_exchange import EXCHANGE_KINDS  # events per rank's exchanges, when they ran
+
+            out.update({k: v for k, v in every.items() if k.split("_", 1)[-1] in EXCHANGE_KINDS})
         return out
 
     def report(self, *, placement, gradient_bytes: int, distributed: bool, parallelism: tuple, rank: int,
