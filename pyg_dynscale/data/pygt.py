@@ -84,14 +84,15 @@ def from_pygt(signal: Any, cls: type, **kwargs: Any) -> "DynamicGraphSignal":
         extras["batch"] = [b] * T if isinstance(b, np.ndarray) and not isinstance(signal.batches, list) and b.ndim == 1 and not hasattr(signal, "edge_indices") else list(b)
     node_ids = extras.pop("n_id", None)
     if not isinstance(edges, list) and edges is not None and not isinstance(weights, list):
-        # static graph: replicate per snapshot, matching PyGT's snapshots
-        edges_l: Any = [edges] * T
-        weights_l: Any = None if weights is None else [weights] * T
+        # a static graph: its one edge list, stored once (DynamicGraphSignal's class docstring); every snapshot
+        # has it, as PyGT's
+        edges_l: Any = edges
+        weights_l: Any = weights
     else:
         edges_l, weights_l = edges, weights
-    if edges_l is not None and any(e is None for e in edges_l):
+    if isinstance(edges_l, list) and any(e is None for e in edges_l):
         raise SignalValidationError("edge_indices", "contains None snapshots.", "give every snapshot an edge array (possibly empty).")
-    if weights_l is not None and all(w is None for w in weights_l):
+    if isinstance(weights_l, list) and all(w is None for w in weights_l):
         weights_l = None
     field_levels = kwargs.pop("field_levels", None) or {}
     if "batch" in extras:
@@ -122,7 +123,7 @@ def to_pygt(signal: "DynamicGraphSignal", kind: Optional[str] = None) -> Any:
     T = signal.num_snapshots
     snaps = [signal.snapshot(t) for t in range(T)]
     edges = [_np(s.edge_index) for s in snaps]
-    weights = None if signal.edge_weight is None else [_np(s.edge_attr) for s in snaps]
+    weights = None if not signal.weighted else [_np(s.edge_attr) for s in snaps]  # (a static graph's stay unexpanded)
     x = signal.fields.get("x")
     features = None if x is None else [_np(s.x) for s in snaps]
     targets = [_np(s.y) for s in snaps] if "y" in signal.fields else [None] * T

@@ -216,3 +216,12 @@ def test_local_ids_survive_slicing_moving_pickling_joining_and_files(tmp_path):
 def test_local_ids_must_fit_num_vertices():
     with pytest.raises(SignalValidationError, match="num_vertices.*vertex id 2"):
         DynamicGraphSignal(np.array([[0], [1]]), None, [np.zeros((3, 1))] * 2, None, num_vertices=2)
+
+
+def test_to_pygt_of_a_static_graph_is_pygts_static_signal_without_expanding():
+    pytest.importorskip("torch_geometric_temporal")
+    s, d = _pair()
+    p = s.to_pygt()
+    assert type(p).__name__ == "StaticGraphTemporalSignal" and not s.edges_expanded
+    back = DynamicGraphSignal.from_pygt(p, dtype=torch.float64)
+    assert back.is_static and back.equals(d)
