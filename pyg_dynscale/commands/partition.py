@@ -5,7 +5,11 @@ Loads ``PATH`` with :func:`pyg_dynscale.data.loaders.load`, partitions it with
 :class:`~pyg_dynscale.partition.CommunicationPlan` for the ``--model``'s
 dependency pattern and prints bytes per epoch by kind, cut edges, the load
 imbalance :math:`\lambda` and the partitioning time. ``--out FILE`` saves the
-partition (:func:`~pyg_dynscale.partition.save_partition`).
+partition (:func:`~pyg_dynscale.partition.save_partition`). ``--shards DIR``
+writes one shard per rank (:func:`~pyg_dynscale.distributed.write_shards`)
+for ``pyg-dynscale train --shards DIR``: the dependency pattern is then the
+zoo model's (``--model``, ``--hidden``, ``--dtype``), the one ``train``
+builds, so that each rank's shard fits the model it trains.
 
 With ``--json`` the output is one JSON object on stdout (keys in
 ``docs/cli.md``; ``lambda`` is ``null`` when a rank is empty) and no
@@ -62,6 +66,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="snapshot length when reading a temporal edge list: seconds, or a duration like 1d, 12h, 30min")
     p.add_argument("--seed", type=int, default=0, help="seed for randomized schemes (pgc)")
     p.add_argument("--out", default=None, metavar="FILE", help="save the partition to FILE")
+    p.add_argument("--shards", default=None, metavar="DIR",
+                   help="write one shard per rank into DIR for 'pyg-dynscale train --shards DIR' (each rank then "
+                        "reads only its part); the pattern is the train command's zoo model (--model, --hidden, "
+                        "--dtype)")
+    p.add_argument("--dtype", choices=("float32", "float64"), default="float32",
+                   help="with --shards: the training dtype (the plan's bytes per element; default: float32)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     return p
 
@@ -96,6 +106,20 @@ def _check(args: argparse.Namespace) -> None:
         raise CommandError("--pgc-starts and --workload apply to --scheme pgc only.")
     if args.workload not in (None, "linear", "vertices") and not os.path.isfile(args.workload):
         raise CommandError(f"--workload: '{args.workload}' is neither 'linear', 'vertices' nor a saved MLPWorkload file.")
+    if args.shards is not None:
+        from ..nn.zoo import MODEL_NAMES
+
+        if os.path.exists(args.shards) and not os.path.isdir(args.shards):
+            raise CommandError(f"--shards: '{args.shards}' is a file; give a directory (it is created or replaced).")
+        if not os.path.isdir(os.path.dirname(os.path.abspath(args.shards))):
+            raise CommandError(f"--shards: the folder '{os.path.dirname(os.path.abspath(args.shards))}' does not "
+                               "exist; create it first.")
+        if args.model not in MODEL_NAMES:
+            raise CommandError(f"--shards with --model {args.model}: 'pyg-dynscale train' has no such model; use one "
+                               f"of {', '.join(MODEL_NAMES)}.")
+        if args.blocks != 1 or args.gcn_layers != 1:
+            raise CommandError("--blocks and --gcn-layers describe a preset pattern; with --shards the pattern is the "
+                               "train command's model (--model, --hidden): drop them.")
     if args.out is not None:
         folder = os.path.dirname(os.path.abspath(args.out))
         if os.path.isdir(args.out):
@@ -117,7 +141,8 @@ def partition_report(args: argparse.Namespace, progress: bool = False) -> dict[s
     from ..partition.algorithms.dispatch import partition
 
     _check(args)
-    steps = ["load", "supergraph", "partition", "plan", "metrics"] + (["save"] if args.out else [])
+    steps = (["load", "supergraph", "partition", "plan", "metrics"] + (["save"] if args.out else [])
+             + (["shards"] if args.shards else []))
     bar = tqdm(total=len(steps), desc="partition", disable=not progress, file=sys.stderr, leave=False, delay=1.0)
     t0 = time.perf_counter()
 
@@ -135,8 +160,11 @@ def partition_report(args: argparse.Namespace, progress: bool = False) -> dict[s
     step("supergraph")
     sg = signal.supergraph()
     bar.update()
-    pattern = DependencyPattern.preset(args.model, max(int(signal.num_node_features), 1), args.hidden,
-                                       num_blocks=args.blocks, gcn_layers=args.gcn_layers)
+    if args.shards:  # the model 'pyg-dynscale train --shards' builds: its pattern, at the training dtype
+        pattern = _train_pattern(args, signal)
+    else:
+        pattern = DependencyPattern.preset(args.model, max(int(signal.num_node_features), 1), args.hidden,
+                                           num_blocks=args.blocks, gcn_layers=args.gcn_layers)
     step("partition")
     opts: dict[str, Any] = {}
     if args.scheme == "pgc":
@@ -162,6 +190,12 @@ def partition_report(args: argparse.Namespace, progress: bool = False) -> dict[s
         step("save")
         save_partition(part, args.out)
         bar.update()
+    if args.shards:
+        from ..distributed.shards import write_shards
+
+        step("shards")
+        write_shards(signal, part, pattern, args.shards)
+        bar.update()
     bar.close()
     finite = (lambda x: x if math.isfinite(x) else None)  # noqa: E731  JSON has no inf
     return {
@@ -178,8 +212,20 @@ def partition_report(args: argparse.Namespace, progress: bool = False) -> dict[s
         "lambda_time": finite(m["lambda_time"]),
         "nodes_per_rank": m["nodes_per_rank"], "edges_per_rank": m["edges_per_rank"],
         "seconds": m["seconds"], "total_seconds": time.perf_counter() - t0, "out": args.out,
+        "shards": os.path.abspath(args.shards) if args.shards else None,
         **_pgc_report(part), "auto": part.meta.get("auto"),
     }
+
+
+def _train_pattern(args: argparse.Namespace, signal: Any) -> Any:
+    """The dependency pattern of the zoo model ``pyg-dynscale train`` builds for ``signal``."""
+    import torch
+
+    from ..nn.zoo import build_model
+
+    model, _, _ = build_model(args.model, max(int(signal.num_node_features), 1), args.hidden,
+                              num_snapshots=signal.num_snapshots, num_vertices=signal.num_vertices)
+    return model.dependency_pattern(bytes_per_element=torch.empty((), dtype=getattr(torch, args.dtype)).element_size())
 
 
 def _pgc_report(part: Any) -> dict[str, Any]:
@@ -216,6 +262,8 @@ def _text(r: dict[str, Any]) -> str:
         lines.append(f"  pgc start           {r['pgc_start']:>14}   ({names.get(r['pgc_start'], r['pgc_start'])})")
     if r["out"]:
         lines.append(f"  saved to {r['out']}")
+    if r.get("shards"):
+        lines.append(f"  shards in {r['shards']} (one directory per rank; pyg-dynscale train --shards)")
     return "\n".join(lines)
 
 

@@ -30,6 +30,9 @@ Checkpoints (``--checkpoint-dir``) are written with
 ``--resume`` continues from the newest complete one and reaches exactly the
 parameters of an uninterrupted run.
 
+``--shards DIR`` trains on shards instead of ``PATH`` (no rank loads the
+dataset; each reads its own part: :mod:`~pyg_dynscale.commands.train_shards`).
+
 ``--windows L`` trains windows of ``L`` snapshots instead (PyGT's
 index-batching, :mod:`~pyg_dynscale.commands.train_windows`), launched the
 same way.
@@ -45,6 +48,7 @@ from .launch import (DevicePlan, bind_device, init_torchrun_group, launch_worker
                      plan_devices, worker_argv)
 from .train_checks import check_args, run_record  # noqa: F401
 from .train_job import train  # noqa: F401
+from .train_shards import check_shard_args, print_shards_report, train_from_shards
 from .train_windows import train_windows
 from .train_options import DEVICES, DTYPES, FORMATS, PROG, SCHEMA_VERSION, add_parser  # noqa: F401
 from .train_report import print_report  # noqa: F401
@@ -54,14 +58,28 @@ __all__ = ["add_parser", "run", "train", "check_args", "run_record", "worker_arg
 
 
 def run(args: argparse.Namespace) -> int:
-    check_args(args)
+    if args.shards is not None:
+        check_shard_args(args)
+    elif args.path is None:
+        fail("the following arguments are required: PATH (or --shards DIR, shards written by pyg-dynscale partition ... --shards DIR)")
+    else:
+        check_args(args)
     return start(args, PROG, alone=lambda: _alone(args), worker=lambda *ranks: _worker(args, *ranks),
                  launch=launch_workers)
 
 
 def _job(args: argparse.Namespace) -> Any:
     """The job of one rank: full-batch :func:`train`, or :func:`train_windows` with ``--windows``."""
+    if getattr(args, "shards", None) is not None:
+        return train_from_shards
     return train_windows if getattr(args, "windows", None) is not None else train
+
+
+def _print(args: argparse.Namespace, report: dict, plan: Any) -> None:
+    if report.get("mode") == "shards" and not args.json:
+        print_shards_report(report)
+    else:
+        print_report(args, report, plan)
 
 
 def _alone(args: argparse.Namespace) -> None:
@@ -82,7 +100,7 @@ def _alone(args: argparse.Namespace) -> None:
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
-    print_report(args, report, plan)
+    _print(args, report, plan)
 
 
 def _worker(args: argparse.Namespace, rank: int, world: int, local_rank: int) -> None:
@@ -101,4 +119,4 @@ def _worker(args: argparse.Namespace, rank: int, world: int, local_rank: int) ->
 
     report = _job(args)(args, rank, world, init, device)
     if rank == 0:
-        print_report(args, report, plan)
+        _print(args, report, plan)

@@ -31,9 +31,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "train", help="train a dynamic GNN across processes (torchrun) and report the test metric and traffic",
         description="Distributed full-batch training of a dynamic GNN on a snapshot graph; parts = processes.",
     )
-    p.add_argument("path", metavar="PATH",
+    p.add_argument("path", metavar="PATH", nargs="?", default=None,
                    help="dataset: PyGT JSON, a temporal edge list (.gz ok), a saved signal (.pt), or 'england_covid' "
-                        "(embedded, no file)")
+                        "(embedded, no file); omitted with --shards")
+    p.add_argument("--shards", default=None, metavar="DIR",
+                   help="train on the shards in DIR (pyg-dynscale partition PATH --parts N --shards DIR) instead of "
+                        "PATH: each rank reads only its own part; every snapshot trains (no test split)")
     p.add_argument("--format", choices=FORMATS, default="auto", help="file format (default: auto)")
     p.add_argument("--window", default=None, metavar="DURATION",
                    help="snapshot length for edge lists: seconds or a duration like 1d, 12h, 30min")
