@@ -76,7 +76,7 @@ __all__ = ["build_rank_plan", "local_requests"]
 
 #: positions (or edges) one step of a scan reads: a scan's transient memory is :math:`O(\text{CHUNK})`,
 #: not :math:`O(N)` (what it keeps is the rank's own rows and :math:`O(S)` per-sequence values)
-CHUNK = 1 << 20
+CHUNK = 1 << 18
 
 
 def _chunks(n: int) -> list[tuple[int, int]]:

@@ -52,7 +52,7 @@ def _equal_worker(rank: int, world: int) -> dict:
     rounds = 0
     for i, ((sig, part, pattern, kw), plan) in enumerate(zip(cases, expect)):
         # scans of 7 entries at a time (sequences and edge lists cross chunk ends) or of the default size
-        rank_plan_exchange.CHUNK = 7 if i % 2 else 1 << 20
+        rank_plan_exchange.CHUNK = 7 if i % 2 else 1 << 18
         rp = build_rank_plan(sig, part, pattern, **kw)
         assert_slice_equals_plan(rp, plan, rank)
         ref = RankPlan.from_plan(plan, rank)
