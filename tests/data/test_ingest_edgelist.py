@@ -72,7 +72,7 @@ def test_chunks_of_seven_lines_give_load_edge_list_s_signal(tmp_path, opts, sort
 def test_the_shared_datasets_ingest_as_they_load(tmp_path, rel, window, opts):
     path = dataset_file(rel)  # sx-mathoverflow and email-Eu-core are not in time order: the external sort runs
     a = load_edge_list(path, window=window, **opts)
-    b = ingest_edge_list(path, tmp_path / "store", window=window, chunk_rows=4099, **opts)
+    b = ingest_edge_list(path, tmp_path / "store", window=window, chunk_rows=65536, **opts)  # several sorted runs
     assert_same_signal(a, b, opts.get("target", "link") == "link")
 
 
