@@ -46,7 +46,8 @@ parts (a rank reads its rows):
         w.put("t", np.array([1, 2, 3]))
     store = MappedStore("store")
     store.tensor("src")            # memory-mapped int64 [3], nothing read, not verified
-    store.rows("src", 1, 3)        # rows 1..2, the chunks holding them verified first
+    store.rows("src", 1, 3)        # rows 1..2, the chunks holding them verified first (a view of the map)
+    store.read_rows("src", 1, 3)   # the same rows verified, copied with plain file reads (no map)
     store.verify()                 # every chunk of every tensor
 
 Signals and event streams on top of it: :func:`save_signal_store` /
@@ -412,6 +413,28 @@ class MappedStore:
         self.verify_rows(name, start, stop)
         t = self.tensor(name)
         return t[start:stop] if self._info[name]["axis"] == 0 else t[:, start:stop]
+
+    def read_rows(self, name: str, start: int, stop: int) -> Tensor:
+        """Rows ``start:stop`` of ``name``, verified, as a new tensor read with
+        plain file reads (``numpy.fromfile`` at an offset): the copy is all the
+        process holds of the file, whereas the pages of a memory map -- and
+        whatever the kernel maps around them -- count in its resident memory."""
+        info = self._info[name]
+        n = self._row_count(name)
+        start, stop = max(0, min(start, n)), max(0, min(stop, n))
+        self.verify_rows(name, start, stop)
+        dtype = np.dtype(info["dtype"]).newbyteorder("<")
+        file = os.path.join(self.path, info["file"])
+        parts = []
+        for a, b in self._byte_ranges(name, start, stop):
+            count = (b - a) // dtype.itemsize
+            parts.append(np.fromfile(file, dtype=dtype, count=count, offset=a) if count else np.zeros(0, dtype=dtype))
+        shape = info["shape"]
+        if info["axis"] == 0:
+            out = parts[0].reshape((stop - start,) + tuple(shape[1:]))
+        else:
+            out = np.stack(parts) if parts else np.zeros((shape[0], 0), dtype=dtype)
+        return torch.from_numpy(out.astype(dtype.newbyteorder("="), copy=False))
 
     def verify(self, names: Optional[Iterable[str]] = None) -> None:
         """Verify every chunk of the given tensors (default all), reading each once."""

@@ -66,6 +66,11 @@ def test_chunked_writes_read_back_memory_mapped(tmp_path):
     assert s.tensor("empty").shape == (0, 4)
     assert torch.equal(s.rows("e", 13, 29), torch.from_numpy(e[:, 13:29]))  # rows of an axis-1 tensor are columns
     assert torch.equal(s.rows("x", 90, 100), torch.from_numpy(x[90:]))
+    for name, ref, (a, b) in (("e", e, (13, 29)), ("x", x, (5, 77)), ("a", a, (0, 100)), ("e", e, (7, 7))):
+        got = s.read_rows(name, a, b)  # plain file reads: not a map of the file
+        want = ref[:, a:b] if name == "e" else ref[a:b]
+        assert torch.equal(got, torch.from_numpy(want))
+        assert got.numel() == 0 or not mapped_file(got).startswith(str(tmp_path))
     assert mapped_file(s.tensor("a")) == str(tmp_path / "s" / "a.bin")
     assert mapped_file(s.rows("x", 50, 60)) == str(tmp_path / "s" / "x.bin")
     s.tensor("a")[0] = 99  # copy-on-write: the file is unchanged
@@ -88,6 +93,8 @@ def test_a_corrupt_chunk_is_refused_where_read_and_only_there(tmp_path):
     assert s.rows("a", 32, 100).shape == (68,)
     with pytest.raises(StoreFormatError, match=r"a\.bin: checksum mismatch in bytes 192 \.\. 255"):
         s.rows("a", 30, 31)
+    with pytest.raises(StoreFormatError, match=r"a\.bin: checksum mismatch"):
+        s.read_rows("a", 20, 26)
     with pytest.raises(StoreFormatError, match="checksum mismatch"):
         MappedStore(tmp_path / "s").verify()
     MappedStore(tmp_path / "s").verify(["e", "x"])
