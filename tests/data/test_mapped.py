@@ -66,9 +66,9 @@ def test_chunked_writes_read_back_memory_mapped(tmp_path):
     assert s.tensor("empty").shape == (0, 4)
     assert torch.equal(s.rows("e", 13, 29), torch.from_numpy(e[:, 13:29]))  # rows of an axis-1 tensor are columns
     assert torch.equal(s.rows("x", 90, 100), torch.from_numpy(x[90:]))
-    for name, ref, (a, b) in (("e", e, (13, 29)), ("x", x, (5, 77)), ("a", a, (0, 100)), ("e", e, (7, 7))):
-        got = s.read_rows(name, a, b)  # plain file reads: not a map of the file
-        want = ref[:, a:b] if name == "e" else ref[a:b]
+    for name, ref, (lo, hi) in (("e", e, (13, 29)), ("x", x, (5, 77)), ("a", a, (0, 100)), ("e", e, (7, 7))):
+        got = s.read_rows(name, lo, hi)  # plain file reads: not a map of the file
+        want = ref[:, lo:hi] if name == "e" else ref[lo:hi]
         assert torch.equal(got, torch.from_numpy(want))
         assert got.numel() == 0 or not mapped_file(got).startswith(str(tmp_path))
     assert mapped_file(s.tensor("a")) == str(tmp_path / "s" / "a.bin")
