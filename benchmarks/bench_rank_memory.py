@@ -45,45 +45,58 @@ is within it.
 
 * ``snap`` -- the largest shared SNAP graph, ``sx-mathoverflow`` (daily
   snapshots, in/out-degree features, next-degree targets);
-* ``synth-1e7`` / ``synth-1e8`` -- :func:`pyg_dynscale.data.synthetic.generate_dynamic_graph`
-  graphs of :math:`10^7` / :math:`10^8` vertex-time nodes (100 snapshots,
-  every vertex present, :math:`|E| = N`, 2 features, degree targets); the
-  :math:`10^8` graph is generated in chunks of :math:`10^7` nodes (10
-  snapshots each, independent draws over the same vertices) written into
-  preallocated tensors, so generation never holds more than the result plus
-  one chunk;
+* ``synth-1e6`` / ``synth-1e7`` / ``synth-1e8`` --
+  :func:`pyg_dynscale.data.synthetic.generate_dynamic_graph` graphs of
+  :math:`10^6` / :math:`10^7` / :math:`10^8` vertex-time nodes (100
+  snapshots, every vertex present, :math:`|E| = N`, 2 features, degree
+  targets); above :math:`10^7` nodes the graph is generated in chunks of
+  :math:`10^7` nodes (10 snapshots each, independent draws over the same
+  vertices) written into preallocated tensors, so generation holds the result
+  plus one chunk;
 * ``road`` -- bench_windows' road graph (325 sensors, 52,116 five-minute
   steps), :class:`~pyg_dynscale.windows.WindowTrainer` with
-  ``placement="blocks"``, lags 12;
-* ``events-1e7`` -- :func:`pyg_dynscale.ctdg.synthetic_events`,
-  :math:`10^7` events, :class:`~pyg_dynscale.ctdg.MemoryTrainer` with
-  ``memory_placement="partitioned"`` and ``"sven"``.
+  ``placement="blocks"``, lags 12, horizon 1, PyGT's ``TGCN`` (hidden 32) +
+  a head: whole = ``DynamicGraphSignal.load`` of the signal file, part = the
+  file's path (each rank reads its blocks' snapshots from the memory map);
+* ``events-1e6`` / ``events-1e7`` -- :func:`pyg_dynscale.ctdg.synthetic_events`,
+  :math:`10^6` / :math:`10^7` events over :math:`10^5` nodes,
+  :class:`~pyg_dynscale.ctdg.MemoryTrainer` (TGN, dimension 32,
+  ``parallelism=(R, 1, 1)``, ``partition="range"``) with
+  ``memory_placement="partitioned"`` and ``"sven"``: whole = the stream's
+  tensors loaded by every rank, part = ``event_placement="per_rank"`` on an
+  event store directory.
 
 Snapshot cases train DGC's T-GCN (2-layer GCNs, hidden 16) + a linear head,
 partitioned with ``--scheme`` (default ``pss``: contiguous snapshot ranges;
 what a 10^8-node graph can be partitioned with in seconds). The set-up is
 what is measured (``--epochs`` adds training epochs to the peak).
 
-**Safety.** A watchdog in the parent kills any process of a job whose
-resident memory passes ``--cap-gib`` (default 14) or whose jobs together
-pass ``--total-cap-gib``; before a job the parent compares the one-rank
-figure times :math:`R` with the memory available and skips what cannot fit,
-saying so. Data lives under ``--workdir`` (default ``/tmp/issue37/bench``)
-and is deleted after each case (``--keep`` keeps it).
+**Safety.** A watchdog in the parent kills the processes of a job (by id)
+when one passes ``--cap-gib`` of resident memory (default 14) or all
+together pass ``--total-cap-gib``; before a job the parent compares what it
+needs -- the case's measured 1-rank whole-data peak times :math:`R`, or a
+smaller case's peak at :math:`R` ranks scaled by the node count (a
+*prediction*, only ever used as the reason for not running) -- with the caps
+and the memory available, and skips what cannot fit, saying so. Data lives
+under ``--workdir`` (default ``/tmp/issue37/bench``) and is deleted after
+each case (``--keep`` keeps it).
 
 **Projection** (labelled as such, nothing ran there): per family and mode a
-least-squares fit of the measured points
-:math:`M = a + b \cdot N/R + c \cdot H` (:math:`H` the rank's halo rows) and
-the same form for the set-up seconds, evaluated at 64 ranks and
-:math:`10^9` vertex-time nodes (:math:`10^9` events), with the halo of the
+least-squares fit with non-negative coefficients of the measured rows,
+:math:`y = a + b N + c N/R + d H` (:math:`N` vertex-time nodes or events,
+:math:`R` ranks, :math:`H` the rank's halo rows), for the memory per rank,
+the set-up seconds and the plan bytes per rank, evaluated at 4 ranks and
+:math:`10^8` and at 64 ranks and :math:`10^9`, with the halo of the
 projected partition from its formula (PSS on the synthetic graph: one
-snapshot's vertices, :math:`N/T`, per rank); the plan size per rank likewise.
+snapshot's vertices, :math:`H = N/T`); the fitted model and its worst
+relative residual are printed next to the figures.
 
 Usage::
 
-    python benchmarks/bench_rank_memory.py --quick                # seconds: a tiny synthetic graph, 1 and 2 ranks
-    python benchmarks/bench_rank_memory.py --cases snap,synth-1e7,road,events-1e7 --json out.json
-    python benchmarks/bench_rank_memory.py --cases synth-1e8 --ranks 1,2,4
+    python benchmarks/bench_rank_memory.py --quick     # about a minute: tiny cases of the three families, 1 and 2 ranks
+    python benchmarks/bench_rank_memory.py --json small.json    # SNAP, 10^6 / 10^7 snapshots, road, 10^6 / 10^7 events
+    python benchmarks/bench_rank_memory.py --cases synth-1e6,synth-1e7,synth-1e8 --json big.json   # needs ~20 GiB
+    python benchmarks/bench_rank_memory.py --from-json small.json,big.json   # one table and projection of both
 """
 from __future__ import annotations
 
@@ -513,6 +526,7 @@ def cases(quick: bool) -> dict:
     """Every case by name (``--quick``: tiny sizes, the same code)."""
     out = {
         "snap": Case("snap", "snapshots", "sx-mathoverflow (daily)", snap_signal),
+        "synth-1e6": Case("synth-1e6", "snapshots", "synthetic 10^6", _synth(10**6)),
         "synth-1e7": Case("synth-1e7", "snapshots", "synthetic 10^7", _synth(10**7)),
         "synth-1e8": Case("synth-1e8", "snapshots", "synthetic 10^8", _synth(10**8)),
         "road": Case("road", "windows", "road 52,116 windows", size={"nodes": 325, "steps": 52_116 + 1}),
@@ -841,38 +855,58 @@ def _features(N: float, R: int, H: float) -> list:
     return [1.0, float(N), float(N) / R, float(H)]
 
 
-def projection(rows: list, target_N: float = 1e9, target_R: int = 64, snapshots: int = 100) -> list:
+#: where the projection is evaluated: (N, ranks) -- the 10^8 graph on this machine's 4 ranks, and the issue's target
+TARGETS = ((1e8, 4), (1e9, 64))
+
+
+def _fit_points(rows: list, family: str, mode: str) -> list:
+    """The measured (N, R, figures) of a family and mode; for snapshots the
+    synthetic graphs' alone when they span two sizes (the projection is of
+    that graph), else every snapshot case."""
+    pts = [(r["N"], r["ranks"], r[mode], r["case"]) for r in rows
+           if r["family"] == family and r[mode].get("status") == "measured"]
+    synth = [p for p in pts if str(p[3]).startswith("synth")]
+    if family == "snapshots" and len({p[0] for p in synth}) >= 2:
+        pts = synth
+    return [p[:3] for p in pts]
+
+
+def projection(rows: list, targets: tuple = TARGETS, snapshots: int = 100) -> list:
     r"""Fit :math:`y = a + b N + c N/R + d H` (non-negative coefficients) per
     family and mode to the measured rows -- ``y``: MiB per rank, set-up seconds,
     plan bytes per rank; :math:`N` nodes (events), :math:`R` ranks, :math:`H`
-    the rank's halo rows -- and evaluate it at ``target_R`` ranks and
-    ``target_N``. The whole-data mode is expected to fit :math:`b`, the
-    per-rank mode :math:`c` and :math:`d`; the fit decides. The projected halo
-    is PSS's on the synthetic graph, one snapshot's vertices
-    (:math:`N / T`, ``snapshots`` = T); events hold none."""
+    the rank's halo rows -- and evaluate it at each ``(N, R)`` of ``targets``.
+    The whole-data mode is expected to fit :math:`b`, the per-rank mode
+    :math:`c` and :math:`d`; the fit decides. The projected halo is PSS's on
+    the synthetic graph (every vertex in every snapshot): one snapshot's
+    vertices, :math:`H = N / T` (``snapshots`` = T; the measured synthetic rows
+    have exactly that), for every :math:`R > 1`; events hold none."""
     out = []
     for family in ("snapshots", "events"):
         for mode in ("whole", "part"):
-            pts = [(r["N"], r["ranks"], r[mode]) for r in rows
-                   if r["family"] == family and r[mode].get("status") == "measured"]
+            pts = _fit_points(rows, family, mode)
             sizes = {N for N, _, _ in pts}
             if len(pts) < 4 or len(sizes) < 2:
-                out.append({"family": family, "mode": mode, "points": len(pts),
-                            "status": f"{len(pts)} measured points of {len(sizes)} sizes: too few to fit "
-                                      "(needs 4 points of 2 sizes)"})
+                for N_t, R_t in targets:
+                    out.append({"family": family, "mode": mode, "points": len(pts), "N": N_t, "R": R_t,
+                                "status": f"{len(pts)} measured points of {len(sizes)} sizes: too few to fit "
+                                          "(needs 4 points of 2 sizes)"})
                 continue
-            H_proj = target_N / snapshots if family == "snapshots" else 0.0
-            per = {}
+            fits = {}
             for key in ("mib", "setup_s", "plan_bytes"):
                 X = [_features(N, R, m.get("halo_rows") or 0) for N, R, m in pts]
                 y = [float(m.get(key) or 0) for _, _, m in pts]
                 coef = _lstsq(X, y)
                 fitted = [sum(c * v for c, v in zip(coef, x)) for x in X]
                 worst = max(abs(f - v) / max(abs(v), 1e-9) for f, v in zip(fitted, y)) if any(y) else 0.0
-                at = _features(target_N, target_R, H_proj)
-                per[key] = {"coef": coef, "value": sum(c * v for c, v in zip(coef, at)), "max_rel_residual": worst}
-            out.append({"family": family, "mode": mode, "points": len(pts), "N": target_N, "R": target_R,
-                        "halo_rows": H_proj, **per})
+                fits[key] = (coef, worst)
+            for N_t, R_t in targets:
+                H = N_t / snapshots if family == "snapshots" and R_t > 1 else 0.0
+                at = _features(N_t, R_t, H)
+                per = {key: {"coef": coef, "value": sum(c * v for c, v in zip(coef, at)), "max_rel_residual": worst}
+                       for key, (coef, worst) in fits.items()}
+                out.append({"family": family, "mode": mode, "points": len(pts), "N": N_t, "R": R_t,
+                            "halo_rows": H, **per})
     return out
 
 
@@ -882,16 +916,22 @@ def _model(fit: dict, unit: str) -> str:
     return f"{' + '.join(terms)} {unit} (worst residual {fit['max_rel_residual']:.0%})"
 
 
+def _power(x: float) -> str:
+    e = round(math.log10(x))
+    return f"10^{e}" if abs(x - 10**e) < 1e-6 * x else f"{x:,.0f}"
+
+
 def projection_lines(proj: list) -> list:
-    lines = ["| family | mode | ranks | N | MiB / rank | set-up s | plan MiB / rank | memory model | set-up model |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| family | mode | ranks | N | MiB / rank | set-up s | plan MiB / rank | memory model (fitted) | "
+             "set-up model (fitted) |", "|---|---|---|---|---|---|---|---|---|"]
     for p in proj:
+        where = f"| {p['family']} | {p['mode']} | {p['R']} (projection) | {_power(p['N'])} |"
         if p.get("status"):
-            lines.append(f"| {p['family']} | {p['mode']} | 64 (projection) | 10^9 | - | - | - | {p['status']} | - |")
+            lines.append(f"{where} - | - | - | {p['status']} | - |")
             continue
-        lines.append(f"| {p['family']} | {p['mode']} | 64 (projection) | 10^9 | {p['mib']['value']:,.0f} | "
-                     f"{p['setup_s']['value']:,.1f} | {p['plan_bytes']['value'] / MIB:,.0f} | "
-                     f"{_model(p['mib'], 'MiB')} | {_model(p['setup_s'], 's')} |")
+        lines.append(f"{where} {p['mib']['value']:,.0f} | {p['setup_s']['value']:,.1f} | "
+                     f"{p['plan_bytes']['value'] / MIB:,.0f} | {_model(p['mib'], 'MiB')} | "
+                     f"{_model(p['setup_s'], 's')} |")
     return lines
 
 
@@ -978,8 +1018,8 @@ def parse(argv: Optional[list] = None) -> Any:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="tiny sizes, 1 and 2 ranks (smoke test)")
     ap.add_argument("--cases", default=None,
-                    help="comma-separated: snap, synth-1e7, synth-1e8, road, events-1e6, events-1e7 (default: all "
-                         "but synth-1e8; --quick: synth-quick, road-quick, events-quick)")
+                    help="comma-separated: snap, synth-1e6, synth-1e7, synth-1e8, road, events-1e6, events-1e7 "
+                         "(default: all but synth-1e8; --quick: synth-quick, road-quick, events-quick)")
     ap.add_argument("--ranks", default="1,2,4")
     ap.add_argument("--modes", default="whole,part")
     ap.add_argument("--placements", default="partitioned,sven", help="events: memory placements")
@@ -991,11 +1031,13 @@ def parse(argv: Optional[list] = None) -> Any:
     ap.add_argument("--total-cap-gib", type=float, default=20.0, help="watchdog: all of a job's processes")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds a collective may wait")
     ap.add_argument("--json", default="", help="write every row (per rank too) to this file")
+    ap.add_argument("--from-json", default="", help="comma-separated JSON files of earlier runs: print their rows "
+                    "together (table and projection) instead of measuring")
     args = ap.parse_args(argv)
     if args.quick:
         args.cases = args.cases or "synth-quick,road-quick,events-quick"
         args.ranks = "1,2"
-    args.cases = args.cases or "snap,synth-1e7,road,events-1e6,events-1e7"
+    args.cases = args.cases or "snap,synth-1e6,synth-1e7,road,events-1e6,events-1e7"
     return args
 
 
@@ -1010,7 +1052,15 @@ def main(argv: Optional[list] = None) -> dict:
           (f" + {args.epochs} epochs" if args.epochs else "") + (" (--quick)" if args.quick else ""), flush=True)
     rows: list = []
     calib = Calibration()
-    for name in args.cases.split(","):
+    if args.from_json:
+        starts = []
+        for path in args.from_json.split(","):
+            with open(path) as f:
+                saved = json.load(f)
+            rows += saved["rows"]
+            starts.append(saved["start"])
+        start = " and ".join(starts)
+    for name in ([] if args.from_json else args.cases.split(",")):
         if name not in known:
             raise SystemExit(f"unknown case {name!r} (one of {', '.join(known)})")
         base = known[name]
@@ -1024,13 +1074,16 @@ def main(argv: Optional[list] = None) -> dict:
         finally:
             if not args.keep:
                 shutil.rmtree(workdir, ignore_errors=True)
-    print(f"\n## Per-rank peak host memory and set-up time (measured; {start}, load average "
-          f"{os.getloadavg()[0]:.2f} at the end)\n")
+    loads = [x for r in rows for m in ("whole", "part") for x in r[m].get("load", ())]
+    span = f"{min(loads):.1f}-{max(loads):.1f}" if loads else "-"
+    print(f"\n## Per-rank peak host memory and set-up time (measured; {start}; 1-minute load average "
+          f"{span} over the jobs)\n")
     print(table(rows))
     print(f"\ngoal: part MiB/rank <= {GOAL_FACTOR} x whole / ranks + halo rows x whole / N, whole = the 1-rank "
           "whole-data peak (the whole data set in one process)")
     proj = projection(rows)
-    print("\n## PROJECTION (not measured): 64 ranks, 10^9 vertex-time nodes / 10^9 events\n")
+    print("\n## PROJECTION (not measured): 4 ranks at 10^8 and 64 ranks at 10^9 vertex-time nodes / events, "
+          "from the model fitted to the measured rows\n")
     print("\n".join(projection_lines(proj)))
     result = {"rows": [{k: v for k, v in r.items()} for r in rows], "projection": proj, "args": vars(args),
               "start": start}

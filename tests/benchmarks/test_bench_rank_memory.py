@@ -87,16 +87,21 @@ def test_projection_recovers_the_model_it_is_fitted_on(brm):
             H = 0 if R == 1 else N / 100
             part = _measured(100 + 3e-4 * N / R + 2e-4 * H, 1.0 + 1e-6 * N / R, H, 8.0 * H)
             whole = _measured(50 + 5e-4 * N, 2.0 + 2e-6 * N, H, 16.0 * N)
-            rows.append({"family": "snapshots", "N": N, "ranks": R, "whole": whole, "part": part})
-    proj = {p["mode"]: p for p in brm.projection(rows) if p["family"] == "snapshots"}
+            rows.append({"family": "snapshots", "case": f"synth-{N:g}", "N": N, "ranks": R, "whole": whole,
+                         "part": part})
+    rows.append({"family": "snapshots", "case": "snap", "N": 5e5, "ranks": 2,   # another graph: left out
+                 "whole": _measured(1e6, 1e6), "part": _measured(1e6, 1e6)})
+    proj = {(p["mode"], p["R"]): p for p in brm.projection(rows, targets=((1e8, 4), (1e9, 64)))
+            if p["family"] == "snapshots"}
     H = 1e9 / 100
-    assert proj["part"]["mib"]["value"] == pytest.approx(100 + 3e-4 * 1e9 / 64 + 2e-4 * H, rel=1e-6)
-    assert proj["part"]["setup_s"]["value"] == pytest.approx(1.0 + 1e-6 * 1e9 / 64, rel=1e-6)
-    assert proj["part"]["plan_bytes"]["value"] == pytest.approx(8.0 * H, rel=1e-6)
-    assert proj["whole"]["mib"]["value"] == pytest.approx(50 + 5e-4 * 1e9, rel=1e-6)
-    assert proj["whole"]["plan_bytes"]["value"] == pytest.approx(16.0 * 1e9, rel=1e-6)
+    assert proj["part", 64]["mib"]["value"] == pytest.approx(100 + 3e-4 * 1e9 / 64 + 2e-4 * H, rel=1e-6)
+    assert proj["part", 64]["setup_s"]["value"] == pytest.approx(1.0 + 1e-6 * 1e9 / 64, rel=1e-6)
+    assert proj["part", 64]["plan_bytes"]["value"] == pytest.approx(8.0 * H, rel=1e-6)
+    assert proj["part", 4]["mib"]["value"] == pytest.approx(100 + 3e-4 * 1e8 / 4 + 2e-4 * 1e6, rel=1e-6)
+    assert proj["whole", 64]["mib"]["value"] == pytest.approx(50 + 5e-4 * 1e9, rel=1e-6)
+    assert proj["whole", 64]["plan_bytes"]["value"] == pytest.approx(16.0 * 1e9, rel=1e-6)
     events = [p for p in brm.projection(rows) if p["family"] == "events"]
-    assert all("too few" in p["status"] for p in events)  # nothing measured: no figure invented
+    assert events and all("too few" in p["status"] for p in events)  # nothing measured: no figure invented
 
 
 def test_goal_bound_uses_the_whole_data_set_in_one_process(brm):
