@@ -30,8 +30,10 @@ per rank (:func:`combine`), so the result is the same on every rank:
       \sigma^2 = \frac{1}{n} \sum_r \left(M_r + n_r (\mu_r - \mu)^2\right).
 
   The statistics then agree with the whole-signal ones to rounding
-  (:math:`\sim 10^{-16}` relative in float64), not bit for bit; everything
-  else is the whole-signal blocks placement's computation bit for bit.
+  (:math:`\sim 10^{-16}` relative in float64; they are rounded to the
+  features' dtype, where the whole-signal trainer sums a float32 signal in
+  float32), not bit for bit; everything else is the whole-signal blocks
+  placement's computation bit for bit.
 """
 from __future__ import annotations
 

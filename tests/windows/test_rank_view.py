@@ -28,12 +28,19 @@ TWO = [("chickenpox", 30, 3, 1, 1, False, "pt", {}),
        ("covid", 20, 4, 1, 1, True, "store", {}),
        ("chickenpox", 40, 2, 2, 4, True, "pt", {}),   # stride 4 > lags + horizon - 1: snapshots no window reads
        ("chickenpox", 30, 3, 4, 1, False, "store", {"decoder": True}),         # seq2seq past the window
-       ("covid", 16, 3, 1, 1, False, "pt", {"node_batch_size": 40})]          # node mini-batches
+       ("covid", 16, 3, 1, 1, False, "pt", {"node_batch_size": 40}),         # node mini-batches
+       ("chickenpox-once", 30, 3, 2, 1, False, "store", {})]                  # a static graph stored once
 FOUR = [("chickenpox", 40, 3, 2, 1, False, "store", {}),
         ("covid", 24, 3, 1, 1, True, "pt", {})]
 
 
 def _signal(data: str, T: int) -> DynamicGraphSignal:
+    if data == "chickenpox-once":  # the same static graph given as one edge list: stored once
+        sig = chickenpox(T=T)
+        ei, ew = sig.snapshot_edges(0)
+        once = DynamicGraphSignal(ei, ew, sig.x.view(T, -1, 4), sig.y.view(T, -1), dtype=torch.float64)
+        assert once.is_static
+        return once
     return chickenpox(T=T) if data == "chickenpox" else covid(T=T)
 
 
