@@ -29,7 +29,7 @@ from torch import Tensor
 
 from ..errors import ModelInputError
 
-__all__ = ["EventHolders", "RankEvents", "RankHost", "StoreEvents"]
+__all__ = ["EventHolders", "RankEvents", "RankHost", "StoreEvents", "split_sorted"]
 
 
 class StoreEvents:
@@ -76,8 +76,12 @@ class StoreEvents:
         return out.view(b - a, *info["shape"][1:]) if len(info["shape"]) > 1 else out
 
     def column(self, name: str) -> Tensor:
-        """The whole column ``name`` (the split reads ``t``)."""
+        """The whole column ``name``."""
         return self.read(name, 0, self.num_events)
+
+    def split(self, val_ratio: float, test_ratio: float) -> tuple[int, int, int]:
+        """:func:`~pyg_dynscale.ctdg.events.split_ranges` from :math:`O(\\log E)` reads of ``t``."""
+        return split_sorted(lambda i: int(self.read("t", i, i + 1)[0]), self.num_events, val_ratio, test_ratio)
 
 
 def _rows(data, name: str, a: int, b: int) -> Tensor:
@@ -275,3 +279,49 @@ class RankHost:
     def destination_bounds(self, a: int, b: int) -> tuple[int, int]:
         """``(min, max)`` destination of the split ``[a, b)`` (agreed at set-up)."""
         return self.bounds[(a, b)]
+
+
+def _quantile_sorted(read, n: int, q: list) -> list:
+    r"""``numpy.quantile(t, q)`` (the default, linear method) of a non-decreasing ``t`` of ``n``
+    values, reading only the two values around each quantile (``read(i)``): numpy's own steps --
+    virtual index :math:`(n - 1) q`, its floor and the next index (clipped), :math:`\gamma` the
+    difference, ``_lerp`` -- on those values."""
+    import numpy as np
+
+    virtual = (n - 1) * np.asarray(q, dtype=np.float64)
+    prev = np.floor(virtual)
+    nxt = np.minimum(prev + 1, n - 1)
+    prev = prev.astype(np.intp)
+    a = np.array([read(int(i)) for i in prev], dtype=np.int64)
+    b = np.array([read(int(i)) for i in nxt.astype(np.intp)], dtype=np.int64)
+    gamma = virtual - prev
+    diff = np.subtract(b, a)
+    out = np.asanyarray(np.add(a, diff * gamma))
+    np.subtract(b, diff * (1 - gamma), out=out, where=gamma >= 0.5, casting="unsafe", dtype=out.dtype)
+    return list(out)  # numpy scalars, as unpacking numpy.quantile gives
+
+
+def split_sorted(read, n: int, val_ratio: float = 0.15, test_ratio: float = 0.15) -> tuple[int, int, int]:
+    r""":func:`~pyg_dynscale.ctdg.events.split_ranges` of a stream whose ``t`` (non-decreasing,
+    ``n`` events) is read element by element (``read(i) -> int``): :math:`O(\log n)` reads instead
+    of the whole column. The counts ``(t <= q).sum()`` are binary searches with the same torch
+    comparison (an ``int64`` tensor against a Python float: monotone in ``t``)."""
+    for name, r in (("val_ratio", val_ratio), ("test_ratio", test_ratio)):
+        if not (0.0 <= float(r) < 1.0):
+            raise ModelInputError(name, f"is {r!r}.", "use a fraction in [0, 1).")
+    if val_ratio + test_ratio >= 1.0:
+        raise ModelInputError("val_ratio + test_ratio", f"is {val_ratio + test_ratio}.",
+                              "leave some events for training (< 1).")
+    val_time, test_time = _quantile_sorted(read, n, [1.0 - val_ratio - test_ratio, 1.0 - test_ratio])
+
+    def count(q: float) -> int:  # the first event with not (t <= q)
+        lo, hi = 0, n
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if bool(torch.tensor([read(mid)], dtype=torch.long) <= q):
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    return count(val_time), count(test_time), n

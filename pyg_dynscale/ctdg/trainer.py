@@ -29,7 +29,6 @@ from __future__ import annotations
 import gc
 import os
 import warnings
-from types import SimpleNamespace
 from typing import Optional, Union
 
 import torch
@@ -343,8 +342,8 @@ class MemoryTrainer(BaseTrainer):
         self.device = dev
         if self.world_size > 1:  # the training GPU is the current device before any collective (no communication)
             bind_device(dev)
-        self.val_start, self.test_start, self.num_events = split_ranges(
-            SimpleNamespace(t=data.column("t")) if isinstance(data, StoreEvents) else data, val_ratio, test_ratio)
+        self.val_start, self.test_start, self.num_events = (
+            data.split(val_ratio, test_ratio) if isinstance(data, StoreEvents) else split_ranges(data, val_ratio, test_ratio))
         #: per rank: the events this rank holds (None: the whole stream)
         self.rank_events: Optional[RankEvents] = None
         if per_rank:

@@ -5,11 +5,14 @@ on a memory-mapped event store keeps its peak host memory below 1.3 x (its part 
 slack, far below the whole stream (4 gloo ranks)."""
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
 from pyg_dynscale.ctdg import TGN, MemoryTrainer, synthetic_events
-from pyg_dynscale.ctdg.rank_events import EventHolders, RankEvents, RankHost
+from pyg_dynscale.ctdg.events import split_ranges
+from pyg_dynscale.ctdg.rank_events import EventHolders, RankEvents, RankHost, split_sorted
 from pyg_dynscale.ctdg.schedule import EventSchedule
 from pyg_dynscale.errors import ModelInputError
 from pyg_dynscale.training.launch import spawn
@@ -36,6 +39,23 @@ def test_holders_are_the_trainer_slices_and_eval_shares(world, bs, splits):
             shares = h.shares(x, y)
             sizes = [e - s for s, e in shares]
             assert max(sizes) - min(sizes) <= 1 and shares[0][0] == x and shares[-1][1] == y
+
+
+@pytest.mark.parametrize("n,ratios", [(1, (0.15, 0.15)), (2, (0.15, 0.15)), (97, (0.15, 0.15)), (1000, (0.1, 0.2)),
+                                      (12345, (0.0, 0.3)), (500, (0.49, 0.5)), (333, (0.0, 0.0))])
+def test_split_from_reads_equals_split_ranges(n, ratios):
+    g = torch.Generator().manual_seed(n)
+    for scale in (3, 10**12):  # float32 rounding of large timestamps in the count's comparison
+        t = (torch.randint(0, scale, (n,), generator=g).sort().values // 7) * 7  # ties
+        d = SimpleNamespace(t=t)
+        reads = []
+
+        def read(i):
+            reads.append(i)
+            return int(t[i])
+
+        assert split_sorted(read, n, *ratios) == split_ranges(d, *ratios), (n, ratios, scale)
+        assert len(reads) <= 4 + 2 * (n.bit_length() + 1)  # two quantiles, two binary searches
 
 
 def test_rank_events_read_only_their_ranges():
