@@ -4,8 +4,9 @@ under a process group: each rank loads its part).
 
 :class:`MappedSignal` opens a file written by
 :meth:`DynamicGraphSignal.save <pyg_dynscale.data.DynamicGraphSignal.save>`
-with ``torch.load(path, mmap=True, weights_only=True)``: no tensor is read
-when the file is opened, only its pointers ``node_ptr`` / ``edge_ptr``
+with ``torch.load(path, mmap=True, weights_only=True)``, or a store directory
+of :mod:`pyg_dynscale.data.mapped` (one map per tensor file): no tensor is read
+when it is opened, only its pointers ``node_ptr`` / ``edge_ptr``
 (:math:`[T+1]` each) when they are used. :meth:`MappedSignal.read` then
 copies the rows of a sorted set of snapshots :math:`\mathcal{S}`,
 
@@ -98,10 +99,12 @@ class MappedSignal:
     memory-mapped (module docstring).
 
     Args:
-        path (str): a file written by ``DynamicGraphSignal.save``.
+        path (str): a file written by ``DynamicGraphSignal.save`` (format
+            version 1 or 2) or a store directory of
+            :mod:`pyg_dynscale.data.mapped` (its tensors mapped one file each).
 
     Attributes:
-        path (str): the file.
+        path (str): the file or directory.
         signal (DynamicGraphSignal): the whole signal over the mapped tensors
             (reading a row reads its pages; nothing is read at opening).
         bytes_read (int): bytes copied out of the map by :meth:`read`.
