@@ -298,11 +298,9 @@ class MappedSignal:
         node_counts = (t["node_ptr"][1:] - t["node_ptr"][:-1]).index_select(0, idx)
         edge_ptr = None if static else ptr_from_counts((t["edge_ptr"][1:] - t["edge_ptr"][:-1]).index_select(0, idx))
         out = type(s).from_storage(
-            self._rows("node_id", nodes, 0), ptr_from_counts(node_counts), self._rows(self._edges[0], edges, 1),
+            None if self._local_ids(runs) else self._rows("node_id", nodes, 0), ptr_from_counts(node_counts),
+            self._rows(self._edges[0], edges, 1),
             edge_ptr, self._rows(self._edges[1], edges, 0) if self._edges[1] in t else None, fields, s.num_vertices)
-        detect = getattr(out, "_detect_local_ids", None)
-        if detect is not None:  # ids 0 .. |V_t|-1 in every snapshot: held implicitly, as DynamicGraphSignal.load does
-            detect()
         try:  # in pieces of at most VALIDATE_ROWS rows: the checks' temporaries (sort keys) stay small
             p = out.node_ptr
             lo, S = 0, out.num_snapshots
@@ -323,6 +321,34 @@ class MappedSignal:
         return self._rows(f"field.{name}.values", [(int(p[first]), int(p[stop]))], 0)
 
     # ------------------------------------------------------------------ reading rows
+    def _local_ids(self, runs: list) -> bool:
+        """Whether the ids of the snapshots in ``runs`` are each snapshot's
+        rows ``0 .. |V_t|-1`` (checked a chunk at a time, the pages handed
+        back): the part then holds them implicitly, as ``DynamicGraphSignal.load``
+        does (``from_storage(node_id=None)``), instead of a copy."""
+        if not hasattr(type(self.signal), "local_ids"):  # a signal class without implicit ids
+            return False
+        ptr, ids = self._tensors["node_ptr"], self._tensors["node_id"]
+        if not ids.is_contiguous():
+            return False
+        step = max(1, CHUNK_BYTES // max(1, ids.element_size()))
+        for a, b in runs:
+            lo = a
+            while lo < b:  # snapshots lo .. hi-1: at most ``step`` rows (or one snapshot)
+                hi = min(max(int(torch.searchsorted(ptr, ptr[lo] + step, right=True)) - 1, lo + 1), b)
+                p0, p1 = int(ptr[lo]), int(ptr[hi])
+                self._verify("node_id", [(p0, p1)])
+                got = ids[p0:p1]
+                want = torch.arange(p0, p1) - torch.repeat_interleave(ptr[lo:hi], ptr[lo + 1:hi + 1] - ptr[lo:hi],
+                                                                       output_size=p1 - p0)
+                same = torch.equal(got, want)
+                self.bytes_read += got.numel() * got.element_size()
+                self._release(got)
+                if not same:
+                    return False
+                lo = hi
+        return True
+
     def _verify(self, name: str, spans: list) -> None:
         """A store's chunks under rows ``spans`` of tensor ``name``, verified (each chunk once)."""
         if self.store is not None:
