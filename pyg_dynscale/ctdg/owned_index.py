@@ -94,10 +94,11 @@ class OwnedIndex:
         self.entry_ev = torch.zeros(0, dtype=torch.long)
         self.entry_other = torch.zeros(0, dtype=torch.long)
 
+    KEYS = ("nbr", "e_id", "lo", "hi", "entry_ev", "entry_other", "pool_id", "pool_t", "pool_msg")
+
     def state(self) -> dict:
         """A copy of everything (a memory copy's snapshot)."""
-        keys = ("nbr", "e_id", "lo", "hi", "entry_ev", "entry_other", "pool_id", "pool_t", "pool_msg")
-        return {k: getattr(self, k).clone() for k in keys}
+        return {k: getattr(self, k).clone() for k in self.KEYS}
 
     def load(self, state: dict) -> None:
         for k, v in state.items():
@@ -105,7 +106,7 @@ class OwnedIndex:
 
     def nbytes(self) -> int:
         """Bytes this index holds (host and device)."""
-        return sum(x.numel() * x.element_size() for x in self.state().values())
+        return sum(getattr(self, k).numel() * getattr(self, k).element_size() for k in self.KEYS)
 
     # ------------------------------------------------------------------ insert
     def insert(self, a: int, src: Tensor, dst: Tensor, t: Tensor, msg: Tensor) -> None:

@@ -172,9 +172,11 @@ class RankEvents:
         for a, b in self.ranges:
             offsets.append(offsets[-1] + b - a)
         self.offsets = offsets
-        for name in ("src", "dst", "t"):
-            parts = [_rows(data, name, a, b) for a, b in self.ranges] or [torch.zeros(0, dtype=torch.long)]
-            setattr(self, name, torch.cat(parts).clone())
+        for name in ("src", "dst", "t"):  # filled range by range: no second copy of the column at any time
+            col = torch.empty(offsets[-1], dtype=torch.long)
+            for (a, b), o in zip(self.ranges, offsets):
+                col[o:o + b - a] = _rows(data, name, a, b)
+            setattr(self, name, col)
         # the messages: views of an in-memory stream (nothing copied), the rows read from a store
         self.msg_parts = [_rows(data, "msg", a, b) for a, b in self.ranges]
         if isinstance(data, StoreEvents):

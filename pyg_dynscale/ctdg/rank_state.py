@@ -30,8 +30,8 @@ class RankMemoryState(MemoryState):
         msg (Tensor): ``[0, F]`` on the memory's device (the dtype and device of the messages).
     """
 
-    def __init__(self, memory: torch.nn.Module, exchange, msg: Tensor) -> None:  # noqa: D107 -- no parent init:
-        # the parent's stores are O(E) (one slot per event); nothing here is
+    def __init__(self, memory: torch.nn.Module, exchange, msg: Tensor) -> None:
+        # not the parent's __init__: its message stores hold one slot per event of the stream
         self.module = memory
         self.exchange = exchange
         self.msg = msg
