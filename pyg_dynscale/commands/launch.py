@@ -183,8 +183,8 @@ def launch_workers(args: argparse.Namespace) -> int:
         # the machines never met (a wrong endpoint, a machine missing), or the job ended on another machine while
         # this one waited for the next round
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        where = (f"at {args.rdzv_endpoint} (--rdzv-id {args.rdzv_id})" if getattr(args, "nnodes", None) is not None
-                 else "of this machine's workers")
+        where = (f"at {args.rdzv_endpoint} (--rdzv-id {args.rdzv_id})"
+                 if getattr(args, "rdzv_endpoint", None) is not None else "of this machine's workers")
         print(f"{PROG}: error: the rendezvous {where} failed: {first}", file=sys.stderr, flush=True)
         return 1
     return 0

@@ -5,7 +5,8 @@ meeting at a c10d rendezvous on a free port, train exactly as one machine's four
   two agents' report equals the single-machine ``--nproc 4`` report (losses, metrics, bytes: float64, exactly)
   and, where a checkpoint holds them, the final parameters bit for bit. ``train`` and ``train-events`` are
   launched by ``pyg-dynscale ... --nproc 2 --nnodes 2 --rdzv-endpoint``, ``train --windows`` by plain
-  ``torchrun --nnodes 2 ... -m pyg_dynscale`` (the two documented ways).
+  ``torchrun --nnodes 2 ... -m pyg_dynscale`` (the two documented ways). ``train --shards DIR`` too (each rank
+  reads its own shard, on whichever machine it is).
 * A machine lost mid-run: node 1's agent is killed with SIGKILL once the checkpoint of epoch 2 exists (its rank 2
   is held at the start of epoch 3 by tests/fault_injection, so the job cannot be past it). With
   ``--max-restarts 1`` a replacement agent for node 1 joins (as a scheduler would start one), the job resumes
@@ -199,3 +200,19 @@ def test_a_rank_failing_on_another_machine_is_named_with_its_machine_by_both_lau
                         r"RuntimeError: injected fault", lines[1][0]), lines[1][0]
     assert re.fullmatch(r"pyg-dynscale train: error: rank 2 \(node 1, host [^)]+\) failed: RuntimeError: injected "
                         r"fault \(noticed by rank [01] \(node 0, host [^)]+\)\)", lines[0][0]), lines[0][0]
+
+
+def test_train_from_shards_on_two_machines_equals_one_machine(tmp_path) -> None:
+    """``train --shards``: each rank reads only its own part (issue 37, item 3), wherever its machine is."""
+    shards = str(tmp_path / "shards")
+    data = str(ROOT / "tests" / "fixtures" / "datasets" / "pygt" / "chickenpox.json")  # the shards tests' data
+    report_of(run_cli(["partition", data, "--parts", "4", "--scheme", "pss", "--hidden", "8",
+                       "--dtype", "float64", "--shards", shards, "--json"], timeout=TIMEOUT))
+    args = ["train", "--shards", shards, "--epochs", "2", "--hidden", "8", "--dtype", "float64", "--device", "cpu",
+            "--json", "--no-progress"]
+    one = report_of(run_cli([*args, "--nproc", "4"], timeout=TIMEOUT))
+    port = free_port()
+    cmd = PY + _machines(*args, port=port)
+    two = _report(_two_agents(tmp_path, [cmd, cmd], port))
+    _same_report(two, one)
+    assert two["mode"] == "shards" and two["shard_bytes_read"] > 0 and len(two["losses"]) == 2
