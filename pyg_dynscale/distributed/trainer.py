@@ -58,6 +58,7 @@ from .exchange import Communicator
 from .fusion_groups import check_fusion_groups
 from .local import ExchangeMap, halo_keys, positions_in
 from .plan_traffic import plan_traffic
+from .rank_plan_exchange import build_rank_plan
 from .setup_checks import agree, bind, check_gpu_sharing, check_pattern, resolve_device, setup_summary
 from .shard_setup import check_sequences, check_shard_options, check_shard_pattern, shard_summary, shard_targets
 from .shards import Shard, agree_on_shard, read_shard
@@ -122,7 +123,8 @@ class DistributedTrainer(BaseTrainer):
             broadcast from rank 0.
         data: the whole training signal (every rank passes the same one),
             a :class:`~pyg_dynscale.data.DynamicGraphSignal` or a PyGT signal.
-            ``signal=`` is its deprecated keyword.
+            ``signal=`` is its deprecated keyword. (:meth:`from_shards` passes
+            the rank's :class:`~.shards.Shard` here, with no partition.)
         partition: a :class:`~pyg_dynscale.partition.Partition` of ``signal``.
         head: optional row-wise module applied to every output row.
         loss: ``"mse"``, ``"mae"``, ``"ce"`` or ``"bce_link"`` (as
@@ -379,8 +381,12 @@ class DistributedTrainer(BaseTrainer):
         else:
             self.readout_width = self._head_width() if loss == "bce_link" else 0
             self.global_graph = FusedGraph.from_signal(signal)
-            self.plan = CommunicationPlan.build(signal, partition, self.pattern, input_halo=input_halo,
-                                                link_pairs=link_pairs, readout_width=self.readout_width or 1)
+            if checkpoint_every is None:  # each rank builds only its own lists (one exchange of request lists)
+                self.plan = build_rank_plan(signal, partition, self.pattern, group=group, input_halo=input_halo,
+                                            link_pairs=link_pairs, readout_width=self.readout_width or 1)
+            else:  # checkpointed windows plan each window over the whole signal
+                self.plan = CommunicationPlan.build(signal, partition, self.pattern, input_halo=input_halo,
+                                                    link_pairs=link_pairs, readout_width=self.readout_width or 1)
             if h0 is not None:
                 check_initial_state(h0.detach().cpu(), self.global_graph, self.model.state_width)
             self.engine = DecomposedEngine(self.model, signal, partition, self.pattern, self.plan, self.comm,
