@@ -211,6 +211,7 @@ def write_shards(signal: Any, partition: Any, pattern: Any, directory: str, *, i
         "nodes_per_snapshot": torch.bincount(sg.time, minlength=T).tolist(),
         "num_features": int(signal.x.shape[1]) if signal.x.dim() > 1 else 1,
         "signal": signal.fingerprint(), "partition": partition_digest(partition), "scheme": partition.scheme,
+        "two_owners": partition.time_owner is not None,
         "pattern": pattern.to_dict(), "input_halo": input_halo, "weighted": signal.edge_weight is not None,
         "fields": sorted(fields),
     }
@@ -285,7 +286,10 @@ class Shard:
 
     @property
     def two_owners(self) -> bool:
-        return not torch.equal(self.owned, self.Q)
+        """PSS-TS (a time owner apart from the structure owner): the same on
+        every rank, so every rank runs the redistribution exchanges, even one
+        whose two owners coincide."""
+        return bool(self.meta["two_owners"])
 
     def input_rows(self, gids: Tensor) -> Tensor:
         """Features of the nodes ``gids``, each owned or time-owned by this rank."""

@@ -36,7 +36,21 @@ def _pattern(name: str, bpe: int = 8):
 def _write(tmp_path, name: str, scheme: str, R: int, bpe: int = 8) -> tuple:
     sig = cases.signal()
     pattern = _pattern(name, bpe)
-    part = cases.make_partition(sig, scheme, R, pattern)
+    if scheme == "same_owners":  # a time owner that coincides with the structure owner: PSS-TS's exchanges, empty
+        from pyg_dynscale.partition import Partition
+
+        owner = cases.make_partition(sig, "random", R, pattern).owner
+        part = Partition("pss-ts", R, owner, owner.clone())
+    elif scheme == "mixed_owners":  # time owners differ on ranks 1 and 2 only: rank 0's two sets coincide
+        from pyg_dynscale.partition import Partition
+
+        owner = cases.make_partition(sig, "random", R, pattern).owner
+        town = owner.clone()
+        ones = (owner == 1).nonzero().flatten()
+        town[ones[::2]] = 2
+        part = Partition("pss-ts", R, owner, town)
+    else:
+        part = cases.make_partition(sig, scheme, R, pattern)
     d = str(tmp_path / f"{name}-{scheme}-{R}")
     write_shards(sig, part, pattern, d)
     return sig, part, pattern, d
@@ -256,8 +270,10 @@ def _round_trip(rank: int, world_size: int, configs: list) -> list:
     return out
 
 
-CONFIGS = {2: [("tgcn2", "pgc"), ("dysat_mse", "pss-ts"), ("stacked_h0", "random"), ("mpnn", "pss")],
-           4: [("tgcn1", "empty_rank"), ("tmgcn", "random"), ("mpnn_dgc", "pss"), ("dysat_mse", "pgc")]
+CONFIGS = {2: [("tgcn2", "pgc"), ("dysat_mse", "pss-ts"), ("stacked_h0", "random"), ("mpnn", "pss"),
+               ("tgcn2", "same_owners")],
+           4: [("tgcn1", "empty_rank"), ("tmgcn", "random"), ("mpnn_dgc", "pss"), ("dysat_mse", "pgc"),
+               ("stacked_h0", "mixed_owners")]
            + ([("pygt_tgcn", "pgc")] if cases.HAVE_PYGT else [])}
 
 
@@ -295,6 +311,7 @@ def test_from_shards_equals_whole_signal_and_oracle(tmp_path, R):
             assert t["load"]["measured"] == t["load"]["predicted"], tag
             assert t["exchanges"] == w["traffic"]["exchanges"] and t["measured"] == w["traffic"]["measured"], tag
             assert t["predicted"] == w["traffic"]["predicted"], tag
+            assert t["collectives"] == w["traffic"]["collectives"], tag  # the same collectives on every rank
             if part.scheme in ("random", "empty_rank"):
                 assert t["measured"]["total"] > 0, tag  # something crossed ranks
 
