@@ -28,13 +28,33 @@ from tests.helpers import distributed_cases as cases
 EPOCHS = 3
 
 
+def _signal(name: str):
+    """The oracle cases' signal; for ``*_ce`` its targets as 3 classes (``loss="ce"``)."""
+    sig = cases.signal()
+    if not name.endswith("_ce"):
+        return sig
+    y = torch.bucketize(sig.y, torch.tensor([-0.5, 0.5], dtype=sig.y.dtype))
+    return type(sig).from_tensors(node_ptr=sig.node_ptr, edge_index=sig.edge_index, edge_ptr=sig.edge_ptr,
+                                  node_id=sig.node_id, edge_weight=sig.edge_weight, x=sig.x, y=y,
+                                  num_vertices=sig.num_vertices)
+
+
+def _model(name: str):
+    """(model, head, loss) of the oracle cases; ``*_ce``: a 3-class head and ``loss="ce"``."""
+    if not name.endswith("_ce"):
+        return cases.model(name)
+    m, _, _ = cases.model(name[:-3])
+    torch.manual_seed(5)
+    return m, torch.nn.Linear(4, 3).double(), "ce"
+
+
 def _pattern(name: str, bpe: int = 8):
-    m, _, _ = cases.model(name)
+    m, _, _ = _model(name)
     return adapt(m, check=False).dependency_pattern(bytes_per_element=bpe)
 
 
 def _write(tmp_path, name: str, scheme: str, R: int, bpe: int = 8) -> tuple:
-    sig = cases.signal()
+    sig = _signal(name)
     pattern = _pattern(name, bpe)
     if scheme == "same_owners":  # a time owner that coincides with the structure owner: PSS-TS's exchanges, empty
         from pyg_dynscale.partition import Partition
@@ -257,13 +277,13 @@ def _train(tr, m, head) -> dict:
 
 
 def _round_trip(rank: int, world_size: int, configs: list) -> list:
-    sig = cases.signal()
     out = []
     for name, part, d in configs:
+        sig = _signal(name)
         kw = dict(optimizer=cases.optimizer_for(name), h0=cases.initial_state(name, sig))
-        m, head, loss = cases.model(name)
+        m, head, loss = _model(name)
         whole = _train(DistributedTrainer(m, sig, part, head=head, loss=loss, **kw), m, head)
-        m, head, loss = cases.model(name)
+        m, head, loss = _model(name)
         tr = DistributedTrainer.from_shards(m, d, head=head, loss=loss, **kw)
         assert tr.signal is None and tr.partition is None  # the rank never held them
         out.append({"whole": whole, "shard": _train(tr, m, head)})
@@ -271,7 +291,7 @@ def _round_trip(rank: int, world_size: int, configs: list) -> list:
 
 
 CONFIGS = {2: [("tgcn2", "pgc"), ("dysat_mse", "pss-ts"), ("stacked_h0", "random"), ("mpnn", "pss"),
-               ("tgcn2", "same_owners")],
+               ("tgcn2", "same_owners"), ("tgcn1_ce", "random")],
            4: [("tgcn1", "empty_rank"), ("tmgcn", "random"), ("mpnn_dgc", "pss"), ("dysat_mse", "pgc"),
                ("stacked_h0", "mixed_owners")]
            + ([("pygt_tgcn", "pgc")] if cases.HAVE_PYGT else [])}
@@ -288,9 +308,9 @@ def test_from_shards_equals_whole_signal_and_oracle(tmp_path, R):
         _, part, _, d = _write(tmp_path, name, scheme, R)
         configs.append((name, part, d))
     results = spawn(_round_trip, R, configs, timeout=300)
-    sig = cases.signal()
     for i, (name, part, d) in enumerate(configs):
-        m, head, loss = cases.model(name)
+        sig = _signal(name)
+        m, head, loss = _model(name)
         ref = FusedTrainer(m, sig, head=head, loss=loss, optimizer=cases.optimizer_for(name),
                            h0=cases.initial_state(name, sig))
         ref_losses = [ref.train_epoch() for _ in range(EPOCHS)]
