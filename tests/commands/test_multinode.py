@@ -30,7 +30,9 @@ from tests.helpers.agents import Agent, start_agents, wait_for, worker_envs
 from tests.helpers.cli_jobs import FAULTS, ROOT, checkpoint_params, cli_env, report_of, run_cli
 from tests.helpers.event_csv import write_events_csv
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc, prctl: Linux only")
+pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc, prctl: Linux only"),
+              # a 4-process job on two agents and one on one machine per test, on 2 cores: may pass the 300 s
+              pytest.mark.timeout(900)]
 
 PY = [sys.executable, "-m", "pyg_dynscale"]
 TORCHRUN = [str(Path(sys.executable).parent / "torchrun")]

@@ -29,7 +29,9 @@ MARK = "tests/docs/test_many_machines.py"
 PORT = "29500"  # the port the blocks write after $HEAD
 TIMEOUT = 420.0
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl, /proc: Linux only")
+pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl, /proc: Linux only"),
+              # two agents running a job of 4 processes per test, on 2 cores: may pass the suite's 300 s
+              pytest.mark.timeout(900)]
 
 
 def machine_blocks() -> list[Block]:
