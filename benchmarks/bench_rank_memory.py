@@ -641,8 +641,7 @@ class Watchdog:
             self.peak_one, self.peak_total = max(self.peak_one, one), max(self.peak_total, total)
             if one > self.cap or total > self.total_cap:
                 self.killed = (f"killed by the watchdog: a process held {one / GIB:.1f} GiB "
-                               f"(cap {self.cap / GIB:.0f}), "
-                               f"all {total / GIB:.1f} GiB (cap {self.total_cap / GIB:.0f})")
+                               f"(cap {self.cap / GIB:g}), all {total / GIB:.1f} GiB (cap {self.total_cap / GIB:g})")
                 for k in kids:
                     try:
                         os.kill(k, signal.SIGKILL)
@@ -1041,13 +1040,30 @@ def parse(argv: Optional[list] = None) -> Any:
     return args
 
 
+def _checkout() -> str:
+    """The commit measured (``+ changes`` when the working tree differs from it)."""
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=root,
+                              timeout=30).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "pyg_dynscale"],
+                               capture_output=True, text=True, cwd=root, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return (head or "unknown") + (" + uncommitted changes in pyg_dynscale/" if dirty else "")
+
+
 def main(argv: Optional[list] = None) -> dict:
     args = parse(argv)
     known = cases(args.quick)
     ranks = [int(r) for r in args.ranks.split(",")]
     modes = args.modes.split(",")
     start = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    print(f"bench_rank_memory: {start}; torch {torch.__version__}; {os.cpu_count()} cores; load average "
+    checkout = _checkout()
+    print(f"bench_rank_memory: {start}; checkout {checkout}; torch {torch.__version__}; {os.cpu_count()} cores; "
+          f"load average "
           f"{os.getloadavg()[0]:.2f}; gloo ranks of 1 thread; set-up only" +
           (f" + {args.epochs} epochs" if args.epochs else "") + (" (--quick)" if args.quick else ""), flush=True)
     rows: list = []
@@ -1086,7 +1102,7 @@ def main(argv: Optional[list] = None) -> dict:
           "from the model fitted to the measured rows\n")
     print("\n".join(projection_lines(proj)))
     result = {"rows": [{k: v for k, v in r.items()} for r in rows], "projection": proj, "args": vars(args),
-              "start": start}
+              "start": start, "checkout": checkout}
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1, default=str)
