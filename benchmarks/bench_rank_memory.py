@@ -74,8 +74,8 @@ what is measured (``--epochs`` adds training epochs to the peak).
 **Safety.** A watchdog in the parent kills the processes of a job (by id)
 when one passes ``--cap-gib`` of resident memory (default 14) or all
 together pass ``--total-cap-gib``; before a job the parent compares what it
-needs -- the case's measured 1-rank whole-data peak times :math:`R`, or a
-smaller case's peak at :math:`R` ranks scaled by the node count (a
+needs -- :math:`R` times the case's measured per-rank peak at fewer ranks,
+or a smaller case's peak at :math:`R` ranks scaled by the node count (a
 *prediction*, only ever used as the reason for not running) -- with the caps
 and the memory available, and skips what cannot fit, saying so. Data lives
 under ``--workdir`` (default ``/tmp/issue37/bench``) and is deleted after
@@ -755,12 +755,15 @@ def fits(need_mib: float, R: int, args: Any, what: str) -> Optional[str]:
     return None
 
 
-def job_fits(calib: Calibration, one: dict, case: Case, mode: str, R: int, N: int, args: Any) -> Optional[str]:
-    """Why the job is not run (``None``: run it): the measured 1-rank figure of
-    this case times ``R`` for the whole data (every rank holds it all), or a
-    smaller case's peak at ``R`` ranks scaled to ``N``."""
-    if mode == "whole" and one.get(mode, {}).get("status") == "measured":
-        return fits(one[mode]["mib"], R, args, "the measured 1-rank whole-data peak")
+def job_fits(calib: Calibration, done: dict, case: Case, mode: str, R: int, N: int, args: Any) -> Optional[str]:
+    """Why the job is not run (``None``: run it). What a rank needs: this
+    case's measured peak in the same mode at the largest smaller rank count
+    (``done``; a rank's share does not grow with more ranks), or else a smaller
+    case's peak at ``R`` ranks scaled by the node count."""
+    fewer = [r for (m, r) in done if m == mode and r < R]
+    if fewer:
+        prev = max(fewer)
+        return fits(done[mode, prev]["mib"], R, args, f"the measured {prev}-rank peak")
     pred = calib.predict(case.family + case.variant, mode, R, N)
     if pred is not None:
         return fits(pred[0], R, args, f"predicted (N={pred[1]:,} row x {N / pred[1]:g})")
@@ -962,7 +965,7 @@ def run_case(base: Case, variants: list, args: Any, workdir: str, ranks: list, m
     for case in variants:
         reason = case.available
         key = case.family + case.variant
-        one: dict = {}
+        done: dict = {}   # (mode, R) -> this case's measured job
         for R in ranks:
             row: dict = {"case": base.name, "label": case.label, "family": case.family, "N": N, "ranks": R,
                          "info": info}
@@ -973,7 +976,7 @@ def run_case(base: Case, variants: list, args: Any, workdir: str, ranks: list, m
                 elif mode == "part" and reason is not None:
                     row[mode] = {"status": f"{NA}: {reason}"}
                 else:
-                    skip = job_fits(calib, one, case, mode, R, N, args)
+                    skip = job_fits(calib, done, case, mode, R, N, args)
                     if skip is None:
                         todo.append(mode)
                     else:
@@ -1003,8 +1006,7 @@ def run_case(base: Case, variants: list, args: Any, workdir: str, ranks: list, m
                 row[mode] = run_job(case, mode, R, info, args, workdir)
                 if row[mode]["status"] == "measured":
                     calib.add(key, mode, R, N, row[mode]["mib"])
-                    if R == 1:
-                        one[mode] = row[mode]
+                    done[mode, R] = row[mode]
             for mode in ("whole", "part"):
                 print(_row_line(case.label, R, mode, row[mode]), flush=True)
             for f in Path(workdir).glob(f"shards-{R}*"):   # a rank count's shards are not needed again
