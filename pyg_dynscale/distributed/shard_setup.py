@@ -42,10 +42,6 @@ def check_shard_options(model: Any, loss: str, options: dict) -> None:
     if options.get("path", "auto") == "blackbox":
         raise UnsupportedOptionError("path", "is 'blackbox' with from_shards; the shards hold the decomposed "
                                      "path's structure and time sets.", f"path='auto' or 'decomposed', or {_WHOLE}.")
-    if loss == "bce_link":
-        raise UnsupportedOptionError("loss", "is 'bce_link' with from_shards; the shards hold node targets, not "
-                                     "the labelled pairs and their readout exchange.",
-                                     f"a node loss ('mse', 'mae', 'ce'), or {_WHOLE}.")
 
 
 def check_shard_pattern(model: Any, shard: Any, dtype: torch.dtype, input_halo: str) -> Any:
@@ -67,7 +63,14 @@ def check_shard_pattern(model: Any, shard: Any, dtype: torch.dtype, input_halo: 
 
 
 def shard_targets(shard: Any, loss: str, target: str) -> Targets:
-    """The node targets (field ``target``) of the shard's rows."""
+    """The node targets (field ``target``) of the shard's rows, or its
+    labelled pairs (``bce_link``)."""
+    if loss == "bce_link":
+        p = shard.pairs
+        if p is None:
+            raise ModelInputError("loss", "is 'bce_link' but the shards hold no labelled pairs.",
+                                  "write the shards with write_shards(..., readout_width=<the head's output width>).")
+        return Targets(label_src=p["src"], label_dst=p["dst"], label_time=p["time"], label=p["label"])
     values: Optional[Tensor] = shard.fields.get(target)
     if values is None:
         raise ModelInputError(target, f"is not a node-level field of the shards (they hold {sorted(shard.fields)}).",

@@ -23,6 +23,8 @@ and their halo) and :math:`Q_r` its time set:
   normalization bit for bit;
 * a node table (:class:`~.local.RankNodes`: snapshot, vertex, previous
   appearance, sequence of every node it references);
+* written with a ``readout_width``: the labelled pairs whose source it
+  time-owns (``loss="bce_link"``; the plan then has the ``readout`` exchange);
 * its slice of the plan, :meth:`RankPlan.to_state()
   <pyg_dynscale.partition.rank_plan.RankPlan.to_state>` (its own send and
   receive lists and the whole plan's row counts, for the predicted traffic).
@@ -47,6 +49,7 @@ is replaced only once the new one is complete).
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -123,7 +126,7 @@ def _write_file(path: str, write: Any) -> None:
 
 # ---------------------------------------------------------------------- writer
 def _rank_part(signal: Any, sg: Any, partition: Any, plan: CommunicationPlan, rank: int,
-               fields: dict) -> dict:
+               fields: dict, link: Any) -> dict:
     """Rank ``rank``'s tensors (see the module doc), from the whole signal."""
     N = sg.num_nodes
     own = partition.owner
@@ -164,10 +167,16 @@ def _rank_part(signal: Any, sg: Any, partition: Any, plan: CommunicationPlan, ra
         tensors[f"nodes.{c}"] = getattr(nodes, c)
     for name, values in fields.items():
         tensors[f"field.{name}"] = values.index_select(0, Q)  # the loss reads Q's rows
+    if link is not None:  # the labelled pairs whose source this rank's time set holds (their loss is computed here)
+        mine = (town[link.label_src] == rank).nonzero().flatten()
+        tensors.update({"pairs.id": mine, "pairs.src": link.label_src[mine], "pairs.dst": link.label_dst[mine],
+                        "pairs.time": link.label_time[mine], "pairs.label": link.label[mine]})
     return {k: (v.detach().cpu().contiguous() if isinstance(v, Tensor) else v) for k, v in tensors.items()}
 
 
-def write_shards(signal: Any, partition: Any, pattern: Any, directory: str, *, input_halo: str = "load") -> str:
+def write_shards(signal: Any, partition: Any, pattern: Any, directory: str, *, input_halo: str = "load",
+                 readout_width: Optional[int] = None, link_index: str = "edge_label_index",
+                 link_label: str = "edge_label") -> str:
     r"""Write one shard per rank of ``partition`` under ``directory``.
 
     Args:
@@ -183,6 +192,11 @@ def write_shards(signal: Any, partition: Any, pattern: Any, directory: str, *, i
             another pattern.
         directory: the shard directory (replaced atomically if it exists).
         input_halo: ``"load"`` or ``"exchange"`` (as the trainer's option).
+        readout_width: for ``loss="bce_link"``: the width of a row after the
+            head (the model's output width without a head); the shards then
+            hold each rank's labelled pairs (``link_index`` / ``link_label``
+            fields) and the plan's ``readout`` exchange. ``None``: node
+            targets only.
 
     Returns:
         str: ``directory``.
@@ -200,7 +214,14 @@ def write_shards(signal: Any, partition: Any, pattern: Any, directory: str, *, i
         signal = signal.to("cpu")
     if signal.x is None:
         raise ModelInputError("signal.x", "is missing.", "give the signal node features before writing shards.")
-    plan = CommunicationPlan.build(signal, partition, pattern, input_halo=input_halo)  # checks signal and pattern
+    link = None
+    if readout_width is not None:
+        from ..runtime.losses import resolve_targets
+
+        link = resolve_targets(signal, "bce_link", "y", link_index, link_label, torch.float64)
+    plan = CommunicationPlan.build(signal, partition, pattern, input_halo=input_halo,  # checks signal and pattern
+                                   link_pairs=None if link is None else (link.label_src, link.label_dst),
+                                   readout_width=readout_width or 0)
     sg = signal.supergraph()
     fields = {name: f.values for name, f in signal.fields.items() if f.level == "node" and name != "x"}
     R = partition.num_parts
@@ -214,6 +235,8 @@ def write_shards(signal: Any, partition: Any, pattern: Any, directory: str, *, i
         "two_owners": partition.time_owner is not None,
         "pattern": pattern.to_dict(), "input_halo": input_halo, "weighted": signal.edge_weight is not None,
         "fields": sorted(fields),
+        "readout_width": readout_width, "num_pairs": 0 if link is None else int(link.label.numel()),
+        "pair_counts": None if link is None else torch.bincount(link.label_time, minlength=T).tolist(),
     }
     header["set"] = hashlib.sha256(json.dumps(header, sort_keys=True).encode()).hexdigest()
     directory = os.path.abspath(directory)
@@ -222,7 +245,8 @@ def write_shards(signal: Any, partition: Any, pattern: Any, directory: str, *, i
     os.makedirs(partial)
     sums = []
     for r in range(R):
-        body = {"header": {"rank": r, "set": header["set"]}, "tensors": _rank_part(signal, sg, partition, plan, r, fields),
+        body = {"header": {"rank": r, "set": header["set"]},
+                "tensors": _rank_part(signal, sg, partition, plan, r, fields, link),
                 "plan": RankPlan.from_plan(plan, r).to_state()}
         checksum = _checksum(body)
         sums.append(checksum)
@@ -266,6 +290,9 @@ class Shard:
         nodes (RankNodes): the node table.
         plan (RankPlan): its slice of the communication plan.
         bytes_read (int): bytes of the tensors it holds.
+        pairs (dict, optional): its labelled pairs (``id``, ``src``, ``dst``,
+            ``time``, ``label``) when the shards were written with a
+            ``readout_width``.
     """
 
     meta: dict
@@ -283,6 +310,7 @@ class Shard:
     nodes: RankNodes
     plan: RankPlan
     bytes_read: int
+    pairs: Optional[dict] = None
 
     @property
     def two_owners(self) -> bool:
@@ -299,6 +327,16 @@ class Shard:
         out = self.x.new_empty((gids.numel(),) + tuple(self.x.shape[1:]))
         out[mine] = self.x.index_select(0, torch.searchsorted(self.S, gids[mine]))
         out[~mine] = self.x_extra.index_select(0, torch.searchsorted(self.q_extra, gids[~mine]))
+        return out
+
+    def plan_for(self, loss: str) -> RankPlan:
+        """The plan the trainer executes: without the ``readout`` exchange
+        for a node loss (nothing reads the pairs' endpoints then)."""
+        p = self.plan
+        if loss == "bce_link" or not any(e.phase == "readout" for e in p):
+            return p
+        out = copy.copy(p)  # the same lists, rounds and depths; the exchange list without the readout
+        out.exchanges = [e for e in p.exchanges if e.phase != "readout"]
         return out
 
     def release_inputs(self) -> None:
@@ -398,7 +436,8 @@ def read_shard(directory: str, rank: int, world_size: Optional[int] = None) -> S
         shard = Shard(meta, rank, t["owned"], t["Q"], t["spatial_edges"], t["edge_weight"],
                       (t["halo_in_dst"], t["halo_in_loop"], t["halo_in_weight"]), t["S"], t["x"], t["q_extra"],
                       t["x_extra"], fields, nodes, plan,
-                      sum(v.numel() * v.element_size() for v in t.values() if isinstance(v, Tensor)))
+                      sum(v.numel() * v.element_size() for v in t.values() if isinstance(v, Tensor)),
+                      {k[6:]: v for k, v in t.items() if k.startswith("pairs.")} if meta["readout_width"] else None)
     except (KeyError, TypeError, PartitionFormatError, PartitionError) as exc:
         raise ShardError(f"{path}: inconsistent shard contents ({type(exc).__name__}: {exc}). {remedy}") from None
     if plan.rank != rank or plan.world != R:

@@ -364,8 +364,12 @@ class DistributedTrainer(BaseTrainer):
         link_pairs = (tg.label_src, tg.label_dst) if loss == "bce_link" else None
         t0 = time.perf_counter()
         if self.shard is not None:
-            self.readout_width = 0
-            self.plan = self.shard.plan
+            self.readout_width = self._head_width() if loss == "bce_link" else 0
+            if loss == "bce_link" and self.readout_width != self.shard.meta["readout_width"]:
+                raise ShardError(f"the shards were written with readout_width={self.shard.meta['readout_width']} "
+                                 f"but a row after this head is {self.readout_width} wide. Write them with "
+                                 f"readout_width={self.readout_width}.")  # the same on every rank: no hang
+            self.plan = self.shard.plan_for(loss)
             if h0 is not None:
                 check_sequences(h0, self.shard.meta["num_sequences"], self.model.state_width)
             self.engine = DecomposedEngine(self.model, None, None, self.pattern, self.plan, self.comm, None,
@@ -446,7 +450,8 @@ class DistributedTrainer(BaseTrainer):
                 :class:`~pyg_dynscale.errors.UnsupportedOptionError`:
                 ``fusion`` other than ``"full"``, ``fusion_groups``,
                 ``checkpoint_every``, ``stale``, ``path="blackbox"`` (and
-                models only the black-box path runs), ``loss="bce_link"``.
+                models only the black-box path runs). ``loss="bce_link"``
+                needs shards written with a ``readout_width``.
         """
         check_shard_options(model, loss, options)  # argument checks: the same outcome on every rank
         if not dist.is_available() or not dist.is_initialized():
@@ -481,32 +486,39 @@ class DistributedTrainer(BaseTrainer):
     def _rank_targets(self, tg: Any, loss: str) -> RankTargets:
         """This rank's targets and loss normalizers, on the host."""
         Q = self.engine.Q
-        if self.shard is not None:  # the time and targets of Q's rows, and the global counts, from the shard
+        if self.shard is not None:  # the rank's rows and pairs, and the global counts, from the shard
             sh = self.shard
-            mean = SnapshotMean(sh.nodes.take("time", Q), torch.tensor(sh.meta["nodes_per_snapshot"]),
+            if loss != "bce_link":
+                mean = SnapshotMean(sh.nodes.take("time", Q), torch.tensor(sh.meta["nodes_per_snapshot"]),
+                                    self.snapshot_reduction)
+                return RankTargets(mean=mean, target=tg.target)  # stored in Q's order
+            mine, num_pairs = sh.pairs["id"], int(sh.meta["num_pairs"])
+            src, dst, label = tg.label_src, tg.label_dst, tg.label  # the shard holds this rank's pairs only
+            mean = SnapshotMean(tg.label_time, torch.tensor(sh.meta["pair_counts"]), self.snapshot_reduction)
+            local_d = torch.isin(dst, Q)
+        else:
+            T = self.signal.num_snapshots
+            if loss != "bce_link":
+                time_all = self.signal.supergraph().time
+                mean = SnapshotMean(time_all.index_select(0, Q), torch.bincount(time_all, minlength=T),
+                                    self.snapshot_reduction)
+                return RankTargets(mean=mean, target=tg.target.index_select(0, Q))
+            # the black-box path has one owner per node; the decomposed path computes losses on the time owner
+            town = self.partition.owner if self.path == "blackbox" else self.partition.temporal_owner
+            mine = (town[tg.label_src] == self.rank).nonzero().flatten()
+            src, dst, label, num_pairs = tg.label_src[mine], tg.label_dst[mine], tg.label[mine], int(tg.label.numel())
+            mean = SnapshotMean(tg.label_time[mine], torch.bincount(tg.label_time, minlength=T),
                                 self.snapshot_reduction)
-            return RankTargets(mean=mean, target=tg.target)  # stored in Q's order
-        T = self.signal.num_snapshots
-        if loss != "bce_link":
-            time_all = self.signal.supergraph().time
-            mean = SnapshotMean(time_all.index_select(0, Q), torch.bincount(time_all, minlength=T),
-                                self.snapshot_reduction)
-            return RankTargets(mean=mean, target=tg.target.index_select(0, Q))
-        # the black-box path has one owner per node; the decomposed path computes losses on the time owner
-        town = self.partition.owner if self.path == "blackbox" else self.partition.temporal_owner
-        mine = (town[tg.label_src] == self.rank).nonzero().flatten()
-        src, dst = tg.label_src[mine], tg.label_dst[mine]
-        mean = SnapshotMean(tg.label_time[mine], torch.bincount(tg.label_time, minlength=T), self.snapshot_reduction)
+            local_d = town[dst] == self.rank
         ex = self.plan.exchange(0 if self.path == "blackbox" else self.plan.pattern.num_blocks - 1, "readout")
         readout = ExchangeMap.build(ex, self.rank, Q, None)
         readout.recv_idx = torch.arange(readout.recv_gid.numel())  # received rows in arrival order
-        local_d = town[dst] == self.rank
         didx = torch.empty_like(dst)
         didx[local_d] = torch.searchsorted(Q, dst[local_d])
         far = (~local_d).nonzero().flatten()
         didx[far] = Q.numel() + positions_in(readout.recv_gid, dst[far])
-        return RankTargets(mean=mean, label=tg.label[mine].to(self.dtype), src_idx=torch.searchsorted(Q, src),
-                           dst_idx=didx, readout=readout, pair_ids=mine, num_pairs=int(tg.label.numel()))
+        return RankTargets(mean=mean, label=label.to(self.dtype), src_idx=torch.searchsorted(Q, src),
+                           dst_idx=didx, readout=readout, pair_ids=mine, num_pairs=num_pairs)
 
     def place(self, fn: TensorMap) -> None:
         """Build the device copies of every host-side structure with ``fn``
