@@ -103,7 +103,7 @@ FAN_IN = 16
 
 def external_argsort(keys: "np.ndarray | ScratchColumn", chunk_rows: int, scratch: Scratch,
                      prefix: str = "sort") -> ScratchColumn:
-    """``numpy.argsort(keys, kind="stable")`` for a memory-mapped ``[n]``
+    r"""``numpy.argsort(keys, kind="stable")`` for a memory-mapped ``[n]``
     column, holding ``O(chunk_rows)`` entries at a time: sorted runs of
     ``chunk_rows`` keys, then passes that merge :data:`FAN_IN` runs into one
     (:math:`\lceil \log_{16} R \rceil` passes over the data for :math:`R` runs).
