@@ -292,9 +292,8 @@ def ingest_edge_list(
         window, vertex_set, target, features, degree_transform, weight_agg, time_unit, negative_ratio, columns)
     table_chunks = ChunkedTable(path, "edge-list file", chunk_rows=chunk_rows, delimiter=delimiter, skip_rows=skip_rows)
     chunk_rows = table_chunks.chunk_rows
-    writer = StoreWriter(out, "signal", overwrite=overwrite, chunk_bytes=chunk_bytes)
-    scratch = Scratch(os.fspath(out))
-    try:
+    with StoreWriter(out, "signal", overwrite=overwrite, chunk_bytes=chunk_bytes) as writer, \
+            Scratch(os.fspath(out)) as scratch:  # committed on success, else dropped
         lo, hi, ordered, prev = np.inf, -np.inf, True, None
         for table in table_chunks:
             cs = table.column_index(columns[0], "columns[0] (source)")
@@ -374,11 +373,5 @@ def ingest_edge_list(
             fields.append({"name": "edge_label_index", "level": "ragged", "cat_dim": 1})
             fields.append({"name": "edge_label", "level": "ragged", "cat_dim": 0})
         writer.attrs.update({"num_vertices": len(ids), "fields": fields, "window": w_units})
-        writer.commit()
-    except BaseException:
-        writer.abort()
-        raise
-    finally:
-        scratch.close()
     return load_signal_store(out, DynamicGraphSignal, verify=False)
 

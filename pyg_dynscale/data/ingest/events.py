@@ -103,9 +103,8 @@ def ingest_jodie_csv(path: PathLike, out: PathLike, *, sort: bool = False, chunk
     table_chunks = ChunkedTable(path, "JODIE CSV file", chunk_rows=chunk_rows, detect_header=True)
     source = table_chunks.source
     order_check = _TimeOrder(source, sort)
-    writer = StoreWriter(out, "events", overwrite=overwrite, chunk_bytes=chunk_bytes)
-    scratch = Scratch(os.fspath(out))
-    try:
+    with StoreWriter(out, "events", overwrite=overwrite, chunk_bytes=chunk_bytes) as writer, \
+            Scratch(os.fspath(out)) as scratch:  # committed on success, else dropped
         max_user = -1
         for table in table_chunks:
             if table.num_cols < 4:
@@ -138,12 +137,6 @@ def ingest_jodie_csv(path: PathLike, out: PathLike, *, sort: bool = False, chunk
             writer.append("t", torch.from_numpy(np.array(ts_all[idx])).to(torch.long).numpy())
             writer.append("msg", cols["msg"][idx])
             writer.append("y", cols["y"][idx])
-        writer.commit()
-    except BaseException:
-        writer.abort()
-        raise
-    finally:
-        scratch.close()
     return load_events_store(out, verify=False)
 
 
@@ -181,9 +174,8 @@ def ingest_event_list(
     table_chunks = ChunkedTable(path, "edge-list file", chunk_rows=chunk_rows, delimiter=delimiter, skip_rows=skip_rows)
     source = table_chunks.source
     order_check = _TimeOrder(source, sort)
-    writer = StoreWriter(out, "events", overwrite=overwrite, chunk_bytes=chunk_bytes)
-    scratch = Scratch(os.fspath(out))
-    try:
+    with StoreWriter(out, "events", overwrite=overwrite, chunk_bytes=chunk_bytes) as writer, \
+            Scratch(os.fspath(out)) as scratch:  # committed on success, else dropped
         F = len(msg_columns)
         for table in table_chunks:
             cs = table.column_index(columns[0], "columns[0] (source)")
@@ -216,10 +208,4 @@ def ingest_event_list(
             writer.append("t", np.floor(np.asarray(tau_all[idx])).astype(np.int64))
             writer.append("msg", cols["msg"][idx])
         writer.put("vertex_map", ids.vertex_map().astype(np.int64))
-        writer.commit()
-    except BaseException:
-        writer.abort()
-        raise
-    finally:
-        scratch.close()
     return load_events_store(out, verify=False)

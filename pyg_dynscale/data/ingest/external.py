@@ -95,6 +95,12 @@ class Scratch:
             fh.close()  # type: ignore[attr-defined]
         shutil.rmtree(self.dir, ignore_errors=True)
 
+    def __enter__(self) -> "Scratch":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close()
+
 
 #: runs merged at once: each gets ``chunk_rows / FAN_IN`` buffered entries, so that a merge round
 #: emits many entries (with hundreds of runs of a few entries each, rounds would emit a handful)

@@ -236,10 +236,9 @@ def ingest_pygt_json(
     path, dataset = resolve_path(path_or_name, dataset, cache_dir, event_id)
     if dataset is not None:
         _check_streamed(dataset)
-    fh = open_text(path, "PyGT JSON file")
-    writer = StoreWriter(out, "signal", overwrite=overwrite, chunk_bytes=chunk_bytes)
-    scratch = Scratch(os.fspath(out))
-    try:
+    with open_text(path, "PyGT JSON file") as fh, \
+            StoreWriter(out, "signal", overwrite=overwrite, chunk_bytes=chunk_bytes) as writer, \
+            Scratch(os.fspath(out)) as scratch:  # committed on success, else dropped
         data = _collect(JsonStream(fh, path, read_chars), scratch)
         if dataset is None:
             dataset = detect_dataset(data)
@@ -265,13 +264,6 @@ def ingest_pygt_json(
         else:
             _england_covid(reader, app, **opts, allow_nonfinite=allow_nonfinite)
         app.finish()
-        writer.commit()
-    except BaseException:
-        writer.abort()
-        raise
-    finally:
-        scratch.close()
-        fh.close()
     return load_signal_store(out, DynamicGraphSignal, verify=False)
 
 
