@@ -29,7 +29,7 @@ from ..data.ingest import ingest_event_list, ingest_jodie_csv
 from ..data.loaders import DatasetFormatError
 from ..data.loaders._common import PathLike, read_bytes
 from ..data.loaders.edgelist import remap_by_first_appearance
-from ..data.loaders.edgelist_parse import TokenTable, has_header, tokenize, unsorted_error
+from ..data.loaders.edgelist_parse import event_list_columns, has_header, jodie_columns, tokenize, unsorted_error
 from ..data.mapped import load_events_store, save_events_store
 from ..errors import ModelInputError
 
@@ -52,16 +52,6 @@ def _check_sorted(t: np.ndarray, line_no: np.ndarray, source: str) -> None:
     if down.shape[0]:
         r = int(down[0]) + 1
         raise unsorted_error(source, int(line_no[r]), float(t[r]), float(t[r - 1]))
-
-
-def _check_ids(ids: np.ndarray, table: TokenTable, col: int, name: str) -> None:
-    neg = np.flatnonzero(ids < 0)
-    if neg.shape[0]:
-        r = int(neg[0])
-        raise DatasetFormatError(
-            table.source, f"line {int(table.line_no[r])}, column {col} ({name})",
-            f"holds {int(ids[r])}: node ids must be >= 0.", "fix the line.",
-        )
 
 
 def load_jodie_csv(path: PathLike, *, sort: bool = False) -> TemporalData:
@@ -97,19 +87,7 @@ def load_jodie_csv(path: PathLike, *, sort: bool = False) -> TemporalData:
     source = os.path.basename(os.fspath(path))
     raw = read_bytes(path, "JODIE CSV file")
     table = tokenize(raw, source, skip_rows=1 if has_header(raw) else 0)
-    if table.num_cols < 4:
-        raise DatasetFormatError(
-            source, f"line {int(table.line_no[0])}", f"has {table.num_cols} fields.",
-            "a JODIE line is user,item,timestamp,state_label[,features...].",
-        )
-    user = table.ints(0, "user")
-    item = table.ints(1, "item")
-    _check_ids(user, table, 0, "user")
-    _check_ids(item, table, 1, "item")
-    ts = table.floats(2, "timestamp")
-    label = table.floats(3, "state_label")
-    feats = np.stack([table.floats(c, f"feature {c - 4}") for c in range(4, table.num_cols)], axis=1) \
-        if table.num_cols > 4 else np.zeros((table.num_rows, 0))
+    user, item, ts, label, feats = jodie_columns(table)
     if sort:
         order = np.argsort(ts, kind="stable")
         user, item, ts, label, feats = user[order], item[order], ts[order], label[order], feats[order]
@@ -162,18 +140,9 @@ def load_event_list(
     """
     source = os.path.basename(os.fspath(path))
     table = tokenize(read_bytes(path, "edge-list file"), source, delimiter=delimiter, skip_rows=skip_rows)
-    cs = table.column_index(columns[0], "columns[0] (source)")
-    cd = table.column_index(columns[1], "columns[1] (target)")
-    ct = table.column_index(columns[2], "columns[2] (time)")
-    src, dst, tau = table.ints(cs, "source"), table.ints(cd, "target"), table.floats(ct, "time")
-    feats = np.stack([table.floats(table.column_index(c, "msg_columns"), "feature") for c in msg_columns], axis=1) \
-        if len(msg_columns) else np.zeros((table.num_rows, 0))
-    line_no = table.line_no
-    if not self_loops:
-        keep = src != dst
-        src, dst, tau, feats, line_no = src[keep], dst[keep], tau[keep], feats[keep], line_no[keep]
-        if src.shape[0] == 0:
-            raise DatasetFormatError(source, "self_loops", "removed every event of the file.", "keep self-loops.")
+    src, dst, tau, feats, line_no = event_list_columns(table, columns, msg_columns, self_loops)
+    if not self_loops and src.shape[0] == 0:
+        raise DatasetFormatError(source, "self_loops", "removed every event of the file.", "keep self-loops.")
     if sort:
         order = np.argsort(tau, kind="stable")
     else:

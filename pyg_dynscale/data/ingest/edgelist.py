@@ -45,6 +45,7 @@ import numpy as np
 
 from ...errors import SignalValidationError
 from ..loaders._common import PathLike
+from ..loaders.edgelist_parse import event_columns
 from ..loaders.edgelist import MAX_WINDOWS, segment_max, check_edge_list_options
 from ..loaders.negative_sampling import sample_negative_pairs
 from ..mapped import CHUNK_BYTES, StoreWriter, load_signal_store
@@ -296,12 +297,7 @@ def ingest_edge_list(
             Scratch(os.fspath(out)) as scratch:  # committed on success, else dropped
         lo, hi, ordered, prev = np.inf, -np.inf, True, None
         for table in table_chunks:
-            cs = table.column_index(columns[0], "columns[0] (source)")
-            cd = table.column_index(columns[1], "columns[1] (target)")
-            ct = table.column_index(columns[2], "columns[2] (time)")
-            if len({cs, cd, ct}) != 3:
-                raise SignalValidationError("columns", f"{columns} name the same column twice.", "pick three different columns.")
-            src, dst, tau = table.ints(cs, "source"), table.ints(cd, "target"), table.floats(ct, "time")
+            src, dst, tau = event_columns(table, columns, distinct=True)
             wcol = table.floats(table.column_index(weight_column, "weight_column"), "weight") if weight_column is not None else None
             row = table.line_no.astype(np.int64)  # file order
             if not self_loops:

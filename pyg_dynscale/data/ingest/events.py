@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from ..loaders._common import DatasetFormatError, PathLike
-from ..loaders.edgelist_parse import TokenTable, unsorted_error
+from ..loaders.edgelist_parse import event_list_columns, jodie_columns, unsorted_error
 from ..mapped import CHUNK_BYTES, StoreWriter, load_events_store
 from .external import IdTable, Scratch, external_argsort, is_sorted_after
 from .text import DEFAULT_CHUNK_ROWS, ChunkedTable
@@ -60,16 +60,6 @@ class _TimeOrder:
             self.sorted = False
         if t.shape[0]:
             self.previous = float(t[-1])
-
-
-def _check_ids(ids: np.ndarray, table: TokenTable, col: int, name: str) -> None:
-    neg = np.flatnonzero(ids < 0)
-    if neg.shape[0]:
-        r = int(neg[0])
-        raise DatasetFormatError(
-            table.source, f"line {int(table.line_no[r])}, column {col} ({name})",
-            f"holds {int(ids[r])}: node ids must be >= 0.", "fix the line.",
-        )
 
 
 def _chunks(n: int, order: Optional[np.ndarray], chunk_rows: int):
@@ -107,18 +97,7 @@ def ingest_jodie_csv(path: PathLike, out: PathLike, *, sort: bool = False, chunk
             Scratch(os.fspath(out)) as scratch:  # committed on success, else dropped
         max_user = -1
         for table in table_chunks:
-            if table.num_cols < 4:
-                raise DatasetFormatError(
-                    source, f"line {int(table.line_no[0])}", f"has {table.num_cols} fields.",
-                    "a JODIE line is user,item,timestamp,state_label[,features...].",
-                )
-            user, item = table.ints(0, "user"), table.ints(1, "item")
-            _check_ids(user, table, 0, "user")
-            _check_ids(item, table, 1, "item")
-            ts = table.floats(2, "timestamp")
-            label = table.floats(3, "state_label")
-            feats = np.stack([table.floats(c, f"feature {c - 4}") for c in range(4, table.num_cols)], axis=1) \
-                if table.num_cols > 4 else np.zeros((table.num_rows, 0))
+            user, item, ts, label, feats = jodie_columns(table)
             order_check.feed(ts, table.line_no)
             max_user = max(max_user, int(user.max()))
             scratch.append("user", user)
@@ -176,18 +155,8 @@ def ingest_event_list(
     order_check = _TimeOrder(source, sort)
     with StoreWriter(out, "events", overwrite=overwrite, chunk_bytes=chunk_bytes) as writer, \
             Scratch(os.fspath(out)) as scratch:  # committed on success, else dropped
-        F = len(msg_columns)
         for table in table_chunks:
-            cs = table.column_index(columns[0], "columns[0] (source)")
-            cd = table.column_index(columns[1], "columns[1] (target)")
-            ct = table.column_index(columns[2], "columns[2] (time)")
-            src, dst, tau = table.ints(cs, "source"), table.ints(cd, "target"), table.floats(ct, "time")
-            feats = np.stack([table.floats(table.column_index(c, "msg_columns"), "feature") for c in msg_columns], axis=1) \
-                if F else np.zeros((table.num_rows, 0))
-            line_no = table.line_no
-            if not self_loops:
-                keep = src != dst
-                src, dst, tau, feats, line_no = src[keep], dst[keep], tau[keep], feats[keep], line_no[keep]
+            src, dst, tau, feats, line_no = event_list_columns(table, columns, msg_columns, self_loops)
             order_check.feed(tau, line_no)
             scratch.append("src", src)
             scratch.append("dst", dst)

@@ -18,7 +18,7 @@ from typing import BinaryIO, Iterator, Optional
 import numpy as np
 
 from ...errors import SignalValidationError
-from ..loaders._common import DatasetFormatError, DatasetNotFoundError, PathLike
+from ..loaders._common import DatasetFormatError, PathLike, existing_file
 from ..loaders.edgelist_parse import TokenTable, first_data_line, has_header, tokenize
 
 #: default lines per chunk of the chunked readers: 2^18, i.e. about 250 MB of
@@ -37,14 +37,7 @@ def check_chunk_rows(chunk_rows: object) -> int:
 def open_text(path: PathLike, what: str) -> BinaryIO:
     """Open ``path`` for reading, gzip detected by its magic bytes (as
     :func:`~pyg_dynscale.data.loaders._common.read_bytes`)."""
-    path = os.fspath(path)
-    if not os.path.exists(path):
-        raise DatasetNotFoundError(
-            f"{what} {path!r} does not exist. pyg_dynscale never downloads data: "
-            "download the file yourself and pass its local path."
-        )
-    if os.path.isdir(path):
-        raise DatasetNotFoundError(f"{what} {path!r} is a directory, not a file.")
+    path = existing_file(path, what)
     with open(path, "rb") as fh:
         magic = fh.read(2)
     return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")

@@ -49,9 +49,13 @@ class DatasetFormatError(SignalFormatError):
         super().__init__(msg)
 
 
-def read_bytes(path: PathLike, what: str = "dataset file") -> bytes:
-    """Read a whole file, decompressing gzip transparently (detected by its
-    magic bytes, not its name)."""
+def existing_file(path: PathLike, what: str = "dataset file") -> str:
+    """Return ``path`` as a string if it names an existing file.
+
+    Raises:
+        DatasetNotFoundError: ``path`` does not exist or is a directory
+            (``what`` names the file in the message).
+    """
     path = os.fspath(path)
     if not os.path.exists(path):
         raise DatasetNotFoundError(
@@ -60,6 +64,13 @@ def read_bytes(path: PathLike, what: str = "dataset file") -> bytes:
         )
     if os.path.isdir(path):
         raise DatasetNotFoundError(f"{what} {path!r} is a directory, not a file.")
+    return path
+
+
+def read_bytes(path: PathLike, what: str = "dataset file") -> bytes:
+    """Read a whole file, decompressing gzip transparently (detected by its
+    magic bytes, not its name)."""
+    path = existing_file(path, what)
     with open(path, "rb") as fh:
         raw = fh.read()
     if raw[:2] == _GZIP_MAGIC:

@@ -21,7 +21,7 @@ from ...errors import SignalValidationError
 from ..fields import SnapshotField
 from ..signal import DynamicGraphSignal
 from ._common import PathLike, read_bytes
-from .edgelist_parse import tokenize
+from .edgelist_parse import event_columns, tokenize
 from .negative_sampling import sample_negative_pairs
 
 _UNITS = {"s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
@@ -229,14 +229,7 @@ def load_edge_list(
 
     source = os.path.basename(os.fspath(path))
     table = tokenize(read_bytes(path, "edge-list file"), source, delimiter=delimiter, skip_rows=skip_rows)
-    cs = table.column_index(columns[0], "columns[0] (source)")
-    cd = table.column_index(columns[1], "columns[1] (target)")
-    ct = table.column_index(columns[2], "columns[2] (time)")
-    if len({cs, cd, ct}) != 3:
-        raise SignalValidationError("columns", f"{columns} name the same column twice.", "pick three different columns.")
-    src = table.ints(cs, "source")
-    dst = table.ints(cd, "target")
-    tau = table.floats(ct, "time")
+    src, dst, tau = event_columns(table, columns, distinct=True)
     wcol = None
     if weight_column is not None:
         cw = table.column_index(weight_column, "weight_column")

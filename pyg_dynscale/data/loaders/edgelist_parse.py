@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -214,3 +214,75 @@ def unsorted_error(source: str, line: int, t: float, previous: float) -> Dataset
         f"has timestamp {t:g}, earlier than the previous event's {previous:g}: events must be in time order.",
         "sort the file by time, or pass sort=True (stable: ties keep file order).",
     )
+
+
+def check_node_ids(ids: np.ndarray, table: TokenTable, col: int, name: str) -> None:
+    """Refuse a negative node id in column ``col`` (``name``) of ``table``.
+
+    Raises:
+        DatasetFormatError: naming the first line that holds one.
+    """
+    neg = np.flatnonzero(ids < 0)
+    if neg.shape[0]:
+        r = int(neg[0])
+        raise DatasetFormatError(
+            table.source, f"line {int(table.line_no[r])}, column {col} ({name})",
+            f"holds {int(ids[r])}: node ids must be >= 0.", "fix the line.",
+        )
+
+
+def jodie_columns(table: TokenTable) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The columns of a JODIE CSV table (``user,item,timestamp,state_label[,features...]``),
+    validated: ``(user, item, timestamp, state_label, features [R, C - 4])``.
+
+    Raises:
+        DatasetFormatError: fewer than 4 fields, a non-numeric or non-integer
+            value, or a negative id (the line is named).
+    """
+    if table.num_cols < 4:
+        raise DatasetFormatError(
+            table.source, f"line {int(table.line_no[0])}", f"has {table.num_cols} fields.",
+            "a JODIE line is user,item,timestamp,state_label[,features...].",
+        )
+    user, item = table.ints(0, "user"), table.ints(1, "item")
+    check_node_ids(user, table, 0, "user")
+    check_node_ids(item, table, 1, "item")
+    ts = table.floats(2, "timestamp")
+    label = table.floats(3, "state_label")
+    feats = np.stack([table.floats(c, f"feature {c - 4}") for c in range(4, table.num_cols)], axis=1) \
+        if table.num_cols > 4 else np.zeros((table.num_rows, 0))
+    return user, item, ts, label, feats
+
+
+def event_columns(
+    table: TokenTable, columns: Sequence[int], distinct: bool = False
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The ``(source, target, time)`` columns that ``columns`` picks (by
+    index, negative from the end) as int64, int64, float64.
+
+    Raises:
+        DatasetFormatError: an index out of range, or a non-numeric (ids:
+            non-integer) value (the line is named).
+        SignalValidationError: ``distinct`` and two indices name the same column.
+    """
+    cs = table.column_index(columns[0], "columns[0] (source)")
+    cd = table.column_index(columns[1], "columns[1] (target)")
+    ct = table.column_index(columns[2], "columns[2] (time)")
+    if distinct and len({cs, cd, ct}) != 3:
+        raise SignalValidationError("columns", f"{columns} name the same column twice.", "pick three different columns.")
+    return table.ints(cs, "source"), table.ints(cd, "target"), table.floats(ct, "time")
+
+
+def event_list_columns(
+    table: TokenTable, columns: Sequence[int], msg_columns: Sequence[int], self_loops: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """An event list's ``(src, dst, time, features [R, len(msg_columns)], line_no)``
+    (see :func:`event_columns`), without the ``src == dst`` events unless ``self_loops``."""
+    src, dst, tau = event_columns(table, columns)
+    feats = np.stack([table.floats(table.column_index(c, "msg_columns"), "feature") for c in msg_columns], axis=1) \
+        if len(msg_columns) else np.zeros((table.num_rows, 0))
+    line_no = table.line_no
+    if not self_loops:
+        keep = src != dst
+        src, dst, tau, feats, line_no = src[keep], dst[keep], tau[keep], feats[keep], line_no[keep]
+    return src, dst, tau, feats, line_no
