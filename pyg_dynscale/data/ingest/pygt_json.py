@@ -32,20 +32,23 @@ from typing import Any, Optional, Union
 
 import numpy as np
 import torch
-from numpy.lib.stride_tricks import sliding_window_view
 
 from ...errors import SignalValidationError, UnsupportedOptionError
-from ..loaders._common import DatasetFormatError, PathLike
+from ..loaders._common import PathLike
 from ..loaders.pygt_json import (
-    DATASET_OPTIONS,
-    DATASETS,
     PygtReader,
     canonical_dataset_name,
+    check_json_object,
     check_lags,
-    detect_dataset,
-    encode_tennis_features,
+    check_tennis_options,
+    covid_day,
+    covid_series,
+    dataset_options_of,
+    default_event_id,
+    detected_dataset,
     resolve_path,
-    standardize,
+    tennis_snapshot,
+    tennis_target,
 )
 from ..mapped import CHUNK_BYTES, SignalAppender, StoreWriter, load_signal_store
 from ..signal import DynamicGraphSignal
@@ -136,36 +139,15 @@ def _append(app: SignalAppender, sig_args: tuple, t: int, allow_nonfinite: bool)
 
 def _twitter_tennis(r: PygtReader, app: SignalAppender, event_id: str, N: Optional[int], feature_mode: Optional[str],
                     target_offset: int, allow_nonfinite: bool) -> None:
-    # the option checks and per-snapshot code of load_pygt_json's _twitter_tennis, one snapshot at a time
-    if event_id not in ("rg17", "uo17"):
-        raise SignalValidationError("event_id", f"is {event_id!r}.", "use 'rg17' (Roland-Garros 2017) or 'uo17' (US Open 2017).")
-    if feature_mode not in (None, "diagonal", "encoded"):
-        raise SignalValidationError("feature_mode", f"is {feature_mode!r}.", "use None, 'diagonal' or 'encoded'.")
-    if N is not None and (isinstance(N, bool) or not isinstance(N, (int, np.integer)) or N < 1):
-        raise SignalValidationError("N", f"is {N!r}.", "use None (all nodes) or a positive integer.")
-    if isinstance(target_offset, bool) or not isinstance(target_offset, (int, np.integer)) or target_offset < 0:
-        raise SignalValidationError("target_offset", f"is {target_offset!r}.", "use a non-negative integer.")
+    # load_pygt_json's _twitter_tennis, one snapshot at a time
+    check_tennis_options(event_id, N, feature_mode, target_offset)
     T = r.time_periods()
     snaps = [r.get(r.data, str(t)) for t in range(T)]  # presence, as the in-memory loader checks first
     for t, s in enumerate(snaps):
-        e = r.edges(r.get(s, "edges", f"[{str(t)!r}]"), f"[{str(t)!r}]['edges']")
-        w = r.array(r.get(s, "weights", f"[{str(t)!r}]"), f"[{str(t)!r}]['weights']").reshape(-1)
-        if w.shape[0] != e.shape[1]:
-            raise r.fail(f"[{str(t)!r}]['weights']", f"has {w.shape[0]} entries for {e.shape[1]} edges.")
-        if N is not None:
-            keep = (e[0] < N) & (e[1] < N)
-            e, w = e[:, keep], w[keep]
-        X = r.array(r.get(s, "X", f"[{str(t)!r}]"), f"[{str(t)!r}]['X']")
-        if N is not None:
-            X = X[:N]
-        if feature_mode == "diagonal":
-            X = np.identity(X.shape[0])
-        elif feature_mode == "encoded":
-            X = encode_tennis_features(X, r, t)
+        e, w, X = tennis_snapshot(r, s, t, N, feature_mode)
         r.get(s, "y", f"[{str(t)!r}]")
         raw = r.get(snaps[min(t + int(target_offset), T - 1)], "y", f"[{str(min(t + int(target_offset), T - 1))!r}]")
-        y = np.log(1.0 + r.array(raw, f"[{str(t)!r}]['y']"))
-        _append(app, ([e], [w], [X], [y[:N] if N is not None else y]), t, allow_nonfinite)
+        _append(app, ([e], [w], [X], [tennis_target(r, raw, t, N)]), t, allow_nonfinite)
 
 
 def _england_covid(r: PygtReader, app: SignalAppender, lags: int, allow_nonfinite: bool) -> None:
@@ -173,27 +155,11 @@ def _england_covid(r: PygtReader, app: SignalAppender, lags: int, allow_nonfinit
     # then the series), then the snapshots (each day's edges decoded again rather than kept)
     T = r.time_periods()
     lags = check_lags(lags, T, "lags", r)
-    mapping = r.get(r.data, "edge_mapping")
-    ei_map = r.get(mapping, "edge_index", "['edge_mapping']")
-    ew_map = r.get(mapping, "edge_weight", "['edge_mapping']")
-
-    def day(t: int) -> tuple[np.ndarray, np.ndarray]:
-        e = r.edges(r.get(ei_map, str(t), "['edge_mapping']['edge_index']"), f"['edge_mapping']['edge_index'][{str(t)!r}]")
-        w = r.array(r.get(ew_map, str(t), "['edge_mapping']['edge_weight']"), f"['edge_mapping']['edge_weight'][{str(t)!r}]")
-        if w.reshape(-1).shape[0] != e.shape[1]:
-            raise r.fail(f"['edge_mapping']['edge_weight'][{str(t)!r}]", f"has {w.size} entries for {e.shape[1]} edges.")
-        return e, w.reshape(-1)
-
     for t in range(T - lags):
-        day(t)
-    stacked = r.array(r.get(r.data, "y"), "key 'y'", ndim=2)
-    if stacked.shape[0] < T:
-        raise r.fail("key 'y'", f"has {stacked.shape[0]} time steps but time_periods is {T}.")
-    std = standardize(stacked, 10 ** -10)  # over all rows of 'y', as PyGT
-    x = sliding_window_view(std, lags, axis=0)[: T - lags]
-    y = std[lags:T]
+        covid_day(r, t)
+    x, y = covid_series(r, T, lags)
     for t in range(T - lags):
-        e, w = day(t)
+        e, w = covid_day(r, t)
         _append(app, ([e], [w], np.ascontiguousarray(x[t:t + 1], dtype=np.float32), [y[t].astype(np.float32)]),
                 t, allow_nonfinite)
 
@@ -230,10 +196,7 @@ def ingest_pygt_json(
     if dataset is not None:
         dataset = canonical_dataset_name(dataset)
         _check_streamed(dataset)
-    event_id = dataset_options.get("event_id", "rg17")
-    if "event_id" not in dataset_options and str(path_or_name).lower().endswith(("uo17", "uo17.json", "uo17.json.gz")):
-        event_id = dataset_options["event_id"] = "uo17"
-    path, dataset = resolve_path(path_or_name, dataset, cache_dir, event_id)
+    path, dataset = resolve_path(path_or_name, dataset, cache_dir, default_event_id(path_or_name, dataset_options))
     if dataset is not None:
         _check_streamed(dataset)
     with open_text(path, "PyGT JSON file") as fh, \
@@ -241,22 +204,10 @@ def ingest_pygt_json(
             Scratch(os.fspath(out)) as scratch:  # committed on success, else dropped
         data = _collect(JsonStream(fh, path, read_chars), scratch)
         if dataset is None:
-            dataset = detect_dataset(data)
-            if dataset is None:
-                keys = list(data)[:8] if isinstance(data, Mapping) else type(data).__name__
-                raise DatasetFormatError(path, "top-level keys", f"({keys}) match no PyGT dataset format.",
-                                         f"pass dataset=<one of {list(DATASETS)}>.")
+            dataset = detected_dataset(data, path)
             _check_streamed(dataset)
-        if not isinstance(data, Mapping):
-            raise DatasetFormatError(path, "JSON", f"is a {type(data).__name__}, not an object.", "pass PyGT's dataset JSON.")
-        defaults = DATASET_OPTIONS[dataset]
-        unknown = sorted(set(dataset_options) - set(defaults))
-        if unknown:
-            raise SignalValidationError(unknown[0], f"is not an option of the {dataset} dataset.",
-                                        f"use {sorted(defaults)} (PyGT's get_dataset/constructor options).")
-        opts = {**defaults, **dataset_options}
-        if dataset != "twitter_tennis":
-            opts.pop("event_id", None)
+        check_json_object(data, path)
+        opts = dataset_options_of(dataset, dataset_options)
         app = SignalAppender(writer)
         reader = PygtReader(data, path, dataset)
         if dataset == "twitter_tennis":

@@ -292,27 +292,39 @@ def _wikimaths(r: PygtReader, lags: int, allow_nonfinite: bool) -> DynamicGraphS
                           allow_nonfinite=allow_nonfinite)
 
 
-def _england_covid(r: PygtReader, lags: int, allow_nonfinite: bool) -> DynamicGraphSignal:
-    T = r.time_periods()
-    lags = check_lags(lags, T, "lags", r)
+def covid_day(r: PygtReader, t: int) -> tuple[np.ndarray, np.ndarray]:
+    """England COVID's edges ``[2, E]`` and weights ``[E]`` of day ``t``,
+    checked (the ``edge_mapping`` keys first)."""
     mapping = r.get(r.data, "edge_mapping")
     ei_map = r.get(mapping, "edge_index", "['edge_mapping']")
     ew_map = r.get(mapping, "edge_weight", "['edge_mapping']")
-    # PyGT pairs snapshot t (t < T - lags) with the edges of day t, not of day t + lags.
-    edges, weights = [], []
-    for t in range(T - lags):
-        e = r.edges(r.get(ei_map, str(t), "['edge_mapping']['edge_index']"), f"['edge_mapping']['edge_index'][{str(t)!r}]")
-        w = r.array(r.get(ew_map, str(t), "['edge_mapping']['edge_weight']"), f"['edge_mapping']['edge_weight'][{str(t)!r}]")
-        if w.reshape(-1).shape[0] != e.shape[1]:
-            raise r.fail(f"['edge_mapping']['edge_weight'][{str(t)!r}]", f"has {w.size} entries for {e.shape[1]} edges.")
-        edges.append(e)
-        weights.append(w.reshape(-1))
+    e = r.edges(r.get(ei_map, str(t), "['edge_mapping']['edge_index']"), f"['edge_mapping']['edge_index'][{str(t)!r}]")
+    w = r.array(r.get(ew_map, str(t), "['edge_mapping']['edge_weight']"), f"['edge_mapping']['edge_weight'][{str(t)!r}]")
+    if w.reshape(-1).shape[0] != e.shape[1]:
+        raise r.fail(f"['edge_mapping']['edge_weight'][{str(t)!r}]", f"has {w.size} entries for {e.shape[1]} edges.")
+    return e, w.reshape(-1)
+
+
+def covid_series(r: PygtReader, T: int, lags: int) -> tuple[np.ndarray, np.ndarray]:
+    """England COVID's lagged features ``[T - lags, V, lags]`` and targets
+    ``[T - lags, V]`` from the case series ``y``, standardized over all its rows."""
     stacked = r.array(r.get(r.data, "y"), "key 'y'", ndim=2)
     if stacked.shape[0] < T:
         raise r.fail("key 'y'", f"has {stacked.shape[0]} time steps but time_periods is {T}.")
     std = standardize(stacked, 10 ** -10)  # over all rows of 'y', as PyGT
-    x = sliding_window_view(std, lags, axis=0)[: T - lags]
-    y = std[lags:T]
+    return sliding_window_view(std, lags, axis=0)[: T - lags], std[lags:T]
+
+
+def _england_covid(r: PygtReader, lags: int, allow_nonfinite: bool) -> DynamicGraphSignal:
+    T = r.time_periods()
+    lags = check_lags(lags, T, "lags", r)
+    # PyGT pairs snapshot t (t < T - lags) with the edges of day t, not of day t + lags.
+    edges, weights = [], []
+    for t in range(T - lags):  # check_lags: at least one day
+        e, w = covid_day(r, t)
+        edges.append(e)
+        weights.append(w)
+    x, y = covid_series(r, T, lags)
     return _dynamic_signal(edges, weights, np.ascontiguousarray(x, dtype=np.float32), list(y.astype(np.float32)), allow_nonfinite)
 
 
@@ -394,9 +406,12 @@ def encode_tennis_features(X: np.ndarray, r: PygtReader, t: int, log_degree_cuto
     return np.concatenate((A.astype(np.float64), B.astype(np.float64)), axis=1)
 
 
-def _twitter_tennis(
-    r: PygtReader, event_id: str, N: Optional[int], feature_mode: Optional[str], target_offset: int, allow_nonfinite: bool
-) -> DynamicGraphSignal:
+def check_tennis_options(event_id: str, N: Optional[int], feature_mode: Optional[str], target_offset: int) -> None:
+    """Validate the Twitter tennis options.
+
+    Raises:
+        SignalValidationError: naming the option.
+    """
     if event_id not in ("rg17", "uo17"):
         raise SignalValidationError("event_id", f"is {event_id!r}.", "use 'rg17' (Roland-Garros 2017) or 'uo17' (US Open 2017).")
     if feature_mode not in (None, "diagonal", "encoded"):
@@ -405,32 +420,52 @@ def _twitter_tennis(
         raise SignalValidationError("N", f"is {N!r}.", "use None (all nodes) or a positive integer.")
     if isinstance(target_offset, bool) or not isinstance(target_offset, (int, np.integer)) or target_offset < 0:
         raise SignalValidationError("target_offset", f"is {target_offset!r}.", "use a non-negative integer.")
+
+
+def tennis_snapshot(
+    r: PygtReader, s: Any, t: int, N: Optional[int], feature_mode: Optional[str]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Twitter tennis snapshot ``t`` (the member ``s``): its edges ``[2, E]``,
+    weights ``[E]`` and features, checked, cut to the first ``N`` nodes and
+    encoded as ``feature_mode`` says."""
+    e = r.edges(r.get(s, "edges", f"[{str(t)!r}]"), f"[{str(t)!r}]['edges']")
+    w = r.array(r.get(s, "weights", f"[{str(t)!r}]"), f"[{str(t)!r}]['weights']").reshape(-1)
+    if w.shape[0] != e.shape[1]:
+        raise r.fail(f"[{str(t)!r}]['weights']", f"has {w.shape[0]} entries for {e.shape[1]} edges.")
+    if N is not None:
+        keep = (e[0] < N) & (e[1] < N)
+        e, w = e[:, keep], w[keep]
+    X = r.array(r.get(s, "X", f"[{str(t)!r}]"), f"[{str(t)!r}]['X']")
+    if N is not None:
+        X = X[:N]
+    if feature_mode == "diagonal":
+        X = np.identity(X.shape[0])
+    elif feature_mode == "encoded":
+        X = encode_tennis_features(X, r, t)
+    return e, w, X
+
+
+def tennis_target(r: PygtReader, raw_y: Any, t: int, N: Optional[int]) -> np.ndarray:
+    """Snapshot ``t``'s target :math:`\\log(1 + y)` from the raw ``y`` member
+    ``raw_y`` (of snapshot ``t + target_offset``), cut to the first ``N`` nodes."""
+    y = np.log(1.0 + r.array(raw_y, f"[{str(t)!r}]['y']"))
+    return y[:N] if N is not None else y
+
+
+def _twitter_tennis(
+    r: PygtReader, event_id: str, N: Optional[int], feature_mode: Optional[str], target_offset: int, allow_nonfinite: bool
+) -> DynamicGraphSignal:
+    check_tennis_options(event_id, N, feature_mode, target_offset)
     T = r.time_periods()
     snaps = [r.get(r.data, str(t)) for t in range(T)]
     edges, weights, features, raw_y = [], [], [], []
     for t, s in enumerate(snaps):  # loop over snapshots
-        e = r.edges(r.get(s, "edges", f"[{str(t)!r}]"), f"[{str(t)!r}]['edges']")
-        w = r.array(r.get(s, "weights", f"[{str(t)!r}]"), f"[{str(t)!r}]['weights']").reshape(-1)
-        if w.shape[0] != e.shape[1]:
-            raise r.fail(f"[{str(t)!r}]['weights']", f"has {w.shape[0]} entries for {e.shape[1]} edges.")
-        if N is not None:
-            keep = (e[0] < N) & (e[1] < N)
-            e, w = e[:, keep], w[keep]
-        X = r.array(r.get(s, "X", f"[{str(t)!r}]"), f"[{str(t)!r}]['X']")
-        if N is not None:
-            X = X[:N]
-        if feature_mode == "diagonal":
-            X = np.identity(X.shape[0])
-        elif feature_mode == "encoded":
-            X = encode_tennis_features(X, r, t)
+        e, w, X = tennis_snapshot(r, s, t, N, feature_mode)
         edges.append(e)
         weights.append(w)
         features.append(X)
         raw_y.append(r.get(s, "y", f"[{str(t)!r}]"))
-    targets = []
-    for t in range(T):
-        y = np.log(1.0 + r.array(raw_y[min(t + int(target_offset), T - 1)], f"[{str(t)!r}]['y']"))
-        targets.append(y[:N] if N is not None else y)
+    targets = [tennis_target(r, raw_y[min(t + int(target_offset), T - 1)], t, N) for t in range(T)]
     return _dynamic_signal(edges, weights, features, targets, allow_nonfinite)
 
 
@@ -578,30 +613,62 @@ def load_pygt_json(
     """
     if dataset is not None:
         dataset = canonical_dataset_name(dataset)
-    event_id = dataset_options.get("event_id", "rg17")
-    if "event_id" not in dataset_options and str(path_or_name).lower().endswith(("uo17", "uo17.json", "uo17.json.gz")):
-        event_id = dataset_options["event_id"] = "uo17"
-    path, dataset = resolve_path(path_or_name, dataset, cache_dir, event_id)
+    path, dataset = resolve_path(path_or_name, dataset, cache_dir, default_event_id(path_or_name, dataset_options))
     raw = read_bytes(path, "PyGT JSON file")
     try:
         data = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise DatasetFormatError(path, "JSON", f"is malformed ({exc}).", "re-download the file; it must be PyGT's JSON.") from None
     if dataset is None:
-        dataset = detect_dataset(data)
-        if dataset is None:
-            keys = list(data)[:8] if isinstance(data, Mapping) else type(data).__name__
-            raise DatasetFormatError(path, "top-level keys", f"({keys}) match no PyGT dataset format.",
-                                     f"pass dataset=<one of {list(DATASETS)}>.")
+        dataset = detected_dataset(data, path)
+    check_json_object(data, path)
+    opts = dataset_options_of(dataset, dataset_options)
+    return _BUILDERS[dataset](PygtReader(data, path, dataset), **opts, allow_nonfinite=allow_nonfinite)
+
+
+def default_event_id(path_or_name: Union[PathLike, str], dataset_options: dict[str, Any]) -> str:
+    """The Twitter tennis ``event_id``: the option, else ``"uo17"`` for a
+    path or name ending in ``uo17`` (then also set in ``dataset_options``),
+    else ``"rg17"``."""
+    event_id = dataset_options.get("event_id", "rg17")
+    if "event_id" not in dataset_options and str(path_or_name).lower().endswith(("uo17", "uo17.json", "uo17.json.gz")):
+        event_id = dataset_options["event_id"] = "uo17"
+    return event_id
+
+
+def detected_dataset(data: Any, path: str) -> str:
+    """The dataset whose format the decoded JSON ``data`` has.
+
+    Raises:
+        DatasetFormatError: it matches none.
+    """
+    dataset = detect_dataset(data)
+    if dataset is None:
+        keys = list(data)[:8] if isinstance(data, Mapping) else type(data).__name__
+        raise DatasetFormatError(path, "top-level keys", f"({keys}) match no PyGT dataset format.",
+                                 f"pass dataset=<one of {list(DATASETS)}>.")
+    return dataset
+
+
+def check_json_object(data: Any, path: str) -> None:
+    """Refuse a decoded JSON value that is not an object (a mapping)."""
     if not isinstance(data, Mapping):
         raise DatasetFormatError(path, "JSON", f"is a {type(data).__name__}, not an object.", "pass PyGT's dataset JSON.")
+
+
+def dataset_options_of(dataset: str, dataset_options: dict[str, Any]) -> dict[str, Any]:
+    """``dataset``'s options: its defaults (:data:`DATASET_OPTIONS`) updated
+    by ``dataset_options``; ``event_id`` only for Twitter tennis.
+
+    Raises:
+        SignalValidationError: an option the dataset does not have.
+    """
     defaults = DATASET_OPTIONS[dataset]
     unknown = sorted(set(dataset_options) - set(defaults))
     if unknown:
         raise SignalValidationError(unknown[0], f"is not an option of the {dataset} dataset.",
                                     f"use {sorted(defaults)} (PyGT's get_dataset/constructor options).")
     opts = {**defaults, **dataset_options}
-    reader = PygtReader(data, path, dataset)
     if dataset != "twitter_tennis":
         opts.pop("event_id", None)
-    return _BUILDERS[dataset](reader, **opts, allow_nonfinite=allow_nonfinite)
+    return opts
