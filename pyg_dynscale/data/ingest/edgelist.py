@@ -39,14 +39,25 @@ of at most ``4 * chunk_rows / V`` (at least one).
 from __future__ import annotations
 
 import os
+from functools import partial
 from typing import Optional, Sequence, Union
 
 import numpy as np
 
 from ...errors import SignalValidationError
 from ..loaders._common import PathLike
+from ..loaders.edgelist import (
+    check_edge_list_options,
+    check_windows,
+    degree_features,
+    degree_target,
+    find_vertex_rows,
+    link_positives,
+    merge_events,
+    reverse_events,
+    window_vertex_rows,
+)
 from ..loaders.edgelist_parse import event_columns
-from ..loaders.edgelist import MAX_WINDOWS, segment_max, check_edge_list_options
 from ..loaders.negative_sampling import sample_negative_pairs
 from ..mapped import CHUNK_BYTES, StoreWriter, load_signal_store
 from ..signal import DynamicGraphSignal
@@ -98,32 +109,14 @@ class _Binner:
         if S <= 0:
             return
         T = S + (1 if look_b is not None else 0)
-        u, v, row = ev["u"], ev["v"], ev["row"]
+        u, v, row, snap = ev["u"], ev["v"], ev["row"], s
         ew = ev["w"] if self.weighted else np.ones(u.shape[0])
-        rev_flag = np.zeros(u.shape[0], dtype=np.int8)
-        snap = s
+        n = u.shape[0]
         if self.undirected:
-            rev = u != v
-            u, v = np.concatenate([u, v[rev]]), np.concatenate([v, u[rev]])
-            snap = np.concatenate([snap, snap[rev]])
-            ew = np.concatenate([ew, ew[rev]])
-            row = np.concatenate([row, row[rev]])
-            rev_flag = np.concatenate([rev_flag, np.ones(int(rev.sum()), dtype=np.int8)])
+            u, v, snap, ew, row = reverse_events(u, v, snap, ew, row)
+        rev_flag = np.arange(u.shape[0]) >= n  # the reversed events, after the forward ones
         # ties in file order (forward events, then reversed ones), as the in-memory stable lexsort
-        o = np.lexsort((row, rev_flag, v, u, snap))
-        s_s, u_s, v_s, w_s = snap[o], u[o], v[o], ew[o]
-        new = np.ones(o.shape[0], dtype=bool)
-        new[1:] = (s_s[1:] != s_s[:-1]) | (u_s[1:] != u_s[:-1]) | (v_s[1:] != v_s[:-1])
-        starts = np.flatnonzero(new)
-        es, eu, ev_ = s_s[starts], u_s[starts], v_s[starts]
-        mult = np.diff(np.r_[starts, o.shape[0]]).astype(np.float64)
-        if not self.weighted:
-            weight = mult
-        elif self.agg == "mean":
-            weight = np.add.reduceat(w_s, starts) / mult
-        else:
-            ufunc = {"sum": np.add, "max": np.maximum, "min": np.minimum}[self.agg]
-            weight = ufunc.reduceat(w_s, starts)
+        es, eu, ev_, weight = merge_events(snap, u, v, ew, self.agg if self.weighted else None, ties=(row, rev_flag))
         edge_counts = np.bincount(es, minlength=T)
 
         if self.vertex_set == "cumulative":
@@ -136,24 +129,12 @@ class _Binner:
             Vm = 1
         else:
             Vm = int(max(eu.max(), ev_.max())) + 1 if eu.shape[0] else 1
-            node_keys = np.unique(np.concatenate([es * Vm + eu, es * Vm + ev_]))
-            node_counts = np.bincount(node_keys // Vm, minlength=T).astype(np.int64)
-            node_ptr = np.zeros(T + 1, dtype=np.int64)
-            np.cumsum(node_counts, out=node_ptr[1:])
-            node_id = node_keys % Vm
-            lu = np.searchsorted(node_keys, es * Vm + eu) - node_ptr[es]
-            lv = np.searchsorted(node_keys, es * Vm + ev_) - node_ptr[es]
+            node_keys, node_counts, node_ptr, node_id, lu, lv = window_vertex_rows(es, eu, ev_, Vm, T)
         N = int(node_ptr[-1])
         gu, gv = node_ptr[es] + lu, node_ptr[es] + lv
         out_deg = np.bincount(gu, minlength=N).astype(np.float64)
         in_deg = np.bincount(gv, minlength=N).astype(np.float64)
-
-        def node_in(t: np.ndarray, vid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-            if node_keys is None:
-                return vid < node_counts[t], vid
-            k = t * Vm + vid
-            pos = np.minimum(np.searchsorted(node_keys, k), max(node_keys.shape[0] - 1, 0))
-            return node_keys[pos] == k, pos - node_ptr[t]
+        node_in = partial(find_vertex_rows, node_counts, node_ptr, node_keys, Vm)
 
         N_out, E_out = int(node_ptr[S]), int(edge_counts[:S].sum())
         snap_of_node = np.repeat(np.arange(T, dtype=np.int64), node_counts)
@@ -168,18 +149,10 @@ class _Binner:
         w.append("extra.snapshot_time", self.t0 + wins.astype(np.float64) * self.w_units)
 
         if self.features == "degree":
-            x = np.stack([in_deg, out_deg], axis=1)
-            if self.transform == "log1p":
-                x = np.log1p(x)
-            elif self.transform == "normalize":
-                x = x / np.maximum(segment_max(x, snap_of_node, T), 1.0)[snap_of_node]
+            x = degree_features(in_deg, out_deg, self.transform, snap_of_node, T)
             w.append("field.x.values", x[:N_out].astype(np.float32))
         if self.target == "degree":
-            total = out_deg if self.undirected else in_deg + out_deg
-            t_next = snap_of_node[:N_out] + 1
-            vid = np.arange(N_out, dtype=np.int64) - node_ptr[snap_of_node[:N_out]] if node_keys is None else node_id[:N_out]
-            found, r = node_in(t_next, vid)
-            y = np.where(found, total[np.where(found, node_ptr[t_next] + r, 0)], 0.0) if N_out else np.zeros(0)
+            y = degree_target(in_deg, out_deg, self.undirected, snap_of_node, node_id[:N_out], node_ptr, node_in)
             w.append("field.y.values", y.astype(np.float32))
         elif self.target == "link":
             self._links(es, eu, ev_, node_in, node_counts, S)
@@ -192,14 +165,7 @@ class _Binner:
             self.known = int(node_counts[S - 1])
 
     def _links(self, es, eu, ev_, node_in, node_counts, S: int) -> None:
-        nxt = es >= 1
-        pt, pu, pv = es[nxt] - 1, eu[nxt], ev_[nxt]
-        ok_u, ru = node_in(pt, pu)
-        ok_v, rv = node_in(pt, pv)
-        ok = ok_u & ok_v
-        pt, ru, rv = pt[ok], ru[ok], rv[ok]
-        pos_counts = np.bincount(pt, minlength=S)
-        k = np.floor(self.ratio * pos_counts + 0.5).astype(np.int64)
+        pt, ru, rv, k = link_positives(es, eu, ev_, self.ratio, S, node_in)
         bounds = np.searchsorted(pt, np.arange(S + 1))  # pt is sorted (es is)
         nt, nu, nv = [], [], []
         for t in np.flatnonzero(k > 0).tolist():  # one generator per snapshot: draws independent of the chunking
@@ -318,18 +284,8 @@ def ingest_edge_list(
         n = scratch.rows("src")
         if n == 0:
             raise SignalValidationError("self_loops", "removed every event of the file.", "keep self-loops or check the file.")
-        t0, span = lo, hi - lo
-        if not span / w_units < MAX_WINDOWS:
-            raise SignalValidationError(
-                "window", f"is {seconds:g} s, too small for the events' time span of {span * float(time_unit):g} s "
-                f"({span / w_units:.3g} windows; at most {MAX_WINDOWS:.3g}).",
-                "use a longer window, e.g. '1h' or '1d' (or check time_unit).",
-            )
-        if target is not None and int(np.floor(span / w_units)) < 1:
-            raise SignalValidationError(
-                "window", f"puts all events into 1 snapshot, but target={target!r} needs a next snapshot.",
-                "use a smaller window or target=None.",
-            )
+        t0 = lo
+        check_windows(hi - lo, w_units, seconds, time_unit, target)
         tau_all = scratch.array("tau")
         order = None if ordered else external_argsort(tau_all, chunk_rows, scratch)
         cols = {k: scratch.array(k) for k in ("src", "dst", "row") + (("w",) if weight_column is not None else ())}

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Optional, Sequence, Union
+from functools import partial
+from typing import Callable, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -96,6 +97,146 @@ def segment_max(values: np.ndarray, seg: np.ndarray, num_segments: int) -> np.nd
     idx = torch.from_numpy(seg).view(-1, *([1] * (values.ndim - 1))).expand(values.shape)
     out.scatter_reduce_(0, idx, torch.from_numpy(values), "amax", include_self=True)
     return out.numpy()
+
+
+def check_windows(span: float, w_units: float, seconds: float, time_unit: float, target: Optional[str]) -> None:
+    r"""Refuse windows that cut the events' time ``span`` (file units) into
+    too many (:data:`MAX_WINDOWS`) or, with a ``target``, into one only.
+
+    Raises:
+        SignalValidationError: naming ``window``.
+    """
+    if not span / w_units < MAX_WINDOWS:
+        raise SignalValidationError(
+            "window", f"is {seconds:g} s, too small for the events' time span of {span * float(time_unit):g} s "
+            f"({span / w_units:.3g} windows; at most {MAX_WINDOWS:.3g}).",
+            "use a longer window, e.g. '1h' or '1d' (or check time_unit).",
+        )
+    if target is not None and int(np.floor(span / w_units)) < 1:
+        raise SignalValidationError(
+            "window", f"puts all events into 1 snapshot, but target={target!r} needs a next snapshot.",
+            "use a smaller window or target=None.",
+        )
+
+
+def reverse_events(u: np.ndarray, v: np.ndarray, *columns: np.ndarray) -> tuple[np.ndarray, ...]:
+    r"""``(u, v, *columns)`` with the reversed event :math:`(v, u)` of every
+    event :math:`u \ne v` appended (its other columns repeated)."""
+    rev = u != v
+    return (np.concatenate([u, v[rev]]), np.concatenate([v, u[rev]])) + tuple(np.concatenate([c, c[rev]]) for c in columns)
+
+
+def merge_events(
+    snap: np.ndarray, u: np.ndarray, v: np.ndarray, w: np.ndarray, weight_agg: Optional[str],
+    ties: Sequence[np.ndarray] = (),
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    r"""Merge repeated :math:`(u, v)` events of a snapshot into one edge.
+
+    Args:
+        snap, u, v, w: the events' snapshot, endpoints and weight.
+        weight_agg: ``None`` (the weight is the number of events) or how the
+            events' weights ``w`` merge (``"sum"``, ``"mean"``, ``"max"``, ``"min"``).
+        ties: sort keys (least significant first) of the events of one edge;
+            by default they keep their order (the float sums their bits).
+
+    Returns:
+        ``(snapshot, u, v, weight)`` of the edges, sorted by snapshot, source, target.
+    """
+    o = np.lexsort(tuple(ties) + (v, u, snap))
+    s_s, u_s, v_s, w_s = snap[o], u[o], v[o], w[o]
+    new = np.ones(o.shape[0], dtype=bool)
+    new[1:] = (s_s[1:] != s_s[:-1]) | (u_s[1:] != u_s[:-1]) | (v_s[1:] != v_s[:-1])
+    starts = np.flatnonzero(new)
+    mult = np.diff(np.r_[starts, o.shape[0]]).astype(np.float64)
+    if weight_agg is None:
+        weight = mult
+    elif weight_agg == "mean":
+        weight = np.add.reduceat(w_s, starts) / mult
+    else:
+        ufunc = {"sum": np.add, "max": np.maximum, "min": np.minimum}[weight_agg]
+        weight = ufunc.reduceat(w_s, starts)
+    return s_s[starts], u_s[starts], v_s[starts], weight
+
+
+def window_vertex_rows(
+    es: np.ndarray, eu: np.ndarray, ev: np.ndarray, V: int, T: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    r"""The vertex sets of ``vertex_set="window"``: every vertex with an edge
+    in a snapshot, rows sorted by vertex id (ids ``< V``).
+
+    Returns:
+        ``(keys, counts [T], ptr [T + 1], node_id, lu, lv)``: the sorted
+        :math:`t \cdot V + \mathrm{vertex}` of every row, the rows per
+        snapshot and their offsets, the vertex id of every row, and the edges'
+        local rows.
+    """
+    keys = np.unique(np.concatenate([es * V + eu, es * V + ev]))
+    counts = np.bincount(keys // V, minlength=T).astype(np.int64)
+    ptr = np.zeros(T + 1, dtype=np.int64)
+    np.cumsum(counts, out=ptr[1:])
+    lu = np.searchsorted(keys, es * V + eu) - ptr[es]
+    lv = np.searchsorted(keys, es * V + ev) - ptr[es]
+    return keys, counts, ptr, keys % V, lu, lv
+
+
+def find_vertex_rows(
+    counts: np.ndarray, ptr: np.ndarray, keys: Optional[np.ndarray], V: int, t: np.ndarray, vid: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(exists, local row)`` of vertex ``vid`` in snapshot ``t``; ``keys``
+    as :func:`window_vertex_rows`, or ``None`` (cumulative vertex sets: the
+    row is the id, the first ``counts[t]`` exist)."""
+    if keys is None:
+        return vid < counts[t], vid
+    k = t * V + vid
+    pos = np.minimum(np.searchsorted(keys, k), max(keys.shape[0] - 1, 0))
+    return keys[pos] == k, pos - ptr[t]
+
+
+def degree_features(
+    in_deg: np.ndarray, out_deg: np.ndarray, degree_transform: Optional[str], snap_of_node: np.ndarray, T: int
+) -> np.ndarray:
+    """``x = [in-degree, out-degree]`` of every row, ``[N, 2]`` float64, after ``degree_transform``."""
+    x = np.stack([in_deg, out_deg], axis=1)
+    if degree_transform == "log1p":
+        x = np.log1p(x)
+    elif degree_transform == "normalize":
+        x = x / np.maximum(segment_max(x, snap_of_node, T), 1.0)[snap_of_node]
+    return x
+
+
+def degree_target(
+    in_deg: np.ndarray, out_deg: np.ndarray, undirected: bool, snap_of_node: np.ndarray, vid: np.ndarray,
+    ptr: np.ndarray, node_in: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]],
+) -> np.ndarray:
+    """``y``: the degree of each of the first ``len(vid)`` rows' vertex (ids
+    ``vid``) in the next snapshot, 0 where it has no row there; ``node_in``
+    as :func:`find_vertex_rows`."""
+    N_out = vid.shape[0]
+    total = out_deg if undirected else in_deg + out_deg
+    t_next = snap_of_node[:N_out] + 1
+    found, row = node_in(t_next, vid)
+    return np.where(found, total[np.where(found, ptr[t_next] + row, 0)], 0.0) if N_out else np.zeros(0)
+
+
+def link_positives(
+    es: np.ndarray, eu: np.ndarray, ev: np.ndarray, negative_ratio: float, T_out: int,
+    node_in: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    r"""The positive link labels: every edge of snapshot :math:`t + 1` whose
+    endpoints both exist in snapshot :math:`t`.
+
+    Returns:
+        ``(t, row_u, row_v, k)``: the positives' snapshot and local rows, and
+        the negatives to draw per snapshot, :math:`\mathrm{round}(r \cdot P_t)` ``[T_out]``.
+    """
+    nxt = es >= 1
+    pt, pu, pv = es[nxt] - 1, eu[nxt], ev[nxt]
+    ok_u, ru = node_in(pt, pu)
+    ok_v, rv = node_in(pt, pv)
+    ok = ok_u & ok_v
+    pt, ru, rv = pt[ok], ru[ok], rv[ok]
+    pos_counts = np.bincount(pt, minlength=T_out)
+    return pt, ru, rv, np.floor(float(negative_ratio) * pos_counts + 0.5).astype(np.int64)
 
 
 def check_edge_list_options(
@@ -243,13 +384,7 @@ def load_edge_list(
 
     # ---- windows -> snapshots
     t0 = float(tau.min())
-    span = float(tau.max()) - t0
-    if not span / w_units < MAX_WINDOWS:
-        raise SignalValidationError(
-            "window", f"is {seconds:g} s, too small for the events' time span of {span * float(time_unit):g} s "
-            f"({span / w_units:.3g} windows; at most {MAX_WINDOWS:.3g}).",
-            "use a longer window, e.g. '1h' or '1d' (or check time_unit).",
-        )
+    check_windows(float(tau.max()) - t0, w_units, seconds, time_unit, target)
     b = np.floor((tau - t0) / w_units).astype(np.int64)
     if drop_empty:
         used, snap = np.unique(b, return_inverse=True)
@@ -259,11 +394,6 @@ def load_edge_list(
         snap = b
     T = int(used.shape[0])
     snapshot_time = t0 + used.astype(np.float64) * w_units
-    if target is not None and T < 2:
-        raise SignalValidationError(
-            "window", f"puts all events into {T} snapshot, but target={target!r} needs a next snapshot.",
-            "use a smaller window or target=None.",
-        )
 
     # ---- vertex ids by first appearance in time
     order = np.argsort(tau, kind="stable")
@@ -273,24 +403,8 @@ def load_edge_list(
     # ---- merge repeated events per snapshot (+ reverse edges if undirected)
     ew = np.ones(u.shape[0]) if wcol is None else wcol
     if undirected:
-        rev = u != v
-        u, v = np.concatenate([u, v[rev]]), np.concatenate([v, u[rev]])
-        snap = np.concatenate([snap, snap[rev]])
-        ew = np.concatenate([ew, ew[rev]])
-    o = np.lexsort((v, u, snap))
-    s_s, u_s, v_s, w_s = snap[o], u[o], v[o], ew[o]
-    new = np.ones(o.shape[0], dtype=bool)
-    new[1:] = (s_s[1:] != s_s[:-1]) | (u_s[1:] != u_s[:-1]) | (v_s[1:] != v_s[:-1])
-    starts = np.flatnonzero(new)
-    es, eu, ev = s_s[starts], u_s[starts], v_s[starts]
-    mult = np.diff(np.r_[starts, o.shape[0]]).astype(np.float64)
-    if wcol is None:
-        weight = mult
-    elif weight_agg == "mean":
-        weight = np.add.reduceat(w_s, starts) / mult
-    else:
-        ufunc = {"sum": np.add, "max": np.maximum, "min": np.minimum}[weight_agg]
-        weight = ufunc.reduceat(w_s, starts)
+        u, v, snap, ew = reverse_events(u, v, snap, ew)
+    es, eu, ev, weight = merge_events(snap, u, v, ew, None if wcol is None else weight_agg)
     edge_counts = np.bincount(es, minlength=T)
 
     # ---- vertex sets and local rows
@@ -303,26 +417,12 @@ def load_edge_list(
         lu, lv = eu, ev
         node_keys = None
     else:
-        node_keys = np.unique(np.concatenate([es * V + eu, es * V + ev]))
-        node_counts = np.bincount(node_keys // V, minlength=T).astype(np.int64)
-        node_ptr = np.zeros(T + 1, dtype=np.int64)
-        np.cumsum(node_counts, out=node_ptr[1:])
-        node_id = node_keys % V
-        lu = np.searchsorted(node_keys, es * V + eu) - node_ptr[es]
-        lv = np.searchsorted(node_keys, es * V + ev) - node_ptr[es]
+        node_keys, node_counts, node_ptr, node_id, lu, lv = window_vertex_rows(es, eu, ev, V, T)
     N = int(node_ptr[-1])
     gu, gv = node_ptr[es] + lu, node_ptr[es] + lv
     out_deg = np.bincount(gu, minlength=N).astype(np.float64)
     in_deg = np.bincount(gv, minlength=N).astype(np.float64)
-
-    def node_in(t: np.ndarray, vid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(exists, local row) of vertex ``vid`` in snapshot ``t``."""
-        if node_keys is None:
-            return vid < node_counts[t], vid
-        k = t * V + vid
-        pos = np.minimum(np.searchsorted(node_keys, k), max(node_keys.shape[0] - 1, 0))
-        found = node_keys[pos] == k
-        return found, pos - node_ptr[t]
+    node_in = partial(find_vertex_rows, node_counts, node_ptr, node_keys, V)
 
     fields: dict[str, SnapshotField] = {}
     T_out = T - 1 if target is not None else T
@@ -331,29 +431,15 @@ def load_edge_list(
     snap_of_node = np.repeat(np.arange(T, dtype=np.int64), node_counts)
 
     if features == "degree":
-        x = np.stack([in_deg, out_deg], axis=1)
-        if degree_transform == "log1p":
-            x = np.log1p(x)
-        elif degree_transform == "normalize":
-            x = x / np.maximum(segment_max(x, snap_of_node, T), 1.0)[snap_of_node]
+        x = degree_features(in_deg, out_deg, degree_transform, snap_of_node, T)
         fields["x"] = SnapshotField("node", torch.from_numpy(x[:N_out].astype(np.float32)))
 
     if target == "degree":
-        total = out_deg if undirected else in_deg + out_deg
-        t_next = snap_of_node[:N_out] + 1
         vid = np.arange(N_out, dtype=np.int64) - node_ptr[snap_of_node[:N_out]] if node_id is None else node_id[:N_out]
-        found, row = node_in(t_next, vid)
-        y = np.where(found, total[np.where(found, node_ptr[t_next] + row, 0)], 0.0) if N_out else np.zeros(0)
+        y = degree_target(in_deg, out_deg, undirected, snap_of_node, vid, node_ptr, node_in)
         fields["y"] = SnapshotField("node", torch.from_numpy(y.astype(np.float32)))
     elif target == "link":
-        nxt = es >= 1
-        pt, pu, pv = es[nxt] - 1, eu[nxt], ev[nxt]
-        ok_u, ru = node_in(pt, pu)
-        ok_v, rv = node_in(pt, pv)
-        ok = ok_u & ok_v
-        pt, ru, rv = pt[ok], ru[ok], rv[ok]
-        pos_counts = np.bincount(pt, minlength=T_out)
-        k = np.floor(float(negative_ratio) * pos_counts + 0.5).astype(np.int64)
+        pt, ru, rv, k = link_positives(es, eu, ev, negative_ratio, T_out, node_in)
         rng = np.random.default_rng(seed)
         nt, nu, nv = sample_negative_pairs(node_counts[:T_out], k, pt, ru, rv, rng)
         lt = np.concatenate([pt, nt])
