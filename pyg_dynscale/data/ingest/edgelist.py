@@ -57,7 +57,7 @@ from ..loaders.edgelist import (
     reverse_events,
     window_vertex_rows,
 )
-from ..loaders.edgelist_parse import event_columns
+from ..loaders.edgelist_parse import edge_list_columns
 from ..loaders.negative_sampling import sample_negative_pairs
 from ..mapped import CHUNK_BYTES, StoreWriter, load_signal_store
 from ..signal import DynamicGraphSignal
@@ -263,13 +263,8 @@ def ingest_edge_list(
             Scratch(os.fspath(out)) as scratch:  # committed on success, else dropped
         lo, hi, ordered, prev = np.inf, -np.inf, True, None
         for table in table_chunks:
-            src, dst, tau = event_columns(table, columns, distinct=True)
-            wcol = table.floats(table.column_index(weight_column, "weight_column"), "weight") if weight_column is not None else None
-            row = table.line_no.astype(np.int64)  # file order
-            if not self_loops:
-                keep = src != dst
-                src, dst, tau, row = src[keep], dst[keep], tau[keep], row[keep]
-                wcol = None if wcol is None else wcol[keep]
+            src, dst, tau, wcol, line_no = edge_list_columns(table, columns, weight_column, self_loops)
+            row = line_no.astype(np.int64)  # file order
             if tau.shape[0]:
                 lo, hi = min(lo, float(tau.min())), max(hi, float(tau.max()))
                 ordered = ordered and (prev is None or tau[0] >= prev) and bool((tau[1:] >= tau[:-1]).all())

@@ -22,7 +22,7 @@ from ...errors import SignalValidationError
 from ..fields import SnapshotField
 from ..signal import DynamicGraphSignal
 from ._common import PathLike, read_bytes
-from .edgelist_parse import event_columns, tokenize
+from .edgelist_parse import edge_list_columns, tokenize
 from .negative_sampling import sample_negative_pairs
 
 _UNITS = {"s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
@@ -370,15 +370,7 @@ def load_edge_list(
 
     source = os.path.basename(os.fspath(path))
     table = tokenize(read_bytes(path, "edge-list file"), source, delimiter=delimiter, skip_rows=skip_rows)
-    src, dst, tau = event_columns(table, columns, distinct=True)
-    wcol = None
-    if weight_column is not None:
-        cw = table.column_index(weight_column, "weight_column")
-        wcol = table.floats(cw, "weight")
-    if not self_loops:
-        keep = src != dst
-        src, dst, tau = src[keep], dst[keep], tau[keep]
-        wcol = None if wcol is None else wcol[keep]
+    src, dst, tau, wcol, _ = edge_list_columns(table, columns, weight_column, self_loops)
     if src.shape[0] == 0:
         raise SignalValidationError("self_loops", "removed every event of the file.", "keep self-loops or check the file.")
 

@@ -286,3 +286,19 @@ def event_list_columns(
         keep = src != dst
         src, dst, tau, feats, line_no = src[keep], dst[keep], tau[keep], feats[keep], line_no[keep]
     return src, dst, tau, feats, line_no
+
+
+def edge_list_columns(
+    table: TokenTable, columns: Sequence[int], weight_column: Optional[int], self_loops: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, Optional[np.ndarray], np.ndarray]:
+    """An edge list's ``(src, dst, time, weight or None, line_no)`` (see
+    :func:`event_columns`, three different columns), without the
+    ``src == dst`` events unless ``self_loops``."""
+    src, dst, tau = event_columns(table, columns, distinct=True)
+    wcol = table.floats(table.column_index(weight_column, "weight_column"), "weight") if weight_column is not None else None
+    line_no = table.line_no
+    if not self_loops:
+        keep = src != dst
+        src, dst, tau, line_no = src[keep], dst[keep], tau[keep], line_no[keep]
+        wcol = None if wcol is None else wcol[keep]
+    return src, dst, tau, wcol, line_no
