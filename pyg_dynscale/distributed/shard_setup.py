@@ -17,7 +17,7 @@ from ..errors import ModelInputError, ShardError, UnsupportedOptionError
 from ..runtime.losses import Targets
 from .setup_checks import check_pattern, param_digest
 
-__all__ = ["check_shard_options", "check_shard_pattern", "shard_targets", "shard_summary", "check_sequences"]
+__all__ = ["check_shard_options", "check_shard_path", "check_shard_pattern", "shard_targets", "shard_summary", "check_sequences"]
 
 _WHOLE = "build the trainer from the signal and partition (DistributedTrainer(model, signal, partition, ...))"
 
@@ -39,9 +39,28 @@ def check_shard_options(model: Any, loss: str, options: dict) -> None:
     if options.get("stale") not in (None, "off"):
         raise UnsupportedOptionError("stale", f"is {options['stale']!r} with from_shards.",
                                      f"stale=None (exact), or {_WHOLE}.")
-    if options.get("path", "auto") == "blackbox":
-        raise UnsupportedOptionError("path", "is 'blackbox' with from_shards; the shards hold the decomposed "
-                                     "path's structure and time sets.", f"path='auto' or 'decomposed', or {_WHOLE}.")
+
+
+def check_shard_path(model: Any, path: str, shard: Any, loss: str, h0: Any) -> None:
+    """The model must run on the path the shards were cut for (decomposed
+    shards hold structure and time sets, black-box shards local subgraphs),
+    and a black-box shard set runs node losses without ``h0`` (raised on
+    every rank alike: the model, the options and ``meta.json`` are the same)."""
+    cut = "blackbox" if shard.meta.get("path") == "blackbox" else "decomposed"
+    if path != cut:
+        how = ("write_shards(signal, partition, model.dependency_pattern(...), DIR)" if path == "decomposed"
+               else "write_shards(signal, partition, <the per-snapshot module>, DIR)")
+        raise UnsupportedOptionError("path", f"is {path!r} for {type(model).__name__}, but the shards were cut for the "
+                                     f"{cut} path.", f"write the shards for this path ({how}), or pass "
+                                     f"path={cut!r} if the model runs on it.")
+    if cut != "blackbox":
+        return
+    if loss == "bce_link":
+        raise UnsupportedOptionError("loss", "is 'bce_link' with black-box shards; they hold node targets, not the "
+                                     "labelled pairs and their readout exchange.", f"a node loss, or {_WHOLE}.")
+    if h0 is not None:
+        raise UnsupportedOptionError("h0", "is given with black-box shards; the rows of a first appearance are "
+                                     "found on the whole signal's temporal sequences.", f"h0=None (zeros), or {_WHOLE}.")
 
 
 def check_shard_pattern(model: Any, shard: Any, dtype: torch.dtype, input_halo: str) -> Any:

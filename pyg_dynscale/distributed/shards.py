@@ -63,9 +63,10 @@ from torch import Tensor
 from ..errors import DynScaleError, PartitionError, PartitionFormatError, ShardError
 from ..partition.plan import CommunicationPlan
 from ..partition.rank_plan import RankPlan
+from .blackbox_shards import blackbox_set, blackbox_shard
 from .local import RankNodes
 
-__all__ = ["write_shards", "read_shard", "read_meta", "Shard", "agree_on_shard", "partition_digest",
+__all__ = ["write_shards", "write_set", "read_shard", "read_meta", "Shard", "agree_on_shard", "partition_digest",
            "SHARD_FORMAT", "SHARD_VERSION", "META_FILE", "SHARD_FILE"]
 
 SHARD_FORMAT = "pyg_dynscale.Shard"
@@ -176,7 +177,8 @@ def _rank_part(signal: Any, sg: Any, partition: Any, plan: CommunicationPlan, ra
 
 def write_shards(signal: Any, partition: Any, pattern: Any, directory: str, *, input_halo: str = "load",
                  readout_width: Optional[int] = None, link_index: str = "edge_label_index",
-                 link_label: str = "edge_label") -> str:
+                 link_label: str = "edge_label", depth: Any = "auto", bytes_per_element: Optional[int] = None,
+                 check: bool = True) -> str:
     r"""Write one shard per rank of ``partition`` under ``directory``.
 
     Args:
@@ -197,6 +199,18 @@ def write_shards(signal: Any, partition: Any, pattern: Any, directory: str, *, i
             hold each rank's labelled pairs (``link_index`` / ``link_label``
             fields) and the plan's ``readout`` exchange. ``None``: node
             targets only.
+        depth, bytes_per_element, check: black-box shards only (``pattern``
+            is a per-snapshot module): its halo depth (as the trainer's
+            ``depth``), the element size of the exchanged state rows
+            (``None``: the module's parameters') and whether to verify the
+            depth (:mod:`.blackbox_shards`).
+
+    ``pattern`` may instead be a per-snapshot module (the black-box path,
+    docs/blackbox.md, e.g. PyGT's ``GConvGRU``): each rank's shard then
+    holds its local subgraph of every snapshot, the features of its local
+    rows, its owned rows' targets and its slice of the
+    :class:`~pyg_dynscale.partition.halo_plan.StatePlan`
+    (:func:`.blackbox_shards.blackbox_set`).
 
     Returns:
         str: ``directory``.
@@ -209,6 +223,9 @@ def write_shards(signal: Any, partition: Any, pattern: Any, directory: str, *, i
     from ..errors import ModelInputError
     from ..runtime.paths import as_signal
 
+    if isinstance(pattern, torch.nn.Module):  # a per-snapshot module: the black-box path's shards
+        return write_set(directory, *blackbox_set(signal, partition, pattern, partition_digest(partition), depth=depth,
+                                                  bytes_per_element=bytes_per_element, check=check))
     signal = as_signal(signal)
     if signal.device.type != "cpu":
         signal = signal.to("cpu")
@@ -238,16 +255,24 @@ def write_shards(signal: Any, partition: Any, pattern: Any, directory: str, *, i
         "readout_width": readout_width, "num_pairs": 0 if link is None else int(link.label.numel()),
         "pair_counts": None if link is None else torch.bincount(link.label_time, minlength=T).tolist(),
     }
+    return write_set(directory, header, R, lambda r: (_rank_part(signal, sg, partition, plan, r, fields, link),
+                                                       RankPlan.from_plan(plan, r).to_state()))
+
+
+def write_set(directory: str, header: dict, world_size: int, part: Any) -> str:
+    """Write a shard set atomically (the module doc): ``meta.json`` with
+    ``header`` and each rank file's checksum, and ``rank-<r>/shard.pt`` from
+    ``part(r) -> (tensors, plan state)``, one rank at a time."""
+    header = dict(header)
     header["set"] = hashlib.sha256(json.dumps(header, sort_keys=True).encode()).hexdigest()
     directory = os.path.abspath(directory)
     partial = directory + ".partial"
     shutil.rmtree(partial, ignore_errors=True)  # left by a crash while writing
     os.makedirs(partial)
     sums = []
-    for r in range(R):
-        body = {"header": {"rank": r, "set": header["set"]},
-                "tensors": _rank_part(signal, sg, partition, plan, r, fields, link),
-                "plan": RankPlan.from_plan(plan, r).to_state()}
+    for r in range(world_size):
+        tensors, plan_state = part(r)
+        body = {"header": {"rank": r, "set": header["set"]}, "tensors": tensors, "plan": plan_state}
         checksum = _checksum(body)
         sums.append(checksum)
         os.makedirs(os.path.join(partial, f"rank-{r}"))
@@ -428,6 +453,8 @@ def read_shard(directory: str, rank: int, world_size: Optional[int] = None) -> S
     if header.get("rank") != rank:
         raise ShardError(f"{path}: holds rank {header.get('rank')}'s part, not rank {rank}'s. {remedy}")
     t = body["tensors"]
+    if meta.get("path") == "blackbox":  # a black-box shard set (.blackbox_shards)
+        return blackbox_shard(meta, rank, body, path, remedy)
     try:
         plan = RankPlan.from_state(body["plan"])
         nodes = RankNodes(meta["num_nodes"], meta["num_snapshots"], meta["num_vertices"],

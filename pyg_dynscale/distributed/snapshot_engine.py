@@ -33,10 +33,12 @@ __all__ = ["SnapshotEngine", "BlackBoxLayout", "check_dcrnn_edge_order"]
 
 class BlackBoxLayout:
     """What the loss and :meth:`DistributedTrainer.predict` read of a layout
-    on the black-box path: the owned gids ``Q`` and the supergraph."""
+    on the black-box path: the owned gids ``Q``, the supergraph (``None``
+    from shards) and the number of vertex-time nodes."""
 
-    def __init__(self, Q: Tensor, sg: Any) -> None:
+    def __init__(self, Q: Tensor, sg: Any, num_nodes: Optional[int] = None) -> None:
         self.Q, self.sg = Q, sg
+        self.num_nodes = int(sg.num_nodes if num_nodes is None else num_nodes)
 
 
 def check_dcrnn_edge_order(signal: Any) -> None:
@@ -65,8 +67,10 @@ class SnapshotEngine:
 
     Args:
         model: the :class:`SnapshotModel` around the user's module.
-        signal: the whole signal, on the host.
-        partition: its partition (one owner per vertex-time node).
+        signal: the whole signal, on the host; with ``plan``, the rank's
+            :class:`~.blackbox_shards.LocalSignal` (its local subgraphs).
+        partition: its partition (one owner per vertex-time node); ``None``
+            with ``plan``.
         comm: this rank's communicator.
         device, dtype: where and in which dtype the module runs.
         check: verify the module's halo depth (several ranks).
@@ -83,6 +87,10 @@ class SnapshotEngine:
             training (:attr:`stale_active`) the state exchanges of the kinds
             it covers (``"temporal"``, ``"spatial"``) go through it, one cache
             slot per snapshot, state component and kind.
+        plan: this rank's plan read from its shard
+            (:meth:`StatePlan.from_rank_state`), its module probed and
+            checked against the shard (:func:`~.blackbox_shards.check_blackbox_shard`):
+            nothing is built from a whole signal.
     """
 
     path = "blackbox"
@@ -94,7 +102,7 @@ class SnapshotEngine:
                  dtype: torch.dtype, *, check: bool = True, checkpoint_every: Optional[int] = None,
                  link_pairs: Optional[tuple] = None,
                  readout_width: Union[int, Callable[[SnapshotModel], int]] = 1, reuse: bool = True,
-                 h0: Any = None, stale: Optional[StaleCache] = None) -> None:
+                 h0: Any = None, stale: Optional[StaleCache] = None, plan: Optional[StatePlan] = None) -> None:
         world = comm.world_size
         if model.spec.global_reason and world > 1:
             raise UnsupportedModelError(f"{model.spec.name} cannot be split across ranks on the black-box path: "
@@ -104,19 +112,22 @@ class SnapshotEngine:
         #: set by the trainer while a training pass runs (the stale cache applies then only)
         self.stale_active = False
         fields = edge_fields_of(model, signal)
-        prepare_snapshot_model(model, signal, check and world > 1, fields)
-        h0 = initial_states(h0, signal.supergraph().sequence_ptr.numel() - 1, model.state_widths)
-        if world > 1 and model.spec.name == "DCRNN":
-            check_dcrnn_edge_order(signal)
-        bpe = torch.empty((), dtype=dtype).element_size()
-        if callable(readout_width):  # the width after the head is known once the module was probed
-            readout_width = readout_width(model) if link_pairs is not None else 1
-        self.plan = StatePlan(signal, partition.owner, world, model.depth, model.state_widths, comm.rank, bpe,
-                              link_pairs=link_pairs, readout_width=readout_width)
+        if plan is None:  # from a shard: probed, checked and planned when the shards were written
+            prepare_snapshot_model(model, signal, check and world > 1, fields)
+            h0 = initial_states(h0, signal.supergraph().sequence_ptr.numel() - 1, model.state_widths)
+            if world > 1 and model.spec.name == "DCRNN":
+                check_dcrnn_edge_order(signal)
+            bpe = torch.empty((), dtype=dtype).element_size()
+            if callable(readout_width):  # the width after the head is known once the module was probed
+                readout_width = readout_width(model) if link_pairs is not None else 1
+            plan = StatePlan(signal, partition.owner, world, model.depth, model.state_widths, comm.rank, bpe,
+                             link_pairs=link_pairs, readout_width=readout_width)
+        self.plan = plan
         self.runner = SnapshotRunner(model, signal, self.plan, exchange=self._exchange,
                                      checkpoint_every=checkpoint_every, dtype=dtype, device=device,
                                      edge_fields=fields, reuse=reuse, h0=h0)
-        self.host_layout = self.layout = BlackBoxLayout(self.plan.owned_gids, signal.supergraph())
+        self.host_layout = self.layout = BlackBoxLayout(
+            self.plan.owned_gids, None if partition is None else signal.supergraph(), self.plan.num_nodes)
 
     @property
     def Q(self) -> Tensor:

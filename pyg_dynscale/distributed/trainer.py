@@ -60,7 +60,9 @@ from .local import ExchangeMap, halo_keys, positions_in
 from .plan_traffic import plan_traffic
 from .rank_plan_exchange import build_rank_plan
 from .setup_checks import agree, bind, check_gpu_sharing, check_pattern, resolve_device, setup_summary
-from .shard_setup import check_sequences, check_shard_options, check_shard_pattern, shard_summary, shard_targets
+from .blackbox_shards import BlackBoxShard, check_blackbox_shard
+from .shard_setup import (check_sequences, check_shard_options, check_shard_path, check_shard_pattern, shard_summary,
+                          shard_targets)
 from .shards import Shard, agree_on_shard, read_shard
 from .snapshot_engine import SnapshotEngine
 from .stale import StaleCache, StaleConfig
@@ -255,7 +257,8 @@ class DistributedTrainer(BaseTrainer):
         deprecated = renamed_keyword("DistributedTrainer", deprecated, "signal", "data")
         signal = data_argument("DistributedTrainer", data, deprecated)
         #: this rank's :class:`~.shards.Shard` (:meth:`from_shards`), or ``None`` on the whole-signal path
-        self.shard: Optional[Shard] = signal if isinstance(signal, Shard) else None
+        self.shard: Optional[Union[Shard, BlackBoxShard]] = (signal if isinstance(signal, (Shard, BlackBoxShard))
+                                                              else None)
         if partition is None and self.shard is None:
             raise TypeError("DistributedTrainer() missing 1 required argument: 'partition'")
         # what the evaluator of a later window is built with (evaluate(signal, partition): .evaluation)
@@ -280,11 +283,8 @@ class DistributedTrainer(BaseTrainer):
         self.model = resolve_model(model, path, depth, check)
         #: ``"decomposed"`` or ``"blackbox"``
         self.path = "blackbox" if isinstance(self.model, SnapshotModel) else "decomposed"
-        if self.shard is not None and self.path == "blackbox":
-            raise UnsupportedOptionError("model", f"({type(model).__name__}) runs on the black-box path, which "
-                                         "from_shards does not run (the shards hold the decomposed path's sets).",
-                                         "a model with a decomposition (pyg_dynscale.nn, PyGT's TGCN, ...), or "
-                                         "build the trainer from the signal and partition.")
+        if self.shard is not None:  # the same outcome on every rank (the model, the options and meta.json)
+            check_shard_path(model, self.path, self.shard, loss, h0)
         self.head = head
         check_loss(loss, snapshot_reduction)
         self.loss_kind, self.snapshot_reduction = loss, snapshot_reduction
@@ -326,7 +326,10 @@ class DistributedTrainer(BaseTrainer):
             bind(self.device)
             #: how rows reach the collectives (:mod:`.transport`)
             self.transport = resolve_transport(backend, self.device, group)
-            if self.shard is not None:  # the shard's world size was checked when it was read
+            if isinstance(self.shard, BlackBoxShard):  # the module probed on the shard's recorded snapshot shape
+                check_blackbox_shard(self.model, self.shard, self.dtype)
+                tg = shard_targets(self.shard, loss, target)
+            elif self.shard is not None:  # the shard's world size was checked when it was read
                 self.pattern = check_shard_pattern(self.model, self.shard, self.dtype, input_halo)
                 tg = shard_targets(self.shard, loss, target)
             else:
@@ -363,7 +366,11 @@ class DistributedTrainer(BaseTrainer):
             self.stale.transport = self.transport
         link_pairs = (tg.label_src, tg.label_dst) if loss == "bce_link" else None
         t0 = time.perf_counter()
-        if self.shard is not None:
+        if isinstance(self.shard, BlackBoxShard):  # the rank's local subgraphs and its slice of the StatePlan
+            self.readout_width = 1
+            self.engine = SnapshotEngine(self.model, self.shard.signal, None, self.comm, self.device, self.dtype,
+                                         check=False, reuse=reuse, plan=self.shard.plan)
+        elif self.shard is not None:
             self.readout_width = self._head_width() if loss == "bce_link" else 0
             if loss == "bce_link" and self.readout_width != self.shard.meta["readout_width"]:
                 raise ShardError(f"the shards were written with readout_width={self.shard.meta['readout_width']} "
@@ -442,16 +449,20 @@ class DistributedTrainer(BaseTrainer):
 
         Args:
             model: a :class:`~pyg_dynscale.nn.DecomposedModule` or a PyGT
-                model with an adapter (the decomposed path).
+                model with an adapter (the decomposed path), or the
+                per-snapshot module the shards were cut for (black-box
+                shards, :mod:`.blackbox_shards`: ``path="auto"`` then runs
+                the black-box path).
             directory: the shard directory.
             head, loss, lr, group: as the constructor.
             **options: the constructor's other keywords. Those that need the
                 whole signal raise
                 :class:`~pyg_dynscale.errors.UnsupportedOptionError`:
                 ``fusion`` other than ``"full"``, ``fusion_groups``,
-                ``checkpoint_every``, ``stale``, ``path="blackbox"`` (and
-                models only the black-box path runs). ``loss="bce_link"``
-                needs shards written with a ``readout_width``.
+                ``checkpoint_every``, ``stale``, a path other than the one
+                the shards were cut for, and on black-box shards ``h0`` and
+                ``loss="bce_link"``. ``loss="bce_link"`` on the decomposed
+                path needs shards written with a ``readout_width``.
         """
         check_shard_options(model, loss, options)  # argument checks: the same outcome on every rank
         if not dist.is_available() or not dist.is_initialized():
@@ -464,6 +475,8 @@ class DistributedTrainer(BaseTrainer):
         except ShardError as exc:
             error = exc
         agree_on_shard(error, group)  # every rank stops when one could not read its part
+        if isinstance(shard, BlackBoxShard) and options.get("path", "auto") == "auto":
+            options["path"] = "blackbox"  # shards cut for a per-snapshot module: its path (PyGT's TGCN has both)
         return cls(model, shard, head=head, loss=loss, lr=lr, group=group, **options)
 
     # ------------------------------------------------------------------ set-up
@@ -489,7 +502,8 @@ class DistributedTrainer(BaseTrainer):
         if self.shard is not None:  # the rank's rows and pairs, and the global counts, from the shard
             sh = self.shard
             if loss != "bce_link":
-                mean = SnapshotMean(sh.nodes.take("time", Q), torch.tensor(sh.meta["nodes_per_snapshot"]),
+                q_time = sh.q_time if isinstance(sh, BlackBoxShard) else sh.nodes.take("time", Q)
+                mean = SnapshotMean(q_time, torch.tensor(sh.meta["nodes_per_snapshot"]),
                                     self.snapshot_reduction)
                 return RankTargets(mean=mean, target=tg.target)  # stored in Q's order
             mine, num_pairs = sh.pairs["id"], int(sh.meta["num_pairs"])
@@ -737,7 +751,8 @@ class DistributedTrainer(BaseTrainer):
             return window.trainer.predict()[window.first_node:]
         with eval_mode(self.model, self.head), self.comm.counters_kept():
             pred = self._apply_head(self.outputs())
-        full = pred.new_zeros((self.engine.host_layout.sg.num_nodes,) + tuple(pred.shape[1:]))
+        lay = self.engine.host_layout
+        full = pred.new_zeros(((lay.num_nodes if self.path == "blackbox" else lay.sg.num_nodes),) + tuple(pred.shape[1:]))
         full.index_copy_(0, self._Q_device, pred)
         return self.transport.all_reduce(full)  # every row is non-zero on one rank only: exact
 

@@ -383,3 +383,65 @@ class StatePlan:
         b = self.bytes_by_kind()
         return (f"StatePlan(parts={self.num_parts}, depth=({self.depth.describe()}), snapshots={len(self.steps)}, "
                 f"exchanges={len(self)}, bytes/epoch={b['total']} (spatial={b['spatial']}, temporal={b['temporal']}))")
+
+    # ------------------------------------------------------------------ one rank's slice (shards)
+    def rank_state(self, rank: int) -> dict:
+        r"""Rank ``rank``'s slice of the plan in plain types (tensors, ints,
+        lists, dicts; ``weights_only``-loadable), for a black-box shard: its
+        :attr:`steps` (``rank`` must be the plan's own), its owned gids and
+        each exchange cut to its own lists
+        (:meth:`~pyg_dynscale.partition.rank_plan.RankExchange.from_exchange`,
+        with the whole exchange's row counts for the predicted traffic). The
+        steps are stored *local*: ``nodes``/``edges`` are dropped because the
+        shard's per-step rows are exactly the local subgraph's
+        (:meth:`from_rank_state` sets them to ``None``)."""
+        from .rank_plan import RankExchange
+
+        if int(rank) != self.rank:
+            raise PartitionError("rank", f"is {rank} but this StatePlan's steps are rank {self.rank}'s.",
+                                 f"build StatePlan(..., rank={rank}).")
+
+        def route(r: StateRoute) -> dict:
+            g = r.gather
+            return {"groups": [[int(t), rows, bool(whole)] for t, rows, whole in g.groups], "order": g.order,
+                    "size": g.size, "num_self": r.num_self, "self_dst": r.self_dst,
+                    "send_splits": {k: list(v) for k, v in r.send_splits.items()}, "recv_dst": dict(r.recv_dst),
+                    "recv_splits": {k: list(v) for k, v in r.recv_splits.items()}, "active": list(r.active),
+                    "identity": r.identity}
+
+        steps = [{"t": s.t, "edge_index": s.edge_index, "owned": s.owned, "num_local": s.num_local,
+                  "num_owned": s.num_owned, "routes": [route(r) for r in s.routes]} for s in self.steps]
+        return {"num_parts": self.num_parts, "num_nodes": self.num_nodes, "rank": self.rank,
+                "depth": {"x": self.depth.x, "state": list(self.depth.state), "full_nodes": self.depth.full_nodes},
+                "widths": list(self.widths), "bytes_per_element": self.bytes_per_element,
+                "owned_gids": self.owned_gids, "steps": steps,
+                "exchanges": [RankExchange.from_exchange(e, rank).to_state() for e in self.exchanges]}
+
+    @classmethod
+    def from_rank_state(cls, state: dict) -> "StatePlan":
+        """The plan :meth:`rank_state` stored, for a rank whose per-step
+        inputs are its local subgraphs (``nodes = edges = None``); its
+        exchanges are :class:`~pyg_dynscale.partition.rank_plan.RankExchange`
+        (own lists, whole-plan totals), so :meth:`bytes_by_kind` and the
+        traffic report predict the whole plan's bytes."""
+        from .rank_plan import RankExchange
+
+        plan = cls.__new__(cls)
+        d = state["depth"]
+        plan.num_parts, plan.num_nodes, plan.rank = int(state["num_parts"]), int(state["num_nodes"]), int(state["rank"])
+        plan.depth = HaloDepth(d["x"], tuple(d["state"]), bool(d["full_nodes"]))
+        plan.widths = tuple(int(w) for w in state["widths"])
+        plan.bytes_per_element = int(state["bytes_per_element"])
+        plan.owned_gids = state["owned_gids"]
+        plan.exchanges = [RankExchange.from_state(e) for e in state["exchanges"]]
+        plan.steps = []
+        for s in state["steps"]:
+            routes = []
+            for r in s["routes"]:
+                gather = Gather([(t, rows, whole) for t, rows, whole in r["groups"]], r["order"], int(r["size"]))
+                routes.append(StateRoute(gather, int(r["num_self"]), r["self_dst"], dict(r["send_splits"]),
+                                         dict(r["recv_dst"]), dict(r["recv_splits"]), tuple(r["active"]),
+                                         bool(r["identity"])))
+            plan.steps.append(LocalStep(int(s["t"]), None, None, s["edge_index"], s["owned"], int(s["num_local"]),
+                                        int(s["num_owned"]), routes))
+        return plan

@@ -261,8 +261,7 @@ def test_from_shards_refuses_options_that_need_the_whole_signal(tmp_path):
     """Refused before any collective (the same on every rank), naming the option and what to use instead."""
     m, head, _ = cases.model("tgcn2")
     for kw, option in [({"fusion": "none"}, "fusion"), ({"fusion": 3000.0}, "fusion"),
-                       ({"checkpoint_every": 2}, "checkpoint_every"), ({"stale": "static:1"}, "stale"),
-                       ({"path": "blackbox"}, "path")]:
+                       ({"checkpoint_every": 2}, "checkpoint_every"), ({"stale": "static:1"}, "stale")]:
         with pytest.raises(UnsupportedOptionError, match=f"option '{option}'"):
             DistributedTrainer.from_shards(m, str(tmp_path), head=head, **kw)
 
