@@ -55,6 +55,7 @@ from ..loaders.edgelist import (
     link_positives,
     merge_events,
     reverse_events,
+    vertex_degrees,
     window_vertex_rows,
 )
 from ..loaders.edgelist_parse import edge_list_columns
@@ -130,10 +131,7 @@ class _Binner:
         else:
             Vm = int(max(eu.max(), ev_.max())) + 1 if eu.shape[0] else 1
             node_keys, node_counts, node_ptr, node_id, lu, lv = window_vertex_rows(es, eu, ev_, Vm, T)
-        N = int(node_ptr[-1])
-        gu, gv = node_ptr[es] + lu, node_ptr[es] + lv
-        out_deg = np.bincount(gu, minlength=N).astype(np.float64)
-        in_deg = np.bincount(gv, minlength=N).astype(np.float64)
+        in_deg, out_deg = vertex_degrees(node_ptr, es, lu, lv)
         node_in = partial(find_vertex_rows, node_counts, node_ptr, node_keys, Vm)
 
         N_out, E_out = int(node_ptr[S]), int(edge_counts[:S].sum())

@@ -179,6 +179,16 @@ def window_vertex_rows(
     return keys, counts, ptr, keys % V, lu, lv
 
 
+def vertex_degrees(
+    node_ptr: np.ndarray, es: np.ndarray, lu: np.ndarray, lv: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(in-degree, out-degree)`` ``[N]`` float64 of every row (snapshot
+    offsets ``node_ptr``) over the distinct edges (snapshot ``es``, local rows ``lu``, ``lv``)."""
+    N = int(node_ptr[-1])
+    gu, gv = node_ptr[es] + lu, node_ptr[es] + lv
+    return np.bincount(gv, minlength=N).astype(np.float64), np.bincount(gu, minlength=N).astype(np.float64)
+
+
 def find_vertex_rows(
     counts: np.ndarray, ptr: np.ndarray, keys: Optional[np.ndarray], V: int, t: np.ndarray, vid: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -410,10 +420,7 @@ def load_edge_list(
         node_keys = None
     else:
         node_keys, node_counts, node_ptr, node_id, lu, lv = window_vertex_rows(es, eu, ev, V, T)
-    N = int(node_ptr[-1])
-    gu, gv = node_ptr[es] + lu, node_ptr[es] + lv
-    out_deg = np.bincount(gu, minlength=N).astype(np.float64)
-    in_deg = np.bincount(gv, minlength=N).astype(np.float64)
+    in_deg, out_deg = vertex_degrees(node_ptr, es, lu, lv)
     node_in = partial(find_vertex_rows, node_counts, node_ptr, node_keys, V)
 
     fields: dict[str, SnapshotField] = {}
