@@ -33,9 +33,11 @@ RECORD_OPTIONS = {"model": "--model", "data": "PATH", "parallelism": "--parallel
                   "num_neighbors": "--num-neighbors", "static_memory": "--static-memory",
                   "val_ratio": "--val-ratio", "test_ratio": "--test-ratio", "prefetch": "--prefetch",
                   "memory_placement": "--memory-placement", "partition": "--partition",
-                  "gradient_sync": "--gradient-sync", "micro_batches": "--micro-batches"}
+                  "gradient_sync": "--gradient-sync", "micro_batches": "--micro-batches",
+                  "event_placement": "--event-placement"}
 #: fields of the run record written only when they differ from these defaults (older checkpoints lack them)
-RECORD_DEFAULTS = {"memory_placement": "replicated", "partition": None, "gradient_sync": "sync", "micro_batches": 1}
+RECORD_DEFAULTS = {"memory_placement": "replicated", "partition": None, "gradient_sync": "sync", "micro_batches": 1,
+                   "event_placement": "whole"}
 
 
 def _fingerprint(data: Any) -> str:
@@ -68,7 +70,8 @@ def events_record(args: argparse.Namespace, parallelism: tuple, data: Any, world
     micro = str(getattr(args, "micro_batches", "1"))  # checked by train_events.check_args
     extra = {"memory_placement": getattr(args, "memory_placement", "replicated"),
              "partition": _partition_record(partition), "gradient_sync": getattr(args, "gradient_sync", "sync"),
-             "micro_batches": micro if micro == "auto" else int(micro)}
+             "micro_batches": micro if micro == "auto" else int(micro),
+             "event_placement": getattr(args, "event_placement", "whole")}
     return {**{k: v for k, v in extra.items() if v != RECORD_DEFAULTS[k]},
             "mode": "events", "model": args.model, "data": _fingerprint(data),
             "parallelism": list(parallelism), "world_size": world, "dtype": args.dtype,
@@ -119,11 +122,16 @@ def stream_template(trainer: Any, path: str) -> dict:
     ``trainer.state_dict()["stream"]``, except its device-dependent ones (``trainer.device_rng_keys()``:
     the CUDA generator's state), which are asked for only where the checkpoint holds them -- DCP
     refuses a key the checkpoint lacks, so a CPU checkpoint would not load on CUDA otherwise.
-    The trainer restores what is missing as ``load_state_dict`` states."""
+    The trainer restores what is missing as ``load_state_dict`` states. Under
+    ``--event-placement per_rank`` the owners' index keys are shaped as the checkpoint saved them."""
     from ..training.checkpoint import saved_extra
 
     stream = trainer.state_dict()["stream"]
     for key in trainer.device_rng_keys():
         stream.pop(key, None)
         stream.update({k: v for k, v in saved_extra(path, key).items() if k == key})
+    # events per rank: an owner's part of the index (``copy<c>/owner<r>/index/...``) grows and shrinks
+    # with the stream, so only the checkpoint knows its shapes
+    for prefix in sorted({k[:k.index("/index/") + 7] for k in stream if "/index/" in k}):
+        stream.update(saved_extra(path, prefix))
     return stream

@@ -101,8 +101,10 @@ class OwnedIndex:
         return {k: getattr(self, k).clone() for k in self.KEYS}
 
     def load(self, state: dict) -> None:
+        """The inverse of :meth:`state` (each tensor onto the device its key lives on: a checkpoint's
+        may come back on the host)."""
         for k, v in state.items():
-            setattr(self, k, v.clone())
+            setattr(self, k, v.to(getattr(self, k).device).clone())
 
     def nbytes(self) -> int:
         """Bytes this index holds (host and device)."""

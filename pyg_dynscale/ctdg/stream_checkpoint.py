@@ -24,6 +24,7 @@ from torch import Tensor
 from ..errors import ModelInputError
 from .event_traffic import EventTraffic
 from .memory_copies import MemoryCopies
+from .rank_state import RankCopies
 
 __all__ = ["StreamCheckpoint"]
 
@@ -49,6 +50,25 @@ def _unflat_snapshot(prefix: str, state: dict) -> dict:
                        "d": tuple(g(f"store_d/{n}") for n in ("order", "lo", "hi"))},
             "neighbors": g("neighbors"), "e_id": g("e_id"), "cur_e_id": int(g("cur_e_id")),
             "training": bool(g("training"))}
+
+
+def _flat_rank_snapshot(prefix: str, owner: str, snap: dict) -> dict:
+    """A per-rank memory copy's snapshot (:meth:`~pyg_dynscale.ctdg.rank_state.RankCopies.snapshot`:
+    this owner's rows and its part of the owners' index) as ``{key: Tensor}`` (clones): the rows
+    and the index under ``prefix + owner`` (``"copy<c>/owner<r>/"``), the training mode under ``prefix``."""
+    mem = snap["memory"]
+    out = {f"{prefix}{owner}memory": mem["memory"], f"{prefix}{owner}last_update": mem["last_update"],
+           f"{prefix}training": torch.tensor(bool(snap["training"]))}
+    out.update({f"{prefix}{owner}index/{key}": x for key, x in mem["index"].items()})
+    return {key: x.detach().clone() for key, x in out.items()}
+
+
+def _unflat_rank_snapshot(prefix: str, owner: str, state: dict, keys: tuple) -> dict:
+    """The inverse of :func:`_flat_rank_snapshot` (``keys``: the index's,
+    :data:`~pyg_dynscale.ctdg.owned_index.OwnedIndex.KEYS`)."""
+    return {"memory": {"memory": state[f"{prefix}{owner}memory"], "last_update": state[f"{prefix}{owner}last_update"],
+                       "index": {key: state[f"{prefix}{owner}index/{key}"] for key in keys}},
+            "training": bool(state[f"{prefix}training"])}
 
 
 class StreamCheckpoint:
@@ -85,6 +105,14 @@ class StreamCheckpoint:
         * Partitioned placements: each rank's own rows as ``copy<c>/owner<r>/memory [n_r, d]``
           and ``.../last_update [n_r]`` (every owner writes its part), and the partition,
           ``copy<c>/owner [N]``.
+        * Events per rank (``event_placement="per_rank"``): no whole-stream message stores or
+          neighbour loader; instead each owner's part of the owners' index, per rank as the rows
+          are: ``copy<c>/owner<r>/index/<key>`` for every key of
+          :meth:`OwnedIndex.state() <pyg_dynscale.ctdg.owned_index.OwnedIndex.state>` (neighbour
+          slots ``nbr``, ``e_id`` ``[n_r, size]``, mailbox bounds ``lo``, ``hi`` ``[2, n_r]``, its
+          entries ``entry_ev``, ``entry_other``, the event pool ``pool_id``, ``pool_t``,
+          ``pool_msg [P, F]``: sizes that change as the stream moves on), and
+          ``copy<c>/training``.
         """
         r = self.rank
         out = {f"rank{r}/epoch": torch.tensor(epoch, dtype=torch.long),
@@ -92,9 +120,19 @@ class StreamCheckpoint:
                f"rank{r}/rng": torch.get_rng_state(),
                f"rank{r}/traffic": self.traffic.saved()}
         out.update(self._device_rng())
+        if self.per_rank:
+            for c, snap in self.copies.saved().items():
+                out.update(_flat_rank_snapshot(f"copy{c}/", f"owner{r}/", snap))
+                out[f"copy{c}/owner"] = self.placement.owner.cpu().clone()
+            return out
         for c, snap in self.copies.saved().items():
             out.update(_flat_snapshot(f"copy{c}/", snap))
         return self._owner_keys(out, f"owner{r}/") if self.placement is not None else out
+
+    @property
+    def per_rank(self) -> bool:
+        """Whether this rank holds only its events and its owned vertices' index (its copies' state)."""
+        return isinstance(self.copies, RankCopies)
 
     def _owner_keys(self, state: dict, owner: str) -> dict:
         """Partitioned: ``copy<c>/memory`` / ``last_update`` (this rank's rows) under ``copy<c>/<owner>``
@@ -139,14 +177,17 @@ class StreamCheckpoint:
                 if not torch.equal(state[key].cpu(), self.placement.owner.cpu()):
                     raise ModelInputError("partition", "differs from the checkpoint's.",
                                           "resume with the partition (owner tensor) the checkpoint was written with.")
-            state = self._owner_keys(state, "")
+            if not self.per_rank:
+                state = self._owner_keys(state, "")
         for key in (f"rank{r}/epoch", f"rank{r}/started", f"rank{r}/rng", f"rank{r}/traffic"):
             if key not in state:
                 raise ModelInputError("state", f"lacks {key!r}.", "give what MemoryTrainer.state_dict() returned "
                                       "on a trainer with the same parallelism and world size.")
         held = self.copies.held
-        have = sorted(int(key[4:-7]) for key in state if key.startswith("copy") and key.endswith("/memory"))
-        if have != sorted(held):
+        if self.per_rank:
+            self._check_rank_keys(state, held)
+        elif self._held_copies(state) != sorted(held):
+            have = self._held_copies(state)
             raise ModelInputError("state", f"holds memory copies {have}, this trainer {held}.",
                                   "resume with the same parallelism and world size.")
         epoch = int(state[f"rank{r}/epoch"])
@@ -156,6 +197,27 @@ class StreamCheckpoint:
         self.traffic.load(state[f"rank{r}/traffic"])
         if not bool(state[f"rank{r}/started"]):  # saved before the first epoch: it starts every copy from zero
             self.copies.restart()
+        elif self.per_rank:
+            keys = self.copies.state.exchange.index.KEYS
+            self.copies.load({c: _unflat_rank_snapshot(f"copy{c}/", f"owner{r}/", state, keys) for c in held})
         else:
             self.copies.load({c: _unflat_snapshot(f"copy{c}/", state) for c in self.copies.held})
         return epoch
+
+    @staticmethod
+    def _held_copies(state: dict) -> list:
+        """The memory copies a (whole-stream) state holds: ``c`` of every ``copy<c>/memory``."""
+        return sorted(int(key[4:-7]) for key in state if key.startswith("copy") and key.endswith("/memory"))
+
+    def _check_rank_keys(self, state: dict, held: list) -> None:
+        """Events per rank: ``state`` holds this owner's rows and index part of every held copy."""
+        r = self.rank
+        keys = self.copies.state.exchange.index.KEYS
+        for c in held:
+            need = [f"copy{c}/owner{r}/{k}" for k in ("memory", "last_update")]
+            need += [f"copy{c}/owner{r}/index/{k}" for k in keys] + [f"copy{c}/training"]
+            missing = [key for key in need if key not in state]
+            if missing:
+                raise ModelInputError("state", f"lacks {missing[0]!r} (rank {r}'s part of the owners' index).",
+                                      "resume with a state_dict() of event_placement='per_rank' on the same "
+                                      "parallelism and world size.")

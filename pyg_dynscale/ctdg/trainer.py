@@ -222,8 +222,9 @@ class MemoryTrainer(BaseTrainer):
             mailbox of the vertices it owns, :mod:`~pyg_dynscale.ctdg.owned_index`; the
             neighbourhoods and stored messages of other owners' vertices are fetched before each
             batch's memory dispatch, :mod:`~pyg_dynscale.ctdg.event_exchange`; the same numbers).
-            Not with ``prefetch``, ``micro_batches != 1``, ``overlap_aggregation``,
-            ``partition="flexbicut"`` or checkpoints (:class:`~pyg_dynscale.errors.UnsupportedOptionError`).
+            Not with ``prefetch``, ``micro_batches != 1``, ``overlap_aggregation`` or
+            ``partition="flexbicut"`` (:class:`~pyg_dynscale.errors.UnsupportedOptionError`);
+            :meth:`state_dict` holds each owner's part of the index, per rank.
             On one process it is the whole stream.
 
     Raises:
@@ -759,7 +760,6 @@ class MemoryTrainer(BaseTrainer):
         "stream": ...}`` (the stream part:
         :meth:`~pyg_dynscale.ctdg.stream_checkpoint.StreamCheckpoint.state_dict`, a flat
         ``{key: Tensor}``: every memory copy, the epoch, the random generators, the byte counters)."""
-        self._check_checkpointable()
         return {"modules": self.modules.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "stream": self.stream_checkpoint.state_dict(self.epoch)}
 
@@ -770,16 +770,9 @@ class MemoryTrainer(BaseTrainer):
         for key in ("modules", "optimizer", "stream"):
             if key not in state:
                 raise ModelInputError("state", f"lacks {key!r}.", "give what MemoryTrainer.state_dict() returned.")
-        self._check_checkpointable()
         self.modules.load_state_dict(state["modules"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.epoch = self.stream_checkpoint.load_state_dict(state["stream"])
-
-    def _check_checkpointable(self) -> None:
-        if self.exchange is not None:
-            raise UnsupportedOptionError("event_placement", "is 'per_rank': a checkpoint of the owners' neighbour "
-                                         "index and mailbox is not implemented.",
-                                         "event_placement='whole' to save and resume the stream state.")
 
     def device_rng_keys(self) -> list:
         """The keys of ``state_dict()["stream"]`` that only a run on this kind of device writes."""
