@@ -40,8 +40,16 @@ RECORD_DEFAULTS = {"memory_placement": "replicated", "partition": None, "gradien
                    "event_placement": "whole"}
 
 
-def _fingerprint(data: Any) -> str:
-    """sha256 of the events (``src``, ``dst``, ``t``, ``msg``): the data a checkpoint was trained on."""
+def _fingerprint(data: Any, path: Optional[str] = None) -> str:
+    """sha256 of the events (``src``, ``dst``, ``t``, ``msg``): the data a checkpoint was trained on. An
+    event store directory ``path``: its ``meta.json``'s own digest, which covers every chunk's SHA-256
+    (no process of ``--event-placement per_rank`` reads the whole store)."""
+    import os
+
+    from ..data.mapped import META_FILE, MappedStore
+
+    if path is not None and os.path.isfile(os.path.join(path, META_FILE)):
+        return "store:" + MappedStore(path, kind="events").meta["meta_sha256"][:32]
     h = hashlib.sha256()
     for name in ("src", "dst", "t", "msg"):
         x = getattr(data, name).detach().cpu().contiguous()
@@ -73,7 +81,7 @@ def events_record(args: argparse.Namespace, parallelism: tuple, data: Any, world
              "micro_batches": micro if micro == "auto" else int(micro),
              "event_placement": getattr(args, "event_placement", "whole")}
     return {**{k: v for k, v in extra.items() if v != RECORD_DEFAULTS[k]},
-            "mode": "events", "model": args.model, "data": _fingerprint(data),
+            "mode": "events", "model": args.model, "data": _fingerprint(data, getattr(args, "path", None)),
             "parallelism": list(parallelism), "world_size": world, "dtype": args.dtype,
             "batch_size": args.batch_size, "lr": args.lr, "optimizer": "adam", "seed": args.seed,
             "memory_dim": args.memory_dim, "time_dim": args.time_dim, "embedding_dim": args.embedding_dim,

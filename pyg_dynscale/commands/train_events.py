@@ -28,6 +28,12 @@ one entry per node, one part per process); ``--gradient-sync delayed`` is
 Sven's asynchronous all-reduce (not exact), ``--micro-batches N|auto`` its
 micro-batch pipelining. The report adds
 :meth:`~pyg_dynscale.ctdg.MemoryTrainer.traffic` summed over the processes.
+
+``--event-placement per_rank`` (with a partitioned memory) gives each process
+only its events and its owned vertices' neighbour index and mailbox
+(``MemoryTrainer(event_placement="per_rank")``: the same numbers); ``PATH``
+may then be an event store directory (``pyg_dynscale.ctdg.ingest_jodie_csv``'s
+``out``), of which each process reads only its ranges.
 """
 from __future__ import annotations
 
@@ -51,6 +57,8 @@ PLACEMENTS = ("replicated", "partitioned", "sven")
 #: ``--partition``'s methods (anything else names an owner-tensor file)
 PARTITION_METHODS = ("range", "interval", "flexbicut")
 GRADIENT_SYNC = ("sync", "delayed")
+#: ``--event-placement``'s choices (``MemoryTrainer``'s ``event_placement``)
+EVENT_PLACEMENTS = ("whole", "per_rank")
 SCHEMA_VERSION = 1
 
 __all__ = ["add_parser", "run", "train_events", "check_args"]
@@ -95,6 +103,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--micro-batches", default="1", metavar="N|auto",
                    help="with --memory-placement sven: split each local batch into N micro-batches whose dispatch "
                         "overlaps the previous one's compute, or auto (Sven's adaptive n; default: 1)")
+    p.add_argument("--event-placement", choices=EVENT_PLACEMENTS, default="whole",
+                   help="whole (default: every process holds the whole stream) or per_rank (with --memory-placement "
+                        "partitioned|sven: each process holds its events and its vertices' neighbours and messages)")
     p.add_argument("--val-ratio", type=float, default=0.15, help="validation share of the events (default: 0.15)")
     p.add_argument("--test-ratio", type=float, default=0.15, help="test share of the events (default: 0.15)")
     p.add_argument("--device", choices=DEVICES, default="cpu",
@@ -204,6 +215,24 @@ def _check_sven_options(args: argparse.Namespace, par: tuple) -> None:
     if micro != 1 and placement != "sven":
         fail(f"--micro-batches {micro} pipelines Sven's partitioned dispatch: add --memory-placement sven, or drop "
              "--micro-batches.")
+    _check_event_placement(args, micro)
+
+
+def _check_event_placement(args: argparse.Namespace, micro) -> None:
+    """``--event-placement per_rank`` and the options it runs with (``MemoryTrainer``'s rules, named by option)."""
+    if getattr(args, "event_placement", "whole") == "whole":
+        return
+    if args.memory_placement == "replicated":
+        fail("--event-placement per_rank keeps each vertex's neighbours and messages at the owner of its memory row: "
+             "add --memory-placement partitioned or sven, or use --event-placement whole.")
+    for given, option in ((args.prefetch, "--prefetch"), (micro != 1, f"--micro-batches {micro}"),
+                          (args.partition == "flexbicut", "--partition flexbicut")):
+        if given:
+            why = (" (its pre-sampling walks the whole stream on every process: save its owners with `pyg-dynscale "
+                   "partition-events PATH --parts N --out FILE` and give --partition FILE)"
+                   if option == "--partition flexbicut" else "")
+            fail(f"{option} does not combine with --event-placement per_rank{why}: drop {option.split()[0]}, or use "
+                 "--event-placement whole.")
 
 
 def check_args(args: argparse.Namespace) -> None:
@@ -211,8 +240,9 @@ def check_args(args: argparse.Namespace) -> None:
     import torch
 
     check_checkpoint_options(args)
-    if os.path.isdir(args.path):
-        fail(f"PATH '{args.path}' is a directory; give an events file.")
+    if os.path.isdir(args.path) and not is_event_store(args.path):
+        fail(f"PATH '{args.path}' is a directory but no event store (no meta.json); give an events file or a store "
+             "written by pyg_dynscale.ctdg.ingest_jodie_csv.")
     if not os.path.exists(args.path):
         fail(f"no such file: PATH '{args.path}'.")
     for name in ("epochs", "batch_size", "memory_dim", "time_dim", "embedding_dim", "num_neighbors", "threads"):
@@ -240,12 +270,47 @@ def check_args(args: argparse.Namespace) -> None:
         fail("--device cuda: no CUDA device is available; use --device cpu.")
 
 
-def load_events(args: argparse.Namespace):
-    """The event stream of ``PATH`` (``msg`` with one column of ones when the file has none: TGN needs one)."""
+def is_event_store(path: str) -> bool:
+    """Whether ``path`` is a store directory (:mod:`~pyg_dynscale.data.mapped`: it holds ``meta.json``)."""
+    from ..data.mapped import META_FILE
+
+    return os.path.isdir(path) and os.path.isfile(os.path.join(path, META_FILE))
+
+
+class StoreStream:
+    """What a process of ``--event-placement per_rank`` knows of an event store ``PATH`` before
+    ``MemoryTrainer`` reads its own ranges: the path, the node count (from chunked reads of ``src``
+    and ``dst``, not the columns held) and the message width."""
+
+    def __init__(self, path: str) -> None:
+        from ..ctdg.rank_events import StoreEvents
+
+        events = StoreEvents(path)
+        self.path, self.msg_dim = path, events.msg_dim
+        self.num_nodes = events.num_nodes()
+        self.num_events = events.num_events
+
+
+def load_events(args: argparse.Namespace, world: int = 1):
+    """The event stream of ``PATH`` (``msg`` with one column of ones when the file has none: TGN needs one).
+    An event store directory is opened memory-mapped; with ``--event-placement per_rank`` on several
+    processes it is not read here at all (:class:`StoreStream`: each process reads its ranges)."""
     import torch
 
-    from ..ctdg import load_event_list, load_jodie_csv
+    from ..ctdg import load_event_list, load_jodie_csv, load_events_store
 
+    if is_event_store(args.path):
+        if getattr(args, "event_placement", "whole") == "per_rank" and world > 1:
+            stream = StoreStream(args.path)
+            if stream.msg_dim == 0:
+                fail(f"PATH '{args.path}': the store's events have no message columns, which TGN needs; with "
+                     "--event-placement per_rank give a store with features, or use --event-placement whole "
+                     "(a column of ones is added).")
+            return stream
+        data = load_events_store(args.path)
+        if data.msg.size(-1) == 0:
+            data.msg = torch.ones(data.num_events, 1)
+        return data
     fmt = args.format
     if fmt == "auto":
         name = args.path[:-3] if args.path.endswith(".gz") else args.path
@@ -268,21 +333,23 @@ def build(args: argparse.Namespace, data, device: str = "cpu", partition=None):
         partition = partition_arg(args, int(data.num_nodes), _expected_world(args))
     dtype = getattr(torch, args.dtype)
     torch.manual_seed(args.seed)
-    model = TGN(data.num_nodes, data.msg.size(-1), memory_dim=args.memory_dim, time_dim=args.time_dim,
-                embedding_dim=args.embedding_dim).to(device=device, dtype=dtype)
-    data = data.to(device)
+    store = isinstance(data, StoreStream)  # per rank from a store: each process reads its ranges of the path
+    model = TGN(data.num_nodes, data.msg_dim if store else data.msg.size(-1), memory_dim=args.memory_dim,
+                time_dim=args.time_dim, embedding_dim=args.embedding_dim).to(device=device, dtype=dtype)
+    data = data.path if store else data.to(device)
     return MemoryTrainer(model, data, batch_size=args.batch_size, lr=args.lr, num_neighbors=args.num_neighbors,
                          seed=args.seed, parallelism=parse_parallelism(args.parallelism),
                          static_memory=None if args.static_memory == "none" else args.static_memory,
                          val_ratio=args.val_ratio, test_ratio=args.test_ratio, memory_service=args.memory_service,
                          prefetch=args.prefetch, memory_placement=args.memory_placement, partition=partition,
-                         gradient_sync=args.gradient_sync, micro_batches=parse_micro_batches(args.micro_batches))
+                         gradient_sync=args.gradient_sync, micro_batches=parse_micro_batches(args.micro_batches),
+                         event_placement=getattr(args, "event_placement", "whole"))
 
 
 #: MemoryTrainer's fields -> the option that sets them (its ModelInputError names the field)
 FIELD_OPTIONS = {"parallelism": "--parallelism", "batch_size": "--batch-size", "partition": "--partition",
                  "memory_placement": "--memory-placement", "gradient_sync": "--gradient-sync",
-                 "micro_batches": "--micro-batches"}
+                 "micro_batches": "--micro-batches", "event_placement": "--event-placement"}
 
 
 def traffic_report(trainer) -> dict:
@@ -306,7 +373,7 @@ def train_events(args: argparse.Namespace, rank: int, world: int, init: Callable
     job = Job(args, rank, PROG, time.perf_counter)
     torch.set_num_threads(args.threads)
     try:
-        data = load_events(args)
+        data = load_events(args, world)
     except DynScaleError as exc:
         fail(f"PATH '{args.path}': {exc}")
     partition = partition_arg(args, int(data.num_nodes), world)  # before the processes connect: every rank fails
@@ -351,6 +418,7 @@ def train_events(args: argparse.Namespace, rank: int, world: int, init: Callable
         "partition": None if args.memory_placement == "replicated" else (args.partition or "range"),
         "owned": None if trainer.placement is None else [trainer.placement.map.num_owned(q) for q in range(world)],
         "gradient_sync": args.gradient_sync, "micro_batches": parse_micro_batches(args.micro_batches),
+        "event_placement": args.event_placement,
         "micro_batches_chosen": trainer.micro_batches_chosen,
         "events": {"train": trainer.val_start, "val": trainer.test_start - trainer.val_start,
                    "test": trainer.num_events - trainer.test_start, "nodes": int(data.num_nodes)},

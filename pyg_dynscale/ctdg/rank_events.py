@@ -75,6 +75,16 @@ class StoreEvents:
         out = torch.from_numpy(arr.astype(dtype.newbyteorder("="), copy=False))
         return out.view(b - a, *info["shape"][1:]) if len(info["shape"]) > 1 else out
 
+    def num_nodes(self, chunk: int = 1 << 20) -> int:
+        r""":math:`\max(\text{src}, \text{dst}) + 1` (``TemporalData.num_nodes``) from ``chunk``
+        events at a time: a rank learns the node count without holding the columns."""
+        top = -1
+        for a in range(0, self.num_events, chunk):
+            b = min(a + chunk, self.num_events)
+            for name in ("src", "dst"):
+                top = max(top, int(self.read(name, a, b).max()))
+        return top + 1
+
     def column(self, name: str) -> Tensor:
         """The whole column ``name``."""
         return self.read(name, 0, self.num_events)

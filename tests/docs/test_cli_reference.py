@@ -301,6 +301,7 @@ CONTEXT = {
     ("inspect", "--format", "pygt-json"): ["{json}"],
     ("inspect", "--format", "dynscale"): ["{signal}"],
     ("train-events", "--format", "edgelist"): ["{edges}"],
+    ("train-events", "--event-placement", "per_rank"): ["{events}", "--memory-placement", "sven"],
     ("partition-events", "--format", "edgelist"): ["{edges}", "--parts", "2"],
 }
 
