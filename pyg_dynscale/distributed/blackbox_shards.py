@@ -250,7 +250,13 @@ def check_blackbox_shard(model: SnapshotModel, shard: BlackBoxShard, dtype: torc
     widths, output shape and the element size of ``dtype`` (the plan's rows
     and bytes depend on all of them)."""
     meta = shard.meta
-    x_like = torch.zeros(meta["probe_shape"], dtype=torch.float32)
+    # the probe learns widths from the shape it is given: a module that reads every node (a fixed node count,
+    # e.g. EvolveGCN-H) gets the whole signal's first snapshot's, any other a ring of at most 16 nodes (its
+    # transient memory stays far below the rank's part)
+    shape = list(meta["probe_shape"])
+    if not model.depth.full_nodes:
+        shape[0] = min(shape[0], 16)
+    x_like = torch.zeros(shape, dtype=torch.float32)
     model.probe(x_like, edge_weight=bool(meta["weighted"]), edge_fields=shard.probe_fields)
     bpe = torch.empty((), dtype=dtype).element_size()
     mine = _module_signature(model, bpe)

@@ -216,3 +216,61 @@ def spawn_refused(configs: list) -> list:
     from pyg_dynscale.distributed import spawn
 
     return spawn(_refused, 2, configs, timeout=240)
+
+
+# ---------------------------------------------------------------- memory: a rank holds its part
+def _rank_memory(rank: int, world_size: int, d: str, F: int) -> dict:
+    from torch_geometric_temporal.nn.recurrent import GConvGRU
+
+    from pyg_dynscale.distributed import DistributedTrainer
+    from tests.distributed.test_shards import _status
+
+    torch.manual_seed(0)
+    m, head = GConvGRU(F, 4, K=2).double(), torch.nn.Linear(4, 1).double()
+    with open("/proc/self/clear_refs", "w") as f:  # resets this process's peak RSS (VmHWM) to its current RSS
+        f.write("5")
+    base = _status("VmRSS")
+    tr = DistributedTrainer.from_shards(m, d, head=head, loss="mse", reuse=False)
+    setup = _status("VmHWM") - base
+    halo = int(tr.shard.signal.x.shape[0] - tr.shard.Q.numel())
+    return {"setup": setup, "read": tr.shard.bytes_read, "halo": halo, "loss": tr.train_epoch()}
+
+
+def test_blackbox_rank_memory_is_its_part(tmp_path):
+    r"""4 ranks, a 200 MB signal (float64 features, 256 wide, a ring per
+    snapshot, vertex ranges): each rank's peak host memory while building its
+    black-box trainer from shards (read, probe, runner inputs) stays below
+    1.3 x whole / 4 + its halo rows + 40 MB slack, about half the whole
+    signal: a rank that loaded the whole signal (or every shard) would
+    exceed it by the whole signal's size. ``reuse=False``: ReInc's input
+    basis (a multiple of the rank's rows) is left out of the bound."""
+    from tests.distributed.test_shards import _peak_rss_measurable
+
+    if not _peak_rss_measurable():
+        pytest.skip("needs Linux /proc peak-RSS reset (clear_refs)")
+    from torch_geometric_temporal.nn.recurrent import GConvGRU
+
+    from pyg_dynscale import DynamicGraphSignal
+    from pyg_dynscale.distributed import spawn, write_shards
+    from pyg_dynscale.partition import Partition
+
+    V, T, F, R = 20000, 5, 256, 4
+    g = torch.Generator().manual_seed(0)
+    src = torch.arange(V)
+    ring = torch.cat([torch.stack([src, (src + 1) % V]), torch.stack([(src + 1) % V, src])], 1)
+    sig = DynamicGraphSignal([ring] * T, [torch.rand(ring.shape[1], generator=g, dtype=torch.float64) for _ in range(T)],
+                             [torch.randn(V, F, generator=g, dtype=torch.float64) for _ in range(T)],
+                             [torch.randn(V, generator=g, dtype=torch.float64) for _ in range(T)],
+                             num_vertices=V, dtype=torch.float64)
+    whole = sum(t.numel() * t.element_size() for t in (sig.x, sig.y, sig.edge_index, sig.edge_weight))
+    part = Partition("manual", R, sig.supergraph().vertex * R // V)  # vertex ranges: a small halo
+    d = str(tmp_path / "big")
+    write_shards(sig, part, GConvGRU(F, 4, K=2).double(), d, check=False)
+    del sig
+    slack = 40 * 2**20
+    assert whole >= 4 * slack
+    for r, got in enumerate(spawn(_rank_memory, R, d, F, timeout=600)):
+        bound = 1.3 * whole / R + got["halo"] * F * 8 + slack
+        assert got["read"] <= 1.3 * whole / R, (r, got)  # what the rank's file holds
+        assert got["setup"] <= bound, f"rank {r}: peak {got['setup'] / 2**20:.0f} MiB > bound {bound / 2**20:.0f} MiB"
+        assert bound < 0.6 * whole  # loading the whole signal could not fit the bound
