@@ -839,7 +839,7 @@ def _lstsq(X: list, y: list) -> list:
     A = torch.tensor(X, dtype=torch.float64)
     b = torch.tensor(y, dtype=torch.float64).unsqueeze(1)
     scale = A.abs().amax(0).clamp_min(1e-30)   # columns of 1 and of 10^8: equilibrate
-    keep = list(range(A.shape[1]))
+    keep = [k for k in range(A.shape[1]) if float(A[:, k].abs().max()) > 0]   # an all-zero column: no coefficient
     coef = torch.zeros(A.shape[1], dtype=torch.float64)
     while keep:
         sub = torch.linalg.lstsq(A[:, keep] / scale[keep], b).solution.flatten() / scale[keep]
