@@ -48,7 +48,7 @@ def check_shard_args(args: argparse.Namespace) -> None:
             fail(f"--{name} with --shards: a rank that holds only its part cannot run it (the shards hold node "
                  f"targets, one partition, fusion='full', exact exchanges). Drop --{name}, or train from PATH.")
     if getattr(args, "user_model", None) is not None or args.model in BLACK_BOX_MODELS:
-        fail(f"--model {args.model} with --shards: it runs on the black-box path, which shards do not serve. "
+        fail(f"--model {args.model} with --shards: it runs on the black-box path, and `partition --shards` writes shards for the decomposed path only (black-box shards: distributed.write_shards(signal, partition, module, DIR) in Python). "
              "Use a decomposed zoo model (tgcn, tgcn-deep, dysat, mpnnlstm, mpnnlstm-dgc, tmgcn), or train from PATH.")
     try:
         meta = read_meta(d)
