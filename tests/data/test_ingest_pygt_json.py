@@ -1,6 +1,8 @@
 """The PyGT JSON chunked reader (data/ingest/pygt_json.py, json_stream.py): member by member it
 gives load_pygt_json's signal exactly, the same errors (a malformed file's position included),
-refuses the series datasets with the way to a store, and holds one member at a time."""
+walks the
+single-series datasets (chickenpox, pedalme) time step by time step holding a lag window, refuses the
+series stored node by node with the way to a store, and holds one member at a time."""
 from __future__ import annotations
 
 import gzip
@@ -112,12 +114,113 @@ def test_malformed_json_is_refused_as_load_pygt_json_refuses_it(tmp_path):
     assert str(chunked.value) == str(in_memory.value)
 
 
-def test_series_datasets_are_refused_with_the_way_to_a_store(tmp_path):
-    with pytest.raises(UnsupportedOptionError, match=r"'chickenpox'.*save_signal_store\(load_pygt_json"):
-        ingest_pygt_json(dataset_file("pygt/chickenpox.json"), tmp_path / "store")
-    with pytest.raises(UnsupportedOptionError, match="'pedalme'"):
-        ingest_pygt_json(dataset_file("pygt/pedalme_london.json"), tmp_path / "store", dataset="pedalme")
-    assert leftovers(tmp_path) == []
+@pytest.mark.parametrize("name,opts", [
+    ("pygt/chickenpox.json", {}),
+    ("pygt/chickenpox.json", dict(lags=1)),
+    ("pygt/pedalme_london.json", {}),
+    ("pygt/pedalme_london.json", dict(lags=7, dataset="pedalme")),
+])
+def test_single_series_time_step_by_time_step_is_load_pygt_json(tmp_path, name, opts):
+    src = dataset_file(name)
+    a = load_pygt_json(src, **opts)
+    b = ingest_pygt_json(src, tmp_path / "store", read_chars=257, **opts)  # a time step spans several reads
+    assert a.equals(b)
+    stored = DynamicGraphSignal.load(str(tmp_path / "store"))
+    assert a.equals(stored) and stored.is_static
+    assert (tmp_path / "store" / "static_edge_index.bin").exists() and not (tmp_path / "store" / "edge_index.bin").exists()
+    for sa, sb in zip(a, stored):
+        for k in ("x", "y", "edge_index", "edge_attr"):
+            assert getattr(sa, k).dtype == getattr(sb, k).dtype and (getattr(sa, k) == getattr(sb, k)).all()
+
+
+def _series_doc(T, V, seed=0, key="FX", weighted=False, ints=False):
+    rng = np.random.default_rng(seed)
+    E = 3 * V
+    doc = {"edges": np.column_stack([rng.integers(0, V, E), rng.integers(0, V, E)]).tolist()}
+    if weighted:
+        doc["weights"] = rng.random(E).tolist()
+    doc[key] = (rng.integers(0, 50, (T, V)) if ints else rng.random((T, V)) * 10).tolist()
+    return doc
+
+
+@pytest.mark.parametrize("damage,error,pattern", [
+    ("missing_edges", DatasetFormatError, r"key 'edges'.*is missing"),
+    ("missing_series", DatasetFormatError, r"key 'X'.*is missing"),
+    ("ragged_row", DatasetFormatError, r"key 'X'.*not a rectangular"),
+    ("string", DatasetFormatError, r"key 'X'.*non-numeric"),
+    ("one_d", DatasetFormatError, r"key 'X'.*2-D array"),
+    ("weights", DatasetFormatError, r"key 'weights'.*entries for"),
+    ("edge_out_of_range", SignalValidationError, r"edge"),
+    ("lags", SignalValidationError, r"lags"),
+    ("nan", SignalValidationError, r"."),
+    ("series_first", None, None),
+    ("int_rows", None, None),
+    ("mixed_rows", None, None),
+])
+def test_single_series_bad_files_raise_what_load_pygt_json_raises(tmp_path, damage, error, pattern):
+    doc = _series_doc(30, 8, key="X", weighted=True, ints=damage in ("int_rows", "mixed_rows"))
+    opts = dict(dataset="pedalme")
+    if damage == "missing_edges":
+        del doc["edges"]
+    elif damage == "missing_series":
+        del doc["X"]
+    elif damage == "ragged_row":
+        doc["X"][17] = doc["X"][17][:-1]
+    elif damage == "string":
+        doc["X"][5][2] = "a"
+    elif damage == "one_d":
+        doc["X"] = [1.0] * 30
+    elif damage == "weights":
+        doc["weights"].pop()
+    elif damage == "edge_out_of_range":
+        doc["edges"][4] = [0, 8]
+    elif damage == "lags":
+        opts["lags"] = 30
+    elif damage == "nan":
+        doc["X"][20][3] = float("nan")
+    elif damage == "series_first":
+        doc = {"X": doc["X"], "weights": doc["weights"], "edges": doc["edges"]}
+    elif damage == "mixed_rows":
+        doc["X"][9] = [v + 0.5 for v in doc["X"][9]]
+    path = tmp_path / "pedalme_london.json"
+    path.write_text(json.dumps(doc))
+    if error is None:
+        a = load_pygt_json(path, **opts)
+        assert a.equals(ingest_pygt_json(path, tmp_path / "store", read_chars=64, **opts))
+        return
+    with pytest.raises(error, match=pattern) as in_memory:
+        load_pygt_json(path, **opts)
+    with pytest.raises(error, match=pattern) as chunked:
+        ingest_pygt_json(path, tmp_path / "store", read_chars=64, **opts)
+    assert str(chunked.value) == str(in_memory.value)
+    assert leftovers(tmp_path, keep={path.name}) == []
+
+
+def test_series_datasets_stored_node_by_node_are_refused_with_the_way_to_a_store(tmp_path):
+    wiki = {"edges": [[0, 1]], "weights": [1.0], "time_periods": 3, **{str(t): {"y": [t, 2 * t]} for t in range(3)}}
+    path = tmp_path / "wikivital_mathematics.json"
+    path.write_text(json.dumps(wiki))
+    with pytest.raises(UnsupportedOptionError, match=r"'wikimaths'.*save_signal_store\(load_pygt_json"):
+        ingest_pygt_json(path, tmp_path / "store")          # detected from the keys
+    with pytest.raises(UnsupportedOptionError, match=r"'montevideo_bus'.*node by node"):
+        ingest_pygt_json(path, tmp_path / "store", dataset="montevideo_bus")
+    with pytest.raises(UnsupportedOptionError, match=r"'mtm'.*joint by joint"):
+        ingest_pygt_json(path, tmp_path / "store", dataset="mtm")
+    assert leftovers(tmp_path, keep={path.name}) == []
+
+
+def test_single_series_memory_holds_a_window_not_the_series(tmp_path):
+    # 200 time steps of 2,000 nodes (~8 MB of JSON), lags 4: the window is 5 rows, 1/40 of the series
+    path = tmp_path / "chickenpox.json"
+    path.write_text(json.dumps(_series_doc(200, 2000)))
+    peak = peak_numpy_bytes(lambda: ingest_pygt_json(path, tmp_path / "store", read_chars=1 << 16))
+    whole = peak_numpy_bytes(lambda: load_pygt_json(path))
+    # the graph's 6,000 edges as Python lists, a decoded row (~30 B a number), the window of 5 rows, a snapshot,
+    # the read buffers, the hash buffers: ~2.2 MB whatever T (400 steps: the same); the whole series: ~33 MB
+    bound = 3_000_000
+    assert peak < bound, (peak, bound)
+    assert whole > 4 * bound, (whole, bound)
+    assert load_pygt_json(path).equals(DynamicGraphSignal.load(str(tmp_path / "store")))
 
 
 def test_memory_holds_one_snapshot_not_the_file(tmp_path):

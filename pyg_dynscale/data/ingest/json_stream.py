@@ -16,11 +16,15 @@ from __future__ import annotations
 
 import codecs
 import json
-from typing import Any, BinaryIO, Callable, Iterator
+from typing import Any, BinaryIO, Callable, Iterator, Optional
 
 from ..loaders._common import DatasetFormatError
 
 _WS = " \t\n\r"
+
+#: the value :meth:`JsonStream.walk` yields for a member whose array it walks element by element
+#: (then each element follows as ``(path + (i,), element)``)
+ARRAY = object()
 #: characters decoded per read
 READ_CHARS = 1 << 20
 
@@ -111,19 +115,43 @@ class JsonStream:
             return obj
 
     # ---------------------------------------------------------------- walking
-    def walk(self, descend: Callable[[tuple[str, ...]], bool]) -> Iterator[tuple[tuple[str, ...], Any]]:
+    def walk(self, descend: Callable[[tuple[str, ...]], bool],
+             elements: Optional[Callable[[tuple[str, ...]], bool]] = None) -> Iterator[tuple[tuple[str, ...], Any]]:
         """``(path, value)`` of the top-level object's members, descending into
         a member whose value is an object when ``descend(path)``; then checks
         that nothing but whitespace follows. A top-level value that is not an
-        object is yielded as ``((), value)``."""
+        object is yielded as ``((), value)``. A member whose value is an array
+        and ``elements(path)`` is walked element by element: ``(path,``
+        :data:`ARRAY` ``)``, then ``(path + (i,), element)`` for each element
+        (decoded whole), so the array is never held."""
         if self._peek() != "{":
             yield (), self.value()
         else:
-            yield from self._object((), descend)
+            yield from self._object((), descend, elements)
         if self._peek() != "":
             raise self._malformed("Extra data", self.pos)
 
-    def _object(self, path: tuple[str, ...], descend: Callable[[tuple[str, ...]], bool]) -> Iterator[tuple[tuple[str, ...], Any]]:
+    def _array(self, path: tuple[Any, ...]) -> Iterator[tuple[tuple[Any, ...], Any]]:
+        self._expect("[", "'['")
+        yield path, ARRAY
+        if self._peek() == "]":
+            self.pos += 1
+            return
+        i = 0
+        while True:
+            yield path + (i,), self.value()
+            i += 1
+            c = self._peek()
+            if c == ",":
+                self.pos += 1
+            elif c == "]":
+                self.pos += 1
+                return
+            else:
+                raise self._malformed("Expecting ',' delimiter", self.pos)
+
+    def _object(self, path: tuple[str, ...], descend: Callable[[tuple[str, ...]], bool],
+                elements: Optional[Callable[[tuple[str, ...]], bool]] = None) -> Iterator[tuple[tuple[str, ...], Any]]:
         self._expect("{", "'{'")
         if self._peek() == "}":
             self.pos += 1
@@ -134,8 +162,11 @@ class JsonStream:
             key = self.value()
             self._expect(":", "':' delimiter")
             sub = path + (key,)
-            if self._peek() == "{" and descend(sub):
-                yield from self._object(sub, descend)
+            c = self._peek()
+            if c == "{" and descend(sub):
+                yield from self._object(sub, descend, elements)
+            elif c == "[" and elements is not None and elements(sub):
+                yield from self._array(sub)
             else:
                 yield sub, self.value()
             c = self._peek()

@@ -18,11 +18,21 @@ messages) into a one-snapshot signal, and appended to the store.
 snapshot's arrays) and, for England COVID, the ``[T, V]`` case series ``y``
 (it is standardized over all days).
 
-**The other datasets** (``chickenpox``, ``pedalme``, ``wikimaths``,
-``montevideo_bus``, ``mtm``) are a static graph and one ``[T, V]`` series held
-in a single JSON value, which ``load_pygt_json`` reads whole; they raise
-:class:`~pyg_dynscale.errors.UnsupportedOptionError` naming the way to a
-store: ``save_signal_store(load_pygt_json(path), out)``.
+**The single-series datasets** ``chickenpox`` (``edges``, ``FX``) and
+``pedalme`` (``edges``, ``weights``, ``X``) are one static graph and one
+``[T, V]`` series held in a single JSON value, which is walked element by
+element (one time step's list at a time), in two passes over the file: the
+first reads the graph and checks the series (its length, its rows' lengths
+and dtypes: the in-memory loader's checks and messages, in its order), the
+second builds the lag windows (snapshot ``i``: ``x = Z[i:i+lags].T``,
+``y = Z[i+lags]``) from the last ``lags + 1`` rows only. The graph is stored
+once (``static_edge_index``). Memory: ``lags + 1`` rows and the graph.
+
+**Refused** (:class:`~pyg_dynscale.errors.UnsupportedOptionError`, naming
+``save_signal_store(load_pygt_json(path), out)``): ``wikimaths`` (one member
+per time step, standardized over the whole series: not streamed yet),
+``montevideo_bus`` and ``mtm``, whose series are stored node by node (joint
+by joint), so a time window needs every node's whole series.
 """
 from __future__ import annotations
 
@@ -47,17 +57,20 @@ from ..loaders.pygt_json import (
     default_event_id,
     detected_dataset,
     resolve_path,
+    static_signal,
     tennis_snapshot,
     tennis_target,
 )
 from ..mapped import CHUNK_BYTES, SignalAppender, StoreWriter, load_signal_store
 from ..signal import DynamicGraphSignal
 from .external import Scratch
-from .json_stream import READ_CHARS, JsonStream
+from .json_stream import ARRAY, READ_CHARS, JsonStream
 from .text import open_text
 
 #: the datasets read member by member
 STREAMED = ("twitter_tennis", "england_covid")
+#: the single-series datasets whose series is walked time step by time step -> the series key
+SERIES_KEYS = {"chickenpox": "FX", "pedalme": "X"}
 
 
 class _Leaf:
@@ -182,16 +195,17 @@ def ingest_pygt_json(
 
     Args:
         path_or_name, dataset, cache_dir, allow_nonfinite, dataset_options: as
-            ``load_pygt_json``; ``dataset`` must be ``"twitter_tennis"`` or
-            ``"england_covid"`` (or detected as one).
+            ``load_pygt_json``; ``dataset`` must be ``"twitter_tennis"``,
+            ``"england_covid"``, ``"chickenpox"`` or ``"pedalme"`` (or
+            detected as one; detection walks the file once more).
         read_chars: bytes read from the file at a time.
         out, overwrite, chunk_bytes: the store directory, whether to replace
             an existing one, its checksum granularity.
 
     Raises:
         DatasetNotFoundError, DatasetFormatError, SignalValidationError: as ``load_pygt_json``.
-        UnsupportedOptionError: a dataset of one static graph and one series
-            (read it with ``load_pygt_json`` and ``save_signal_store``).
+        UnsupportedOptionError: ``wikimaths``, ``montevideo_bus``, ``mtm``
+            (read them with ``load_pygt_json`` and ``save_signal_store``).
     """
     if dataset is not None:
         dataset = canonical_dataset_name(dataset)
@@ -199,6 +213,15 @@ def ingest_pygt_json(
     path, dataset = resolve_path(path_or_name, dataset, cache_dir, default_event_id(path_or_name, dataset_options))
     if dataset is not None:
         _check_streamed(dataset)
+    if dataset is None:
+        with open_text(path, "PyGT JSON file") as fh:
+            dataset = _detect(JsonStream(fh, path, read_chars), path)
+        _check_streamed(dataset)
+    if dataset in SERIES_KEYS:
+        opts = dataset_options_of(dataset, dataset_options)
+        with StoreWriter(out, "signal", overwrite=overwrite, chunk_bytes=chunk_bytes) as writer:
+            _series(path, dataset, writer, read_chars, **opts, allow_nonfinite=allow_nonfinite)
+        return load_signal_store(out, DynamicGraphSignal, verify=False)
     with open_text(path, "PyGT JSON file") as fh, \
             StoreWriter(out, "signal", overwrite=overwrite, chunk_bytes=chunk_bytes) as writer, \
             Scratch(os.fspath(out)) as scratch:  # committed on success, else dropped
@@ -218,9 +241,180 @@ def ingest_pygt_json(
     return load_signal_store(out, DynamicGraphSignal, verify=False)
 
 
+_WHY = {
+    "wikimaths": "its series is one member per time step, standardized over the whole series (not streamed yet)",
+    "montevideo_bus": "its series is stored node by node, so a time window needs every node's whole series",
+    "mtm": "its frames are stored joint by joint, so a window of frames needs every joint's whole series",
+}
+
+
 def _check_streamed(dataset: str) -> None:
-    if dataset not in STREAMED:
+    if dataset not in STREAMED and dataset not in SERIES_KEYS:
         raise UnsupportedOptionError(
-            "dataset", f"is {dataset!r}: its series is one JSON value that is read whole, not member by member.",
+            "dataset", f"is {dataset!r}: {_WHY[dataset]}.",
             "save_signal_store(load_pygt_json(path), out) (pyg_dynscale.data.mapped); "
-            f"ingest_pygt_json reads {list(STREAMED)}.")
+            f"ingest_pygt_json reads {list(STREAMED) + list(SERIES_KEYS)}.")
+
+
+def _descend(path: tuple[str, ...]) -> bool:
+    return len(path) == 1 or (len(path) == 2 and path[0] == "edge_mapping")
+
+
+def _detect(stream: JsonStream, path: str) -> str:
+    """The dataset of the file by its keys (``detect_dataset``), walking it
+    without holding it: top-level arrays element by element."""
+    keys: dict[str, Any] = {}
+    top = None
+    for p, value in stream.walk(_descend, lambda p: len(p) == 1):
+        if not p:
+            top = value
+            continue
+        if p[0] not in keys:
+            keys[p[0]] = {} if len(p) > 1 and not isinstance(p[1], int) else None
+        if len(p) > 1 and isinstance(keys[p[0]], dict) and not isinstance(p[1], int):
+            keys[p[0]][p[1]] = None
+    if top is not None:
+        check_json_object(top, path)
+    return detected_dataset(keys, path)
+
+
+class _SeriesCheck:
+    """The series' rows as ``numpy.array(series)`` would see them, one row at a
+    time: their number, the first irregular row, the common dtype."""
+
+    def __init__(self) -> None:
+        self.T, self.first, self.bad, self.width, self.dtypes = 0, None, None, None, set()
+        self.nonfinite: list[tuple[int, int]] = []  # (row, NaN/inf count as float32) of the rows holding any
+
+    def row(self, i: int, value: Any) -> None:
+        self.T += 1
+        if i == 0:
+            self.first = value
+        if self.bad is not None:
+            return
+        try:
+            arr = np.array(value)
+        except ValueError:
+            self.bad = (i, value)
+            return
+        if arr.ndim != 1 or arr.dtype.kind not in "iufb" or (self.width is not None and arr.shape[0] != self.width):
+            self.bad = (i, value)
+            return
+        self.width = arr.shape[0]
+        self.dtypes.add(arr.dtype)
+        if arr.dtype.kind == "f":
+            with np.errstate(over="ignore"):
+                n = int(np.count_nonzero(~np.isfinite(arr.astype(np.float32))))
+            if n:
+                self.nonfinite.append((i, n))
+
+    def check_finite(self, lags: int, dtype: np.dtype) -> None:
+        """The whole signal's NaN/inf errors (features, then float targets) from the rows' counts."""
+        count = self.T - lags
+        for display, target in (("features", False), ("targets", True)):
+            if target and dtype.kind not in "f":
+                return
+            total, first = 0, None
+            for t, n in self.nonfinite:
+                lo, hi = (t - lags, t - lags) if target else (max(0, t - lags + 1), min(t, count - 1))
+                if lo < 0 or hi < lo:
+                    continue
+                total += n * (hi - lo + 1)
+                first = lo if first is None else min(first, lo)
+            if total:
+                raise SignalValidationError(display, f"contains {total} NaN/inf values (first in snapshot {first}).",
+                                            "clean or impute them, or pass allow_nonfinite=True if they are intended.")
+
+    def check(self, r: PygtReader, field: str) -> tuple[int, np.dtype]:
+        """``(T, dtype)``, or the in-memory loader's error for the whole series
+        (reproduced on a stand-in of the same length that shares the rows)."""
+        if self.bad is not None:
+            i, value = self.bad
+            stand_in = [self.first] * self.T
+            stand_in[i] = value
+            r.array(stand_in, field, ndim=2)  # raises as on the whole series
+            raise r.fail(field, "is not a [time, node] array of numbers.")
+        dtype = np.result_type(*self.dtypes) if self.dtypes else np.dtype(np.float64)
+        return self.T, dtype
+
+
+def _series(path: str, dataset: str, writer: StoreWriter, read_chars: int, lags: int, allow_nonfinite: bool) -> None:
+    """load_pygt_json's _chickenpox / _pedalme in two passes over the file:
+    the graph and the series' checks, then the lag windows from the last
+    ``lags + 1`` rows, appended to the store with the graph stored once."""
+    key = SERIES_KEYS[dataset]
+    is_series = lambda p: p == (key,)  # noqa: E731
+    data: dict[str, Any] = {}
+    seen = _SeriesCheck()
+    with open_text(path, "PyGT JSON file") as fh:
+        for p, value in JsonStream(fh, path, read_chars).walk(lambda p: False, is_series):
+            if not p:
+                check_json_object(value, path)
+            elif p == (key,):
+                data[key] = value
+                seen = _SeriesCheck() if value is ARRAY else None  # a repeated key: the last counts, as json.loads
+            elif len(p) == 2:
+                seen.row(p[1], value)
+            else:
+                data[p[0]] = value
+    r = PygtReader(data, path, dataset)
+    # the in-memory loader's checks, in its order
+    edges = r.edges(r.get(data, "edges"), "key 'edges'")
+    if dataset == "pedalme":
+        weights = r.array(r.get(data, "weights"), "key 'weights'", ndim=1)
+        if weights.shape[0] != edges.shape[1]:
+            raise r.fail("key 'weights'", f"has {weights.shape[0]} entries for {edges.shape[1]} edges.")
+    else:
+        weights = np.ones(edges.shape[1])
+    r.get(data, key)
+    if seen is None:  # not an array: the in-memory loader's error
+        r.array(data[key], f"key {key!r}", ndim=2)
+        raise r.fail(f"key {key!r}", "is not a [time, node] array of numbers.")
+    T, dtype = seen.check(r, f"key {key!r}")
+    lags = check_lags(lags, T, "lags", r)
+    V = seen.width
+    # the whole signal's checks in its order: the graph (on a stand-in snapshot), then NaN/inf in x, y
+    static_signal(edges, weights, np.zeros((1, V, lags), dtype=np.float32), np.zeros((1, V), dtype=dtype), V,
+                   allow_nonfinite=True)
+    if not allow_nonfinite:
+        seen.check_finite(lags, dtype)
+    window: list[np.ndarray] = []
+    nodes = 0
+    static = False
+    with open_text(path, "PyGT JSON file") as fh:
+        for p, value in JsonStream(fh, path, read_chars).walk(lambda p: False, is_series):
+            if len(p) != 2 or p[0] != key:
+                if p == (key,):
+                    window = []
+                continue
+            window.append(np.array(value).astype(dtype, copy=False))
+            if len(window) <= lags:
+                continue
+            i = p[1] - lags
+            stacked = np.stack(window)  # rows i .. i + lags
+            window.pop(0)
+            snap = _one_snapshot(edges, weights, stacked, lags, V, allow_nonfinite, i, T - lags)
+            if not static:
+                writer.append("node_ptr", np.zeros(1, dtype=np.int64))
+                writer.put("static_edge_index", np.ascontiguousarray(edges, dtype=np.int64), axis=1)
+                writer.put("static_edge_weight", np.ascontiguousarray(weights, dtype=np.float32))
+                static = True
+            writer.append("node_ptr", snap.node_ptr[1:] + nodes)
+            writer.append("node_id", snap.node_id)
+            for name, f in snap.fields.items():
+                writer.append(f"field.{name}.values", f.values)
+            nodes += int(snap.node_ptr[-1])
+    writer.attrs.update({"num_vertices": int(V), "fields": [{"name": n, "level": "node", "cat_dim": 0} for n in ("x", "y")]})
+
+
+def _one_snapshot(edges: np.ndarray, weights: np.ndarray, stacked: np.ndarray, lags: int, V: int,
+                  allow_nonfinite: bool, i: int, count: int) -> DynamicGraphSignal:
+    """Snapshot ``i`` (of ``count``) from rows ``i .. i + lags`` of the series,
+    with the in-memory loader's code and checks (errors naming snapshot ``i``)."""
+    x = stacked[None, :lags].transpose(0, 2, 1)  # [1, V, lags] = Z[i:i+lags].T
+    try:
+        return static_signal(edges, weights, x, stacked[None, lags], V, allow_nonfinite=allow_nonfinite)
+    except SignalValidationError as exc:
+        if i == 0:
+            raise
+        raise SignalValidationError(exc.field, exc.problem.replace("snapshot 0", f"snapshot {i}"), exc.fix) from None

@@ -219,7 +219,7 @@ def _float32(a: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32))
 
 
-def _static_signal(
+def static_signal(
     edge_index: np.ndarray,
     edge_weight: Optional[np.ndarray],
     x: np.ndarray,
@@ -264,7 +264,7 @@ def _chickenpox(r: PygtReader, lags: int, allow_nonfinite: bool) -> DynamicGraph
     lags = check_lags(lags, stacked.shape[0], "lags", r)
     x = _lag_windows(stacked, lags)
     y = stacked[lags:]
-    return _static_signal(edges, np.ones(edges.shape[1]), x, y, stacked.shape[1], allow_nonfinite=allow_nonfinite)
+    return static_signal(edges, np.ones(edges.shape[1]), x, y, stacked.shape[1], allow_nonfinite=allow_nonfinite)
 
 
 def _pedalme(r: PygtReader, lags: int, allow_nonfinite: bool) -> DynamicGraphSignal:
@@ -274,7 +274,7 @@ def _pedalme(r: PygtReader, lags: int, allow_nonfinite: bool) -> DynamicGraphSig
         raise r.fail("key 'weights'", f"has {weights.shape[0]} entries for {edges.shape[1]} edges.")
     stacked = r.array(r.get(r.data, "X"), "key 'X'", ndim=2)
     lags = check_lags(lags, stacked.shape[0], "lags", r)
-    return _static_signal(edges, weights, _lag_windows(stacked, lags), stacked[lags:], stacked.shape[1],
+    return static_signal(edges, weights, _lag_windows(stacked, lags), stacked[lags:], stacked.shape[1],
                           allow_nonfinite=allow_nonfinite)
 
 
@@ -288,7 +288,7 @@ def _wikimaths(r: PygtReader, lags: int, allow_nonfinite: bool) -> DynamicGraphS
     rows = [r.get(r.get(r.data, str(t)), "y", f"[{str(t)!r}]") for t in range(T)]  # loop over time steps
     stacked = r.array(rows, "key '<t>'['y']", ndim=2)
     std = standardize(stacked)
-    return _static_signal(edges, weights, _lag_windows(std, lags), std[lags:], stacked.shape[1],
+    return static_signal(edges, weights, _lag_windows(std, lags), std[lags:], stacked.shape[1],
                           allow_nonfinite=allow_nonfinite)
 
 
@@ -381,10 +381,10 @@ def _montevideo_bus(
     std_y = standardize(targ.T)
     y = std_y[lags:]
     if F == 1:
-        return _static_signal(edges, weights, x, y, V, allow_nonfinite=allow_nonfinite)
+        return static_signal(edges, weights, x, y, V, allow_nonfinite=allow_nonfinite)
     # PyGT stacks several variables as V*F rows of x (not V rows with F*lags
     # columns): reproduce that as a graph-level x of shape [V*F, lags] per snapshot.
-    return _static_signal(edges, weights, x, y, V, x_level="graph", allow_nonfinite=allow_nonfinite)
+    return static_signal(edges, weights, x, y, V, x_level="graph", allow_nonfinite=allow_nonfinite)
 
 
 def encode_tennis_features(X: np.ndarray, r: PygtReader, t: int, log_degree_cutoff: int = 4) -> np.ndarray:
@@ -503,7 +503,7 @@ def _mtm(r: PygtReader, frames: int, allow_nonfinite: bool) -> DynamicGraphSigna
     x = sliding_window_view(features, frames, axis=0)[: L - frames].transpose(0, 2, 1, 3)
     y = sliding_window_view(ohe, frames, axis=0)[: L - frames].transpose(0, 2, 1)
     weights = np.ones(edges.shape[1], dtype=np.int64)
-    return _static_signal(edges, weights, x, y, num_joints, x_level="graph", y_level="graph",
+    return static_signal(edges, weights, x, y, num_joints, x_level="graph", y_level="graph",
                           allow_nonfinite=allow_nonfinite)
 
 
