@@ -73,6 +73,25 @@ if TYPE_CHECKING:  # pragma: no cover
 KINDS = ("spatial", "temporal", "redistribution", "readout")
 
 
+def bytes_by_kind(exchanges, forward_only: bool = False) -> dict[str, int]:
+    """Bytes per epoch of ``exchanges`` by kind and ``"total"``: the sums of every plan
+    (:class:`CommunicationPlan` and a rank's :class:`~pyg_dynscale.partition.rank_plan.RankPlan`)."""
+    out = {k: 0 for k in KINDS}
+    for e in exchanges:
+        out[e.kind] += e.forward_bytes if forward_only else e.forward_bytes + e.backward_bytes
+    out["total"] = sum(out[k] for k in KINDS)
+    return out
+
+
+def rows_by_kind(exchanges) -> dict[str, int]:
+    """Forward rows per epoch of ``exchanges`` by kind (static rows excluded)."""
+    out = {k: 0 for k in KINDS}
+    for e in exchanges:
+        if not e.static:
+            out[e.kind] += e.num_rows
+    return out
+
+
 @dataclass(frozen=True, eq=False)
 class Exchange:
     r"""The rows one phase of one block moves between ranks.
@@ -465,19 +484,11 @@ class CommunicationPlan:
     def bytes_by_kind(self, forward_only: bool = False) -> dict[str, int]:
         """Bytes per epoch by kind (forward + backward, or forward only) and
         ``"total"``."""
-        out = {k: 0 for k in KINDS}
-        for e in self.exchanges:
-            out[e.kind] += e.forward_bytes if forward_only else e.forward_bytes + e.backward_bytes
-        out["total"] = sum(out[k] for k in KINDS)
-        return out
+        return bytes_by_kind(self.exchanges, forward_only)
 
     def rows_by_kind(self) -> dict[str, int]:
         """Forward rows per epoch by kind (static rows excluded)."""
-        out = {k: 0 for k in KINDS}
-        for e in self.exchanges:
-            if not e.static:
-                out[e.kind] += e.num_rows
-        return out
+        return rows_by_kind(self.exchanges)
 
     def load_bytes(self) -> int:
         """Bytes moved once before training (the static input-feature halo)."""

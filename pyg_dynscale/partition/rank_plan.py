@@ -35,7 +35,7 @@ from torch import Tensor
 
 from ..errors import PartitionError, PartitionFormatError
 from .pattern import DependencyPattern
-from .plan import KINDS, CommunicationPlan, Exchange
+from .plan import CommunicationPlan, Exchange, bytes_by_kind, rows_by_kind
 
 __all__ = ["RankExchange", "RankPlan", "STATE_FORMAT", "STATE_VERSION"]
 
@@ -312,18 +312,11 @@ class RankPlan:
     def bytes_by_kind(self, forward_only: bool = False) -> dict[str, int]:
         """The whole plan's bytes per epoch by kind and ``"total"`` (as
         :meth:`CommunicationPlan.bytes_by_kind`)."""
-        out = {k: 0 for k in KINDS}
-        for e in self.exchanges:
-            out[e.kind] += e.forward_bytes if forward_only else e.forward_bytes + e.backward_bytes
-        out["total"] = sum(out[k] for k in KINDS)
-        return out
+        return bytes_by_kind(self.exchanges, forward_only)
 
     def rows_by_kind(self) -> dict[str, int]:
-        out = {k: 0 for k in KINDS}
-        for e in self.exchanges:
-            if not e.static:
-                out[e.kind] += e.num_rows
-        return out
+        """The whole plan's forward rows per epoch by kind (static rows excluded)."""
+        return rows_by_kind(self.exchanges)
 
     def load_bytes(self) -> int:
         """The whole plan's bytes moved once before training."""
