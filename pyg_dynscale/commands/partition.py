@@ -7,9 +7,13 @@ dependency pattern and prints bytes per epoch by kind, cut edges, the load
 imbalance :math:`\lambda` and the partitioning time. ``--out FILE`` saves the
 partition (:func:`~pyg_dynscale.partition.save_partition`). ``--shards DIR``
 writes one shard per rank (:func:`~pyg_dynscale.distributed.write_shards`)
-for ``pyg-dynscale train --shards DIR``: the dependency pattern is then the
-zoo model's (``--model``, ``--hidden``, ``--dtype``), the one ``train``
-builds, so that each rank's shard fits the model it trains.
+for ``pyg-dynscale train --shards DIR``, cut for the model ``train`` builds
+(``--model`` a zoo name or the user's ``PATH.py:Name`` with
+``--model-args``, ``--hidden``, ``--dtype``, ``--seed``), so that each
+rank's shard fits the model it trains: decomposed-path shards (the model's
+dependency pattern) for a decomposed model, black-box shards (each rank's
+local subgraphs and its slice of the state plan,
+:mod:`~pyg_dynscale.distributed.blackbox_shards`) for a black-box one.
 
 With ``--json`` the output is one JSON object on stdout (keys in
 ``docs/cli.md``; ``lambda`` is ``null`` when a rank is empty) and no
@@ -32,8 +36,10 @@ FORMATS = ("auto", "pygt-json", "edgelist")
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    from ..nn.zoo import MODEL_NAMES
     from ..partition.pattern import MODELS
     from ..partition.partition import SCHEMES
+    from .train_options import _model_type, _ModelChoices
 
     p = subparsers.add_parser(
         "partition",
@@ -46,8 +52,18 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "among pss, pts (with and without --locality), pss-ts and pgc, reported with the "
                         "candidates' predicted costs")
     p.add_argument("--parts", type=int, required=True, metavar="N", help="number of ranks")
-    p.add_argument("--model", choices=MODELS, default="tgcn", help="dependency pattern preset (default: tgcn)")
-    p.add_argument("--hidden", type=int, default=32, help="hidden width of the model (default: 32)")
+    names = MODELS + tuple(n for n in MODEL_NAMES if n not in MODELS)
+    p.add_argument("--model", type=_model_type(names), choices=_ModelChoices(names), default="tgcn", metavar="MODEL",
+                   help=f"dependency pattern preset ({', '.join(MODELS)}; default: tgcn); with --shards the model "
+                        f"'pyg-dynscale train' builds: a zoo model ({', '.join(MODEL_NAMES)}) or your own, "
+                        "PATH.py:Name or package.module:Name with --model-args, as train takes it (black-box models "
+                        "get black-box shards)")
+    p.add_argument("--model-args", default=None, metavar="JSON",
+                   help="with --shards and --model PATH.py:Name or module:Name: the constructor's keyword arguments "
+                        "as a JSON object, as train takes them")
+    p.add_argument("--hidden", type=int, default=None,
+                   help="hidden width of a preset or zoo model (default: 32); your own model takes its widths from "
+                        "--model-args")
     p.add_argument("--blocks", type=int, default=1, help="number of DGNN blocks (default: 1)")
     p.add_argument("--gcn-layers", type=int, default=1,
                    help="tgcn: GCN layers per gate (default 1 = PyGT's T-GCN, whose only spatial rows are raw "
@@ -64,12 +80,14 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--format", choices=FORMATS, default="auto", help="file format (default: auto)")
     p.add_argument("--window", default=None, metavar="SECONDS",
                    help="snapshot length when reading a temporal edge list: seconds, or a duration like 1d, 12h, 30min")
-    p.add_argument("--seed", type=int, default=0, help="seed for randomized schemes (pgc)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed for randomized schemes (pgc); with --shards also of the model's parameters, as train's")
     p.add_argument("--out", default=None, metavar="FILE", help="save the partition to FILE")
     p.add_argument("--shards", default=None, metavar="DIR",
                    help="write one shard per rank into DIR for 'pyg-dynscale train --shards DIR' (each rank then "
-                        "reads only its part); the pattern is the train command's zoo model (--model, --hidden, "
-                        "--dtype)")
+                        "reads only its part); the shards are cut for the model the train command builds (--model, "
+                        "--model-args, --hidden, --dtype): decomposed-path shards for a decomposed model, black-box "
+                        "shards (local subgraphs and the state plan) for a black-box one")
     p.add_argument("--dtype", choices=("float32", "float64"), default="float32",
                    help="with --shards: the training dtype (the plan's bytes per element; default: float32)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
@@ -86,8 +104,9 @@ def _check(args: argparse.Namespace) -> None:
         raise CommandError(f"'{args.path}' is a directory; give a dataset file.")
     if args.parts < 1:
         raise CommandError(f"--parts must be >= 1, got {args.parts}.")
-    if args.hidden < 1 or args.blocks < 1 or args.gcn_layers < 1:
+    if (args.hidden is not None and args.hidden < 1) or args.blocks < 1 or args.gcn_layers < 1:
         raise CommandError("--hidden, --blocks and --gcn-layers must be >= 1.")
+    _check_model(args)
     if args.window is not None:
         try:  # the same parsing as ``inspect --window`` and the loaders
             args.window = parse_window(args.window)
@@ -107,16 +126,11 @@ def _check(args: argparse.Namespace) -> None:
     if args.workload not in (None, "linear", "vertices") and not os.path.isfile(args.workload):
         raise CommandError(f"--workload: '{args.workload}' is neither 'linear', 'vertices' nor a saved MLPWorkload file.")
     if args.shards is not None:
-        from ..nn.zoo import MODEL_NAMES
-
         if os.path.exists(args.shards) and not os.path.isdir(args.shards):
             raise CommandError(f"--shards: '{args.shards}' is a file; give a directory (it is created or replaced).")
         if not os.path.isdir(os.path.dirname(os.path.abspath(args.shards))):
             raise CommandError(f"--shards: the folder '{os.path.dirname(os.path.abspath(args.shards))}' does not "
                                "exist; create it first.")
-        if args.model not in MODEL_NAMES:
-            raise CommandError(f"--shards with --model {args.model}: 'pyg-dynscale train' has no such model; use one "
-                               f"of {', '.join(MODEL_NAMES)}.")
         if args.blocks != 1 or args.gcn_layers != 1:
             raise CommandError("--blocks and --gcn-layers describe a preset pattern; with --shards the pattern is the "
                                "train command's model (--model, --hidden): drop them.")
@@ -126,6 +140,40 @@ def _check(args: argparse.Namespace) -> None:
             raise CommandError(f"--out: '{args.out}' is a directory; give a file name.")
         if not os.path.isdir(folder):
             raise CommandError(f"--out: the folder '{folder}' does not exist; create it first.")
+
+
+def _check_model(args: argparse.Namespace) -> None:
+    """``--model``, ``--model-args`` and ``--hidden``: without ``--shards``
+    a preset pattern; with it the model ``train`` builds (a zoo name, or the
+    user's, imported and checked here: ``args.user_model``)."""
+    from ..nn.zoo import MODEL_NAMES
+    from ..partition.pattern import MODELS
+    from .user_model import is_model_spec, load_user_model
+
+    args.user_model = None
+    user = is_model_spec(args.model)
+    if args.shards is None:
+        if user or args.model not in MODELS:
+            raise CommandError(f"--model {args.model} without --shards: the report's pattern is a preset ("
+                               f"{', '.join(MODELS)}); a train model (zoo or PATH.py:Name) applies with --shards DIR, "
+                               "which cuts shards for it: add --shards DIR, or use a preset.")
+        if args.model_args is not None:
+            raise CommandError("--model-args applies with --shards and --model PATH.py:Name (your own model): drop "
+                               "--model-args.")
+    elif not user and args.model not in MODEL_NAMES:
+        raise CommandError(f"--shards with --model {args.model}: 'pyg-dynscale train' has no such model; use one "
+                           f"of {', '.join(MODEL_NAMES)}, or your own model as PATH.py:Name.")
+    elif not user and args.model_args is not None:
+        raise CommandError(f"--model-args applies to your own model (--model PATH.py:ClassName); --model "
+                           f"{args.model} is built by the zoo from the data and --hidden: drop --model-args.")
+    if not user:
+        args.hidden = 32 if args.hidden is None else args.hidden
+        return
+    if args.hidden is not None:
+        raise CommandError(f"--hidden {args.hidden} sets the width of the zoo's models; --model {args.model} is built "
+                           f"from --model-args: give its width there (e.g. --model-args '{{\"hidden\": "
+                           f"{args.hidden}}}'), and drop --hidden.")
+    args.user_model = load_user_model(args.model, args.model_args)
 
 
 def partition_report(args: argparse.Namespace, progress: bool = False) -> dict[str, Any]:
@@ -157,12 +205,13 @@ def partition_report(args: argparse.Namespace, progress: bool = False) -> dict[s
             raise CommandError(f"--window: {exc}") from None
         raise
     bar.update()
+    model, path = None, None
+    if args.shards:  # the model 'pyg-dynscale train --shards' builds: its path and pattern, at the training dtype
+        model, path, pattern, signal = _train_model(args, signal)
     step("supergraph")
     sg = signal.supergraph()
     bar.update()
-    if args.shards:  # the model 'pyg-dynscale train --shards' builds: its pattern, at the training dtype
-        pattern = _train_pattern(args, signal)
-    else:
+    if not args.shards:
         pattern = DependencyPattern.preset(args.model, max(int(signal.num_node_features), 1), args.hidden,
                                            num_blocks=args.blocks, gcn_layers=args.gcn_layers)
     step("partition")
@@ -194,13 +243,18 @@ def partition_report(args: argparse.Namespace, progress: bool = False) -> dict[s
         from ..distributed.shards import write_shards
 
         step("shards")
-        write_shards(signal, part, pattern, args.shards)
+        if path == "blackbox":  # each rank's local subgraphs and its slice of the state plan, for this module
+            write_shards(signal, part, model, args.shards, bytes_per_element=pattern.bytes_per_element)
+        else:
+            write_shards(signal, part, pattern, args.shards)
         bar.update()
     bar.close()
     finite = (lambda x: x if math.isfinite(x) else None)  # noqa: E731  JSON has no inf
     return {
         "schema_version": SCHEMA_VERSION, "path": args.path, "scheme": part.scheme, "parts": args.parts,
-        "model": args.model, "hidden": args.hidden, "blocks": args.blocks, "gcn_layers": args.gcn_layers, "balanced": bool(args.balanced),
+        "model": args.model, "model_class": args.user_model.target if args.user_model else None,
+        "model_args": args.user_model.args if args.user_model else None, "runtime_path": path,
+        "hidden": args.hidden, "blocks": args.blocks, "gcn_layers": args.gcn_layers, "balanced": bool(args.balanced),
         "locality": bool(part.meta.get("locality", args.locality)),
         "seed": args.seed, "pattern": pattern.to_dict(),
         "vertex_time_nodes": sg.num_nodes, "spatial_edges": sg.num_spatial_edges,
@@ -217,15 +271,42 @@ def partition_report(args: argparse.Namespace, progress: bool = False) -> dict[s
     }
 
 
-def _train_pattern(args: argparse.Namespace, signal: Any) -> Any:
-    """The dependency pattern of the zoo model ``pyg-dynscale train`` builds for ``signal``."""
+def _train_model(args: argparse.Namespace, signal: Any) -> tuple:
+    """``(model, path, pattern, signal)``: the model ``pyg-dynscale train``
+    builds for ``signal`` (``--model``, ``--model-args``, ``--hidden``,
+    ``--seed``, at ``--dtype``), the runtime path it takes, the dependency
+    pattern train partitions for, and ``signal`` (its edges sorted by
+    (target, source) for a diffusion convolution, as train sorts them)."""
     import torch
 
-    from ..nn.zoo import build_model
+    from ..errors import DynScaleError
+    from ..nn.zoo import BLACK_BOX_MODELS, build_model, partition_pattern
+    from ..runtime.paths import model_pattern
+    from .user_model import build_user_model, needs_sorted_edges, runtime_path
 
-    model, _, _ = build_model(args.model, max(int(signal.num_node_features), 1), args.hidden,
-                              num_snapshots=signal.num_snapshots, num_vertices=signal.num_vertices)
-    return model.dependency_pattern(bytes_per_element=torch.empty((), dtype=getattr(torch, args.dtype)).element_size())
+    dtype = getattr(torch, args.dtype)
+    bpe = torch.empty((), dtype=dtype).element_size()
+    F = max(int(signal.num_node_features), 1)
+    user = args.user_model
+    if user is None:
+        if args.model == "dcrnn":
+            signal = signal.sort_edges()
+        torch.manual_seed(args.seed)
+        model, _, _ = build_model(args.model, F, args.hidden, num_snapshots=signal.num_snapshots,
+                                  num_vertices=signal.num_vertices)
+        model = model.to(dtype=dtype)
+        if args.model in BLACK_BOX_MODELS:  # the white-box preset of the cell, as train partitions for it
+            return model, "blackbox", partition_pattern(model, args.model, F, args.hidden, bpe), signal
+        return model, "decomposed", model.dependency_pattern(bytes_per_element=bpe), signal
+    model, _, _ = build_user_model(user, signal, seed=args.seed, dtype=dtype)
+    if needs_sorted_edges(model):
+        signal = signal.sort_edges()
+    path, _ = runtime_path(model)
+    try:
+        pattern = model_pattern(model, signal, bytes_per_element=bpe, check=True)[0]
+    except DynScaleError as exc:
+        raise CommandError(f"--model {args.model}: {exc}") from None
+    return model, path, pattern, signal
 
 
 def _pgc_report(part: Any) -> dict[str, Any]:

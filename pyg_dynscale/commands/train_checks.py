@@ -50,7 +50,7 @@ def check_args(args: argparse.Namespace) -> None:
     plan_devices(args.device, torch.cuda.is_available(), torch.cuda.device_count(), 1)
     args.stale_config = _stale_config(args)
     _check_windows(args)
-    _check_model(args)
+    check_model_options(args)
     from ..nn.zoo import BLACK_BOX_MODELS, RECOMPUTABLE_MODELS
 
     if args.locality and args.scheme != "pts":
@@ -129,11 +129,12 @@ def _check_windows(args: argparse.Namespace) -> None:
             fail(f"{opt} does not apply with --windows: {why}; drop {opt}.")
 
 
-def _check_model(args: argparse.Namespace) -> None:
+def check_model_options(args: argparse.Namespace) -> None:
     """``--model`` (a zoo name, or the user's model: imported and checked
     against ``--model-args`` here, before any work), ``--model-args`` and
     ``--hidden``; sets ``args.user_model`` (``None`` for the zoo) and the
-    zoo's default ``--hidden``."""
+    zoo's default ``--hidden``. ``train --shards`` runs it too (the shards
+    are trained with the model options ``train PATH`` takes)."""
     from .user_model import is_model_spec, load_user_model
 
     args.user_model = None

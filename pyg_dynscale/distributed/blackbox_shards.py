@@ -42,7 +42,7 @@ from ..partition.halo_plan import StatePlan
 from ..runtime.paths import as_signal, edge_fields_of, prepare_snapshot_model, resolve_model
 from .snapshot_engine import check_dcrnn_edge_order
 
-__all__ = ["blackbox_set", "blackbox_shard", "BlackBoxShard", "LocalSignal", "check_blackbox_shard"]
+__all__ = ["blackbox_set", "blackbox_shard", "BlackBoxShard", "LocalSignal", "check_blackbox_shard", "module_mismatch"]
 
 
 class LocalField(NamedTuple):
@@ -209,6 +209,8 @@ def blackbox_set(signal: Any, partition: Any, module: torch.nn.Module, partition
         "path": "blackbox", "world_size": R, "num_nodes": int(sg.num_nodes), "num_snapshots": int(T),
         "num_vertices": int(sg.num_vertices), "num_sequences": int(sg.sequence_vertex.numel()),
         "nodes_per_snapshot": torch.bincount(sg.time, minlength=T).tolist(),
+        # as the decomposed header: `pyg-dynscale train --shards` builds the model from meta.json alone
+        "num_features": int(signal.x.shape[1]) if signal.x.dim() > 1 else 1,
         "probe_shape": [int(signal.nodes_per_snapshot[t0])] + list(signal.x.shape[1:]),
         "signal": signal.fingerprint(), "partition": partition_digest, "scheme": partition.scheme,
         "two_owners": False, "weighted": signal.edge_weight is not None, "fields": sorted(node_fields),
@@ -244,12 +246,21 @@ def blackbox_shard(meta: dict, rank: int, body: dict, path: str, remedy: str) ->
     return shard
 
 
-def check_blackbox_shard(model: SnapshotModel, shard: BlackBoxShard, dtype: torch.dtype) -> None:
+def module_mismatch(model: SnapshotModel, meta: dict, dtype: torch.dtype,
+                    probe_fields: Optional[dict] = None) -> Optional[str]:
     """Probe ``model`` as the whole-signal path does (its state widths) and
-    check it is the module the shards were cut for: class, halo depth, state
-    widths, output shape and the element size of ``dtype`` (the plan's rows
-    and bytes depend on all of them)."""
-    meta = shard.meta
+    compare it with the module a black-box shard set was cut for: class, halo
+    depth, state widths, output shape and the element size of ``dtype`` (the
+    plan's rows and bytes depend on all of them).
+
+    Needs only ``meta.json``'s header (``probe_fields``: one row of each edge
+    field the module reads, from a rank file; ``None`` when the set has no
+    edge fields), so a launcher can check a model before any rank starts.
+
+    Returns:
+        ``None`` when it fits, else the differing fields as one line
+        (``"depth: shards ..., model ..."``).
+    """
     # the probe learns widths from the shape it is given: a module that reads every node (a fixed node count,
     # e.g. EvolveGCN-H) gets the whole signal's first snapshot's, any other a ring of at most 16 nodes (its
     # transient memory stays far below the rank's part)
@@ -257,13 +268,20 @@ def check_blackbox_shard(model: SnapshotModel, shard: BlackBoxShard, dtype: torc
     if not model.depth.full_nodes:
         shape[0] = min(shape[0], 16)
     x_like = torch.zeros(shape, dtype=torch.float32)
-    model.probe(x_like, edge_weight=bool(meta["weighted"]), edge_fields=shard.probe_fields)
+    model.probe(x_like, edge_weight=bool(meta["weighted"]), edge_fields=probe_fields or {})
     bpe = torch.empty((), dtype=dtype).element_size()
     mine = _module_signature(model, bpe)
     theirs = {k: meta[k] for k in mine}
-    if mine != theirs:
-        diff = ", ".join(f"{k}: shards {theirs[k]!r}, model {mine[k]!r}" for k in mine if mine[k] != theirs[k])
+    if mine == theirs:
+        return None
+    return ", ".join(f"{k}: shards {theirs[k]!r}, model {mine[k]!r}" for k in mine if mine[k] != theirs[k])
+
+
+def check_blackbox_shard(model: SnapshotModel, shard: BlackBoxShard, dtype: torch.dtype) -> None:
+    """Probe ``model`` and check it is the module the shards were cut for
+    (:func:`module_mismatch`); raises :class:`ShardError` otherwise."""
+    diff = module_mismatch(model, shard.meta, dtype, shard.probe_fields)
+    if diff is not None:
         raise ShardError(f"the shards were cut for another black-box module or dtype ({diff}). Write the shards "
                          "with write_shards(signal, partition, <this module>, DIR) (bytes_per_element of the "
                          "training dtype).")
-
