@@ -54,13 +54,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--parts", type=int, required=True, metavar="N", help="number of ranks")
     names = MODELS + tuple(n for n in MODEL_NAMES if n not in MODELS)
     p.add_argument("--model", type=_model_type(names), choices=_ModelChoices(names), default="tgcn", metavar="MODEL",
-                   help=f"dependency pattern preset ({', '.join(MODELS)}; default: tgcn); with --shards the model "
-                        f"'pyg-dynscale train' builds: a zoo model ({', '.join(MODEL_NAMES)}) or your own, "
-                        "PATH.py:Name or package.module:Name with --model-args, as train takes it (black-box models "
-                        "get black-box shards)")
+                   help=f"dependency pattern preset ({', '.join(MODELS)}; default: tgcn); any other zoo model "
+                        f"({', '.join(MODEL_NAMES)}), your own (PATH.py:Name or package.module:Name with --model-args, "
+                        "as train takes it), and every model with --shards: the model 'pyg-dynscale train' builds "
+                        "and its pattern (black-box models get black-box shards)")
     p.add_argument("--model-args", default=None, metavar="JSON",
-                   help="with --shards and --model PATH.py:Name or module:Name: the constructor's keyword arguments "
-                        "as a JSON object, as train takes them")
+                   help="with --model PATH.py:Name or module:Name: the constructor's keyword arguments as a JSON "
+                        "object, as train takes them")
     p.add_argument("--hidden", type=int, default=None,
                    help="hidden width of a preset or zoo model (default: 32); your own model takes its widths from "
                         "--model-args")
@@ -131,9 +131,6 @@ def _check(args: argparse.Namespace) -> None:
         if not os.path.isdir(os.path.dirname(os.path.abspath(args.shards))):
             raise CommandError(f"--shards: the folder '{os.path.dirname(os.path.abspath(args.shards))}' does not "
                                "exist; create it first.")
-        if args.blocks != 1 or args.gcn_layers != 1:
-            raise CommandError("--blocks and --gcn-layers describe a preset pattern; with --shards the pattern is the "
-                               "train command's model (--model, --hidden): drop them.")
     if args.out is not None:
         folder = os.path.dirname(os.path.abspath(args.out))
         if os.path.isdir(args.out):
@@ -143,30 +140,24 @@ def _check(args: argparse.Namespace) -> None:
 
 
 def _check_model(args: argparse.Namespace) -> None:
-    """``--model``, ``--model-args`` and ``--hidden``: without ``--shards``
-    a preset pattern; with it the model ``train`` builds (a zoo name, or the
-    user's, imported and checked here: ``args.user_model``)."""
-    from ..nn.zoo import MODEL_NAMES
+    """``--model``, ``--model-args`` and ``--hidden``: a preset pattern
+    (:data:`~pyg_dynscale.partition.pattern.MODELS`, without ``--shards``), or
+    the model ``train`` builds (a zoo name, or the user's, imported and
+    checked here: ``args.user_model``)."""
     from ..partition.pattern import MODELS
     from .user_model import is_model_spec, load_user_model
 
     args.user_model = None
     user = is_model_spec(args.model)
-    if args.shards is None:
-        if user or args.model not in MODELS:
-            raise CommandError(f"--model {args.model} without --shards: the report's pattern is a preset ("
-                               f"{', '.join(MODELS)}); a train model (zoo or PATH.py:Name) applies with --shards DIR, "
-                               "which cuts shards for it: add --shards DIR, or use a preset.")
-        if args.model_args is not None:
-            raise CommandError("--model-args applies with --shards and --model PATH.py:Name (your own model): drop "
-                               "--model-args.")
-    elif not user and args.model not in MODEL_NAMES:
-        raise CommandError(f"--shards with --model {args.model}: 'pyg-dynscale train' has no such model; use one "
-                           f"of {', '.join(MODEL_NAMES)}, or your own model as PATH.py:Name.")
-    elif not user and args.model_args is not None:
-        raise CommandError(f"--model-args applies to your own model (--model PATH.py:ClassName); --model "
-                           f"{args.model} is built by the zoo from the data and --hidden: drop --model-args.")
+    if (args.blocks != 1 or args.gcn_layers != 1) and (args.shards is not None or user or args.model not in MODELS):
+        raise CommandError(f"--blocks and --gcn-layers describe a preset pattern ({', '.join(MODELS)}, without "
+                           f"--shards); --model {args.model}" + (" with --shards" if args.shards else "")
+                           + " is the train command's model, whose pattern is its own (--model, --hidden): drop them.")
     if not user:
+        if args.model_args is not None:
+            raise CommandError(f"--model-args applies to your own model (--model PATH.py:ClassName or "
+                               f"package.module:ClassName); --model {args.model} is built from the data and --hidden: "
+                               "drop --model-args.")
         args.hidden = 32 if args.hidden is None else args.hidden
         return
     if args.hidden is not None:
@@ -184,7 +175,7 @@ def partition_report(args: argparse.Namespace, progress: bool = False) -> dict[s
     from ..errors import SignalValidationError
     from ..partition.io import save_partition
     from ..partition.metrics import evaluate
-    from ..partition.pattern import DependencyPattern
+    from ..partition.pattern import MODELS, DependencyPattern
     from ..partition.plan import CommunicationPlan
     from ..partition.algorithms.dispatch import partition
 
@@ -206,12 +197,13 @@ def partition_report(args: argparse.Namespace, progress: bool = False) -> dict[s
         raise
     bar.update()
     model, path = None, None
-    if args.shards:  # the model 'pyg-dynscale train --shards' builds: its path and pattern, at the training dtype
+    if args.shards or args.user_model is not None or args.model not in MODELS:
+        # the model 'pyg-dynscale train' builds: its path and the pattern it partitions for, at the training dtype
         model, path, pattern, signal = _train_model(args, signal)
     step("supergraph")
     sg = signal.supergraph()
     bar.update()
-    if not args.shards:
+    if model is None:  # a preset
         pattern = DependencyPattern.preset(args.model, max(int(signal.num_node_features), 1), args.hidden,
                                            num_blocks=args.blocks, gcn_layers=args.gcn_layers)
     step("partition")

@@ -127,9 +127,8 @@ def test_train_shards_wrong_model_or_set_is_one_line(tmp_path, capsys):
     partition_cases = {
         "model args, zoo": (["--model", "tgcn", "--model-args", "{}", "--shards", str(tmp_path / "x")],
                             "--model-args"),
-        "user model without shards": (["--model", spec], "add --shards DIR"),
         "hidden with user model": (["--model", spec, "--hidden", "8", "--shards", str(tmp_path / "x")], "--hidden 8"),
-        "zoo name without shards": (["--model", "dcrnn"], "--shards"),
+        "preset options with a train model": (["--model", spec, "--blocks", "2"], "--blocks and --gcn-layers"),
     }
     for name, (args, why) in partition_cases.items():
         capsys.readouterr()
