@@ -154,3 +154,28 @@ def test_zoo_blackbox_model_gets_blackbox_shards(tmp_path, capsys):
     capsys.readouterr()
     assert main(["train", "--shards", d, "--model", "gconvgru", "--hidden", "7", "--epochs", "1"]) == 2
     assert "widths" in capsys.readouterr().err
+
+
+def test_user_decomposed_model_shards_build_the_model_of_the_data(tmp_path, capsys):
+    """Your own model on the decomposed path (pyg_dynscale.nn:TGCN, 8 outputs) gets decomposed-path shards
+    whose pattern is its own; train --shards builds it from meta.json alone with the parameters and head
+    (ReLU + Linear(8, 1)) that build_user_model gives on the whole signal, bitwise. Red if the stand-in of the
+    data had another feature count or target width (another head), or the seed were not --seed."""
+    from pyg_dynscale.commands.train_shards import build_shard_model, check_shard_args
+    from pyg_dynscale.commands.user_model import build_user_model, load_user_model
+    from pyg_dynscale.data.loaders import load
+
+    d, margs = str(tmp_path / "dec-user"), '{"out_channels": 8}'
+    rep = _partition(capsys, "--scheme", "pss", "--model", "pyg_dynscale.nn:TGCN", "--model-args", margs,
+                     "--dtype", "float64", "--seed", "3", "--shards", d)
+    assert rep["runtime_path"] == "decomposed" and rep["model_class"] == "pyg_dynscale.nn.tgcn:TGCN"
+    args = build_parser().parse_args(["train", "--shards", d, "--model", "pyg_dynscale.nn:TGCN", "--model-args",
+                                      margs, "--dtype", "float64", "--seed", "3"])
+    check_shard_args(args)
+    model, head, loss = build_shard_model(args, read_meta(d), 1)
+    ref, ref_head, _ = build_user_model(load_user_model("pyg_dynscale.nn:TGCN", margs), load(DATA), seed=3,
+                                        dtype=torch.float64)
+    assert loss == "mse" and head is not None and head[1].out_features == 1 and head[1].in_features == 8
+    mine = list(model.parameters()) + list(head.parameters())
+    theirs = list(ref.parameters()) + list(ref_head.parameters())
+    assert all(a.dtype == torch.float64 and torch.equal(a, b) for a, b in zip(mine, theirs, strict=True))
