@@ -196,7 +196,7 @@ def partition_report(args: argparse.Namespace, progress: bool = False) -> dict[s
             raise CommandError(f"--window: {exc}") from None
         raise
     bar.update()
-    model, path = None, None
+    model, path, shard_bytes = None, None, None
     if args.shards or args.user_model is not None or args.model not in MODELS:
         # the model 'pyg-dynscale train' builds: its path and the pattern it partitions for, at the training dtype
         model, path, pattern, signal = _train_model(args, signal)
@@ -232,13 +232,16 @@ def partition_report(args: argparse.Namespace, progress: bool = False) -> dict[s
         save_partition(part, args.out)
         bar.update()
     if args.shards:
-        from ..distributed.shards import write_shards
+        from ..distributed.shards import read_shard, write_shards
 
         step("shards")
         if path == "blackbox":  # each rank's local subgraphs and its slice of the state plan, for this module
             write_shards(signal, part, model, args.shards, bytes_per_element=pattern.bytes_per_element)
         else:
             write_shards(signal, part, pattern, args.shards)
+        # what `train --shards` will predict (and measure): the shards' own plan, read back from rank 0's file (a
+        # black-box set's state plan moves other rows than the pattern's plan above)
+        shard_bytes = read_shard(args.shards, 0, args.parts).plan.bytes_by_kind()
         bar.update()
     bar.close()
     finite = (lambda x: x if math.isfinite(x) else None)  # noqa: E731  JSON has no inf
@@ -258,7 +261,7 @@ def partition_report(args: argparse.Namespace, progress: bool = False) -> dict[s
         "lambda_time": finite(m["lambda_time"]),
         "nodes_per_rank": m["nodes_per_rank"], "edges_per_rank": m["edges_per_rank"],
         "seconds": m["seconds"], "total_seconds": time.perf_counter() - t0, "out": args.out,
-        "shards": os.path.abspath(args.shards) if args.shards else None,
+        "shards": os.path.abspath(args.shards) if args.shards else None, "shard_bytes_predicted": shard_bytes,
         **_pgc_report(part), "auto": part.meta.get("auto"),
     }
 
@@ -336,7 +339,8 @@ def _text(r: dict[str, Any]) -> str:
     if r["out"]:
         lines.append(f"  saved to {r['out']}")
     if r.get("shards"):
-        lines.append(f"  shards in {r['shards']} (one directory per rank; pyg-dynscale train --shards)")
+        lines.append(f"  shards in {r['shards']} ({r['runtime_path']} path, one directory per rank; pyg-dynscale "
+                     f"train --shards), {format_bytes(r['shard_bytes_predicted']['total'])} / epoch by their plan")
     return "\n".join(lines)
 
 

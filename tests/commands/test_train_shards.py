@@ -90,6 +90,7 @@ def test_user_model_blackbox_shards_train_equal_whole_signal(tmp_path, capsys):
     m, p = run["bytes_measured"], run["bytes_predicted"]
     assert m["total"] == p["total"] and m["spatial"] == p["spatial"] and m["temporal"] == p["temporal"]
     assert p["total"][-1] == ref["predicted"]["total"] and m["spatial"][-1] > 0  # PTS: halo state rows move
+    assert all(p[k][-1] == v for k, v in rep["shard_bytes_predicted"].items()), (p, rep["shard_bytes_predicted"])
     assert 0 < run["shard_bytes_read"]
 
 
