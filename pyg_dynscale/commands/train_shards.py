@@ -24,7 +24,9 @@ and target widths decide the head as on the data).
 What a rank holding its part cannot run is refused before any process
 starts, in one line naming the option: ``--windows``, ``--partition``,
 ``--save-partition``, ``--recompute-every``, ``--fusion none``,
-``--stale``, ``--target link``; so are a missing rank directory, a world
+``--stale``, ``--target link``, ``--train-ratio``, and ``--scheme``,
+``--locality``, ``--format``, ``--window`` (given to ``partition ...
+--shards`` instead); so are a missing rank directory, a world
 size (``--nproc``) other than the shard count, and a damaged shard set.
 """
 from __future__ import annotations
@@ -64,6 +66,16 @@ def check_shard_args(args: argparse.Namespace) -> None:
         if bad:
             fail(f"--{name} with --shards: a rank that holds only its part cannot run it (the shards hold node "
                  f"targets, one partition, fusion='full', exact exchanges). Drop --{name}, or train from PATH.")
+    # options that shape the data or its partition: the shards were cut with their own (partition ... --shards)
+    cut = {"scheme": (args.scheme != "auto", "--scheme S"), "locality": (args.locality, "--scheme pts --locality"),
+           "format": (args.format != "auto", "--format F"), "window": (args.window is not None, "--window W")}
+    for name, (bad, given) in cut.items():
+        if bad:
+            fail(f"--{name} with --shards: the shards hold the data already read and partitioned; drop --{name}, "
+                 f"and give it when cutting them: pyg-dynscale partition PATH --parts N {given} --shards {d}.")
+    if args.train_ratio != 0.8:
+        fail(f"--train-ratio with --shards: every snapshot of the shards trains (they hold no test split); drop "
+             "--train-ratio, or train from PATH.")
     for name in ("epochs", "hidden", "threads", "checkpoint_every"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             fail(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}.")

@@ -119,6 +119,8 @@ def test_train_shards_wrong_model_or_set_is_one_line(tmp_path, capsys):
         "missing rank": (["--shards", lost, *user], ["rank-1/shard.pt is missing", "--parts 2"]),
         "world": (["--shards", bb, *user, "--nproc", "3"], ["holds 2 parts but --nproc 3"]),
         "hidden with user model": (["--shards", bb, *user, "--hidden", "8"], ["--hidden 8", "--model-args"]),
+        "scheme": (["--shards", bb, *user, "--scheme", "pss"], ["--scheme with --shards", "--scheme S"]),
+        "train ratio": (["--shards", bb, *user, "--train-ratio", "0.5"], ["--train-ratio with --shards"]),
     }
     for name, (args, words) in cases.items():
         capsys.readouterr()
