@@ -211,7 +211,7 @@ def build_shard_model(args: argparse.Namespace, meta: dict, rank: int) -> tuple:
     width of rank ``rank``'s file, decide the head exactly as on the data)."""
     import torch
 
-    from ..errors import CommandError
+    from ..errors import CommandError, DynScaleError
     from ..nn.zoo import build_model
     from .user_model import build_user_model
 
@@ -219,9 +219,12 @@ def build_shard_model(args: argparse.Namespace, meta: dict, rank: int) -> tuple:
     user = getattr(args, "user_model", None)
     if user is None:
         torch.manual_seed(args.seed)
-        model, head, loss = build_model(args.model, meta["num_features"], args.hidden or 32,
-                                        num_snapshots=meta["num_snapshots"], num_vertices=meta["num_vertices"],
-                                        target="node")
+        try:
+            model, head, loss = build_model(args.model, meta["num_features"], args.hidden or 32,
+                                            num_snapshots=meta["num_snapshots"], num_vertices=meta["num_vertices"],
+                                            target="node")
+        except (ValueError, DynScaleError) as exc:  # e.g. dysat's odd --hidden, PyGT missing for its cells
+            fail(f"--model {args.model} --hidden {args.hidden or 32}: {exc}")
         return model.to(dtype=dtype), (head.to(dtype=dtype) if head is not None else None), loss
     width = _target_width(args.shards, rank)
     try:  # a ring of 16 nodes per snapshot; a model with a fixed node count needs the first snapshots' own counts
