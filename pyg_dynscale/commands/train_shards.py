@@ -246,6 +246,7 @@ def train_from_shards(args: argparse.Namespace, rank: int, world: int, init_proc
     from ..distributed import DistributedTrainer
     from ..distributed.shards import read_meta
     from ..errors import ShardError
+    from .train_checks import mismatch_message
     from .user_model import describe_head
 
     job = Job(args, rank, PROG, time.perf_counter)
@@ -263,7 +264,7 @@ def train_from_shards(args: argparse.Namespace, rank: int, world: int, init_proc
               "seed": args.seed}
     if user is not None:
         record.update(model_class=user.target, model_args=user.args)
-    job.find_resume(record, lambda exc: f"--resume: {exc}")
+    job.find_resume(record, lambda exc: mismatch_message(exc, args))  # names --model, --model-args, --hidden, ...
     # built before the processes connect (what goes wrong is one line, the same on every rank), seeded
     model, head, loss = build_shard_model(args, meta, rank)
     init_process_group()
