@@ -319,7 +319,9 @@ def _text(r: dict[str, Any]) -> str:
 
     lam = "inf" if r["lambda"] is None else f"{r['lambda']:.3f}"
     lines = [
-        f"{r['path']}: {r['scheme']} into {r['parts']} parts for {r['model']} (hidden {r['hidden']}, {r['blocks']} block(s))",
+        f"{r['path']}: {r['scheme']} into {r['parts']} parts for {r['model']} "
+        + (f"({r['model_class']}, {r['runtime_path']} path)" if r["model_class"] else
+           f"(hidden {r['hidden']}, {r['blocks']} block(s))"),
         f"  vertex-time nodes   {r['vertex_time_nodes']:>14,}",
         f"  spatial edges       {r['spatial_edges']:>14,}   cut: {r['cut_spatial_edges']:,}",
         f"  temporal edges      {r['temporal_edges']:>14,}   cut: {r['cut_temporal_edges']:,}",
