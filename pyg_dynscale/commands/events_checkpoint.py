@@ -24,7 +24,8 @@ import hashlib
 from typing import Any, Optional
 
 
-__all__ = ["events_record", "events_mismatch_message", "stream_template", "RECORD_OPTIONS"]
+__all__ = ["events_record", "events_mismatch_message", "stream_template", "RECORD_OPTIONS",
+           "event_placement_in_effect"]
 
 #: field of the run record -> the option that sets it (for messages)
 RECORD_OPTIONS = {"model": "--model", "data": "PATH", "parallelism": "--parallelism", "world_size": "--nproc",
@@ -67,6 +68,19 @@ def _partition_record(partition: Any) -> Optional[str]:
     return f"sha256:{digest}"
 
 
+def event_placement_in_effect(args: argparse.Namespace, world: int) -> str:
+    """``--event-placement`` as ``MemoryTrainer`` resolves it on ``world`` processes (``auto``: ``per_rank`` for a
+    partitioned memory under several processes unless ``--partition flexbicut``; one process: ``whole``)."""
+    from ..ctdg.options import check_event_placement
+
+    given = getattr(args, "event_placement", "auto")
+    if given == "per_rank" and getattr(args, "memory_placement", "replicated") == "replicated":
+        return "whole"  # refused by train_events.check_args before any record is written
+    placed = check_event_placement(given, memory_placement=getattr(args, "memory_placement", "replicated"),
+                                   partition=getattr(args, "partition", None), world_size=world)
+    return placed if world > 1 else "whole"
+
+
 def events_record(args: argparse.Namespace, parallelism: tuple, data: Any, world: int,
                   partition: Any = None) -> dict:
     """What a checkpoint must have been written by to be resumed: the data, the
@@ -79,7 +93,7 @@ def events_record(args: argparse.Namespace, parallelism: tuple, data: Any, world
     extra = {"memory_placement": getattr(args, "memory_placement", "replicated"),
              "partition": _partition_record(partition), "gradient_sync": getattr(args, "gradient_sync", "sync"),
              "micro_batches": micro if micro == "auto" else int(micro),
-             "event_placement": getattr(args, "event_placement", "whole")}
+             "event_placement": event_placement_in_effect(args, world)}  # what the trainer holds: auto resolved
     return {**{k: v for k, v in extra.items() if v != RECORD_DEFAULTS[k]},
             "mode": "events", "model": args.model, "data": _fingerprint(data, getattr(args, "path", None)),
             "parallelism": list(parallelism), "world_size": world, "dtype": args.dtype,

@@ -29,11 +29,16 @@ Sven's asynchronous all-reduce (not exact), ``--micro-batches N|auto`` its
 micro-batch pipelining. The report adds
 :meth:`~pyg_dynscale.ctdg.MemoryTrainer.traffic` summed over the processes.
 
-``--event-placement per_rank`` (with a partitioned memory) gives each process
-only its events and its owned vertices' neighbour index and mailbox
-(``MemoryTrainer(event_placement="per_rank")``: the same numbers); ``PATH``
-may then be an event store directory (``pyg_dynscale.ctdg.ingest_jodie_csv``'s
-``out``), of which each process reads only its ranges.
+``--event-placement auto`` (the default) gives each process of a partitioned
+memory (``--memory-placement partitioned|sven`` on several processes) only its
+events and its owned vertices' neighbour index and mailbox
+(``MemoryTrainer(event_placement="per_rank")``: the same numbers), and the
+whole stream otherwise (one process, a replicated memory, ``--partition
+flexbicut``); ``per_rank`` asks for it explicitly (refused where it does not
+run), ``whole`` for the whole stream on every process. With events per rank
+``PATH`` may be an event store directory (``pyg_dynscale.ctdg.ingest_jodie_csv``'s
+``out``), of which each process reads only its ranges. The report's
+``event_placement`` is the placement in effect.
 """
 from __future__ import annotations
 
@@ -58,7 +63,7 @@ PLACEMENTS = ("replicated", "partitioned", "sven")
 PARTITION_METHODS = ("range", "interval", "flexbicut")
 GRADIENT_SYNC = ("sync", "delayed")
 #: ``--event-placement``'s choices (``MemoryTrainer``'s ``event_placement``)
-EVENT_PLACEMENTS = ("whole", "per_rank")
+EVENT_PLACEMENTS = ("auto", "whole", "per_rank")
 SCHEMA_VERSION = 1
 
 __all__ = ["add_parser", "run", "train_events", "check_args"]
@@ -103,9 +108,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--micro-batches", default="1", metavar="N|auto",
                    help="with --memory-placement sven: split each local batch into N micro-batches whose dispatch "
                         "overlaps the previous one's compute, or auto (Sven's adaptive n; default: 1)")
-    p.add_argument("--event-placement", choices=EVENT_PLACEMENTS, default="whole",
-                   help="whole (default: every process holds the whole stream) or per_rank (with --memory-placement "
-                        "partitioned|sven: each process holds its events and its vertices' neighbours and messages)")
+    p.add_argument("--event-placement", choices=EVENT_PLACEMENTS, default="auto",
+                   help="auto (default: per_rank with --memory-placement partitioned|sven on several processes, "
+                        "except --partition flexbicut; else whole), whole (every process holds the whole stream) or "
+                        "per_rank (each process holds its events and its vertices' neighbours and messages)")
     p.add_argument("--val-ratio", type=float, default=0.15, help="validation share of the events (default: 0.15)")
     p.add_argument("--test-ratio", type=float, default=0.15, help="test share of the events (default: 0.15)")
     p.add_argument("--device", choices=DEVICES, default="cpu",
@@ -220,19 +226,15 @@ def _check_sven_options(args: argparse.Namespace, par: tuple) -> None:
 
 def _check_event_placement(args: argparse.Namespace, micro) -> None:
     """``--event-placement per_rank`` and the options it runs with (``MemoryTrainer``'s rules, named by option)."""
-    if getattr(args, "event_placement", "whole") == "whole":
+    if getattr(args, "event_placement", "auto") != "per_rank":  # auto resolves to what the options allow
         return
     if args.memory_placement == "replicated":
         fail("--event-placement per_rank keeps each vertex's neighbours and messages at the owner of its memory row: "
-             "add --memory-placement partitioned or sven, or use --event-placement whole.")
-    for given, option in ((args.prefetch, "--prefetch"), (micro != 1, f"--micro-batches {micro}"),
-                          (args.partition == "flexbicut", "--partition flexbicut")):
-        if given:
-            why = (" (its pre-sampling walks the whole stream on every process: save its owners with `pyg-dynscale "
-                   "partition-events PATH --parts N --out FILE` and give --partition FILE)"
-                   if option == "--partition flexbicut" else "")
-            fail(f"{option} does not combine with --event-placement per_rank{why}: drop {option.split()[0]}, or use "
-                 "--event-placement whole.")
+             "add --memory-placement partitioned or sven, or use --event-placement whole (or auto).")
+    if args.partition == "flexbicut":
+        fail("--partition flexbicut does not combine with --event-placement per_rank (its pre-sampling walks the "
+             "whole stream on every process: save its owners with `pyg-dynscale partition-events PATH --parts N "
+             "--out FILE` and give --partition FILE): drop --partition, or use --event-placement whole (or auto).")
 
 
 def check_args(args: argparse.Namespace) -> None:
@@ -298,9 +300,10 @@ def load_events(args: argparse.Namespace, world: int = 1):
     import torch
 
     from ..ctdg import load_event_list, load_jodie_csv, load_events_store
+    from .events_checkpoint import event_placement_in_effect
 
     if is_event_store(args.path):
-        if getattr(args, "event_placement", "whole") == "per_rank" and world > 1:
+        if event_placement_in_effect(args, world) == "per_rank":
             stream = StoreStream(args.path)
             if stream.msg_dim == 0:
                 fail(f"PATH '{args.path}': the store's events have no message columns, which TGN needs; with "
@@ -343,7 +346,7 @@ def build(args: argparse.Namespace, data, device: str = "cpu", partition=None):
                          val_ratio=args.val_ratio, test_ratio=args.test_ratio, memory_service=args.memory_service,
                          prefetch=args.prefetch, memory_placement=args.memory_placement, partition=partition,
                          gradient_sync=args.gradient_sync, micro_batches=parse_micro_batches(args.micro_batches),
-                         event_placement=getattr(args, "event_placement", "whole"))
+                         event_placement=getattr(args, "event_placement", "auto"))
 
 
 #: MemoryTrainer's fields -> the option that sets them (its ModelInputError names the field)
@@ -418,7 +421,7 @@ def train_events(args: argparse.Namespace, rank: int, world: int, init: Callable
         "partition": None if args.memory_placement == "replicated" else (args.partition or "range"),
         "owned": None if trainer.placement is None else [trainer.placement.map.num_owned(q) for q in range(world)],
         "gradient_sync": args.gradient_sync, "micro_batches": parse_micro_batches(args.micro_batches),
-        "event_placement": args.event_placement,
+        "event_placement": trainer.event_placement,  # in effect (auto resolved)
         "micro_batches_chosen": trainer.micro_batches_chosen,
         "events": {"train": trainer.val_start, "val": trainer.test_start - trainer.val_start,
                    "test": trainer.num_events - trainer.test_start, "nodes": int(data.num_nodes)},

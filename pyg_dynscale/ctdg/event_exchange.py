@@ -33,6 +33,7 @@ this rank :math:`\times` ``size`` :math:`(24 + F s)` (the ``[M, M]`` request mat
 """
 from __future__ import annotations
 
+import threading
 from typing import Optional
 
 import torch
@@ -120,8 +121,8 @@ class EventExchange:
         ledger (ByteLedger): where the bytes handed to each collective are counted.
 
     Attributes:
-        edges (tuple): ``(t [m], msg [m, F])`` of the last lookup's edges (rows = its ``e_id``).
-        view (MailView or None): the last training lookup's mailbox (dropped at each insert).
+        edges (tuple): ``(t [m], msg [m, F])`` of the last lookup's edges (rows = its ``e_id``), per thread.
+        view (MailView or None): the last training lookup's mailbox (dropped at each insert), per thread.
     """
 
     def __init__(self, events: RankEvents, host: RankHost, holders: EventHolders, index: OwnedIndex,
@@ -134,9 +135,35 @@ class EventExchange:
         self.msg_dim, self.dtype, self.device = index.msg_dim, index.dtype, index.device
         self.msg_bytes = self.msg_dim * torch.empty((), dtype=self.dtype).element_size()
         self._assoc = torch.empty(self.owner.numel(), dtype=torch.long)
-        self.edges: tuple = (torch.zeros(0, dtype=torch.long), torch.zeros(0, self.msg_dim, dtype=self.dtype))
-        self.view: Optional[MailView] = None
+        # the last lookup's edges and mailbox, per thread: a micro-batch's lookup runs on a thread while this
+        # thread computes the micro-batch before it from that one's (handed over with carried / adopt)
+        self._mine = threading.local()
+        self._no_edges = (torch.zeros(0, dtype=torch.long), torch.zeros(0, self.msg_dim, dtype=self.dtype))
         self.begin_epoch()
+
+    @property
+    def edges(self) -> tuple:
+        return getattr(self._mine, "edges", self._no_edges)
+
+    @edges.setter
+    def edges(self, value: tuple) -> None:
+        self._mine.edges = value
+
+    @property
+    def view(self) -> Optional[MailView]:
+        return getattr(self._mine, "view", None)
+
+    @view.setter
+    def view(self, value: Optional[MailView]) -> None:
+        self._mine.view = value
+
+    def carried(self) -> tuple:
+        """This thread's last lookup (:attr:`edges`, :attr:`view`), for :meth:`adopt` on another thread."""
+        return self.edges, self.view
+
+    def adopt(self, carried: tuple) -> None:
+        """Make a lookup done on another thread (its :meth:`carried`) this thread's last lookup."""
+        self.edges, self.view = carried
 
     # ------------------------------------------------------------------ counters
     def begin_epoch(self) -> None:

@@ -94,7 +94,7 @@ class EventTraffic:
         return out
 
     def report(self, *, placement, gradient_bytes: int, distributed: bool, parallelism: tuple, rank: int,
-               world_size: int, group, row_width: int, exchange=None) -> TrafficReport:
+               world_size: int, group, row_width: int, exchange=None, event_placement: str = "whole") -> TrafficReport:
         r"""The last training epoch's bytes over every rank, measured at the collectives and
         predicted from the id lists (a collective under a process group: call it on every rank).
 
@@ -106,6 +106,7 @@ class EventTraffic:
             row_width (int): bytes of one all-gathered write-back row (id + memory + ``last_update``).
             exchange: events per rank's :class:`~pyg_dynscale.ctdg.event_exchange.EventExchange`
                 (``events``, ``neighbors``, ``mailbox`` measured and predicted), or ``None``.
+            event_placement (str): the placement in effect, reported as ``"event_placement"``.
         """
         e = self.last or {"bytes": {}, "roots": [], "steps": 0}
         got = e["bytes"]
@@ -146,6 +147,7 @@ class EventTraffic:
         summed = self._sum_over_ranks(mine, world_size, group)
         if local is not None:
             extra["local"] = summed["local"]
+        extra["event_placement"] = event_placement
         return TrafficReport(summed["measured"], summed["predicted"], measured_total=summed["measured"]["total"],
                              predicted_total=summed["predicted"]["total"], rank=mine, **extra)
 

@@ -214,6 +214,8 @@ class MicroBatchPipeline:
         before = ledger["dispatch"] + ledger["requests"]
         t0 = time.perf_counter()
         if a == b:
+            if fetch.exchange is not None:  # events per rank: the owners' lookups are collectives too
+                fetch.exchange.lookup(fetch.host.src[:0], True)
             view.fetch(fetch.host.src[:0])
             found = None
         else:
@@ -221,7 +223,8 @@ class MicroBatchPipeline:
             found = fetch.fetch_batch(a, b, neg[lb.negative_set, a - o:b - o], True, placement=view)
         if self.n is None and a < b:
             self.samples.append((b - a, ledger["dispatch"] + ledger["requests"] - before, time.perf_counter() - t0))
-        return found
+        # events per rank: the lookup's edges and mailbox, handed to the thread that computes the micro-batch
+        return found, (None if fetch.exchange is None else fetch.exchange.carried())
 
     def share(self, lb, ctx, fetch, compute, state, batch_size: int, world_size: int,
               device: torch.device) -> Tensor:
@@ -244,7 +247,7 @@ class MicroBatchPipeline:
         spans = ctx.spans.setdefault(lb.memory_copy, [])
         first = len(pending)
         losses = []
-        found = self._fetch(fetch, self.views[0], lb, *ranges[0], neg)
+        found, carried = self._fetch(fetch, self.views[0], lb, *ranges[0], neg)
         try:
             for m, (a, b) in enumerate(ranges):
                 nxt = None
@@ -255,6 +258,8 @@ class MicroBatchPipeline:
                     if a < b:
                         state.placement = self.views[m % 2]
                         ctx.lookups[lb.trainer] = found
+                        if carried is not None:
+                            fetch.exchange.adopt(carried)
                         micro = dataclasses.replace(lb, start=a, end=b)
                         o = lb.batch_start
                         t0 = time.perf_counter()
@@ -263,7 +268,7 @@ class MicroBatchPipeline:
                             self.computes.append((b - a, time.perf_counter() - t0))
                 finally:
                     if nxt is not None:
-                        found = nxt.result()
+                        found, carried = nxt.result()
         finally:
             state.placement = self.placement
         if len(pending) > first:  # one write per local batch, as with n = 1

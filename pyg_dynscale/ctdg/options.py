@@ -6,7 +6,7 @@ that were positional before the one trainer surface (one release with a
 from __future__ import annotations
 
 import math
-from typing import Union
+from typing import Optional, Union
 
 import torch
 from torch import Tensor
@@ -135,28 +135,41 @@ def check_combinations(parallelism: tuple, world_size: int, *, memory_placement:
 
 
 #: the ``event_placement`` values of :class:`~pyg_dynscale.ctdg.MemoryTrainer`
-EVENT_PLACEMENTS = ("whole", "per_rank")
+EVENT_PLACEMENTS = ("auto", "whole", "per_rank")
 
 
-def check_event_placement(event_placement: str, *, memory_placement: str, partition, prefetch: bool,
-                          micro_batches, overlap_aggregation: bool) -> None:
-    """``event_placement`` and the options ``"per_rank"`` runs with (see
-    :mod:`~pyg_dynscale.ctdg.rank_events`)."""
-    if event_placement not in EVENT_PLACEMENTS:
-        raise ModelInputError("event_placement", f"is {event_placement!r}.", f"use one of {list(EVENT_PLACEMENTS)}.")
-    if event_placement == "whole":
-        return
+def _per_rank_blocker(memory_placement: str, partition, overlap_aggregation: bool) -> Optional[tuple]:
+    """``(option, message, fix)`` of the first option ``"per_rank"`` does not run with, or ``None``."""
     if memory_placement == "replicated":
-        raise UnsupportedOptionError("event_placement", "is 'per_rank' with memory_placement='replicated': the "
-                                     "neighbour index and the mailbox are held by the owners of a partitioned memory.",
-                                     "memory_placement='partitioned' or 'sven', or event_placement='whole'.")
-    for name, value, off in (("prefetch", prefetch, False), ("micro_batches", micro_batches, 1),
-                             ("overlap_aggregation", overlap_aggregation, False)):
-        if value != off:
-            raise UnsupportedOptionError(name, f"is {value!r} with event_placement='per_rank'.",
-                                         f"{name}={off!r}, or event_placement='whole'.")
+        return ("event_placement", "is 'per_rank' with memory_placement='replicated': the neighbour index and the "
+                "mailbox are held by the owners of a partitioned memory.",
+                "memory_placement='partitioned' or 'sven', or event_placement='whole'.")
+    if overlap_aggregation:
+        # the overlapped aggregation's thread would run its all-to-all while this thread's owner-index
+        # exchanges (the same host group) run: two threads' collectives on one group can cross between ranks
+        return ("overlap_aggregation", "is True with event_placement='per_rank': the aggregation thread's "
+                "all-to-all would cross the owners' index exchanges on the host group.",
+                "overlap_aggregation=False, or event_placement='whole' (or 'auto', which picks it).")
     if isinstance(partition, str) and partition == "flexbicut":
-        raise UnsupportedOptionError("partition", "is 'flexbicut' with event_placement='per_rank': its pre-sampling "
-                                     "walks the whole stream on every rank.",
-                                     "give the owner tensor it computes (pyg-dynscale partition-events --out FILE), "
-                                     "or 'range' / 'interval'.")
+        return ("partition", "is 'flexbicut' with event_placement='per_rank': its pre-sampling walks the whole "
+                "stream on every rank.", "give the owner tensor it computes (pyg-dynscale partition-events --out "
+                "FILE), or 'range' / 'interval'; or event_placement='whole' (or 'auto', which picks it).")
+    return None
+
+
+def check_event_placement(event_placement: str, *, memory_placement: str, partition, prefetch: bool = False,
+                          micro_batches=1, overlap_aggregation: bool = False, world_size: int = 1) -> str:
+    """``event_placement`` checked and resolved: ``"auto"`` is ``"per_rank"`` for a partitioned
+    memory (``"partitioned"`` / ``"sven"``) under a process group (``world_size > 1``) unless
+    ``overlap_aggregation=True`` or ``partition="flexbicut"``, else ``"whole"``; an explicit
+    ``"per_rank"`` with a replicated memory, ``overlap_aggregation`` or flexbicut is an
+    :class:`~pyg_dynscale.errors.UnsupportedOptionError` naming the option. ``prefetch`` and
+    ``micro_batches`` run with both (see :mod:`~pyg_dynscale.ctdg.rank_events`)."""
+    if not isinstance(event_placement, str) or event_placement not in EVENT_PLACEMENTS:
+        raise ModelInputError("event_placement", f"is {event_placement!r}.", f"use one of {list(EVENT_PLACEMENTS)}.")
+    blocker = _per_rank_blocker(memory_placement, partition, overlap_aggregation)
+    if event_placement == "auto":
+        return "per_rank" if blocker is None and world_size > 1 else "whole"
+    if event_placement == "per_rank" and blocker is not None:
+        raise UnsupportedOptionError(*blocker)
+    return event_placement

@@ -113,7 +113,8 @@ class PartitionedFetch:
         ``ctx.lookups`` for the embedding. Every rank calls it every step (an empty batch fetches
         nothing)."""
         if lb.num_events == 0:
-            if self.exchange is not None:  # the owners' lookups are collectives too
+            # the owners' lookups are collectives too (done already if the prefetcher looked ahead)
+            if self.exchange is not None and ctx.lookups.pop(lb.trainer, None) is None:
                 self.exchange.lookup(self.host.src[:0], True)
             self.placement.fetch(self.host.src[:0])
             return

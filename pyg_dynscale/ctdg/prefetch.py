@@ -109,3 +109,48 @@ class NeighborPrefetcher:
                 if fut is not None:
                     fut.set_exception(exc)
                 return
+
+
+class OwnersLookahead:
+    r"""``prefetch=True`` with events per rank (``event_placement="per_rank"``): there is no
+    whole-stream loader to mirror -- a lookup asks the owners of the batch's vertices for their
+    rows (:meth:`~pyg_dynscale.ctdg.event_exchange.EventExchange.lookup`, collectives on the
+    host group and the rows' group). The next step's lookup and id lists are made on this
+    thread right after the step's write-back (the point the prefetch thread's queue reaches
+    them: the owners' index then is the one the next step reads); a thread of its own would run
+    these collectives while this thread's (DDP's all-reduce, the next dispatch) run on the same
+    groups, and two threads' collectives on one group can cross between ranks. So the numbers
+    and the bytes are the prefetcher's (the next step's negatives drawn before the optimizer
+    step, the dropout from per-trainer seeds), without its overlap.
+
+    Args:
+        exchange (EventExchange): the rank's owners' index and its exchanges.
+    """
+
+    def __init__(self, exchange) -> None:
+        self.exchange = exchange
+        self.lookups = 0
+
+    def load(self, *args) -> None:
+        """Nothing to mirror (the owners' index is the loader)."""
+
+    def reset(self) -> None:
+        """Nothing to mirror (the memory copy's reset resets the owners' index)."""
+
+    def insert(self, src: Tensor, dst: Tensor) -> None:
+        """Nothing to mirror (the write-back inserts into the owners' index)."""
+
+    def lookup(self, n_id: Tensor, then: Optional[Callable] = None):
+        """The owners' lookup of ``n_id`` now (a collective: every rank calls it, an empty
+        ``n_id`` for an empty local batch), and ``then`` of it; a done future."""
+        from .partitioned_fetch import Ready
+
+        with torch.no_grad():
+            out = self.exchange.lookup(n_id, True)
+            if then is not None:
+                out = then(out)
+        self.lookups += 1
+        return Ready(out)
+
+    def close(self) -> None:
+        """No thread to stop."""

@@ -58,7 +58,7 @@ from .rank_events import EventHolders, RankEvents, RankHost, StoreEvents
 from .rank_state import RankCopies, RankMemoryState
 from .parallel import RankGroups, local_world_size, world
 from .partitioned_fetch import PartitionedFetch, build_placement
-from .prefetch import NeighborPrefetcher
+from .prefetch import NeighborPrefetcher, OwnersLookahead
 from .schedule import EventSchedule, LocalBatch, Step, check_layout
 from .scoring import LinkScorer, module_parameters
 from .service import MemoryService
@@ -215,17 +215,22 @@ class MemoryTrainer(BaseTrainer):
             bit for bit. One
             process: accepted, nothing changes (the emulated trainers'
             writes wait for every trainer's reads).
-        event_placement (str): ``"whole"`` (the default: every rank holds the whole stream, its
-            neighbour loader and message index) or ``"per_rank"`` (a partitioned placement under a
-            process group: each rank holds the events of its trainer slices and its share of each
-            evaluation batch, :mod:`~pyg_dynscale.ctdg.rank_events`, and the neighbour index and
-            mailbox of the vertices it owns, :mod:`~pyg_dynscale.ctdg.owned_index`; the
-            neighbourhoods and stored messages of other owners' vertices are fetched before each
-            batch's memory dispatch, :mod:`~pyg_dynscale.ctdg.event_exchange`; the same numbers).
-            Not with ``prefetch``, ``micro_batches != 1``, ``overlap_aggregation`` or
-            ``partition="flexbicut"`` (:class:`~pyg_dynscale.errors.UnsupportedOptionError`);
+        event_placement (str): ``"auto"`` (the default), ``"whole"`` or ``"per_rank"``.
+            ``"whole"``: every rank holds the whole stream, its neighbour loader and message
+            index. ``"per_rank"`` (a partitioned placement under a process group): each rank holds
+            the events of its trainer slices and its share of each evaluation batch,
+            :mod:`~pyg_dynscale.ctdg.rank_events`, and the neighbour index and mailbox of the
+            vertices it owns, :mod:`~pyg_dynscale.ctdg.owned_index`; the neighbourhoods and stored
+            messages of other owners' vertices are fetched before each batch's memory dispatch,
+            :mod:`~pyg_dynscale.ctdg.event_exchange`; the same numbers, with ``prefetch`` (the
+            lookahead runs on the training thread,
+            :class:`~pyg_dynscale.ctdg.prefetch.OwnersLookahead`) and ``micro_batches`` too.
+            ``"auto"``: ``"per_rank"`` where it runs, else ``"whole"`` (one process, a replicated
+            memory, ``overlap_aggregation=True``, ``partition="flexbicut"``); an explicit
+            ``"per_rank"`` with a replicated memory, ``overlap_aggregation`` or flexbicut is an
+            :class:`~pyg_dynscale.errors.UnsupportedOptionError`. :attr:`event_placement` and
+            :meth:`traffic`'s ``"event_placement"`` name the placement in effect;
             :meth:`state_dict` holds each owner's part of the index, per rank.
-            On one process it is the whole stream.
 
     Raises:
         ModelInputError: missing modules, a memory that is not a ``TGNMemory``,
@@ -270,7 +275,7 @@ class MemoryTrainer(BaseTrainer):
         gradient_sync: str = "sync",
         micro_batches: Union[int, str] = 1,
         overlap_aggregation: bool = False,
-        event_placement: str = "whole",
+        event_placement: str = "auto",
     ) -> None:
         if args:  # the old positional options, for one release
             batch_size, lr, num_neighbors, negatives, seed, parallelism, static_memory = legacy_positionals(
@@ -305,28 +310,30 @@ class MemoryTrainer(BaseTrainer):
         if memory_service:  # threads: only once nothing can fail any more
             self.service = self.write_back.service = MemoryService(self.memory.memory, self.memory.last_update)
         if prefetch:
-            self.prefetcher = self.write_back.prefetcher = NeighborPrefetcher(self.memory.num_nodes,
-                                                                              self.num_neighbors, "cpu")
+            self.prefetcher = self.write_back.prefetcher = (
+                OwnersLookahead(self.exchange) if self.exchange is not None else
+                NeighborPrefetcher(self.memory.num_nodes, self.num_neighbors, "cpu"))
         if seed is not None:
             torch.manual_seed(seed)
 
     def _configure(self, memory, gnn, link_pred, data, *, batch_size, lr, num_neighbors, negatives, seed, parallelism,
                    static_memory, loss, optimizer, device, val_ratio, test_ratio, eval_seed, mrr_negatives,
                    dynamic_memory, memory_service, prefetch, memory_placement, partition, gradient_sync,
-                   micro_batches, overlap_aggregation, event_placement="whole") -> None:
+                   micro_batches, overlap_aggregation, event_placement="auto") -> None:
         """Check the options and build everything this process holds (no collective)."""
         self.loss = check_options(negatives=negatives, loss=loss, batch_size=batch_size, num_neighbors=num_neighbors,
                                   mrr_negatives=mrr_negatives, lr=lr, seed=seed, gradient_sync=gradient_sync,
                                   overlap_aggregation=overlap_aggregation)
         self.batch_size, self.num_neighbors = batch_size, num_neighbors
+        placed = check_event_placement(
+            event_placement, memory_placement=memory_placement, partition=partition, prefetch=prefetch,
+            micro_batches=micro_batches, overlap_aggregation=overlap_aggregation, world_size=self.world_size)
+        per_rank = placed == "per_rank" and self.world_size > 1
+        #: the event placement in effect (``"auto"`` resolved; one process holds the whole stream):
+        #: ``"per_rank"`` -- this rank holds its events and its owned vertices' index -- or ``"whole"``
+        self.event_placement = "per_rank" if per_rank else "whole"
         if isinstance(data, (str, os.PathLike)):  # an event store directory
-            data = StoreEvents(data) if event_placement == "per_rank" and self.world_size > 1 else \
-                load_events_store(data)
-        check_event_placement(event_placement, memory_placement=memory_placement, partition=partition,
-                              prefetch=prefetch, micro_batches=micro_batches, overlap_aggregation=overlap_aggregation)
-        #: ``"per_rank"``: this rank holds its events and its owned vertices' index (one process: the whole stream)
-        self.event_placement = event_placement
-        per_rank = event_placement == "per_rank" and self.world_size > 1
+            data = StoreEvents(data) if per_rank else load_events_store(data)
         if not per_rank:
             check_events(data, memory.num_nodes)
         msg_dim = data.msg_dim if isinstance(data, StoreEvents) else data.msg.size(-1)
@@ -583,6 +590,8 @@ class MemoryTrainer(BaseTrainer):
         for t in self.trainers:
             lb = step.local[t]
             if lb.num_events == 0:
+                if self.exchange is not None:  # the owners' lookups are collectives: an empty batch takes part
+                    ctx.next_lookups[t] = self.prefetcher.lookup(self.host.src[:0])
                 continue
             neg = ctx.negatives_of(lb)
             n_id = torch.cat([self.host.src[lb.start:lb.end], self.host.dst[lb.start:lb.end], neg]).unique()
@@ -610,7 +619,7 @@ class MemoryTrainer(BaseTrainer):
             if c in self.copies.copies:
                 self.copies.activate(c)
                 self.copies.reset()
-        if self.prefetcher is not None and step.iteration == 0:  # the mirror starts as the loader
+        if self.prefetcher is not None and step.iteration == 0 and self.exchange is None:  # the mirror starts as the loader
             nb = self.neighbors
             self.prefetcher.load(nb.neighbors, nb.e_id, nb.cur_e_id)
         if j > 1:
@@ -740,13 +749,15 @@ class MemoryTrainer(BaseTrainer):
             rows served from each rank's own store, not sent), ``redundancy`` (occurrences and
             distinct vertices of the dispatch and aggregation lists over all ranks and Sven's
             :math:`\eta_1`, :math:`\eta_2`: duplicated / all occurrences) and ``matrix`` (the
-            ``[M, M]`` dispatch and aggregation row counts).
+            ``[M, M]`` dispatch and aggregation row counts); ``event_placement``: the event
+            placement in effect.
         """
         grad = sum(p.numel() * p.element_size() for p in self.optimizer_params if p.requires_grad)
         return self.bytes.report(placement=self.placement, gradient_bytes=grad, distributed=self._ddp is not None,
                                  parallelism=self.parallelism, rank=self.rank, world_size=self.world_size,
                                  group=self._host_group, exchange=self.exchange,
-                                 row_width=self.memory.memory_dim * self.memory.memory.element_size() + 16)
+                                 row_width=self.memory.memory_dim * self.memory.memory.element_size() + 16,
+                                 event_placement=self.event_placement)
 
     def stats(self) -> dict:
         """Bytes this process moved so far (memory rows read / written, all-gathers, gradients, DDP's

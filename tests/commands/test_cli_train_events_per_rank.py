@@ -1,8 +1,10 @@
-"""``pyg-dynscale train-events --event-placement per_rank``: on 2 processes from an event store directory
-(``pyg_dynscale.ctdg.ingest_jodie_csv`` of the CSV; each process reads its ranges) it equals the
-``--event-placement whole`` job on the CSV exactly (float64: losses, validation and test metrics), its report has
-the events / neighbours / mailbox bytes with measured == predicted, its checkpoints (each process's part of the
-owners' index) resume bit for bit on 2 processes; refused combinations are one line naming the options."""
+"""``pyg-dynscale train-events --event-placement auto|per_rank``: on 2 processes from an event store directory
+(``pyg_dynscale.ctdg.ingest_jodie_csv`` of the CSV; each process reads its ranges) the default ``auto`` takes
+events per rank for ``--memory-placement sven`` and equals the ``--event-placement whole`` job on the CSV exactly
+(float64: losses, validation and test metrics), with ``--prefetch`` too; its report says the placement in effect
+and has the events / neighbours / mailbox bytes with measured == predicted; its checkpoints (each process's part of
+the owners' index) resume bit for bit on 2 processes with ``--event-placement per_rank`` (the same placement) and
+are refused with ``whole``; refused combinations are one line naming the options."""
 from __future__ import annotations
 
 import contextlib
@@ -50,12 +52,17 @@ def _same(a: dict, b: dict) -> None:
 
 def test_per_rank_from_a_store_equals_whole_and_resumes(events, tmp_path):
     csv, store = events
-    whole = _job(csv)
+    whole = _job(csv, "--event-placement", "whole")
     assert whole["event_placement"] == "whole"
     ck = tmp_path / "ck"
-    per_rank = _job(store, "--event-placement", "per_rank", "--checkpoint-dir", str(ck))
+    per_rank = _job(store, "--checkpoint-dir", str(ck))  # auto: events per rank for a partitioned memory
     assert per_rank["event_placement"] == "per_rank" and per_rank["events"] == whole["events"]
     _same(per_rank, whole)
+    # the prefetcher with events per rank: the same numbers (2 processes draw per-trainer dropout seeds anyway)
+    prefetched = _job(store, "--event-placement", "per_rank", "--prefetch")
+    assert prefetched["event_placement"] == "per_rank" and prefetched["prefetch"] is True
+    _same(prefetched, whole)
+    assert prefetched["traffic"]["measured"] == prefetched["traffic"]["predicted"]
     t = per_rank["traffic"]
     assert t["measured"] == t["predicted"], t
     for kind in ("events", "neighbors", "mailbox"):  # the owners' index is served: bytes that "whole" never moves
@@ -67,6 +74,13 @@ def test_per_rank_from_a_store_equals_whole_and_resumes(events, tmp_path):
     again = _job(store, "--event-placement", "per_rank", "--checkpoint-dir", str(ck), "--resume")
     assert again["resumed_from_epoch"] == 1
     _same(again, per_rank)
+    # a checkpoint of events per rank does not resume as the whole stream (other state): one line naming the option
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "pyg_dynscale", "train-events", store, "--nproc", "2", *ARGS,
+                           "--event-placement", "whole", "--checkpoint-dir", str(ck), "--resume"],
+                          capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "event_placement: checkpoint 'per_rank', this run 'whole' (--event-placement)" in proc.stderr, proc.stderr
 
 
 def _main(*argv) -> tuple[int, str]:
@@ -83,10 +97,6 @@ def _main(*argv) -> tuple[int, str]:
     (["--event-placement", "scattered"], "argument --event-placement: invalid choice: 'scattered'"),
     (["--event-placement", "per_rank"], "--event-placement per_rank keeps each vertex's neighbours and messages at "
                                         "the owner of its memory row: add --memory-placement partitioned or sven"),
-    (["--event-placement", "per_rank", "--memory-placement", "sven", "--prefetch"],
-     "--prefetch does not combine with --event-placement per_rank: drop --prefetch"),
-    (["--event-placement", "per_rank", "--memory-placement", "sven", "--micro-batches", "2"],
-     "--micro-batches 2 does not combine with --event-placement per_rank: drop --micro-batches"),
     (["--event-placement", "per_rank", "--memory-placement", "sven", "--partition", "flexbicut"],
      "--partition flexbicut does not combine with --event-placement per_rank (its pre-sampling walks the whole "
      "stream"),
@@ -103,13 +113,15 @@ def test_a_directory_that_is_no_store_is_refused(tmp_path, capsys):
     assert code == 2 and "is a directory but no event store (no meta.json)" in err, err
 
 
-def test_a_resume_with_another_event_placement_is_refused(events, tmp_path, capsys):
+def test_one_process_per_rank_is_the_whole_stream_and_resumes_as_it(events, tmp_path, capsys):
     small = ["--epochs", "1", "--batch-size", "50", "--memory-dim", "4", "--time-dim", "2", "--embedding-dim", "4",
              "--no-progress", "--parallelism", "2,1,1", "--memory-placement", "sven",
              "--checkpoint-dir", str(tmp_path / "ck")]
     assert _main("train-events", events[1], *small)[0] == 0  # one process from the store: the whole stream
     capsys.readouterr()
-    code, _ = _main("train-events", events[1], *small, "--resume", "--event-placement", "per_rank")
-    err = capsys.readouterr().err
-    assert code == 2 and "event_placement: checkpoint 'whole', this run 'per_rank' (--event-placement)" in err, err
-    assert "resume with --event-placement whole" in err
+    # per_rank on one process is the whole stream in effect: the checkpoint's placement, it resumes
+    code, out = _main("train-events", events[1], *small, "--epochs", "2", "--json", "--resume",
+                      "--event-placement", "per_rank")
+    assert code == 0, capsys.readouterr().err
+    report = json.loads(out)
+    assert report["resumed_from_epoch"] == 1 and report["event_placement"] == "whole"

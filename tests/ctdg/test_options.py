@@ -16,31 +16,39 @@ OK = dict(memory_placement="sven", partition="interval", prefetch=False, micro_b
 def test_event_placement_values():
     with pytest.raises(ModelInputError, match="event_placement.*'rank'"):
         check_event_placement("rank", **OK)
-    check_event_placement("per_rank", **OK)
-    check_event_placement("whole", **{**OK, "memory_placement": "replicated", "prefetch": True})
+    assert check_event_placement("per_rank", **OK) == "per_rank"
+    assert check_event_placement("whole", **{**OK, "memory_placement": "replicated", "prefetch": True}) == "whole"
+    assert check_event_placement("auto", **OK) == "whole"  # one process: the whole stream
 
 
 @pytest.mark.parametrize("change,name", [({"memory_placement": "replicated"}, "event_placement"),
-                                         ({"prefetch": True}, "prefetch"),
-                                         ({"micro_batches": 3}, "micro_batches"),
                                          ({"overlap_aggregation": True}, "overlap_aggregation"),
                                          ({"partition": "flexbicut"}, "partition")])
 def test_per_rank_refuses_what_it_does_not_run_with(change, name):
     with pytest.raises(UnsupportedOptionError) as err:
         check_event_placement("per_rank", **{**OK, **change})
     assert err.value.option == name and "event_placement" in str(err.value)
+    # "auto" takes the whole stream for them instead (under a process group too)
+    assert check_event_placement("auto", **{**OK, **change, "world_size": 4}) == "whole"
+
+
+def test_per_rank_runs_with_the_pipelines():
+    for change in ({"prefetch": True}, {"micro_batches": 3}, {"micro_batches": "auto"}):
+        assert check_event_placement("per_rank", **{**OK, **change}) == "per_rank"
+        assert check_event_placement("auto", **{**OK, **change, "world_size": 2}) == "per_rank"
 
 
 def test_one_process_per_rank_is_the_whole_stream():
     d = synthetic_events(200, 20, msg_dim=2, seed=1)
     d.msg = d.msg.double()
     out = []
-    for events in ("whole", "per_rank"):
+    for events in ("whole", "per_rank", "auto"):
         torch.manual_seed(0)
         model = TGN(d.num_nodes, 2, memory_dim=4, time_dim=2, embedding_dim=4).double()
         tr = MemoryTrainer(model, d, batch_size=20, parallelism=(2, 1, 1), memory_placement="sven",
                            partition="interval", event_placement=events, mrr_negatives=3)
         out.append((tr.train_epoch(), tr.evaluate()))
         assert tr.rank_events is None and tr.exchange is None  # one process holds the stream
+        assert tr.event_placement == "whole"  # the placement in effect
         tr.state_dict()  # and checkpoints as the whole stream does
-    assert out[0] == out[1]
+    assert out[0] == out[1] == out[2]

@@ -29,7 +29,7 @@ def _partition(world: int, num_nodes: int):
     return torch.randint(0, world, (num_nodes,), generator=torch.Generator().manual_seed(7))  # irregular parts
 
 
-def _trainer(placement: str, world: int, updater: str = "gru", partition=None):
+def _trainer(placement: str, world: int, updater: str = "gru", partition=None, events: str = "auto"):
     d = _data()
     torch.manual_seed(4)
     model = TGN(d.num_nodes, 3, memory_dim=6, time_dim=4, embedding_dim=6, dropout=0.1).double()
@@ -37,7 +37,7 @@ def _trainer(placement: str, world: int, updater: str = "gru", partition=None):
         model.memory.gru = torch.nn.RNNCell(model.memory.gru.input_size, 6).double()
     extra = {} if placement == "replicated" else {"partition": partition or _partition(world, d.num_nodes)}
     return MemoryTrainer(model, d, batch_size=BATCH, lr=1e-2, parallelism=(world, 1, 1), seed=1, mrr_negatives=5,
-                         memory_placement=placement, **extra)
+                         memory_placement=placement, event_placement=events, **extra)
 
 
 def _run(placement: str, world: int, updater: str = "gru", partition=None) -> dict:
@@ -74,14 +74,15 @@ def _resume(world, directory):
     from pyg_dynscale.training.checkpoint import load_checkpoint, save_checkpoint
 
     run = {"parallelism": [world, 1, 1], "world_size": world}
-    tr = _trainer("sven", world)
+    # the whole stream: this state_dict template has every shape (events per rank's resume: test_stream_checkpoint)
+    tr = _trainer("sven", world, events="whole")
     tr.train_epoch()
     tr.evaluate("val")
     path = save_checkpoint(directory, 1, tr.modules, tr.optimizer, run, {}, extra=tr.state_dict()["stream"])
     # the evaluation first: it starts from the restored end-of-training memory (an epoch resets it)
     want = [tr.evaluate("test"), tr.train_epoch(), tr.memory_copy()]
     tr.close()
-    fresh = _trainer("sven", world)
+    fresh = _trainer("sven", world, events="whole")
     torch.manual_seed(11)  # another random stream: the checkpoint's must come back
     stream = fresh.state_dict()["stream"]
     load_checkpoint(path, fresh.modules, fresh.optimizer, run, extra=stream)
