@@ -148,6 +148,49 @@ class LocalGraph(FusedGraph):
         perm = torch.argsort(ei[1], stable=True)  # by target, as the global normalization is sorted
         return ei[:, perm].contiguous(), ew[perm].contiguous()
 
+    def apply_tensors(self, fn: TensorMap) -> FusedGraph:
+        """The device copy (:meth:`FusedGraph.apply_tensors`), without
+        building the sequence packing, the time-major permutation and the
+        sequence positions first: structure encoders read edges, weights and
+        the GCN normalization, and those three cost about 64 B per row of
+        :math:`S_r`. A caller that asks for them gets them built on the host
+        and mapped, once (:class:`_MappedLocalGraph`): the same values."""
+        g = _MappedLocalGraph(x=None if self.x is None else fn(self.x),
+                              edge_weight=None if self.edge_weight is None else fn(self.edge_weight),
+                              supergraph=map_tensors(self.supergraph, fn))
+        g._source, g._source_map = self, fn
+        return g
+
+
+class _MappedLocalGraph(FusedGraph):
+    """A :class:`LocalGraph`'s device copy: the sequence structures it was
+    mapped without (:meth:`LocalGraph.apply_tensors`) are built on the host
+    graph on first use and mapped, as :meth:`FusedGraph.apply_tensors` would
+    have done up front, so the values and the host round trips are the same."""
+
+    @property
+    def packing(self) -> Any:
+        if "packing" not in self._cache:
+            packing = self._source.packing
+            packing.active_list  # the host-side step lists and reset schedule come along (as apply_tensors)
+            from ..nn.temporal_fusion import reset_schedule
+
+            reset_schedule(packing)
+            self._cache["packing"] = packing.apply_tensors(self._source_map)
+        return self._cache["packing"]
+
+    @property
+    def sequence_position(self) -> Tensor:
+        if "seqpos" not in self._cache:
+            self._cache["seqpos"] = self._source_map(self._source.sequence_position)
+        return self._cache["seqpos"]
+
+    def _time_major_perm(self) -> Optional[tuple[Tensor, Tensor]]:
+        if "tm_perm" not in self._cache:
+            perm = self._source._time_major_perm()
+            self._cache["tm_perm"] = None if perm is None else (self._source_map(perm[0]), self._source_map(perm[1]))
+        return self._cache["tm_perm"]
+
 
 class GlobalNodes:
     """The node columns a :class:`RankLayout` reads, from the whole
@@ -205,11 +248,16 @@ class RankNodes:
                    src.take("vertex", gids), src.take("prev", gids), src.take("seq", gids))
 
     def take(self, name: str, gids: Tensor) -> Tensor:
+        column = getattr(self, name)
+        same = (gids.data_ptr() == self.gids.data_ptr() and gids.stride() == self.gids.stride()) or torch.equal(
+            gids, self.gids)
+        if gids.numel() == self.gids.numel() and same:
+            return column  # the whole table (e.g. S_r's graph): the column itself, not a copy
         pos = _positions(self.gids, gids)
         if gids.numel() and not bool((self.gids.index_select(0, pos.clamp(max=max(self.gids.numel() - 1, 0)))
                                       == gids).all()):
             raise KeyError(f"the rank's node table has no row for some of the {gids.numel()} gids asked for")
-        return getattr(self, name).index_select(0, pos)
+        return column.index_select(0, pos)
 
 
 def _take(src: Any, name: str, gids: Tensor) -> Tensor:
@@ -413,6 +461,9 @@ class RankLayout:
         spatial = [e for e in plan if e.kind == "spatial"]
         halo = spatial[0].recv_list(r)[0] if spatial else owned[:0]
         S = torch.sort(torch.cat([owned, halo])).values
+        gids = getattr(nodes, "gids", None)
+        if gids is not None and gids.numel() == S.numel() and torch.equal(gids, S):
+            S = gids  # a shard's node table is S itself (no PSS-TS, no attention rows): one array, not two
         self.S = S
         self.S_owned = _positions(S, owned)  # local rows of S this rank owns
         ei = _positions(S, spatial_edges)
@@ -424,7 +475,8 @@ class RankLayout:
             self.local_S_to_Q = (_positions(S, g), _positions(Q, g))  # rows kept across redistribution
         else:
             self.local_S_to_Q = None
-        self.time_graph = node_subset_graph(nodes, Q)
+        self._time_graph: Optional[FusedGraph] = None  # built on first use (:attr:`time_graph`)
+        self._mapped_from: Optional[tuple] = None  # (host layout, fn) of a device copy
         # ---------------- exchange maps (spatial, redistribution, readout: see trainer)
         self.maps: dict = {}
         for e in plan:
@@ -436,6 +488,22 @@ class RankLayout:
                 self.maps[(e.block, e.phase)] = ExchangeMap.build(e, r, Q, S)
         self._recurrent: dict = {}
         self._attention: dict = {}
+
+    @property
+    def time_graph(self) -> FusedGraph:
+        r""":math:`Q_r` as sequences (time order): what the time encoder of a
+        block without temporal dependencies (``time_kind="none"``) runs over.
+        Built on first use (:meth:`prepare` builds it for such a block), and
+        shared with a recurrent round that holds all of :math:`Q_r`:
+        recurrent and attention blocks run over their rounds and merges, so
+        most layouts never hold it (about 110 B per row of :math:`Q_r`)."""
+        if self._time_graph is None:
+            if self._mapped_from is not None:  # a device copy: built on the host, then mapped
+                host, fn = self._mapped_from
+                self._time_graph = host.time_graph.apply_tensors(fn)
+            else:
+                self._time_graph = node_subset_graph(self.nodes, self.Q)
+        return self._time_graph
 
     # ----------------------------------------------------------- recurrent
     def recurrent_rounds(self, block: int) -> list[RecurrentRound]:
@@ -453,8 +521,13 @@ class RankLayout:
         prev_recv_gid: Optional[Tensor] = None
         for k in range(D):
             pos = (qdepth == k).nonzero().flatten()  # rows of Q in this round (gid order)
-            gids = self.Q[pos]
-            g = node_subset_graph(nodes, gids)
+            if pos.numel() == self.Q.numel():  # one round holds all of Q_r: its graph is the time graph
+                gids = self.Q
+                g = self._time_graph if self._time_graph is not None else node_subset_graph(nodes, gids)
+                self._time_graph = g
+            else:
+                gids = self.Q[pos]
+                g = node_subset_graph(nodes, gids)
             first = g.sequence_order.index_select(0, g.sequence_ptr[:-1])  # local node of each piece start
             first_gid = gids[first]
             info = RecurrentRound(q_pos=pos, gids=gids, graph=g)
@@ -506,6 +579,8 @@ class RankLayout:
                 self.recurrent_rounds(b)
             elif blk.time_kind in ("attention", "window"):  # a window merges its banded rows the same way
                 self.attention(b)
+            else:
+                self.time_graph
         return self
 
     def apply_tensors(self, fn: TensorMap) -> "RankLayout":
@@ -516,9 +591,14 @@ class RankLayout:
         out = copy.copy(self)
         out.S, out.S_owned, out.Q = fn(self.S), fn(self.S_owned), fn(self.Q)
         out.structure = self.structure.apply_tensors(fn)
-        out.time_graph = self.time_graph.apply_tensors(fn)
         out.local_S_to_Q = None if self.local_S_to_Q is None else tuple(fn(t) for t in self.local_S_to_Q)
         out.maps = map_tensors(self.maps, fn)
         out._recurrent = map_tensors(self._recurrent, fn)
         out._attention = map_tensors(self._attention, fn)
+        out._mapped_from = (self, fn)
+        out._time_graph = None
+        if self._time_graph is not None:  # shared with a round on the host: one device copy too
+            same = [d.graph for b in self._recurrent for h, d in zip(self._recurrent[b], out._recurrent[b])
+                    if h.graph is self._time_graph]
+            out._time_graph = same[0] if same else self._time_graph.apply_tensors(fn)
         return out

@@ -255,8 +255,35 @@ def write_shards(signal: Any, partition: Any, pattern: Any, directory: str, *, i
         "readout_width": readout_width, "num_pairs": 0 if link is None else int(link.label.numel()),
         "pair_counts": None if link is None else torch.bincount(link.label_time, minlength=T).tolist(),
     }
-    return write_set(directory, header, R, lambda r: (_rank_part(signal, sg, partition, plan, r, fields, link),
-                                                       RankPlan.from_plan(plan, r).to_state()))
+    return write_set(directory, header, R, lambda r: _share_gid_arrays(
+        _rank_part(signal, sg, partition, plan, r, fields, link), RankPlan.from_plan(plan, r).to_state()))
+
+
+_GID_ARRAYS = ("owned", "Q", "S", "nodes.gids")
+
+
+def _share_gid_arrays(tensors: dict, plan_state: dict) -> tuple[dict, dict]:
+    """One tensor for each distinct sorted gid array of a rank's file:
+    without PSS-TS its time set is its owned rows (and the plan's ``q_gid``),
+    without a halo its structure set too, and its node table's gids are
+    often :math:`S_r`. ``torch.save`` writes a shared tensor once and a
+    memory-mapped load keeps it shared, so the rank reads and holds one
+    array where it held up to five (8 B per row each)."""
+    kept: list = []
+
+    def one(t: Optional[Tensor]) -> Optional[Tensor]:
+        if t is None:
+            return t
+        for k in kept:
+            if k.shape == t.shape and k.dtype == t.dtype and torch.equal(k, t):
+                return k
+        kept.append(t)
+        return t
+
+    for name in _GID_ARRAYS:
+        tensors[name] = one(tensors[name])
+    plan_state["q_gid"] = one(plan_state["q_gid"])
+    return tensors, plan_state
 
 
 def write_set(directory: str, header: dict, world_size: int, part: Any) -> str:
