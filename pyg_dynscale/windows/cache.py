@@ -61,11 +61,15 @@ from ..nn.snapshot_model import default_dtype
 from .batching import block_batch_parts
 from .snapshot_store import SnapshotStore
 
-__all__ = ["GlobalCache", "LocalCache", "WindowCache", "POLICIES", "priority", "build_window_cache",
-           "planned_batches"]
+__all__ = ["GlobalCache", "LocalCache", "WindowCache", "POLICIES", "BASIS_CHUNK_BYTES", "priority",
+           "build_window_cache", "planned_batches"]
 
 #: eviction policies of :class:`GlobalCache`
 POLICIES = ("reinc", "lru", "fifo")
+#: target bytes of one chunk of a static graph's basis (:func:`~pyg_dynscale.nn.reuse.static_basis`): its
+#: temporaries (the chunk's basis, gathered messages) come on top of the held part at the set-up's peak, so
+#: they are kept small next to a rank's part; each snapshot's entries are the same for any chunking
+BASIS_CHUNK_BYTES = 4 << 20
 
 
 def priority(future: int, size: int, imminence: int) -> float:
@@ -338,7 +342,7 @@ def build_window_cache(store: SnapshotStore, cell: torch.nn.Module, view: object
     if bound is None:
         if store.static:
             obj = impl(cell, store.x[:n_all], ei_all, ew_all)
-            obj.basis = static_basis(obj, store.x, store.num_held, ei_all, ew_all)
+            obj.basis = static_basis(obj, store.x, store.num_held, ei_all, ew_all, chunk_bytes=BASIS_CHUNK_BYTES)
         else:
             obj = impl(cell, store.x, ei_all, ew_all)
         g = GlobalCache(full=obj.basis, gather=store.gather, full_count=store.num_held, policy=policy)

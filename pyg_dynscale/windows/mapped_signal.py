@@ -48,8 +48,9 @@ __all__ = ["MappedSignal", "CHUNK_BYTES", "is_mapped_source"]
 
 #: bytes copied from the map before its pages are handed back
 CHUNK_BYTES = 4 << 20
-#: vertex-time rows validated at a time (the checks' temporaries: ~50 bytes a row)
-VALIDATE_ROWS = 1 << 18
+#: vertex-time rows validated at a time (the checks' temporaries: ~50 bytes a row, ~3 MiB; a larger piece
+#: leaves its freed temporaries in the allocator, on top of the part at the set-up's peak)
+VALIDATE_ROWS = 1 << 16
 _MADV_DONTNEED = 4  # Linux
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _REMEDY = "Re-create it with DynamicGraphSignal.save()."
@@ -257,10 +258,12 @@ class MappedSignal:
 
         return DynamicGraphSignal.load(self.path)  # a directory: data.mapped.load_signal_store, verified
 
-    def read(self, snapshots: Tensor) -> Any:
+    def read(self, snapshots: Tensor, skip: tuple = ()) -> Any:
         r"""The signal of ``snapshots`` (``[S]`` sorted distinct global
         indices), in memory: its rows copied out of the map run by run, in
-        chunks (module docstring), and validated."""
+        chunks (module docstring), and validated. ``skip``: node-level
+        fields left out of the copy (:meth:`read_series` puts them in), the
+        part then validated without them."""
         s = self.signal
         idx = torch.as_tensor(snapshots, dtype=torch.long).reshape(-1)
         T = s.num_snapshots
@@ -285,6 +288,9 @@ class MappedSignal:
         for name, f in s.fields.items():
             key = f"field.{name}.values"
             if f.level == "node":
+                if name in skip:  # [S, 0] placeholder rows: the caller puts the values in
+                    fields[name] = SnapshotField("node", f.values.new_empty((int(sum(b - a for a, b in nodes)), 0)))
+                    continue
                 fields[name] = SnapshotField("node", self._rows(key, nodes, 0))
             elif f.level == "edge":
                 fields[name] = SnapshotField("edge", self._rows(key, edges, 0))
@@ -312,6 +318,68 @@ class MappedSignal:
             raise self._bad(f"its snapshots {runs[0][0]}..{runs[-1][1] - 1} do not form a valid signal ({exc})") from None
         return out
 
+    def series_pair(self) -> Optional[tuple]:
+        r"""``(first, second)``: the names of two node-level fields that the
+        file stores as one series :math:`D` (one storage, ``second`` starting
+        one snapshot after ``first``: :math:`\text{first}_t = D_t`,
+        :math:`\text{second}_t = D_{t+1}`, as
+        :func:`~pyg_dynscale.windows.series_signal` writes :math:`X_t` and
+        :math:`Y_t`), on snapshots of :math:`n` rows each; ``None`` where no
+        two fields are laid out so (a store directory maps every tensor from
+        its own file: never). Nothing is read but ``node_ptr``."""
+        p = self._tensors["node_ptr"]
+        T = int(p.numel()) - 1
+        n = int(p[1]) if T > 0 else 0
+        if n == 0 or not torch.equal(p, torch.arange(T + 1) * n):
+            return None
+        node = [(k, f.values) for k, f in self.signal.fields.items() if f.level == "node"]
+        for a, va in node:
+            for b, vb in node:
+                if (a != b and va.dtype == vb.dtype and va.shape == vb.shape and va.is_contiguous()
+                        and vb.is_contiguous() and va.untyped_storage().data_ptr() == vb.untyped_storage().data_ptr()
+                        and vb.storage_offset() - va.storage_offset() == n * va[:1].numel()):
+                    return a, b
+        return None
+
+    def read_series(self, snapshots: Tensor) -> tuple:
+        r"""``(signal, held)``: :meth:`read` of ``snapshots`` where the file
+        stores a :meth:`series_pair` ``(first, second)``, both fields copied
+        once: one buffer holds :math:`D_{a_k} \ldots D_{b_k}` for every run
+        :math:`[a_k, b_k)` of consecutive snapshots, ``first`` is the buffer
+        without its last snapshot and ``second`` the buffer from its second
+        snapshot (views; a part's ``second`` is a shift of its ``first``
+        within a run, so holding both copies would hold the same rows twice).
+        ``held`` is ``snapshots`` plus each run's next snapshot :math:`b_k`
+        but the last run's: the buffer's slot between two runs, whose
+        ``first`` rows (and every other field) are snapshot :math:`b_k`'s but
+        whose ``second`` rows are :math:`D_{a_{k+1}}`, snapshot :math:`b_k`'s
+        own only where :math:`a_{k+1} = b_k + 1`. A reader of ``snapshots``
+        and of ``first`` anywhere gets the file's values; ``second`` of an
+        added snapshot is not its own. Without a pair: ``(read(snapshots), snapshots)``."""
+        pair = self.series_pair()
+        idx = torch.as_tensor(snapshots, dtype=torch.long).reshape(-1)
+        if pair is None:
+            return self.read(idx), idx
+        first, second = pair
+        T = self.signal.num_snapshots
+        if idx.numel() == 0 or int(idx.min()) < 0 or int(idx.max()) >= T or bool((idx[1:] <= idx[:-1]).any()):
+            return self.read(idx), idx  # read's typed refusal
+        cut = torch.nonzero(idx[1:] != idx[:-1] + 1).flatten() + 1
+        ends = idx[cut - 1] + 1  # b_k of every run but the last: < a_{k+1} <= T - 1
+        held = torch.cat([idx, ends]).sort().values
+        n = int(self._tensors["node_ptr"][1])
+        a = self.signal.fields[first].values
+        # D: the series' T + 1 snapshots, a view of the one storage from ``first``'s start (``second`` ends
+        # there). A version-1 archive: a store directory never has a pair, so there are no chunks to verify
+        D = a.new_empty(0).set_(a.untyped_storage(), a.storage_offset(), ((T + 1) * n, *a.shape[1:]))
+        starts = torch.cat([idx[:1], idx[cut]]).tolist()
+        stops = torch.cat([idx[cut - 1], idx[-1:]]).add(1).tolist()
+        buf = self._copy(D, [(s * n, (b + 1) * n) for s, b in zip(starts, stops)], 0)  # D_{a_k} .. D_{b_k}
+        out = self.read(held, skip=pair)
+        out.fields[first] = SnapshotField("node", buf[:-n])
+        out.fields[second] = SnapshotField("node", buf[n:])
+        return out, held
+
     def node_rows(self, name: str, first: int, stop: int) -> Tensor:
         """The rows of node-level field ``name`` of snapshots ``first .. stop-1``, copied out of the map."""
         f = self.signal.fields.get(name)
@@ -331,7 +399,8 @@ class MappedSignal:
         ptr, ids = self._tensors["node_ptr"], self._tensors["node_id"]
         if not ids.is_contiguous():
             return False
-        step = max(1, CHUNK_BYTES // max(1, ids.element_size()))
+        # the check builds ~4 int64 temporaries per row: a chunk of them stays near CHUNK_BYTES
+        step = max(1, CHUNK_BYTES // (4 * max(8, ids.element_size())))
         for a, b in runs:
             lo = a
             while lo < b:  # snapshots lo .. hi-1: at most ``step`` rows (or one snapshot)

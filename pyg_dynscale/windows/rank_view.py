@@ -94,14 +94,32 @@ class RankWindowView(WindowView):
         self.standardize = bool(standardize)
 
     def hold(self, snapshots: Tensor) -> None:
-        """Keep only ``snapshots`` (sorted global indices), read from the map:
-        the signal becomes those snapshots in memory, as :meth:`WindowView.hold`."""
+        r"""Keep only ``snapshots`` (sorted global indices), read from the map:
+        the signal becomes those snapshots in memory, as :meth:`WindowView.hold`.
+
+        Where the file stores the features and targets as one series (a
+        static graph stored once whose ``x`` and ``y`` share one storage,
+        :meth:`MappedSignal.read_series <pyg_dynscale.windows.mapped_signal.MappedSignal.read_series>`:
+        :func:`~pyg_dynscale.windows.series_signal`'s :math:`X_t = D_t`,
+        :math:`Y_t = D_{t+1}`), the part holds the series once: ``x`` and
+        ``y`` are views of one buffer, and :attr:`held` adds, after every run
+        of consecutive snapshots but the last, its next snapshot :math:`b`
+        (the buffer's slot between the runs: its ``x`` is :math:`X_b`, its
+        ``y`` is the next run's first :math:`X`, which no window reads).
+        Every value a window reads is the file's; the static graph's basis of
+        each snapshot does not depend on its neighbours in the storage, so
+        the results are those of :meth:`WindowView.hold` bit for bit."""
         if self.source is None:
             raise ModelInputError("view", "has closed its signal file.", "hold before close_source().")
         idx = torch.as_tensor(snapshots, dtype=torch.long).reshape(-1)
+        if self.source.static:
+            # a static graph only: an added snapshot changes which snapshots are neighbours in the storage, which
+            # an incremental aggregation over changing graphs would chain through (a static one never does)
+            self.signal, idx = self.source.read_series(idx)
+        else:
+            self.signal = self.source.read(idx)
         local = torch.full((self.num_snapshots_total,), -1, dtype=torch.long)
         local[idx] = torch.arange(idx.numel())
-        self.signal = self.source.read(idx)
         self.x = self.signal.x
         self.held, self._local = idx, local
 

@@ -132,3 +132,78 @@ def test_the_pages_of_the_map_are_handed_back_so_resident_memory_grows_by_the_co
     # the copy plus at most one chunk of the map and the allocator's slack; keeping the pages of the
     # map (no release) would be twice the copy
     assert grown <= read + CHUNK_BYTES + (4 << 20), (grown, read)
+
+
+# ------------------------------------------------------------------ x and y one series in the file
+@pytest.mark.parametrize("idx", [[0, 1, 2, 5, 6, 9, 10, 11], [3, 4, 6], list(range(30)), [29], [7]])
+def test_read_series_holds_x_and_y_once_and_equals_select_on_the_snapshots_asked(tmp_path, idx):
+    """series_signal's X_t = D_t, Y_t = D_{t+1} share one storage in the file: the part copies D once
+    (x and y views of one buffer), each run's next snapshot added as the slot between runs; every
+    asked snapshot equals select() bit for bit, an added one's x and graph too (its y is the next run's)."""
+    sig = _series()
+    path, store = _files(sig, tmp_path, "s")
+    src = MappedSignal(path)
+    assert src.series_pair() == ("x", "y")
+    idx = torch.tensor(idx)
+    part, held = src.read_series(idx)
+    runs = torch.nonzero(idx[1:] != idx[:-1] + 1).flatten()
+    added = idx[runs] + 1
+    assert torch.equal(held, torch.cat([idx, added]).sort().values)
+    assert part.y.untyped_storage().data_ptr() == part.x.untyped_storage().data_ptr()
+    assert part.y.data_ptr() - part.x.data_ptr() == 5 * 2 * 8                    # one snapshot (5 rows x 2) later
+    ref = sig.select(held)
+    assert torch.equal(part.x, ref.x) and part.is_static and torch.equal(part.static_edge_index, ref.static_edge_index)
+    pos = {int(t): i for i, t in enumerate(held)}
+    for t in idx.tolist():                                                      # the asked snapshots: the file's
+        i = pos[t]
+        assert torch.equal(part.y[i * 5:(i + 1) * 5], sig.y[t * 5:(t + 1) * 5])
+    # bytes copied: D once (x's rows plus one snapshot per run), not x and y; the graph; the ids compared
+    assert src.bytes_read == (held.numel() + 1) * 5 * 2 * 8 + (sig.static_edge_index.numel() + 6) * 8 \
+        + held.numel() * 5 * 8
+    # a store directory maps each tensor from its own file: no pair, read() as before
+    s2 = MappedSignal(store)
+    assert s2.series_pair() is None
+    p2, h2 = s2.read_series(idx)
+    assert torch.equal(h2, idx) and p2.equals(sig.select(idx))
+
+
+def test_no_series_pair_where_x_and_y_do_not_share_a_storage(tmp_path):
+    for sig in (chickenpox(T=12), covid(T=8)):
+        path = str(tmp_path / "c.pt")
+        sig.save(path)
+        src = MappedSignal(path)
+        assert src.series_pair() is None
+        part, held = src.read_series(torch.tensor([1, 2, 7]))
+        assert torch.equal(held, torch.tensor([1, 2, 7])) and part.equals(sig.select(held))
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="peak RSS reset needs Linux /proc")
+def test_read_series_resident_memory_grows_by_one_copy_of_the_part(tmp_path):
+    T, N, F = 2000, 100, 32  # D: 51 MB of float64; half of it per part
+    g = torch.Generator().manual_seed(0)
+    sig = series_signal(torch.randn(T + 1, N, F, generator=g, dtype=torch.float64), torch.tensor([[0, 1], [1, 0]]),
+                        dtype=torch.float64)
+    path = str(tmp_path / "series.pt")
+    sig.save(path)
+    del sig
+    src = MappedSignal(path)
+    warm, _ = src.read_series(torch.arange(10))  # first-use allocations are not the part's
+    del warm
+
+    def peak(fn):
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+        base = _status()["VmRSS"]
+        out = fn()
+        return _status()["VmHWM"] - base, out
+
+    half = torch.cat([torch.arange(0, T // 4), torch.arange(T // 2, 3 * T // 4)])  # two runs: 25.6 MB of D
+    once = half.numel() * N * F * 8
+    grown, (part, held) = peak(lambda: src.read_series(half))
+    assert held.numel() == half.numel() + 1 and part.x.shape[0] == held.numel() * N
+    bound = 1.2 * once + CHUNK_BYTES + (4 << 20)
+    assert grown <= bound, (grown / 2**20, bound / 2**20)
+    del part
+    # read() copies x and y apart: twice the part, far above the bound
+    twice, part = peak(lambda: src.read(half))
+    assert twice > bound + 0.5 * once, (twice / 2**20, bound / 2**20)

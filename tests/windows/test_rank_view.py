@@ -17,7 +17,7 @@ import torch
 from pyg_dynscale import DynamicGraphSignal
 from pyg_dynscale.data.mapped import save_signal_store
 from pyg_dynscale.training.launch import spawn
-from pyg_dynscale.windows import WindowTrainer
+from pyg_dynscale.windows import WindowTrainer, series_signal
 from pyg_dynscale.windows.mapped_signal import MappedSignal
 from pyg_dynscale.windows.rank_view import RankFacts, combine
 from pyg_dynscale.windows.view import Standardizer
@@ -29,12 +29,20 @@ TWO = [("chickenpox", 30, 3, 1, 1, False, "pt", {}),
        ("chickenpox", 40, 2, 2, 4, True, "pt", {}),   # stride 4 > lags + horizon - 1: snapshots no window reads
        ("chickenpox", 30, 3, 4, 1, False, "store", {"decoder": True}),         # seq2seq past the window
        ("covid", 16, 3, 1, 1, False, "pt", {"node_batch_size": 40}),         # node mini-batches
-       ("chickenpox-once", 30, 3, 2, 1, False, "store", {})]                  # a static graph stored once
+       ("chickenpox-once", 30, 3, 2, 1, False, "store", {}),                  # a static graph stored once
+       ("series", 30, 3, 1, 1, False, "pt", {"series": True}),   # x and y one series in the file: held once
+       ("series", 40, 2, 2, 4, True, "pt", {"series": True})]    # ... standardized, snapshots no window reads
 FOUR = [("chickenpox", 40, 3, 2, 1, False, "store", {}),
         ("covid", 24, 3, 1, 1, True, "pt", {})]
 
 
 def _signal(data: str, T: int) -> DynamicGraphSignal:
+    if data == "series":  # series_signal's X_t = D_t, Y_t = D_{t+1}: one storage in the file, y a shift of x
+        d = chickenpox(T=T + 1)
+        ei, ew = d.snapshot_edges(0)
+        sig = series_signal(d.x.view(T + 1, -1, 4), ei, ew, dtype=torch.float64)
+        assert sig.is_static and sig.y.untyped_storage().data_ptr() == sig.x.untyped_storage().data_ptr()
+        return sig
     if data == "chickenpox-once":  # the same static graph given as one edge list: stored once
         sig = chickenpox(T=T)
         ei, ew = sig.snapshot_edges(0)
@@ -62,8 +70,8 @@ def _train(data, lags, horizon, stride, standardize, options) -> tuple:
     from torch_geometric_temporal.nn.recurrent import GConvGRU
 
     torch.manual_seed(0)
-    cell, head = GConvGRU(4, 5, 2).double(), torch.nn.Linear(5, 1).double()
     options = dict(options)
+    cell, head = GConvGRU(4, 5, 2).double(), torch.nn.Linear(5, 4 if options.pop("series", False) else 1).double()
     if options.pop("decoder", False):  # fed the previous target (width 1), from the encoder's final state
         options.update(decoder=GConvGRU(1, 5, 2).double(), teacher_forcing=0.5)
     tr = WindowTrainer(cell, data, lags=lags, horizon=horizon, stride=stride, batch_size=4, lr=0.05, head=head,
@@ -74,7 +82,9 @@ def _train(data, lags, horizon, stride, standardize, options) -> tuple:
     held = None if tr.view.held is None else tr.view.held.clone()
     out = (losses, list(tr.batch_losses), [p.detach().clone() for p in tr.modules.parameters()], metrics,
            {k: dict(report[k]) for k in ("measured", "predicted")}, held, type(tr.view).__name__,
-           getattr(tr.view, "source", "no source"), int(tr.store.x.shape[0]))
+           getattr(tr.view, "source", "no source"), int(tr.store.x.shape[0]),
+           tr.store.x.untyped_storage().data_ptr() == tr.store.y.untyped_storage().data_ptr(),
+           tr.store.x.untyped_storage().nbytes())
     tr.close()
     return out
 
@@ -95,8 +105,17 @@ def _check(per_rank: list, cases: list) -> None:
             whole, part = ranks[i]
             assert part[6] == "RankWindowView" and whole[6] == "WindowView"
             assert part[7] is None                                   # the map is closed after set-up
-            assert torch.equal(part[5], whole[5])                    # the same snapshots held
-            assert part[8] == whole[8] < _signal(data, T).num_vertex_time_nodes  # rows held: a part
+            if data == "series":  # x and y views of one buffer; each run's next snapshot held (its slot)
+                runs = torch.nonzero(whole[5][1:] != whole[5][:-1] + 1).flatten()
+                assert torch.equal(part[5], torch.cat([whole[5], whole[5][runs] + 1]).sort().values)
+                n, row = part[8] // part[5].numel(), 4 * 8                # float64 rows of 4 values
+                if not std:  # the store holds the series once: x's rows plus one snapshot per run, not x and y
+                    assert part[9] and not whole[9]
+                    assert part[10] == (part[5].numel() + 1) * n * row < 2 * whole[8] * row
+            else:
+                assert torch.equal(part[5], whole[5])                # the same snapshots held
+                assert part[8] == whole[8]
+            assert part[8] < _signal(data, T).num_vertex_time_nodes  # rows held: a part
             assert part[4] == whole[4]                               # bytes: measured and predicted equal today's
             assert part[4]["measured"]["total"] == part[4]["predicted"]["total"] > 0
             if not std:                                              # bit for bit
