@@ -31,7 +31,8 @@ TWO = [("chickenpox", 30, 3, 1, 1, False, "pt", {}),
        ("covid", 16, 3, 1, 1, False, "pt", {"node_batch_size": 40}),         # node mini-batches
        ("chickenpox-once", 30, 3, 2, 1, False, "store", {}),                  # a static graph stored once
        ("series", 30, 3, 1, 1, False, "pt", {"series": True}),   # x and y one series in the file: held once
-       ("series", 40, 2, 2, 4, True, "pt", {"series": True})]    # ... standardized, snapshots no window reads
+       ("series", 40, 2, 2, 4, True, "pt", {"series": True}),    # ... standardized, snapshots no window reads
+       ("series", 30, 3, 4, 1, False, "pt", {"series": True, "decoder": True})]  # ... seq2seq: y read as inputs
 FOUR = [("chickenpox", 40, 3, 2, 1, False, "store", {}),
         ("covid", 24, 3, 1, 1, True, "pt", {})]
 
@@ -71,9 +72,10 @@ def _train(data, lags, horizon, stride, standardize, options) -> tuple:
 
     torch.manual_seed(0)
     options = dict(options)
-    cell, head = GConvGRU(4, 5, 2).double(), torch.nn.Linear(5, 4 if options.pop("series", False) else 1).double()
-    if options.pop("decoder", False):  # fed the previous target (width 1), from the encoder's final state
-        options.update(decoder=GConvGRU(1, 5, 2).double(), teacher_forcing=0.5)
+    width = 4 if options.pop("series", False) else 1  # a series' targets are its next features
+    cell, head = GConvGRU(4, 5, 2).double(), torch.nn.Linear(5, width).double()
+    if options.pop("decoder", False):  # fed the previous target, from the encoder's final state
+        options.update(decoder=GConvGRU(width, 5, 2).double(), teacher_forcing=0.5)
     tr = WindowTrainer(cell, data, lags=lags, horizon=horizon, stride=stride, batch_size=4, lr=0.05, head=head,
                        standardize=standardize, optimizer="adam", **options)
     losses = [tr.train_epoch() for _ in range(2)]
