@@ -111,3 +111,20 @@ def test_store_readers_of_the_concatenated_form_still_get_it():
     assert not a.edges_expanded
     assert torch.equal(a.edge_index, b.edge_index) and torch.equal(a.edge_weight, b.edge_weight)
     assert torch.equal(a.loops, b.loops) and a.edges_expanded
+
+
+@pytest.mark.parametrize("name", ["GConvGRU", "DCRNN"])
+def test_the_trainers_static_basis_in_small_chunks_is_bitwise_that_of_one_chunk(name, monkeypatch):
+    """build_window_cache computes a static graph's basis in BASIS_CHUNK_BYTES chunks (its temporaries stay
+    small next to a rank's part): every entry is the one-chunk basis bit for bit (each feature column is
+    propagated alone, in the same edge order). A chunk size that changed the values would fail here."""
+    import pyg_dynscale.windows.cache as cache
+    from pyg_dynscale.nn.reuse import static_basis
+
+    D, ei, ew = _data()
+    monkeypatch.setattr(cache, "BASIS_CHUNK_BYTES", 1)                     # one snapshot per chunk
+    tr = WindowTrainer(_cell(name), series_signal(D, ei, ew, dtype=torch.float64), lags=3, batch_size=4)
+    obj = tr.reuse_impl
+    assert tr.store.static and obj is not None
+    one = static_basis(obj, tr.store.x, tr.store.num_held, ei, ew, chunk_bytes=1 << 40)
+    assert torch.equal(obj.basis, one)
