@@ -40,6 +40,7 @@ from torch import Tensor
 from ..errors import ModelInputError, UnsupportedOptionError
 from ..nn.reuse import TGCNReuse, static_basis
 from ..nn.snapshot_model import default_dtype
+from .cache import BASIS_CHUNK_BYTES
 
 __all__ = ["is_window_model", "check_window_model_args", "WindowModelRunner"]
 
@@ -118,7 +119,8 @@ class WindowModelRunner:
             T = trainer.store.x.shape[0] // self.n
             with default_dtype(trainer.dtype):  # the snapshots as feature columns of the one graph (chunked)
                 self.reuse = TGCNReuse(cell, trainer.store.x[:self.n], self.ei, self.ew)
-                self.reuse.basis = static_basis(self.reuse, trainer.store.x, T, self.ei, self.ew)
+                self.reuse.basis = static_basis(self.reuse, trainer.store.x, T, self.ei, self.ew,
+                                                  chunk_bytes=BASIS_CHUNK_BYTES)  # a small transient (cache.py)
             #: ``[T, N, F]``: :math:`\hat A X_t` of every snapshot
             self.basis = self.reuse.basis.view(T, self.n, F)
 
