@@ -360,7 +360,8 @@ def traffic_report(trainer) -> dict:
     ``measured``, ``predicted`` (and the partitioned placements' ``local``) summed over the processes,
     ``redundancy`` and ``matrix`` (global); not the per-rank ``rank`` part (a collective: every rank
     calls it)."""
-    t = {part: value for part, value in trainer.traffic().items() if part != "rank"}
+    # the placement in effect is the report's own event_placement
+    t = {part: value for part, value in trainer.traffic().items() if part not in ("rank", "event_placement")}
     if "matrix" in t:
         t["matrix"] = {kind: m.tolist() for kind, m in t["matrix"].items()}
     return t

@@ -4,8 +4,8 @@ its groups logged): every placement binds its device before its first collective
 unbound rank's communicator on cuda:0), runs no object collective over the device group, moves its host
 values (the ``[M]`` counts, the requested and aggregated ids, the memory copies' ids) over gloo, so that
 a training step hands the device group only rows and gradients; ``overlap_aggregation``'s rows go over
-a group of the default backend and its ids over a gloo group, both its own. The trainer's bytes stay
-measured == predicted."""
+a group of the default backend and its ids over a gloo group, both its own; events per rank's owner-index
+exchanges hand the device group rows only. The trainer's bytes stay measured == predicted."""
 from __future__ import annotations
 
 from collections import Counter
@@ -22,7 +22,9 @@ from tests.helpers.memory_trainers import host_syncs_trainer as _trainer
 CASES = {
     "replicated (2,1,1)": ((2, 1, 1), {}),
     "replicated (1,1,2)": ((1, 1, 2), {}),
-    "partitioned": ((2, 1, 1), {"placement": "partitioned"}),
+    "partitioned": ((2, 1, 1), {"placement": "partitioned", "event_placement": "whole"}),
+    # events per rank ("auto"'s choice here): the owners' index adds three row exchanges per step
+    "partitioned, events per rank": ((2, 1, 1), {"placement": "partitioned", "event_placement": "per_rank"}),
     "sven overlap": ((2, 1, 1), {"placement": "sven", "overlap_aggregation": True}),
     "sven micro overlap": ((2, 1, 1), {"placement": "sven", "micro_batches": 2, "overlap_aggregation": True}),
 }
@@ -90,7 +92,10 @@ def test_two_ranks_follow_nccl_rules():
                     assert "all_gather" not in ops and "all_to_all" not in ops, (name, r, s, ops)  # copies of one rank
                 else:
                     micro = 2 if "micro" in name else 1
-                    assert ops["all_to_all"] == micro + 1, (name, r, s, ops)
+                    # events per rank: the neighbours' messages, the mailbox's messages and the batch's
+                    # messages to their owners are rows too (their counts and ids go over gloo)
+                    events = 3 if "events per rank" in name else 0
+                    assert ops["all_to_all"] == micro + 1 + events, (name, r, s, ops)
             if "overlap" in name:  # item 3: rows on the default backend, ids on gloo, groups of its own
                 assert run["agg"] == {"rows": fake_nccl.NAME, "ids": "gloo", "own": True, "transport": "direct"}, \
                     (name, r, run["agg"])
