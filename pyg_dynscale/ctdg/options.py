@@ -138,18 +138,12 @@ def check_combinations(parallelism: tuple, world_size: int, *, memory_placement:
 EVENT_PLACEMENTS = ("auto", "whole", "per_rank")
 
 
-def _per_rank_blocker(memory_placement: str, partition, overlap_aggregation: bool) -> Optional[tuple]:
+def _per_rank_blocker(memory_placement: str, partition) -> Optional[tuple]:
     """``(option, message, fix)`` of the first option ``"per_rank"`` does not run with, or ``None``."""
     if memory_placement == "replicated":
         return ("event_placement", "is 'per_rank' with memory_placement='replicated': the neighbour index and the "
                 "mailbox are held by the owners of a partitioned memory.",
                 "memory_placement='partitioned' or 'sven', or event_placement='whole'.")
-    if overlap_aggregation:
-        # the overlapped aggregation's thread would run its all-to-all while this thread's owner-index
-        # exchanges (the same host group) run: two threads' collectives on one group can cross between ranks
-        return ("overlap_aggregation", "is True with event_placement='per_rank': the aggregation thread's "
-                "all-to-all would cross the owners' index exchanges on the host group.",
-                "overlap_aggregation=False, or event_placement='whole' (or 'auto', which picks it).")
     if isinstance(partition, str) and partition == "flexbicut":
         return ("partition", "is 'flexbicut' with event_placement='per_rank': its pre-sampling walks the whole "
                 "stream on every rank.", "give the owner tensor it computes (pyg-dynscale partition-events --out "
@@ -161,13 +155,15 @@ def check_event_placement(event_placement: str, *, memory_placement: str, partit
                           micro_batches=1, overlap_aggregation: bool = False, world_size: int = 1) -> str:
     """``event_placement`` checked and resolved: ``"auto"`` is ``"per_rank"`` for a partitioned
     memory (``"partitioned"`` / ``"sven"``) under a process group (``world_size > 1``) unless
-    ``overlap_aggregation=True`` or ``partition="flexbicut"``, else ``"whole"``; an explicit
-    ``"per_rank"`` with a replicated memory, ``overlap_aggregation`` or flexbicut is an
-    :class:`~pyg_dynscale.errors.UnsupportedOptionError` naming the option. ``prefetch`` and
-    ``micro_batches`` run with both (see :mod:`~pyg_dynscale.ctdg.rank_events`)."""
+    ``partition="flexbicut"``, else ``"whole"``; an explicit ``"per_rank"`` with a replicated memory
+    or flexbicut is an :class:`~pyg_dynscale.errors.UnsupportedOptionError` naming the option.
+    ``prefetch``, ``micro_batches`` and ``overlap_aggregation`` run with both (see
+    :mod:`~pyg_dynscale.ctdg.rank_events`): the aggregation thread's collectives run on groups of
+    their own, and the owners' index exchanges run on this thread before its dispatch and after it
+    joins the aggregation."""
     if not isinstance(event_placement, str) or event_placement not in EVENT_PLACEMENTS:
         raise ModelInputError("event_placement", f"is {event_placement!r}.", f"use one of {list(EVENT_PLACEMENTS)}.")
-    blocker = _per_rank_blocker(memory_placement, partition, overlap_aggregation)
+    blocker = _per_rank_blocker(memory_placement, partition)
     if event_placement == "auto":
         return "per_rank" if blocker is None and world_size > 1 else "whole"
     if event_placement == "per_rank" and blocker is not None:

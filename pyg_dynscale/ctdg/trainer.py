@@ -224,10 +224,10 @@ class MemoryTrainer(BaseTrainer):
             messages of other owners' vertices are fetched before each batch's memory dispatch,
             :mod:`~pyg_dynscale.ctdg.event_exchange`; the same numbers, with ``prefetch`` (the
             lookahead runs on the training thread,
-            :class:`~pyg_dynscale.ctdg.prefetch.OwnersLookahead`) and ``micro_batches`` too.
-            ``"auto"``: ``"per_rank"`` where it runs, else ``"whole"`` (one process, a replicated
-            memory, ``overlap_aggregation=True``, ``partition="flexbicut"``); an explicit
-            ``"per_rank"`` with a replicated memory, ``overlap_aggregation`` or flexbicut is an
+            :class:`~pyg_dynscale.ctdg.prefetch.OwnersLookahead`), ``micro_batches`` and
+            ``overlap_aggregation`` too. ``"auto"``: ``"per_rank"`` where it runs, else ``"whole"``
+            (one process, a replicated memory, ``partition="flexbicut"``); an explicit
+            ``"per_rank"`` with a replicated memory or flexbicut is an
             :class:`~pyg_dynscale.errors.UnsupportedOptionError`. :attr:`event_placement` and
             :meth:`traffic`'s ``"event_placement"`` name the placement in effect;
             :meth:`state_dict` holds each owner's part of the index, per rank.

@@ -5,7 +5,8 @@ unbound rank's communicator on cuda:0), runs no object collective over the devic
 values (the ``[M]`` counts, the requested and aggregated ids, the memory copies' ids) over gloo, so that
 a training step hands the device group only rows and gradients; ``overlap_aggregation``'s rows go over
 a group of the default backend and its ids over a gloo group, both its own; events per rank's owner-index
-exchanges hand the device group rows only. The trainer's bytes stay measured == predicted."""
+exchanges (the default "auto" takes them here) hand the device group rows only. The trainer's bytes stay
+measured == predicted."""
 from __future__ import annotations
 
 from collections import Counter
@@ -92,10 +93,10 @@ def test_two_ranks_follow_nccl_rules():
                     assert "all_gather" not in ops and "all_to_all" not in ops, (name, r, s, ops)  # copies of one rank
                 else:
                     micro = 2 if "micro" in name else 1
-                    # events per rank: the neighbours' messages, the mailbox's messages and the batch's
-                    # messages to their owners are rows too (their counts and ids go over gloo)
-                    events = 3 if "events per rank" in name else 0
-                    assert ops["all_to_all"] == micro + 1 + events, (name, r, s, ops)
+                    # events per rank: per (micro-)batch the neighbours' and the mailbox's messages, per step
+                    # the batch's messages to their owners: rows too (their counts and ids go over gloo)
+                    events = int(run["traffic"]["event_placement"] == "per_rank")
+                    assert ops["all_to_all"] == micro * (1 + 2 * events) + 1 + events, (name, r, s, ops)
             if "overlap" in name:  # item 3: rows on the default backend, ids on gloo, groups of its own
                 assert run["agg"] == {"rows": fake_nccl.NAME, "ids": "gloo", "own": True, "transport": "direct"}, \
                     (name, r, run["agg"])

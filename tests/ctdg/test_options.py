@@ -22,7 +22,6 @@ def test_event_placement_values():
 
 
 @pytest.mark.parametrize("change,name", [({"memory_placement": "replicated"}, "event_placement"),
-                                         ({"overlap_aggregation": True}, "overlap_aggregation"),
                                          ({"partition": "flexbicut"}, "partition")])
 def test_per_rank_refuses_what_it_does_not_run_with(change, name):
     with pytest.raises(UnsupportedOptionError) as err:
@@ -33,7 +32,7 @@ def test_per_rank_refuses_what_it_does_not_run_with(change, name):
 
 
 def test_per_rank_runs_with_the_pipelines():
-    for change in ({"prefetch": True}, {"micro_batches": 3}, {"micro_batches": "auto"}):
+    for change in ({"prefetch": True}, {"micro_batches": 3}, {"micro_batches": "auto"}, {"overlap_aggregation": True}):
         assert check_event_placement("per_rank", **{**OK, **change}) == "per_rank"
         assert check_event_placement("auto", **{**OK, **change, "world_size": 2}) == "per_rank"
 

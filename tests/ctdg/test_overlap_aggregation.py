@@ -74,8 +74,9 @@ def _ranks(rank, world):
     runs = {}
     for name, micro, kw in (("sven", 1, {}), ("micro", 3, {}), ("prefetch", 1, {"prefetch": True}),
                             ("depcomm", 1, {"placement": "partitioned"})):
-        # the inline reference on the whole stream: what event_placement="auto" takes with overlap_aggregation
-        runs[name] = (_run(world, micro, event_placement="whole", **kw), _spied(world, micro, **kw))
+        # both on the whole stream (events per rank with the overlap: test_rank_events_pipelines.py)
+        runs[name] = (_run(world, micro, event_placement="whole", **kw),
+                      _spied(world, micro, event_placement="whole", **kw))
     return runs
 
 
@@ -84,7 +85,7 @@ def test_two_ranks_overlap_equals_inline():
     for r, runs in enumerate(per_rank):
         for name, (inline, overlap) in runs.items():
             _same(overlap, inline, (name, r))
-            assert overlap["traffic"]["event_placement"] == "whole", (name, r)  # auto's fallback, reported
+            assert overlap["traffic"]["event_placement"] == "whole", (name, r)  # reported
             t = overlap["traffic"]
             assert t["measured"] == t["predicted"], (name, r, t)
             assert t["measured"] == inline["traffic"]["measured"], (name, r)

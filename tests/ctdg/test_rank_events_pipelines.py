@@ -1,9 +1,10 @@
-"""Events per rank with the pipelines (MemoryTrainer(event_placement="per_rank") with prefetch=True and
-with micro_batches > 1), and event_placement="auto": on 2 and 3 gloo ranks, per_rank equals the
+"""Events per rank with the pipelines (MemoryTrainer(event_placement="per_rank") with prefetch=True, with
+micro_batches > 1 and with overlap_aggregation=True), and event_placement="auto": on 2 and 3 gloo ranks,
+per_rank equals the
 whole-stream trainer with the same options bit for bit in float64 (losses, every step's loss, parameters,
 the whole memory, evaluation scores and metrics) and each rank's bytes measured at the collectives equal
 the predicted ones; "auto" picks per_rank under a process group for a partitioned memory and whole for
-overlap_aggregation / flexbicut, and the trainer and its traffic report say which. One spawned job per
+flexbicut, and the trainer and its traffic report say which. One spawned job per
 world size.
 
 Red if: OwnersLookahead looked up at dispatch instead of after the write-back for an empty local batch
@@ -49,7 +50,9 @@ def _run(data, world: int, events: str, **options) -> dict:
 
 CASES = {"prefetch": dict(prefetch=True, partition="interval"),
          "micro2": dict(micro_batches=2, partition="interval"),
-         "micro4": dict(micro_batches=4, partition="range")}
+         "micro4": dict(micro_batches=4, partition="range"),
+         "overlap": dict(overlap_aggregation=True, partition="interval"),
+         "micro2 overlap": dict(micro_batches=2, overlap_aggregation=True, partition="range")}
 
 
 def _ranks(rank, world):
@@ -59,7 +62,7 @@ def _ranks(rank, world):
     for name, options in CASES.items():
         out[(name, "whole")] = _run(data, world, "whole", **options)
         out[(name, "auto")] = _run(data, world, "auto", **options)  # per_rank: what auto picks here
-    out["fallback"] = _run(data, world, "auto", partition="interval", overlap_aggregation=True)["placement"]
+    out["fallback"] = _run(data, world, "auto", partition="flexbicut")["placement"]
     return out
 
 
@@ -97,15 +100,16 @@ def test_three_ranks_pipelines_per_rank_equal_whole_stream():
 @pytest.mark.parametrize("memory_placement,options,world,expected", [
     ("sven", {}, 2, "per_rank"), ("partitioned", {"prefetch": True}, 4, "per_rank"),
     ("sven", {"micro_batches": 3}, 2, "per_rank"), ("sven", {}, 1, "whole"), ("replicated", {}, 2, "whole"),
-    ("sven", {"overlap_aggregation": True}, 2, "whole"), ("sven", {"partition": "flexbicut"}, 2, "whole")])
+    ("sven", {"overlap_aggregation": True}, 2, "per_rank"), ("sven", {"partition": "flexbicut"}, 2, "whole")])
 def test_auto_resolution(memory_placement, options, world, expected):
     kw = {"partition": "interval", **options}
     assert check_event_placement("auto", memory_placement=memory_placement, world_size=world, **kw) == expected
 
 
-@pytest.mark.parametrize("options,name", [({"overlap_aggregation": True}, "overlap_aggregation"),
+@pytest.mark.parametrize("options,name", [({"memory_placement": "replicated"}, "event_placement"),
                                           ({"partition": "flexbicut"}, "partition")])
 def test_explicit_per_rank_keeps_its_refusals(options, name):
     with pytest.raises(UnsupportedOptionError) as err:
-        check_event_placement("per_rank", memory_placement="sven", world_size=2, **{"partition": "interval", **options})
+        check_event_placement("per_rank", world_size=2, **{"memory_placement": "sven", "partition": "interval",
+                                                           **options})
     assert err.value.option == name and "event_placement" in str(err.value)
