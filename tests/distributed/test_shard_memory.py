@@ -21,6 +21,7 @@ import torch
 from pyg_dynscale import DynamicGraphSignal
 from pyg_dynscale.distributed import DistributedTrainer, RankLayout, read_shard, spawn, write_shards
 from pyg_dynscale.nn import TGCN
+from pyg_dynscale.nn.decomposed import FusedGraph
 from pyg_dynscale.partition import Partition
 
 F = 4
@@ -165,3 +166,10 @@ def test_layout_bytes_per_row(tmp_path):
         rounds = lay.recurrent_rounds(0)
         whole = [x for x in rounds if x.gids.numel() == lay.Q.numel()]
         assert len(whole) == 1 and lay.time_graph is whole[0].graph
+        # the structure graph's sequence structures, skipped by its device copy, come when asked: the same values
+        full = FusedGraph(x=None, edge_weight=None, supergraph=lay.structure.supergraph)
+        assert "packing" not in lay.structure._cache and "packing" not in dev.structure._cache
+        for f in ("gather", "reset", "time_major", "time_major_inv", "slot"):
+            assert torch.equal(getattr(dev.structure.packing, f), getattr(full.packing, f)), f
+        assert torch.equal(dev.structure.sequence_position, full.sequence_position)
+        assert dev.structure.to_time_major(lay.S.double()).equal(full.to_time_major(lay.S.double()))
