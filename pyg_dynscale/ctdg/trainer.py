@@ -352,6 +352,13 @@ class MemoryTrainer(BaseTrainer):
             bind_device(dev)
         self.val_start, self.test_start, self.num_events = (
             data.split(val_ratio, test_ratio) if isinstance(data, StoreEvents) else split_ranges(data, val_ratio, test_ratio))
+        if self.val_start == 0:
+            raise ModelInputError("data", "leaves no training events after the split.", "give more events or smaller ratios.")
+        if per_rank:
+            # the owners' store takes the place of the module's [N, d] buffers (build_placement empties them,
+            # their values unread): emptied before the events are read, so a rank's peak never holds both
+            memory.memory = memory.memory.new_empty((0, memory.memory_dim))
+            memory.last_update = memory.last_update.new_empty((0,))
         #: per rank: the events this rank holds (None: the whole stream)
         self.rank_events: Optional[RankEvents] = None
         if per_rank:
@@ -365,8 +372,6 @@ class MemoryTrainer(BaseTrainer):
             self.msg = data.msg.to(dev, dtype)
             #: the stream's index columns on the host: every index list of a step is made from them
             self.host = HostStream.of(data.src, data.dst, data.t)
-        if self.val_start == 0:
-            raise ModelInputError("data", "leaves no training events after the split.", "give more events or smaller ratios.")
         self.schedule = EventSchedule(self.val_start, self.batch_size, parallelism)
         self.parallelism = i, j, k = (self.schedule.i, self.schedule.j, self.schedule.k)
         if self.world_size > 1:
