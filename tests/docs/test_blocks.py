@@ -47,6 +47,7 @@ import os
 import re
 import select
 import shlex
+import shutil
 import signal as _signal
 import socket
 import subprocess
@@ -215,9 +216,9 @@ def make_workdir(path: Path) -> Path:
     for entry in ROOT.iterdir():
         if entry.name != ".git" and not (path / entry.name).exists():
             (path / entry.name).symlink_to(entry)
-    for name, src in DATASET_FILES.items():
-        if name != "england_covid.json" and not (path / name).exists():
-            (path / name).symlink_to(src)
+    for name, src in DATASET_FILES.items():  # copies, not links: a block that writes a file of that name (its own
+        if name != "england_covid.json" and not (path / name).exists():  # small chickenpox.json) wrote into
+            shutil.copyfile(src, path / name)                            # ../shared through a link (~9 MB in all)
     with gzip.open(EMBEDDED_COVID, "rb") as f:  # PyGT's file, byte-identical (docs/loaders.md)
         (path / "england_covid.json").write_bytes(f.read())
     return path

@@ -141,7 +141,30 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 _cap_report: list[tuple[str, bool]] = []
 
 
+def _shared_stamps() -> dict[str, tuple[int, int]]:
+    """``{file: (size, mtime_ns)}`` of the shared files present (a test's job must never write them)."""
+    stamps = {}
+    for rel in SHARED_DATASET_FILES:
+        try:
+            st = (SHARED_DATASETS / rel).stat()
+        except OSError:
+            continue
+        stamps[rel] = (st.st_size, st.st_mtime_ns)
+    return stamps
+
+
+#: the shared files as the session found them: twice a doc block's small ``chickenpox.json`` was written
+#: through a link into ../shared, and every later session read the damage as data
+_SHARED_AT_START = _shared_stamps()
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
+    written = sorted(rel for rel, stamp in _shared_stamps().items() if _SHARED_AT_START.get(rel, stamp) != stamp)
+    if written and not os.environ.get("PYTEST_XDIST_WORKER"):
+        _cap_report.append((f"the session wrote into the shared datasets: {', '.join(written)} in {SHARED_DATASETS} "
+                            "changed (size or time): restore them from MANIFEST.tsv's sources, and find the test "
+                            "that writes there", True))
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
     needing = sorted(set(_real_dataset_tests) | set(_dataset_skips))
     if needing:
         _cap_report.append((f"{len(needing)} test(s) need them (at most {MAX_REAL_DATASET_TESTS}), "
