@@ -479,7 +479,7 @@ def events_whole(job: dict, rank: int, world: int) -> Any:
     from torch_geometric.data import TemporalData
 
     d = torch.load(os.path.join(job["workdir"], "events.pt"), weights_only=True)
-    return _event_trainer(TemporalData(**d), job["V"], job["F"], job["placement"], world)
+    return _event_trainer(TemporalData(**d), job["V"], job["F"], job["placement"], world, event_placement="whole")
 
 
 def events_part(job: dict, rank: int, world: int) -> Any:
