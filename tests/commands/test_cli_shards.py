@@ -8,10 +8,11 @@ import os
 
 import torch
 
+from pyg_dynscale.cli import main
 from pyg_dynscale.distributed import DistributedTrainer, spawn
 from pyg_dynscale.distributed.shards import SHARD_FILE, read_meta
-from tests.distributed.test_shards import _corrupt
 from tests.helpers.cli_jobs import ROOT, report_of, run_cli
+from tests.helpers.shard_files import corrupt
 
 DATA = str(ROOT / "tests" / "fixtures" / "datasets" / "pygt" / "chickenpox.json")
 EPOCHS = 3
@@ -48,9 +49,11 @@ def test_partition_shards_then_train_equals_whole_signal(tmp_path):
     assert run["shard_bytes_read"] > 0
 
 
-def test_train_shards_errors_are_one_line(tmp_path):
+def test_train_shards_errors_are_one_line(tmp_path, capsys):
+    """Refusals before any rank starts run in this process (train's launcher checks: exit 2, one line); a damaged
+    rank file, found only by the rank that reads it, in a 2-process job."""
     shards = str(tmp_path / "shards")
-    report_of(run_cli(["partition", DATA, "--parts", "2", "--scheme", "pts", "--shards", shards, "--json"]))
+    assert main(["partition", DATA, "--parts", "2", "--scheme", "pts", "--shards", shards, "--json"]) == 0
     cases = {
         "missing": (["--shards", str(tmp_path / "nowhere"), "--nproc", "2"], "no such shard directory"),
         "path and shards": (["england_covid", "--shards", shards], "not both"),
@@ -58,6 +61,11 @@ def test_train_shards_errors_are_one_line(tmp_path):
         "world": (["--shards", shards, "--nproc", "3"], "holds 2 parts but --nproc 3"),
         "black box": (["--shards", shards, "--model", "gconvgru", "--nproc", "2"], "black-box"),
     }
+    for name, (args, why) in cases.items():
+        capsys.readouterr()
+        assert main(["train", *args, "--epochs", "1", "--no-progress"]) == 2, name
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and why in err[0] and "Traceback" not in err[0], (name, err)
     bad = str(tmp_path / "bad")
     os.makedirs(bad)
     for name in os.listdir(shards):
@@ -69,10 +77,8 @@ def test_train_shards_errors_are_one_line(tmp_path):
         else:
             with open(src) as f, open(dst, "w") as g:
                 json.dump(json.load(f), g)
-    _corrupt(os.path.join(bad, "rank-1", SHARD_FILE))
-    cases["corrupt rank file"] = (["--shards", bad, "--nproc", "2", "--device", "cpu"], "rank 1 could not load its shard")
-    for name, (args, why) in cases.items():
-        proc = run_cli(["train", *args, "--epochs", "1", "--no-progress"])
-        assert proc.returncode == 2, (name, proc.stderr[-2000:])
-        last = proc.stderr.strip().splitlines()[-1]
-        assert why in last and "Traceback" not in proc.stderr, (name, proc.stderr[-2000:])
+    corrupt(os.path.join(bad, "rank-1", SHARD_FILE))
+    proc = run_cli(["train", "--shards", bad, "--nproc", "2", "--device", "cpu", "--epochs", "1", "--no-progress"])
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "rank 1 could not load its shard" in last and "Traceback" not in proc.stderr, proc.stderr[-2000:]

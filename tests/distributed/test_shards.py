@@ -24,6 +24,7 @@ from pyg_dynscale.partition import CommunicationPlan
 from pyg_dynscale.partition.rank_plan import RankPlan
 from pyg_dynscale.runtime import FusedTrainer
 from tests.helpers import distributed_cases as cases
+from tests.helpers.shard_files import corrupt, peak_rss_measurable, proc_status
 
 EPOCHS = 3
 
@@ -211,15 +212,6 @@ def test_write_is_atomic_and_replaces(tmp_path, monkeypatch):
     assert read_meta(d)["world_size"] == 3 and not os.path.exists(d + ".partial")
 
 
-def _corrupt(path: str) -> None:
-    """Flip a quarter of the file's bytes in its middle (zip padding alone
-    would be harmless: the tensors' bytes must change)."""
-    data = bytearray(open(path, "rb").read())
-    lo, hi = 3 * len(data) // 8, 5 * len(data) // 8
-    data[lo:hi] = bytes(b ^ 0xFF for b in data[lo:hi])
-    open(path, "wb").write(bytes(data))
-
-
 def test_read_shard_refuses_damaged_missing_and_foreign(tmp_path):
     sig, part, pattern, d = _write(tmp_path, "tgcn2", "pgc", 2)
     read_shard(d, 0, 2)
@@ -236,7 +228,7 @@ def test_read_shard_refuses_damaged_missing_and_foreign(tmp_path):
     with pytest.raises(ShardError, match="another shard set"):
         read_shard(bad, 1, 2)
     # corrupt bytes in a rank file, then in meta.json
-    _corrupt(os.path.join(bad, "rank-0", SHARD_FILE))
+    corrupt(os.path.join(bad, "rank-0", SHARD_FILE))
     with pytest.raises(ShardError, match="rank-0"):
         read_shard(bad, 0, 2)
     meta = json.load(open(os.path.join(d, META_FILE)))
@@ -366,7 +358,7 @@ def test_bad_shards_refused_on_every_rank(tmp_path):
     expect[d] = "rank 1 could not load its shard.*missing"
     d = str(tmp_path / "corrupt")
     shutil.copytree(good, d)
-    _corrupt(os.path.join(d, "rank-0", SHARD_FILE))
+    corrupt(os.path.join(d, "rank-0", SHARD_FILE))
     expect[d] = "rank-0"
     d = str(tmp_path / "mixed")
     shutil.copytree(good, d)
@@ -387,12 +379,6 @@ def test_bad_shards_refused_on_every_rank(tmp_path):
 
 
 # ---------------------------------------------------------------- memory: a rank holds its part
-def _status(key: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key):
-                return int(line.split()[1]) * 1024
-    raise KeyError(key)
 
 
 def _rank_memory(rank: int, world_size: int, d: str, F: int) -> dict:
@@ -402,24 +388,15 @@ def _rank_memory(rank: int, world_size: int, d: str, F: int) -> dict:
     m, head = TGCN(F, 4).double(), torch.nn.Linear(4, 1).double()
     with open("/proc/self/clear_refs", "w") as f:  # resets this process's peak RSS (VmHWM) to its current RSS
         f.write("5")
-    base = _status("VmRSS")
+    base = proc_status("VmRSS")
     tr = DistributedTrainer.from_shards(m, d, head=head, loss="mse")
-    setup = _status("VmHWM") - base
+    setup = proc_status("VmHWM") - base
     loss = tr.train_epoch()
-    return {"setup": setup, "epoch": _status("VmHWM") - base, "read": tr.shard.bytes_read,
+    return {"setup": setup, "epoch": proc_status("VmHWM") - base, "read": tr.shard.bytes_read,
             "halo": int(tr.layout.S.numel() - tr.layout.S_owned.numel()), "loss": loss}
 
 
-def _peak_rss_measurable() -> bool:
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return _status("VmHWM") > 0
-    except OSError:
-        return False
-
-
-@pytest.mark.skipif(not _peak_rss_measurable(), reason="needs Linux /proc peak-RSS reset (clear_refs)")
+@pytest.mark.skipif(not peak_rss_measurable(), reason="needs Linux /proc peak-RSS reset (clear_refs)")
 def test_rank_memory_is_its_part(tmp_path):
     r"""4 ranks, a 200 MB signal (float64 features, 256 wide): each rank's
     peak host memory while building its trainer from shards (read, layout,
