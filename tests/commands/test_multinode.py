@@ -99,20 +99,6 @@ def events_csv(tmp_path_factory) -> str:
 
 
 # ----------------------------------------------------------------------------------------------- the same job
-def test_train_on_two_machines_equals_one_machine(tmp_path, one_machine_train) -> None:
-    port, ck = free_port(), str(tmp_path / "ck")
-    cmd = PY + _machines(*TRAIN, "--checkpoint-dir", ck, port=port)
-    agents = _two_agents(tmp_path, [cmd, cmd], port)
-    one, one_ck = one_machine_train
-    two = _report(agents)
-    _same_report(two, one)
-    assert len(two["losses"]) == 4 and two["restarts"] == 0
-    _same_params(os.path.join(one_ck, "epoch-000004"), os.path.join(ck, "epoch-000004"))
-    # one launcher line each, nothing else (no torchrun warnings about the node rank, no tracebacks)
-    for a in agents:
-        assert a.stderr.strip() == "", f"{a.name}: {a.stderr[-2000:]}"
-
-
 def test_windows_under_plain_torchrun_on_two_machines_equals_one_machine(tmp_path) -> None:
     one = report_of(run_cli([*WINDOWS, "--nproc", "4"], timeout=TIMEOUT))
     port = free_port()
