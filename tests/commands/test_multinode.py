@@ -6,7 +6,8 @@ meeting at a c10d rendezvous on a free port, train exactly as one machine's four
   and, where a checkpoint holds them, the final parameters bit for bit. ``train`` and ``train-events`` are
   launched by ``pyg-dynscale ... --nproc 2 --nnodes 2 --rdzv-endpoint``, ``train --windows`` by plain
   ``torchrun --nnodes 2 ... -m pyg_dynscale`` (the two documented ways). ``train --shards DIR`` too (each rank
-  reads its own shard, on whichever machine it is).
+  reads its own shard, on whichever machine it is). ``train`` on two machines is compared with one machine in the
+  lost-machine test below (the same job, resumed: the same report and parameters).
 * A machine lost mid-run: node 1's agent is killed with SIGKILL once the checkpoint of epoch 2 exists (its rank 2
   is held at the start of epoch 3 by tests/fault_injection, so the job cannot be past it). With
   ``--max-restarts 1`` a replacement agent for node 1 joins (as a scheduler would start one), the job resumes
