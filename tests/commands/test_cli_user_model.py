@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from pyg_dynscale.cli import main
+from tests.helpers.user_models import DYNSCALE_RECURRENT_GCN
 
 ROOT = Path(__file__).resolve().parents[2]
 FAULTS = str(ROOT / "tests" / "fault_injection")
@@ -29,23 +30,7 @@ EPOCHS = 4
 # float64 and PTS (the halo of the black-box path crosses ranks); the model's file is the only model option
 BASE = ["train", "england_covid", "--dtype", "float64", "--scheme", "pts", "--json", "--no-progress"]
 
-#: PyGT's classic RecurrentGCN on pyg_dynscale's own T-GCN layer (runs without PyGT; black-box path: the
-#: decomposed-path adapter of a module around a cell is for PyGT's cells)
-DYNSCALE_MODEL = '''
-import torch
-from pyg_dynscale.nn import TGCN
-
-
-class RecurrentGCN(torch.nn.Module):
-    def __init__(self, node_features, hidden=8):
-        super().__init__()
-        self.recurrent = TGCN(node_features, hidden)
-        self.linear = torch.nn.Linear(hidden, 1)
-
-    def forward(self, x, edge_index, edge_weight, h):
-        h = self.recurrent(x, edge_index, edge_weight, h)
-        return self.linear(torch.relu(h)), h
-'''
+DYNSCALE_MODEL = DYNSCALE_RECURRENT_GCN  # black-box path, without PyGT
 
 #: PyGT's example model as its README writes it: GConvGRU(node_features, 32, 1) + Linear(32, 1)
 PYGT_MODEL = '''

@@ -20,28 +20,13 @@ from pyg_dynscale.cli import build_parser, main
 from pyg_dynscale.distributed import DistributedTrainer, spawn
 from pyg_dynscale.distributed.shards import read_meta
 from tests.helpers.cli_jobs import ROOT, report_of, run_cli
+from tests.helpers.user_models import DYNSCALE_RECURRENT_GCN
 
 DATA = str(ROOT / "tests" / "fixtures" / "datasets" / "pygt" / "chickenpox.json")
 EPOCHS = 3
 HAVE_PYGT = importlib.util.find_spec("torch_geometric_temporal") is not None
 
-#: PyGT's classic RecurrentGCN on pyg_dynscale's own T-GCN cell: a module around a cell runs on the
-#: black-box path (it convolves nothing but x, yet is called as a whole per snapshot), without PyGT
-MODEL = '''
-import torch
-from pyg_dynscale.nn import TGCN
-
-
-class RecurrentGCN(torch.nn.Module):
-    def __init__(self, node_features, hidden=8):
-        super().__init__()
-        self.recurrent = TGCN(node_features, hidden)
-        self.linear = torch.nn.Linear(hidden, 1)
-
-    def forward(self, x, edge_index, edge_weight, h):
-        h = self.recurrent(x, edge_index, edge_weight, h)
-        return self.linear(torch.relu(h)), h
-'''
+MODEL = DYNSCALE_RECURRENT_GCN  # black-box path, without PyGT
 
 
 def _spec(tmp_path) -> str:

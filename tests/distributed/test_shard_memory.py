@@ -23,6 +23,7 @@ from pyg_dynscale.distributed import DistributedTrainer, RankLayout, read_shard,
 from pyg_dynscale.nn import TGCN
 from pyg_dynscale.nn.decomposed import FusedGraph
 from pyg_dynscale.partition import Partition
+from tests.helpers.shard_files import proc_status
 
 F = 4
 T = 20
@@ -38,19 +39,11 @@ def _libc():
         return None
 
 
-def _status(key: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key):
-                return int(line.split()[1]) * 1024
-    raise KeyError(key)
-
-
 def _peak_measurable() -> bool:
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
-        return _status("VmHWM") > 0 and _libc() is not None
+        return proc_status("VmHWM") > 0 and _libc() is not None
     except OSError:
         return False
 
@@ -91,9 +84,9 @@ def _setup_peak(rank: int, world_size: int, d: str) -> dict:
     m, head = TGCN(F, 4).double(), torch.nn.Linear(4, 1).double()
     with open("/proc/self/clear_refs", "w") as f:  # resets VmHWM to the current RSS
         f.write("5")
-    base = _status("VmRSS")
+    base = proc_status("VmRSS")
     tr = DistributedTrainer.from_shards(m, d, head=head, loss="mse")
-    return {"peak": _status("VmHWM") - base, "owned": int(tr.shard.owned.numel()),
+    return {"peak": proc_status("VmHWM") - base, "owned": int(tr.shard.owned.numel()),
             "N": int(tr.shard.meta["num_nodes"])}
 
 
