@@ -1,18 +1,22 @@
 """The PyGT JSON chunked reader (data/ingest/pygt_json.py, json_stream.py): member by member it
 gives load_pygt_json's signal exactly, the same errors (a malformed file's position included),
 walks the
-single-series datasets (chickenpox, pedalme) time step by time step holding a lag window, refuses the
-series stored node by node with the way to a store, and holds one member at a time."""
+single-series datasets (chickenpox, pedalme) time step by time step holding a lag window, buffers the
+standardized series (wikimaths) and those stored node by node (montevideo_bus, mtm) on disk, and holds one
+member at a time."""
 from __future__ import annotations
 
 import gzip
 import io
 import json
+import os
+import random
 
 import numpy as np
 import pytest
 
 from pyg_dynscale.data import DynamicGraphSignal, ingest_pygt_json
+from pyg_dynscale.data.ingest import pygt_json as ingest_module, pygt_series
 from pyg_dynscale.data.ingest.json_stream import JsonStream
 from pyg_dynscale.data.loaders import DatasetFormatError, load_pygt_json
 from pyg_dynscale.errors import SignalValidationError, UnsupportedOptionError
@@ -196,19 +200,6 @@ def test_single_series_bad_files_raise_what_load_pygt_json_raises(tmp_path, dama
     assert leftovers(tmp_path, keep={path.name}) == []
 
 
-def test_series_datasets_stored_node_by_node_are_refused_with_the_way_to_a_store(tmp_path):
-    wiki = {"edges": [[0, 1]], "weights": [1.0], "time_periods": 3, **{str(t): {"y": [t, 2 * t]} for t in range(3)}}
-    path = tmp_path / "wikivital_mathematics.json"
-    path.write_text(json.dumps(wiki))
-    with pytest.raises(UnsupportedOptionError, match=r"'wikimaths'.*save_signal_store\(load_pygt_json"):
-        ingest_pygt_json(path, tmp_path / "store")          # detected from the keys
-    with pytest.raises(UnsupportedOptionError, match=r"'montevideo_bus'.*node by node"):
-        ingest_pygt_json(path, tmp_path / "store", dataset="montevideo_bus")
-    with pytest.raises(UnsupportedOptionError, match=r"'mtm'.*joint by joint"):
-        ingest_pygt_json(path, tmp_path / "store", dataset="mtm")
-    assert leftovers(tmp_path, keep={path.name}) == []
-
-
 def test_single_series_memory_holds_a_window_not_the_series(tmp_path):
     # 200 time steps of 2,000 nodes (~8 MB of JSON), lags 4: the window is 5 rows, 1/40 of the series
     path = tmp_path / "chickenpox.json"
@@ -235,3 +226,198 @@ def test_memory_holds_one_snapshot_not_the_file(tmp_path):
     assert peak < bound, (peak, bound)
     assert whole > 3 * bound, (whole, bound)
     assert load_pygt_json(path, **opts).equals(DynamicGraphSignal.load(str(tmp_path / "store")))
+
+
+# ----------------------------------------------------------------- wikimaths, montevideo_bus, mtm
+def _wiki_doc(T, V, seed=0, ints=True):
+    """WikiMaths' layout: one member per time step (written in shuffled order), page visits as integers."""
+    rng = np.random.default_rng(seed)
+    E = 3 * V
+    doc = {"edges": np.column_stack([rng.integers(0, V, E), rng.integers(0, V, E)]).tolist(), "weights": rng.random(E).tolist()}
+    Z = rng.integers(0, 5000, (T, V)) if ints else rng.random((T, V)) * 100
+    order = list(range(T))
+    random.Random(seed).shuffle(order)
+    for t in order:
+        doc[str(t)] = {"index": t, "y": Z[t].tolist()}
+    doc["time_periods"] = T
+    return doc
+
+
+def _bus_doc(T, V, variables=("y",), seed=0):
+    """Montevideo bus' layout: the nodes (bus stops with sparse ids) each with its whole series per variable."""
+    rng = np.random.default_rng(seed)
+    ids = rng.choice(10 ** 6, V, replace=False).tolist()
+    nodes = [{"bus_stop": ids[v], "X": {k: (rng.integers(0, 30, T).tolist() if k == "y" else (rng.random(T) * 20).tolist())
+                                        for k in variables}, "y": rng.integers(0, 30, T).tolist()} for v in range(V)]
+    links = [{"source": ids[rng.integers(V)], "target": ids[rng.integers(V)], "weight": float(rng.random())} for _ in range(2 * V)]
+    return {"nodes": nodes, "links": links}
+
+
+def _mtm_doc(L, seed=0):
+    """MTM's layout: 21 joints each mapping every frame to an '(x, y, z)' string, then the labels."""
+    rng = np.random.default_rng(seed)
+    doc = {"edges": rng.integers(0, 21, (30, 2)).tolist()}
+    for j in range(21):
+        doc[str(j)] = {str(f): "(%r, %r, %r)" % tuple(rng.normal(size=3).tolist()) for f in range(L)}
+    doc["LABEL"] = {str(f): int(rng.integers(0, 6)) for f in range(L)}
+    return doc
+
+
+@pytest.fixture
+def streamed_only(monkeypatch):
+    """Small column blocks and chunks (many of each), and no way round the stream: a valid file that
+    fell back to the in-memory loader would fail here instead of passing as equal."""
+    monkeypatch.setattr(pygt_series, "BLOCK_VALUES", 64)
+    monkeypatch.setattr(pygt_series, "FRAME_CHUNK", 7)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a valid file fell back to the whole-file loader")
+    monkeypatch.setattr(ingest_module, "in_memory", refuse)
+
+
+@pytest.mark.parametrize("name,doc,opts", [
+    ("wikivital_mathematics.json", lambda: _wiki_doc(40, 9), {}),                            # detected, lags 8
+    ("w.json", lambda: _wiki_doc(40, 9, ints=False), dict(dataset="wikimaths", lags=3)),
+    ("w.json", lambda: _wiki_doc(30, 1), dict(dataset="wikimaths", lags=2)),              # one column: summed pairwise
+    ("montevideo_bus.json", lambda: _bus_doc(30, 7), {}),
+    ("m.json", lambda: _bus_doc(30, 7, ("y", "x1")), dict(dataset="montevideo_bus", feature_vars=["y", "x1"], lags=3)),
+    ("m.json", lambda: _bus_doc(25, 1), dict(dataset="montevideo_bus", lags=2)),
+    ("mtm_1.json", lambda: _mtm_doc(50), {}),                                                 # detected, frames 16
+    ("t.json", lambda: _mtm_doc(30), dict(dataset="mtm", frames=5)),
+])
+def test_standardized_and_node_by_node_series_are_load_pygt_json(tmp_path, streamed_only, name, doc, opts):
+    path = tmp_path / name
+    path.write_text(json.dumps(doc()))
+    a = load_pygt_json(path, **opts)
+    b = ingest_pygt_json(path, tmp_path / "store", read_chars=97, **opts)
+    assert a.equals(b) and b.is_static
+    for sa, sb in zip(a, b):
+        for k in ("x", "y", "edge_index", "edge_attr"):
+            assert getattr(sa, k).dtype == getattr(sb, k).dtype and (getattr(sa, k) == getattr(sb, k)).all()
+    assert leftovers(tmp_path, keep={path.name, "store"}) == []  # the series buffers are gone
+
+
+def _damaged(kind, damage):
+    if kind == "wikimaths":
+        doc, opts = _wiki_doc(20, 6), dict(dataset="wikimaths", lags=3)
+        if damage == "missing_row":
+            del doc["11"]
+        elif damage == "missing_y":
+            del doc["4"]["y"]
+        elif damage == "ragged_row":
+            doc["13"]["y"].pop()
+        elif damage == "string":
+            doc["6"]["y"][2] = "a"
+        elif damage == "weights":
+            doc["weights"].pop()
+        elif damage == "time_periods":
+            doc["time_periods"] = 0
+        elif damage == "lags":
+            opts["lags"] = 20
+        elif damage == "constant_column":  # std 0: NaN, as PyGT gives
+            for t in range(20):
+                doc[str(t)]["y"][3] = 7
+        elif damage == "edge_out_of_range":
+            doc["edges"][2] = [0, 6]
+    elif kind == "montevideo_bus":
+        doc, opts = _bus_doc(20, 5), dict(dataset="montevideo_bus", lags=3)
+        if damage == "missing_y":
+            del doc["nodes"][3]["y"]
+        elif damage == "ragged_row":
+            doc["nodes"][2]["X"]["y"].pop()
+        elif damage == "string":
+            doc["nodes"][1]["X"]["y"][0] = "a"
+        elif damage == "duplicate_stop":
+            doc["nodes"][4]["bus_stop"] = doc["nodes"][0]["bus_stop"]
+        elif damage == "unknown_stop":
+            doc["links"][3]["target"] = -5
+        elif damage == "lags":
+            opts["lags"] = 20
+        elif damage == "constant_column":
+            doc["nodes"][2]["y"] = [3] * 20
+        elif damage == "constant_feature_of_two":  # x is graph-level: the message names no snapshot
+            doc = _bus_doc(20, 5, ("y", "x1"))
+            doc["nodes"][1]["X"]["x1"] = [2.5] * 20
+            opts["feature_vars"] = ["y", "x1"]
+        elif damage == "empty_feature_vars":
+            opts["feature_vars"] = []
+        elif damage == "malformed":
+            return '{"nodes": [1, 2}', opts
+    else:
+        doc, opts = _mtm_doc(30), dict(dataset="mtm", frames=5)
+        if damage == "coordinate":
+            doc["7"]["12"] = "(1.0, abc, 2.0)"
+        elif damage == "short_joint":
+            del doc["20"]["3"]
+        elif damage == "two_coordinates":
+            doc["3"]["0"] = "(1.0, 2.0)"
+        elif damage == "label":
+            doc["LABEL"]["5"] = -1
+        elif damage == "frames":
+            opts["frames"] = 30
+        elif damage == "frames_type":
+            opts["frames"] = 2.5
+        elif damage == "nan":
+            doc["9"]["20"] = "(nan, 1.0, 2.0)"
+        elif damage == "missing_edges":
+            del doc["edges"]
+    return json.dumps(doc), opts
+
+
+@pytest.mark.parametrize("kind,damage", [
+    ("wikimaths", d) for d in ("missing_row", "missing_y", "ragged_row", "string", "weights", "time_periods", "lags",
+                               "constant_column", "edge_out_of_range")] + [
+    ("montevideo_bus", d) for d in ("missing_y", "ragged_row", "string", "duplicate_stop", "unknown_stop", "lags",
+                                    "constant_column", "constant_feature_of_two", "empty_feature_vars", "malformed")] + [
+    ("mtm", d) for d in ("coordinate", "short_joint", "two_coordinates", "label", "frames", "frames_type", "nan",
+                         "missing_edges")])
+def test_series_bad_files_and_options_raise_what_load_pygt_json_raises(tmp_path, monkeypatch, kind, damage):
+    monkeypatch.setattr(pygt_series, "BLOCK_VALUES", 64)
+    text, opts = _damaged(kind, damage)
+    path = tmp_path / "series.json"
+    path.write_text(text)
+    with pytest.raises(Exception) as in_memory:
+        load_pygt_json(path, **opts)
+    with pytest.raises(type(in_memory.value)) as chunked:
+        ingest_pygt_json(path, tmp_path / "store", read_chars=64, **opts)
+    assert str(chunked.value) == str(in_memory.value)
+    assert isinstance(in_memory.value, (DatasetFormatError, SignalValidationError)), in_memory.value
+    assert leftovers(tmp_path, keep={path.name}) == []
+
+
+def test_constant_column_with_allow_nonfinite_gives_the_loaders_nan(tmp_path, streamed_only):
+    text, opts = _damaged("wikimaths", "constant_column")
+    path = tmp_path / "w.json"
+    path.write_text(text)
+    a = load_pygt_json(path, allow_nonfinite=True, **opts)
+    b = ingest_pygt_json(path, tmp_path / "store", allow_nonfinite=True, **opts)
+    for sa, sb in zip(a, b):
+        for k in ("x", "y"):
+            va, vb = getattr(sa, k).numpy(), getattr(sb, k).numpy()
+            assert np.isnan(va).any() and (va.view(np.int32) == vb.view(np.int32)).all()
+
+
+@pytest.mark.parametrize("kind", ["wikimaths", "montevideo_bus", "mtm"])
+def test_series_memory_holds_a_block_not_the_series(tmp_path, kind):
+    # ~40 column blocks / window chunks in each file: the reader's peak is a block, a member (a time step's
+    # row, a node, a chunk of frames), the graph and O(T) counters; the whole-file loader's is the file
+    # a column block of BLOCK_VALUES (65,536) float64 numbers, 0.5 MB (~1/40 of the file), with the
+    # standardization's temporaries: ~2.4 MB at most whatever T and V; MTM (no standardization): a chunk of
+    # FRAME_CHUNK frames' strings and ~65 windows, ~1 MB; the whole-file loader: the file
+    if kind == "wikimaths":
+        doc, name, opts, bound = _wiki_doc(400, 2000, ints=False), "wikivital_mathematics.json", dict(lags=8), 3_000_000
+    elif kind == "montevideo_bus":
+        doc, name, opts, bound = _bus_doc(4000, 500), "montevideo_bus.json", {}, 3_000_000
+    else:
+        doc, name, opts, bound = _mtm_doc(6000), "mtm_1.json", {}, 1_500_000
+    path = tmp_path / name
+    path.write_text(json.dumps(doc))
+    del doc
+    size = os.path.getsize(path)
+    peak = peak_numpy_bytes(lambda: ingest_pygt_json(path, tmp_path / "store", read_chars=1 << 16, **opts))
+    loaded = []
+    whole = peak_numpy_bytes(lambda: loaded.append(load_pygt_json(path, **opts)))
+    assert size > 4 * bound, size
+    assert peak < bound, (peak, bound)
+    assert whole > 4 * bound, (whole, bound)
+    assert loaded[0].equals(DynamicGraphSignal.load(str(tmp_path / "store")))

@@ -28,11 +28,12 @@ second builds the lag windows (snapshot ``i``: ``x = Z[i:i+lags].T``,
 ``y = Z[i+lags]``) from the last ``lags + 1`` rows only. The graph is stored
 once (``static_edge_index``). Memory: ``lags + 1`` rows and the graph.
 
-**Refused** (:class:`~pyg_dynscale.errors.UnsupportedOptionError`, naming
-``save_signal_store(load_pygt_json(path), out)``): ``wikimaths`` (one member
-per time step, standardized over the whole series: not streamed yet),
-``montevideo_bus`` and ``mtm``, whose series are stored node by node (joint
-by joint), so a time window needs every node's whole series.
+**The standardized and node-by-node series** ``wikimaths`` (one member per
+time step), ``montevideo_bus`` (node by node) and ``mtm`` (joint by joint):
+:mod:`~pyg_dynscale.data.ingest.pygt_series` writes the series to an on-disk
+buffer under the output directory, standardizes it block of columns by block
+(the loader's arithmetic, the same sums in the same order) and emits the lag
+windows from it; the buffer is removed afterwards.
 """
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ from typing import Any, Optional, Union
 import numpy as np
 import torch
 
-from ...errors import SignalValidationError, UnsupportedOptionError
+from ...errors import SignalValidationError
 from ..loaders._common import PathLike
 from ..loaders.pygt_json import (
     PygtReader,
@@ -61,10 +62,11 @@ from ..loaders.pygt_json import (
     tennis_snapshot,
     tennis_target,
 )
-from ..mapped import CHUNK_BYTES, SignalAppender, StoreWriter, load_signal_store
+from ..mapped import CHUNK_BYTES, SignalAppender, StoreWriter, load_signal_store, save_signal_store
 from ..signal import DynamicGraphSignal
 from .external import Scratch
 from .json_stream import ARRAY, READ_CHARS, JsonStream
+from .pygt_series import STREAMED_SERIES, Irregular, in_memory
 from .text import open_text
 
 #: the datasets read member by member
@@ -195,40 +197,43 @@ def ingest_pygt_json(
 
     Args:
         path_or_name, dataset, cache_dir, allow_nonfinite, dataset_options: as
-            ``load_pygt_json``; ``dataset`` must be ``"twitter_tennis"``,
-            ``"england_covid"``, ``"chickenpox"`` or ``"pedalme"`` (or
-            detected as one; detection walks the file once more).
+            ``load_pygt_json``; every dataset of ``load_pygt_json`` (detection
+            walks the file once more).
         read_chars: bytes read from the file at a time.
         out, overwrite, chunk_bytes: the store directory, whether to replace
             an existing one, its checksum granularity.
 
     Raises:
-        DatasetNotFoundError, DatasetFormatError, SignalValidationError: as ``load_pygt_json``.
-        UnsupportedOptionError: ``wikimaths``, ``montevideo_bus``, ``mtm``
-            (read them with ``load_pygt_json`` and ``save_signal_store``).
+        DatasetNotFoundError, DatasetFormatError, SignalValidationError: as
+            ``load_pygt_json``, with its messages (for an irregular Montevideo
+            bus or MTM file, found by ``load_pygt_json`` on the whole file).
     """
     if dataset is not None:
         dataset = canonical_dataset_name(dataset)
-        _check_streamed(dataset)
     path, dataset = resolve_path(path_or_name, dataset, cache_dir, default_event_id(path_or_name, dataset_options))
-    if dataset is not None:
-        _check_streamed(dataset)
     if dataset is None:
         with open_text(path, "PyGT JSON file") as fh:
             dataset = _detect(JsonStream(fh, path, read_chars), path)
-        _check_streamed(dataset)
     if dataset in SERIES_KEYS:
         opts = dataset_options_of(dataset, dataset_options)
         with StoreWriter(out, "signal", overwrite=overwrite, chunk_bytes=chunk_bytes) as writer:
             _series(path, dataset, writer, read_chars, **opts, allow_nonfinite=allow_nonfinite)
         return load_signal_store(out, DynamicGraphSignal, verify=False)
+    if dataset in STREAMED_SERIES:
+        opts = dataset_options_of(dataset, dataset_options)
+        try:
+            with StoreWriter(out, "signal", overwrite=overwrite, chunk_bytes=chunk_bytes) as writer, \
+                    Scratch(os.fspath(out)) as scratch:  # the on-disk series buffers, removed on exit
+                STREAMED_SERIES[dataset](path, writer, scratch, read_chars, **opts, allow_nonfinite=allow_nonfinite)
+        except Irregular:
+            # an irregular file (Montevideo bus, MTM): the loader's error, found on the whole file
+            save_signal_store(in_memory(path, dataset, opts, allow_nonfinite), out, overwrite=overwrite,
+                              chunk_bytes=chunk_bytes)
+        return load_signal_store(out, DynamicGraphSignal, verify=False)
     with open_text(path, "PyGT JSON file") as fh, \
             StoreWriter(out, "signal", overwrite=overwrite, chunk_bytes=chunk_bytes) as writer, \
             Scratch(os.fspath(out)) as scratch:  # committed on success, else dropped
         data = _collect(JsonStream(fh, path, read_chars), scratch)
-        if dataset is None:
-            dataset = detected_dataset(data, path)
-            _check_streamed(dataset)
         check_json_object(data, path)
         opts = dataset_options_of(dataset, dataset_options)
         app = SignalAppender(writer)
@@ -239,21 +244,6 @@ def ingest_pygt_json(
             _england_covid(reader, app, **opts, allow_nonfinite=allow_nonfinite)
         app.finish()
     return load_signal_store(out, DynamicGraphSignal, verify=False)
-
-
-_WHY = {
-    "wikimaths": "its series is one member per time step, standardized over the whole series (not streamed yet)",
-    "montevideo_bus": "its series is stored node by node, so a time window needs every node's whole series",
-    "mtm": "its frames are stored joint by joint, so a window of frames needs every joint's whole series",
-}
-
-
-def _check_streamed(dataset: str) -> None:
-    if dataset not in STREAMED and dataset not in SERIES_KEYS:
-        raise UnsupportedOptionError(
-            "dataset", f"is {dataset!r}: {_WHY[dataset]}.",
-            "save_signal_store(load_pygt_json(path), out) (pyg_dynscale.data.mapped); "
-            f"ingest_pygt_json reads {list(STREAMED) + list(SERIES_KEYS)}.")
 
 
 def _descend(path: tuple[str, ...]) -> bool:
@@ -269,9 +259,11 @@ def _detect(stream: JsonStream, path: str) -> str:
         if not p:
             top = value
             continue
+        # detect_dataset looks at the top-level keys and at member "0"'s "edges" / "X" only: recording
+        # every member's keys would hold MTM's frames (21 joints x every frame)
         if p[0] not in keys:
             keys[p[0]] = {} if len(p) > 1 and not isinstance(p[1], int) else None
-        if len(p) > 1 and isinstance(keys[p[0]], dict) and not isinstance(p[1], int):
+        if len(p) > 1 and p[0] == "0" and p[1] in ("edges", "X") and isinstance(keys[p[0]], dict):
             keys[p[0]][p[1]] = None
     if top is not None:
         check_json_object(top, path)
