@@ -421,3 +421,64 @@ def test_series_memory_holds_a_block_not_the_series(tmp_path, kind):
     assert peak < bound, (peak, bound)
     assert whole > 4 * bound, (whole, bound)
     assert loaded[0].equals(DynamicGraphSignal.load(str(tmp_path / "store")))
+
+
+def test_column_blocks_sum_in_the_loaders_order(tmp_path, monkeypatch):
+    # the standardized float64 buffer == the loader's standardize on the whole array, bit for bit (the signal's
+    # float32 hides last-bit differences). numpy sums a one-column block of a long integer series pairwise
+    # (buffered cast), a wider row-major block row by row as the loader's [T, V] array: a one-column block
+    # differs in the last bits (a split into single columns turns this red); Montevideo's node-major blocks are
+    # the loader's transposed layout, summed pairwise either way
+    from pyg_dynscale.data.loaders.pygt_json import standardize
+    monkeypatch.setattr(pygt_series, "BLOCK_VALUES", 40_000)  # 2 columns of T = 20,000 per block
+    assert list(pygt_series._blocks(5, 20_000)) == [(0, 2), (2, 5)]
+    assert list(pygt_series._blocks(1, 20_000)) == [(0, 1)]
+    written = []
+    write = pygt_series._write_cols
+
+    def record(path, shape, c0, c1, values):
+        written.append((os.path.basename(path), c0, c1, values.copy()))
+        write(path, shape, c0, c1, values)
+    monkeypatch.setattr(pygt_series, "_write_cols", record)
+
+    def buffer(name, shape):
+        out = np.full(shape, np.nan)
+        for n, c0, c1, v in written:
+            if n == name:
+                out[:, c0:c1] = v
+        return out
+
+    def same_bits(a, b):
+        return a.shape == b.shape and (a.view(np.int64) == b.view(np.int64)).all()
+
+    wiki = _wiki_doc(20_000, 5)
+    path = tmp_path / "w.json"
+    path.write_text(json.dumps(wiki))
+    ingest_pygt_json(path, tmp_path / "w.store", dataset="wikimaths", lags=2)
+    Z = np.array([wiki[str(t)]["y"] for t in range(20_000)])
+    assert same_bits(buffer("std", Z.shape), standardize(Z))
+    written.clear()
+    bus = _bus_doc(20_000, 3, ("y", "x1"))
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(bus))
+    ingest_pygt_json(path, tmp_path / "m.store", dataset="montevideo_bus", feature_vars=["y", "x1"], lags=2)
+    feats = np.array([[n["X"][v] for v in ("y", "x1")] for n in bus["nodes"]])
+    assert same_bits(buffer("std.feat", (20_000, 6)), standardize(feats.reshape(6, 20_000).T))
+    targ = np.array([n["y"] for n in bus["nodes"]])
+    assert same_bits(buffer("std.targ", (20_000, 3)), standardize(targ.T))
+
+
+@pytest.mark.parametrize("damage", ["bool_series", "huge_int"])
+def test_a_file_the_stream_declines_is_read_whole_to_the_same_signal(tmp_path, damage):
+    # accepted by the loader but not by the stream (a float64 buffer would not hold 2**60 exactly; a boolean
+    # series changes the array's dtype rules): read whole, the loader's signal (no error, no leftovers)
+    doc = _bus_doc(20, 5)
+    if damage == "bool_series":
+        doc["nodes"][2]["X"]["y"] = [bool(t % 2) for t in range(20)]
+    else:
+        doc["nodes"][1]["y"][4] = 2 ** 60
+    path = tmp_path / "montevideo_bus.json"
+    path.write_text(json.dumps(doc))
+    a = load_pygt_json(path, lags=3)
+    assert a.equals(ingest_pygt_json(path, tmp_path / "store", lags=3))
+    assert leftovers(tmp_path, keep={path.name, "store"}) == []

@@ -22,8 +22,10 @@ the graph stored once.
 :class:`~pyg_dynscale.data.loaders.DatasetFormatError` messages in the same
 order). For Montevideo bus and MTM, any irregularity met while streaming (a
 missing key, a ragged or non-numeric series, a short joint, a duplicate key)
-hands the file to ``load_pygt_json`` for its error: that path holds the file,
-a valid file never takes it. Option errors (``lags``, ``frames``) and NaN/inf
+hands the file to ``load_pygt_json`` for its error (or, for a file the loader
+accepts but the stream does not, such as booleans among the numbers or integers
+from 2^53 up, its signal): that path holds the file; a file in PyGT's layout
+never takes it. Option errors (``lags``, ``frames``) and NaN/inf
 in the standardized windows are raised without it, with the loader's messages.
 
 Memory: a block of ``BLOCK_VALUES`` numbers (at least two columns of ``T``),
