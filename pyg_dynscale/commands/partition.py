@@ -39,7 +39,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     from ..nn.zoo import MODEL_NAMES
     from ..partition.pattern import MODELS
     from ..partition.partition import SCHEMES
-    from .train_options import _model_type, _ModelChoices
+    from .train_options import model_type, ModelChoices
 
     p = subparsers.add_parser(
         "partition",
@@ -53,7 +53,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "candidates' predicted costs")
     p.add_argument("--parts", type=int, required=True, metavar="N", help="number of ranks")
     names = MODELS + tuple(n for n in MODEL_NAMES if n not in MODELS)
-    p.add_argument("--model", type=_model_type(names), choices=_ModelChoices(names), default="tgcn", metavar="MODEL",
+    p.add_argument("--model", type=model_type(names), choices=ModelChoices(names), default="tgcn", metavar="MODEL",
                    help=f"dependency pattern preset ({', '.join(MODELS)}; default: tgcn); any other zoo model "
                         f"({', '.join(MODEL_NAMES)}), your own (PATH.py:Name or package.module:Name with --model-args, "
                         "as train takes it), and every model with --shards: the model 'pyg-dynscale train' builds "

@@ -43,7 +43,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--target", choices=TARGETS, default="node",
                    help="node: regress y (edge lists: next snapshot's degree), MSE; link: predict next snapshot's "
                         "edges, ROC AUC (default: node)")
-    p.add_argument("--model", type=_model_type(MODEL_NAMES), choices=_ModelChoices(MODEL_NAMES), default="tgcn",
+    p.add_argument("--model", type=model_type(MODEL_NAMES), choices=ModelChoices(MODEL_NAMES), default="tgcn",
                    metavar="MODEL",
                    help=f"a model of the zoo ({', '.join(MODEL_NAMES)}; default: tgcn), or your own: PATH.py:Name "
                         "(a file, imported by path) or package.module:Name (importable from PYTHONPATH or the current "
@@ -124,14 +124,14 @@ def _dtype(value: str) -> str:
     return value
 
 
-class _ModelChoices(tuple):
+class ModelChoices(tuple):
     """``--model``'s choices: the zoo's names (what ``--help`` and error messages list), and any ``SOURCE:Name``."""
 
     def __contains__(self, value: object) -> bool:
         return (isinstance(value, str) and ":" in value) or tuple.__contains__(self, value)
 
 
-def _model_type(names: tuple) -> Any:
+def model_type(names: tuple) -> Any:
     """``--model``'s ``type=``: a zoo name, or ``SOURCE:Name`` (checked and imported by ``check_args``)."""
 
     def model(value: str) -> str:

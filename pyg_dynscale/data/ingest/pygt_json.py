@@ -38,7 +38,6 @@ windows from it; the buffer is removed afterwards.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from typing import Any, Optional, Union
 
 import numpy as np
@@ -65,6 +64,7 @@ from ..loaders.pygt_json import (
 from ..mapped import CHUNK_BYTES, SignalAppender, StoreWriter, load_signal_store, save_signal_store
 from ..signal import DynamicGraphSignal
 from .external import Scratch
+from .json_members import SeriesCheck, collect_members
 from .json_stream import ARRAY, READ_CHARS, JsonStream
 from .pygt_series import STREAMED_SERIES, Irregular, in_memory
 from .text import open_text
@@ -73,72 +73,6 @@ from .text import open_text
 STREAMED = ("twitter_tennis", "england_covid")
 #: the single-series datasets whose series is walked time step by time step -> the series key
 SERIES_KEYS = {"chickenpox": "FX", "pedalme": "X"}
-
-
-class _Leaf:
-    """A member's value kept on disk: ``numpy.array(value)`` in a scratch
-    column of its dtype (or, when it is not a numeric array, the value itself,
-    for the checks to name it)."""
-
-    def __init__(self, value: Any, scratch: Scratch) -> None:
-        self.inline: Any = None
-        try:
-            arr = np.array(value)
-        except ValueError:
-            self.inline = value  # ragged: the reader's check reports it
-            return
-        if arr.dtype.kind not in "iufb" or arr.dtype == np.float16:
-            self.inline = value
-            return
-        self.col, self.dtype, self.shape = f"leaf.{arr.dtype.name}", arr.dtype, arr.shape
-        self.start = scratch.rows(self.col)
-        scratch.append(self.col, arr.reshape(-1))
-
-    def load(self, scratch: Scratch) -> Any:
-        if self.inline is not None:
-            return self.inline
-        n = int(np.prod(self.shape, dtype=np.int64))
-        return np.array(scratch.array(self.col)[self.start:self.start + n]).reshape(self.shape)
-
-
-class _Lazy(Mapping):
-    """A JSON object's members as the in-memory loader sees them, values loaded on access."""
-
-    def __init__(self, scratch: Scratch) -> None:
-        self.items_: dict[str, Any] = {}
-        self.scratch = scratch
-
-    def __getitem__(self, key: str) -> Any:
-        v = self.items_[key]
-        return v.load(self.scratch) if isinstance(v, _Leaf) else v
-
-    def __iter__(self):
-        return iter(self.items_)
-
-    def __len__(self) -> int:
-        return len(self.items_)
-
-
-def _collect(stream: JsonStream, scratch: Scratch) -> _Lazy:
-    """Walk the file: objects down to the snapshot level become :class:`_Lazy`
-    mappings, arrays their :class:`_Leaf`; small scalars stay as they are."""
-    root = _Lazy(scratch)
-
-    def descend(path: tuple[str, ...]) -> bool:
-        # twitter tennis: ["t"] -> members; england covid: ["edge_mapping"]["edge_index" | "edge_weight"] -> days
-        return len(path) == 1 or (len(path) == 2 and path[0] == "edge_mapping")
-
-    for path, value in stream.walk(descend):
-        if not path:
-            return value  # not an object: the caller reports it
-        node = root
-        for key in path[:-1]:
-            nxt = node.items_.get(key)
-            if not isinstance(nxt, _Lazy):
-                nxt = node.items_[key] = _Lazy(scratch)
-            node = nxt
-        node.items_[path[-1]] = _Leaf(value, scratch) if isinstance(value, list) else value
-    return root
 
 
 def _append(app: SignalAppender, sig_args: tuple, t: int, allow_nonfinite: bool) -> None:
@@ -233,7 +167,7 @@ def ingest_pygt_json(
     with open_text(path, "PyGT JSON file") as fh, \
             StoreWriter(out, "signal", overwrite=overwrite, chunk_bytes=chunk_bytes) as writer, \
             Scratch(os.fspath(out)) as scratch:  # committed on success, else dropped
-        data = _collect(JsonStream(fh, path, read_chars), scratch)
+        data = collect_members(JsonStream(fh, path, read_chars), scratch)
         check_json_object(data, path)
         opts = dataset_options_of(dataset, dataset_options)
         app = SignalAppender(writer)
@@ -270,66 +204,6 @@ def _detect(stream: JsonStream, path: str) -> str:
     return detected_dataset(keys, path)
 
 
-class _SeriesCheck:
-    """The series' rows as ``numpy.array(series)`` would see them, one row at a
-    time: their number, the first irregular row, the common dtype."""
-
-    def __init__(self) -> None:
-        self.T, self.first, self.bad, self.width, self.dtypes = 0, None, None, None, set()
-        self.nonfinite: list[tuple[int, int]] = []  # (row, NaN/inf count as float32) of the rows holding any
-
-    def row(self, i: int, value: Any) -> None:
-        self.T += 1
-        if i == 0:
-            self.first = value
-        if self.bad is not None:
-            return
-        try:
-            arr = np.array(value)
-        except ValueError:
-            self.bad = (i, value)
-            return
-        if arr.ndim != 1 or arr.dtype.kind not in "iufb" or (self.width is not None and arr.shape[0] != self.width):
-            self.bad = (i, value)
-            return
-        self.width = arr.shape[0]
-        self.dtypes.add(arr.dtype)
-        if arr.dtype.kind == "f":
-            with np.errstate(over="ignore"):
-                n = int(np.count_nonzero(~np.isfinite(arr.astype(np.float32))))
-            if n:
-                self.nonfinite.append((i, n))
-
-    def check_finite(self, lags: int, dtype: np.dtype) -> None:
-        """The whole signal's NaN/inf errors (features, then float targets) from the rows' counts."""
-        count = self.T - lags
-        for display, target in (("features", False), ("targets", True)):
-            if target and dtype.kind not in "f":
-                return
-            total, first = 0, None
-            for t, n in self.nonfinite:
-                lo, hi = (t - lags, t - lags) if target else (max(0, t - lags + 1), min(t, count - 1))
-                if lo < 0 or hi < lo:
-                    continue
-                total += n * (hi - lo + 1)
-                first = lo if first is None else min(first, lo)
-            if total:
-                raise SignalValidationError(display, f"contains {total} NaN/inf values (first in snapshot {first}).",
-                                            "clean or impute them, or pass allow_nonfinite=True if they are intended.")
-
-    def check(self, r: PygtReader, field: str) -> tuple[int, np.dtype]:
-        """``(T, dtype)``, or the in-memory loader's error for the whole series
-        (reproduced on a stand-in of the same length that shares the rows)."""
-        if self.bad is not None:
-            i, value = self.bad
-            stand_in = [self.first] * self.T
-            stand_in[i] = value
-            r.array(stand_in, field, ndim=2)  # raises as on the whole series
-            raise r.fail(field, "is not a [time, node] array of numbers.")
-        dtype = np.result_type(*self.dtypes) if self.dtypes else np.dtype(np.float64)
-        return self.T, dtype
-
-
 def _series(path: str, dataset: str, writer: StoreWriter, read_chars: int, lags: int, allow_nonfinite: bool) -> None:
     """load_pygt_json's _chickenpox / _pedalme in two passes over the file:
     the graph and the series' checks, then the lag windows from the last
@@ -337,14 +211,14 @@ def _series(path: str, dataset: str, writer: StoreWriter, read_chars: int, lags:
     key = SERIES_KEYS[dataset]
     is_series = lambda p: p == (key,)  # noqa: E731
     data: dict[str, Any] = {}
-    seen = _SeriesCheck()
+    seen = SeriesCheck()
     with open_text(path, "PyGT JSON file") as fh:
         for p, value in JsonStream(fh, path, read_chars).walk(lambda p: False, is_series):
             if not p:
                 check_json_object(value, path)
             elif p == (key,):
                 data[key] = value
-                seen = _SeriesCheck() if value is ARRAY else None  # a repeated key: the last counts, as json.loads
+                seen = SeriesCheck() if value is ARRAY else None  # a repeated key: the last counts, as json.loads
             elif len(p) == 2:
                 seen.row(p[1], value)
             else:

@@ -43,15 +43,17 @@ import numpy as np
 from ...errors import SignalValidationError
 from ..loaders._common import DatasetFormatError, read_bytes
 from ..loaders.pygt_json import (
+    BUILDERS,
     PygtReader,
-    _lag_windows,
     check_json_object,
     check_lags,
+    lag_windows,
     standardize,
     static_signal,
 )
 from ..mapped import StoreWriter
 from .external import Scratch
+from .json_members import SeriesCheck, collect_members
 from .json_stream import ARRAY, JsonStream
 from .text import open_text
 
@@ -163,7 +165,7 @@ def _windows(app: _Static, xpath: str, xshape: tuple[int, int], ypath: str, ysha
     for i0 in range(0, count, k):
         i1 = min(count, i0 + k)
         rows = _read_rows(xpath, xshape, i0, i1 + lags)
-        x = _lag_windows(rows, lags)  # [i1 - i0, C, lags]
+        x = lag_windows(rows, lags)  # [i1 - i0, C, lags]
         y = _read_rows(ypath, yshape, i0 + lags, i1 + lags) if ypath != xpath else rows[lags:]
         app.add(static_signal(edges, weights, x, y, V, x_level=x_level, allow_nonfinite=True))
 
@@ -172,10 +174,8 @@ def _windows(app: _Static, xpath: str, xshape: tuple[int, int], ypath: str, ysha
 def wikimaths(path: str, writer: StoreWriter, scratch: Scratch, read_chars: int, lags: Any,
               allow_nonfinite: bool) -> None:
     """load_pygt_json's _wikimaths: its checks in its order, then standardized lag windows."""
-    from .pygt_json import _SeriesCheck, _collect  # the member-by-member walker
-
     with open_text(path, "PyGT JSON file") as fh:
-        data = _collect(JsonStream(fh, path, read_chars), scratch)
+        data = collect_members(JsonStream(fh, path, read_chars), scratch)
     check_json_object(data, path)
     r = PygtReader(data, path, "wikimaths")
     edges = r.edges(r.get(data, "edges"), "key 'edges'")
@@ -184,7 +184,7 @@ def wikimaths(path: str, writer: StoreWriter, scratch: Scratch, read_chars: int,
         raise r.fail("key 'weights'", f"has {weights.shape[0]} entries for {edges.shape[1]} edges.")
     T = r.time_periods()
     lags = check_lags(lags, T, "lags", r)
-    seen = _SeriesCheck()
+    seen = SeriesCheck()
     for t in range(T):  # presence first, as the loader's list of rows; a row's shape is judged with all of them
         seen.row(t, r.get(r.get(data, str(t)), "y", f"[{str(t)!r}]"))
     _, dtype = seen.check(r, "key '<t>'['y']")
@@ -435,15 +435,13 @@ def mtm(path: str, writer: StoreWriter, scratch: Scratch, read_chars: int, frame
 def in_memory(path: str, dataset: str, opts: dict[str, Any], allow_nonfinite: bool):
     """The loader on the whole file: its error (or, for a file the stream found
     irregular but the loader accepts, its signal)."""
-    from ..loaders.pygt_json import _BUILDERS
-
     raw = read_bytes(path, "PyGT JSON file")
     try:
         data = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise DatasetFormatError(path, "JSON", f"is malformed ({exc}).", "re-download the file; it must be PyGT's JSON.") from None
     check_json_object(data, path)
-    return _BUILDERS[dataset](PygtReader(data, path, dataset), **opts, allow_nonfinite=allow_nonfinite)
+    return BUILDERS[dataset](PygtReader(data, path, dataset), **opts, allow_nonfinite=allow_nonfinite)
 
 
 STREAMED_SERIES = {"wikimaths": wikimaths, "montevideo_bus": montevideo_bus, "mtm": mtm}

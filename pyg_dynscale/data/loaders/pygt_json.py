@@ -190,7 +190,7 @@ def check_lags(lags: Any, T: int, name: str, reader: PygtReader) -> int:
     return int(lags)
 
 
-def _lag_windows(stacked: np.ndarray, lags: int) -> np.ndarray:
+def lag_windows(stacked: np.ndarray, lags: int) -> np.ndarray:
     r"""``out[i] = stacked[i:i+lags, :].T`` for ``i < T - lags``: ``[T-lags, V, lags]``."""
     return sliding_window_view(stacked, lags, axis=0)[: stacked.shape[0] - lags]
 
@@ -262,7 +262,7 @@ def _chickenpox(r: PygtReader, lags: int, allow_nonfinite: bool) -> DynamicGraph
     edges = r.edges(r.get(r.data, "edges"), "key 'edges'")
     stacked = r.array(r.get(r.data, "FX"), "key 'FX'", ndim=2)
     lags = check_lags(lags, stacked.shape[0], "lags", r)
-    x = _lag_windows(stacked, lags)
+    x = lag_windows(stacked, lags)
     y = stacked[lags:]
     return static_signal(edges, np.ones(edges.shape[1]), x, y, stacked.shape[1], allow_nonfinite=allow_nonfinite)
 
@@ -274,7 +274,7 @@ def _pedalme(r: PygtReader, lags: int, allow_nonfinite: bool) -> DynamicGraphSig
         raise r.fail("key 'weights'", f"has {weights.shape[0]} entries for {edges.shape[1]} edges.")
     stacked = r.array(r.get(r.data, "X"), "key 'X'", ndim=2)
     lags = check_lags(lags, stacked.shape[0], "lags", r)
-    return static_signal(edges, weights, _lag_windows(stacked, lags), stacked[lags:], stacked.shape[1],
+    return static_signal(edges, weights, lag_windows(stacked, lags), stacked[lags:], stacked.shape[1],
                           allow_nonfinite=allow_nonfinite)
 
 
@@ -288,7 +288,7 @@ def _wikimaths(r: PygtReader, lags: int, allow_nonfinite: bool) -> DynamicGraphS
     rows = [r.get(r.get(r.data, str(t)), "y", f"[{str(t)!r}]") for t in range(T)]  # loop over time steps
     stacked = r.array(rows, "key '<t>'['y']", ndim=2)
     std = standardize(stacked)
-    return static_signal(edges, weights, _lag_windows(std, lags), std[lags:], stacked.shape[1],
+    return static_signal(edges, weights, lag_windows(std, lags), std[lags:], stacked.shape[1],
                           allow_nonfinite=allow_nonfinite)
 
 
@@ -374,7 +374,7 @@ def _montevideo_bus(
     # PyGT: one column per (node, variable), node-major -> [T, V*F]
     stacked_f = feats.reshape(V * F, T).T
     std_f = standardize(stacked_f)
-    x = _lag_windows(std_f, lags)  # [T-lags, V*F, lags]
+    x = lag_windows(std_f, lags)  # [T-lags, V*F, lags]
     targ = r.array([series(n, target_var, None) for n in nodes], f"['nodes'][i][{target_var!r}]", ndim=2)
     if targ.shape[1] != T:
         raise r.fail(f"['nodes'][i][{target_var!r}]", f"has {targ.shape[1]} time steps but the features have {T}.")
@@ -507,7 +507,7 @@ def _mtm(r: PygtReader, frames: int, allow_nonfinite: bool) -> DynamicGraphSigna
                           allow_nonfinite=allow_nonfinite)
 
 
-_BUILDERS: dict[str, Callable[..., DynamicGraphSignal]] = {
+BUILDERS: dict[str, Callable[..., DynamicGraphSignal]] = {
     "chickenpox": _chickenpox,
     "pedalme": _pedalme,
     "wikimaths": _wikimaths,
@@ -623,7 +623,7 @@ def load_pygt_json(
         dataset = detected_dataset(data, path)
     check_json_object(data, path)
     opts = dataset_options_of(dataset, dataset_options)
-    return _BUILDERS[dataset](PygtReader(data, path, dataset), **opts, allow_nonfinite=allow_nonfinite)
+    return BUILDERS[dataset](PygtReader(data, path, dataset), **opts, allow_nonfinite=allow_nonfinite)
 
 
 def default_event_id(path_or_name: Union[PathLike, str], dataset_options: dict[str, Any]) -> str:
