@@ -223,7 +223,7 @@ def _rank_memory(rank: int, world_size: int, d: str, F: int) -> dict:
     from torch_geometric_temporal.nn.recurrent import GConvGRU
 
     from pyg_dynscale.distributed import DistributedTrainer
-    from tests.helpers.shard_files import proc_status as _status
+    from tests.helpers.process_memory import proc_status as _status
 
     torch.manual_seed(0)
     m, head = GConvGRU(F, 4, K=2).double(), torch.nn.Linear(4, 1).double()
@@ -244,7 +244,7 @@ def test_blackbox_rank_memory_is_its_part(tmp_path):
     signal: a rank that loaded the whole signal (or every shard) would
     exceed it by the whole signal's size. ``reuse=False``: ReInc's input
     basis (a multiple of the rank's rows) is left out of the bound."""
-    from tests.helpers.shard_files import peak_rss_measurable as _peak_rss_measurable
+    from tests.helpers.process_memory import peak_rss_measurable as _peak_rss_measurable
 
     if not _peak_rss_measurable():
         pytest.skip("needs Linux /proc peak-RSS reset (clear_refs)")

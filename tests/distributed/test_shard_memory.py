@@ -12,7 +12,6 @@ Two properties, each able to fail on its own:
 """
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 
 import pytest
@@ -23,29 +22,15 @@ from pyg_dynscale.distributed import DistributedTrainer, RankLayout, read_shard,
 from pyg_dynscale.nn import TGCN
 from pyg_dynscale.nn.decomposed import FusedGraph
 from pyg_dynscale.partition import Partition
-from tests.helpers.shard_files import proc_status
+from tests.helpers.process_memory import glibc, peak_rss_measurable, pin_allocator, proc_status, reset_peak
 
 F = 4
 T = 20
 K = 2500  # rank 0 owns vertices [0, K) of every snapshot: 50,000 vertex-time nodes
-M_MMAP_THRESHOLD, M_ARENA_MAX = -3, -8  # glibc mallopt parameters
-
-
-def _libc():
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        return libc if hasattr(libc, "mallopt") else None
-    except OSError:
-        return None
 
 
 def _peak_measurable() -> bool:
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return proc_status("VmHWM") > 0 and _libc() is not None
-    except OSError:
-        return False
+    return peak_rss_measurable() and glibc() is not None
 
 
 def _ring_signal(V: int) -> DynamicGraphSignal:
@@ -77,14 +62,10 @@ def _setup_peak(rank: int, world_size: int, d: str) -> dict:
     is that of the live bytes: the same for the same work whatever the
     machine's load or thread timing (with glibc's defaults, freed heap
     chunks stay resident in whichever arena a thread happened to use)."""
-    libc = _libc()
-    libc.mallopt(M_MMAP_THRESHOLD, 64 * 1024)
-    libc.mallopt(M_ARENA_MAX, 1)
+    pin_allocator()
     torch.manual_seed(0)
     m, head = TGCN(F, 4).double(), torch.nn.Linear(4, 1).double()
-    with open("/proc/self/clear_refs", "w") as f:  # resets VmHWM to the current RSS
-        f.write("5")
-    base = proc_status("VmRSS")
+    base = reset_peak()
     tr = DistributedTrainer.from_shards(m, d, head=head, loss="mse")
     return {"peak": proc_status("VmHWM") - base, "owned": int(tr.shard.owned.numel()),
             "N": int(tr.shard.meta["num_nodes"])}

@@ -24,7 +24,8 @@ from pyg_dynscale.partition import CommunicationPlan
 from pyg_dynscale.partition.rank_plan import RankPlan
 from pyg_dynscale.runtime import FusedTrainer
 from tests.helpers import distributed_cases as cases
-from tests.helpers.shard_files import corrupt, peak_rss_measurable, proc_status
+from tests.helpers.process_memory import peak_rss_measurable, proc_status
+from tests.helpers.shard_files import corrupt
 
 EPOCHS = 3
 

@@ -1,4 +1,4 @@
-"""Shard tests' helpers: a damaged shard file and a process's peak resident memory (``/proc``)."""
+"""Shard tests' helpers: a damaged shard file."""
 from __future__ import annotations
 
 
@@ -9,22 +9,3 @@ def corrupt(path: str) -> None:
     lo, hi = 3 * len(data) // 8, 5 * len(data) // 8
     data[lo:hi] = bytes(b ^ 0xFF for b in data[lo:hi])
     open(path, "wb").write(bytes(data))
-
-
-def proc_status(key: str) -> int:
-    """``key`` (``"VmRSS"``, ``"VmHWM"``) of ``/proc/self/status``, in bytes."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key):
-                return int(line.split()[1]) * 1024
-    raise KeyError(key)
-
-
-def peak_rss_measurable() -> bool:
-    """Whether this process can reset its peak RSS (``/proc/self/clear_refs``, Linux) and read it back."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return proc_status("VmHWM") > 0
-    except OSError:
-        return False
