@@ -250,18 +250,12 @@ def test_blackbox_rank_memory_is_its_part(tmp_path):
         pytest.skip("needs Linux /proc peak-RSS reset (clear_refs)")
     from torch_geometric_temporal.nn.recurrent import GConvGRU
 
-    from pyg_dynscale import DynamicGraphSignal
     from pyg_dynscale.distributed import spawn, write_shards
     from pyg_dynscale.partition import Partition
+    from tests.helpers.shard_files import ring_signal
 
     V, T, F, R = 20000, 5, 256, 4
-    g = torch.Generator().manual_seed(0)
-    src = torch.arange(V)
-    ring = torch.cat([torch.stack([src, (src + 1) % V]), torch.stack([(src + 1) % V, src])], 1)
-    sig = DynamicGraphSignal([ring] * T, [torch.rand(ring.shape[1], generator=g, dtype=torch.float64) for _ in range(T)],
-                             [torch.randn(V, F, generator=g, dtype=torch.float64) for _ in range(T)],
-                             [torch.randn(V, generator=g, dtype=torch.float64) for _ in range(T)],
-                             num_vertices=V, dtype=torch.float64)
+    sig = ring_signal(V, T, F)
     whole = sum(t.numel() * t.element_size() for t in (sig.x, sig.y, sig.edge_index, sig.edge_weight))
     part = Partition("manual", R, sig.supergraph().vertex * R // V)  # vertex ranges: a small halo
     d = str(tmp_path / "big")

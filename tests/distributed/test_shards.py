@@ -25,7 +25,7 @@ from pyg_dynscale.partition.rank_plan import RankPlan
 from pyg_dynscale.runtime import FusedTrainer
 from tests.helpers import distributed_cases as cases
 from tests.helpers.process_memory import peak_rss_measurable, proc_status
-from tests.helpers.shard_files import corrupt
+from tests.helpers.shard_files import corrupt, ring_signal
 
 EPOCHS = 3
 
@@ -406,18 +406,11 @@ def test_rank_memory_is_its_part(tmp_path):
     baseline; the slack covers the allocator and gloo), which is about half
     the whole signal: a rank that loaded the whole signal (or every shard)
     would exceed it by the whole signal's size."""
-    from pyg_dynscale import DynamicGraphSignal
     from pyg_dynscale.nn import TGCN
     from pyg_dynscale.partition import Partition
 
     V, T, F, R = 20000, 5, 256, 4
-    g = torch.Generator().manual_seed(0)
-    src = torch.arange(V)
-    ring = torch.cat([torch.stack([src, (src + 1) % V]), torch.stack([(src + 1) % V, src])], 1)
-    sig = DynamicGraphSignal([ring] * T, [torch.rand(ring.shape[1], generator=g, dtype=torch.float64) for _ in range(T)],
-                             [torch.randn(V, F, generator=g, dtype=torch.float64) for _ in range(T)],
-                             [torch.randn(V, generator=g, dtype=torch.float64) for _ in range(T)],
-                             num_vertices=V, dtype=torch.float64)
+    sig = ring_signal(V, T, F)
     whole = sum(t.numel() * t.element_size() for t in (sig.x, sig.y, sig.edge_index, sig.edge_weight))
     part = Partition("manual", R, sig.supergraph().vertex * R // V)  # vertex ranges: a small halo
     d = str(tmp_path / "big")
