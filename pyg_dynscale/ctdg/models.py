@@ -9,13 +9,16 @@ encoder, and the link predictor.
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 from torch import Tensor
 from torch.nn import Linear
 from torch_geometric.nn import TGNMemory, TransformerConv
 from torch_geometric.nn.models.tgn import IdentityMessage, LastAggregator
 
-__all__ = ["EmptyEntries", "GraphAttentionEmbedding", "LazyStoreMemory", "LinkPredictor", "TGN"]
+__all__ = ["EmptyEntries", "GraphAttentionEmbedding", "LazyStoreMemory", "LinkPredictor", "TGN",
+           "time_encoder_warning"]
 
 
 class GraphAttentionEmbedding(torch.nn.Module):
@@ -123,3 +126,35 @@ class TGN(torch.nn.Module):
             "TGN is a container of PyG's example modules (memory, gnn, link_pred); train it with "
             "pyg_dynscale.ctdg.MemoryTrainer or call the three modules as examples/tgn.py does."
         )
+
+
+def time_encoder_warning(memory: torch.nn.Module, gnn: torch.nn.Module) -> Optional[str]:
+    r"""Why ``gnn`` does not encode times with ``memory.time_enc``, or ``None`` when it does (or holds no
+    module of that class: an embedding without a time encoding, or one of another class, is not judged).
+
+    PyG's ``examples/tgn.py`` and :class:`TGN` give the embedding the memory's encoder (one module, one
+    set of parameters, trained by both). A TGN assembled module by module (``copy.deepcopy`` of each, or
+    a ``GraphAttentionEmbedding`` built with a ``TimeEncoder`` of its own) gives the embedding a second
+    encoder: a legitimate model, but not the example's, and the two part from the first optimizer step
+    on (the second batch's loss already differs), so it is said rather than refused.
+
+    Args:
+        memory (TGNMemory): the memory (its ``time_enc``).
+        gnn (torch.nn.Module): the embedding module.
+    """
+    enc = getattr(memory, "time_enc", None)
+    if not isinstance(enc, torch.nn.Module):
+        return None
+    # identity, not equality: a copy holds equal values until the first step, then trains apart
+    own = [(name, mod) for name, mod in gnn.named_modules() if type(mod) is type(enc)]
+    if not own or any(mod is enc for _, mod in own):
+        return None
+    name, mod = own[0]
+    where = f"gnn.{name}" if name else "gnn"
+    mine, theirs = list(mod.parameters()), list(enc.parameters())
+    copy = len(mine) == len(theirs) and all(p.shape == q.shape and torch.equal(p, q) for p, q in zip(mine, theirs))
+    what = "is a copy of memory.time_enc (equal values, a module of its own)" if copy else \
+        "is a time encoder of its own, not memory.time_enc"
+    return (f"{where} {what}: it trains apart from the memory's, so results differ from PyG's TGN, which "
+            f"shares one encoder; give the embedding time_enc=memory.time_enc (as pyg_dynscale.ctdg.TGN does), "
+            f"or ignore this warning if the second encoder is meant.")

@@ -38,6 +38,7 @@ from torch_geometric.nn.models.tgn import LastNeighborLoader
 
 from ..distributed.transport import resolve_transport
 from ..errors import DynScaleError, ModelInputError, UnsupportedOptionError
+from ..training.finite import check_batch_losses
 from ..training.gradients import DelayedGradients, ShareModule, wrap_ddp
 from ..training.options import build_optimizer
 from ..training.ranks import agree, bind_device, check_gpu_sharing
@@ -49,7 +50,9 @@ from .events import check_events, split_ranges
 from .host import HostStream
 from .memory_copies import MemoryCopies
 from .memory_placement import Channel, PartitionedMemory
+from .models import time_encoder_warning
 from .microbatch import MicroBatchPipeline
+from .lr_scaling import scaled_lr
 from .event_exchange import EventExchange
 from .options import check_combinations, check_event_placement, check_modules, check_options, legacy_positionals
 from .owned_index import OwnedIndex
@@ -144,7 +147,12 @@ class MemoryTrainer(BaseTrainer):
             ``params -> Optimizer`` (:func:`~pyg_dynscale.training.build_optimizer`).
         device: where the modules train (``None``: where their parameters are;
             given, the modules are moved there).
-        memory, gnn, link_pred: the three modules, when ``model`` is ``None``.
+        memory, gnn, link_pred: the three modules, when ``model`` is ``None``. The embedding
+            encodes times with ``memory.time_enc`` in PyG's example and :class:`~pyg_dynscale.ctdg.TGN`
+            (one module); an embedding holding a time encoder of its own (e.g. each module copied
+            one by one) trains a second encoder apart from the memory's, a model that differs from
+            PyG's from the first optimizer step: a :class:`UserWarning` says so
+            (:func:`~pyg_dynscale.ctdg.models.time_encoder_warning`).
         val_ratio, test_ratio (float): the split.
         eval_seed (int): seed of every evaluation pass (the example's 12345).
         mrr_negatives (int): negatives per positive in the MRR (0: no MRR, ``nan``).
@@ -231,6 +239,10 @@ class MemoryTrainer(BaseTrainer):
             :class:`~pyg_dynscale.errors.UnsupportedOptionError`. :attr:`event_placement` and
             :meth:`traffic`'s ``"event_placement"`` name the placement in effect;
             :meth:`state_dict` holds each owner's part of the index, per rank.
+        lr_scaling (str): the learning rate under mini-batch parallelism :math:`(i, j, k)`
+            (DistTGL's remedy, :mod:`~pyg_dynscale.ctdg.lr_scaling`): ``"linear"`` (the default)
+            trains with ``lr * i``, ``"sqrt"`` with ``lr * sqrt(i)``, ``"none"`` with ``lr``;
+            :attr:`lr` is the rate in effect. ``i = 1``: ``lr``, bit for bit.
 
     Raises:
         ModelInputError: missing modules, a memory that is not a ``TGNMemory``,
@@ -276,6 +288,7 @@ class MemoryTrainer(BaseTrainer):
         micro_batches: Union[int, str] = 1,
         overlap_aggregation: bool = False,
         event_placement: str = "auto",
+        lr_scaling: str = "linear",
     ) -> None:
         if args:  # the old positional options, for one release
             batch_size, lr, num_neighbors, negatives, seed, parallelism, static_memory = legacy_positionals(
@@ -293,7 +306,7 @@ class MemoryTrainer(BaseTrainer):
                             dynamic_memory=dynamic_memory, memory_service=memory_service, prefetch=prefetch,
                             memory_placement=memory_placement, partition=partition, gradient_sync=gradient_sync,
                             micro_batches=micro_batches, overlap_aggregation=overlap_aggregation,
-                            event_placement=event_placement)
+                            event_placement=event_placement, lr_scaling=lr_scaling)
         except DynScaleError as exc:
             if self.world_size == 1:
                 raise
@@ -319,7 +332,7 @@ class MemoryTrainer(BaseTrainer):
     def _configure(self, memory, gnn, link_pred, data, *, batch_size, lr, num_neighbors, negatives, seed, parallelism,
                    static_memory, loss, optimizer, device, val_ratio, test_ratio, eval_seed, mrr_negatives,
                    dynamic_memory, memory_service, prefetch, memory_placement, partition, gradient_sync,
-                   micro_batches, overlap_aggregation, event_placement="auto") -> None:
+                   micro_batches, overlap_aggregation, event_placement="auto", lr_scaling="none") -> None:
         """Check the options and build everything this process holds (no collective)."""
         self.loss = check_options(negatives=negatives, loss=loss, batch_size=batch_size, num_neighbors=num_neighbors,
                                   mrr_negatives=mrr_negatives, lr=lr, seed=seed, gradient_sync=gradient_sync,
@@ -344,6 +357,9 @@ class MemoryTrainer(BaseTrainer):
             for mod in (memory, gnn, link_pred):
                 mod.to(device)
         self.memory, self.gnn, self.link_pred = memory, gnn, link_pred
+        unshared = time_encoder_warning(memory, gnn)
+        if unshared is not None and self.rank == 0:  # once per job, not once per rank
+            warnings.warn(unshared, UserWarning, stacklevel=3)
         self.seed = seed
         self.dynamic_memory = bool(dynamic_memory)
         dev, dtype = memory.memory.device, memory.memory.dtype
@@ -394,7 +410,9 @@ class MemoryTrainer(BaseTrainer):
             # sort / topk ties are the reference loop's on the CPU)
             self.neighbors = LastNeighborLoader(memory.num_nodes, size=self.num_neighbors, device="cpu")
         self.optimizer_params = module_parameters((memory, gnn, link_pred, self.static))
-        self.optimizer = build_optimizer(optimizer, self.optimizer_params, lr)
+        #: the learning rate the optimizer takes (``lr`` scaled for mini-batch parallelism, :mod:`.lr_scaling`)
+        self.lr = scaled_lr(lr, lr_scaling, self.parallelism)
+        self.optimizer = build_optimizer(optimizer, self.optimizer_params, self.lr)
         #: ``gradient_sync="delayed"``: the previous step's gradients (None: each step applies its own)
         self._delayed = DelayedGradients(self.optimizer_params) if gradient_sync == "delayed" else None
         self.criterion = torch.nn.BCEWithLogitsLoss()
@@ -690,6 +708,8 @@ class MemoryTrainer(BaseTrainer):
 
             dist.all_reduce(self.batch_losses)
             dist.all_reduce(total)
+        # a non-finite step loss stops the run, on every rank alike (the same sums): training/finite.py
+        check_batch_losses(self.batch_losses.tolist(), epoch=self.epoch, optimizer=self.optimizer, local=losses)
         self.bytes.end_epoch(ctx.roots, len(steps))
         self._ctx = None
         self.epoch += 1
