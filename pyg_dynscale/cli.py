@@ -91,7 +91,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if os.environ.get("PYG_DYNSCALE_DEBUG"):
             raise
         where = getattr(args, "_rank_label", "")
-        print(f"pyg-dynscale {args.command}: error{where}: {exc}", file=sys.stderr)
+        from .commands.hints import for_cli  # the API's words -> this subcommand's options (imports re only)
+
+        print(f"pyg-dynscale {args.command}: error{where}: {for_cli(exc, args.command)}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
