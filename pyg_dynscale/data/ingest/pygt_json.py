@@ -103,7 +103,7 @@ def _england_covid(r: PygtReader, app: SignalAppender, lags: int, allow_nonfinit
     # load_pygt_json's _england_covid, one snapshot at a time: its checks in its order (every day's edges,
     # then the series), then the snapshots (each day's edges decoded again rather than kept)
     T = r.time_periods()
-    lags = check_lags(lags, T, "lags", r)
+    lags = check_lags(lags, T, "feature_lags", r)
     for t in range(T - lags):
         covid_day(r, t)
     x, y = covid_series(r, T, lags)
@@ -237,7 +237,7 @@ def _series(path: str, dataset: str, writer: StoreWriter, read_chars: int, lags:
         r.array(data[key], f"key {key!r}", ndim=2)
         raise r.fail(f"key {key!r}", "is not a [time, node] array of numbers.")
     T, dtype = seen.check(r, f"key {key!r}")
-    lags = check_lags(lags, T, "lags", r)
+    lags = check_lags(lags, T, "feature_lags", r)
     V = seen.width
     # the whole signal's checks in its order: the graph (on a stand-in snapshot), then NaN/inf in x, y
     static_signal(edges, weights, np.zeros((1, V, lags), dtype=np.float32), np.zeros((1, V), dtype=dtype), V,

@@ -183,7 +183,7 @@ def wikimaths(path: str, writer: StoreWriter, scratch: Scratch, read_chars: int,
     if weights.shape[0] != edges.shape[1]:
         raise r.fail("key 'weights'", f"has {weights.shape[0]} entries for {edges.shape[1]} edges.")
     T = r.time_periods()
-    lags = check_lags(lags, T, "lags", r)
+    lags = check_lags(lags, T, "feature_lags", r)
     seen = SeriesCheck()
     for t in range(T):  # presence first, as the loader's list of rows; a row's shape is judged with all of them
         seen.row(t, r.get(r.get(data, str(t)), "y", f"[{str(t)!r}]"))
@@ -287,7 +287,7 @@ def montevideo_bus(path: str, writer: StoreWriter, scratch: Scratch, read_chars:
         cols.append(first[pos].astype(np.int64))
     edges = np.stack(cols) if len(src) else np.zeros((2, 0), dtype=np.int64)
     V = len(ids)
-    lags = check_lags(lags, T, "lags", r)
+    lags = check_lags(lags, T, "feature_lags", r)
     fdtype, ydtype = np.result_type(*fdtypes), np.result_type(*ydtypes)
     shapes = {"feat": (T, V * F), "targ": (T, V)}
     paths = {}

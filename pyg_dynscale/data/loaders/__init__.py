@@ -6,7 +6,7 @@ embedded England COVID dataset. None of them downloads anything.
     from pyg_dynscale.data.loaders import load, load_edge_list, load_england_covid, load_pygt_json
 
     signal = load_england_covid()                             # offline, = PyGT's loader
-    signal = load_pygt_json("chickenpox.json", lags=4)        # any PyGT JSON file
+    signal = load_pygt_json("chickenpox.json", feature_lags=4)  # any PyGT JSON file
     signal = load_edge_list("sx-mathoverflow.txt.gz", window="7d", target="link")
     signal = load("CollegeMsg.txt", window="1d")              # format detected
 """

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from collections.abc import Mapping
 from typing import Any, Callable, Optional, Union
 
@@ -67,13 +68,17 @@ _ALIASES = {
     "mtm1": "mtm",
 }
 
-#: options of each dataset with PyGT's defaults.
+#: options of each dataset with PyGT's defaults. ``feature_lags`` is PyGT's ``get_dataset(lags=...)``: the raw
+#: time steps stacked into each snapshot's features (named apart from a window's ``lags``, WindowTrainer's)
+#: the loaders' deprecation of PyGT's spelling ``lags=``
+LAGS_RENAMED = ("{owner}: 'lags=' is deprecated for the loaders; use 'feature_lags=' (the raw steps stacked into "
+                "each snapshot's features; a window's lags are WindowTrainer's lags=).")
 DATASET_OPTIONS: dict[str, dict[str, Any]] = {
-    "chickenpox": {"lags": 4},
-    "pedalme": {"lags": 4},
-    "wikimaths": {"lags": 8},
-    "england_covid": {"lags": 8},
-    "montevideo_bus": {"lags": 4, "target_var": "y", "feature_vars": ("y",)},
+    "chickenpox": {"feature_lags": 4},
+    "pedalme": {"feature_lags": 4},
+    "wikimaths": {"feature_lags": 8},
+    "england_covid": {"feature_lags": 8},
+    "montevideo_bus": {"feature_lags": 4, "target_var": "y", "feature_vars": ("y",)},
     "twitter_tennis": {"event_id": "rg17", "N": None, "feature_mode": "encoded", "target_offset": 1},
     "mtm": {"frames": 16},
 }
@@ -261,7 +266,7 @@ def _dynamic_signal(
 def _chickenpox(r: PygtReader, lags: int, allow_nonfinite: bool) -> DynamicGraphSignal:
     edges = r.edges(r.get(r.data, "edges"), "key 'edges'")
     stacked = r.array(r.get(r.data, "FX"), "key 'FX'", ndim=2)
-    lags = check_lags(lags, stacked.shape[0], "lags", r)
+    lags = check_lags(lags, stacked.shape[0], "feature_lags", r)
     x = lag_windows(stacked, lags)
     y = stacked[lags:]
     return static_signal(edges, np.ones(edges.shape[1]), x, y, stacked.shape[1], allow_nonfinite=allow_nonfinite)
@@ -273,7 +278,7 @@ def _pedalme(r: PygtReader, lags: int, allow_nonfinite: bool) -> DynamicGraphSig
     if weights.shape[0] != edges.shape[1]:
         raise r.fail("key 'weights'", f"has {weights.shape[0]} entries for {edges.shape[1]} edges.")
     stacked = r.array(r.get(r.data, "X"), "key 'X'", ndim=2)
-    lags = check_lags(lags, stacked.shape[0], "lags", r)
+    lags = check_lags(lags, stacked.shape[0], "feature_lags", r)
     return static_signal(edges, weights, lag_windows(stacked, lags), stacked[lags:], stacked.shape[1],
                           allow_nonfinite=allow_nonfinite)
 
@@ -284,7 +289,7 @@ def _wikimaths(r: PygtReader, lags: int, allow_nonfinite: bool) -> DynamicGraphS
     if weights.shape[0] != edges.shape[1]:
         raise r.fail("key 'weights'", f"has {weights.shape[0]} entries for {edges.shape[1]} edges.")
     T = r.time_periods()
-    lags = check_lags(lags, T, "lags", r)
+    lags = check_lags(lags, T, "feature_lags", r)
     rows = [r.get(r.get(r.data, str(t)), "y", f"[{str(t)!r}]") for t in range(T)]  # loop over time steps
     stacked = r.array(rows, "key '<t>'['y']", ndim=2)
     std = standardize(stacked)
@@ -317,7 +322,7 @@ def covid_series(r: PygtReader, T: int, lags: int) -> tuple[np.ndarray, np.ndarr
 
 def _england_covid(r: PygtReader, lags: int, allow_nonfinite: bool) -> DynamicGraphSignal:
     T = r.time_periods()
-    lags = check_lags(lags, T, "lags", r)
+    lags = check_lags(lags, T, "feature_lags", r)
     # PyGT pairs snapshot t (t < T - lags) with the edges of day t, not of day t + lags.
     edges, weights = [], []
     for t in range(T - lags):  # check_lags: at least one day
@@ -370,7 +375,7 @@ def _montevideo_bus(
 
     feats = r.array([[series(n, v, "X") for v in feature_vars] for n in nodes], "['nodes'][i]['X'][var]", ndim=3)
     V, F, T = feats.shape
-    lags = check_lags(lags, T, "lags", r)
+    lags = check_lags(lags, T, "feature_lags", r)
     # PyGT: one column per (node, variable), node-major -> [T, V*F]
     stacked_f = feats.reshape(V * F, T).T
     std_f = standardize(stacked_f)
@@ -574,11 +579,11 @@ def load_pygt_json(
     Montevideo bus) with :math:`Z \in \mathbb{R}^{T \times V}` the (for
     WikiMaths / England COVID / Montevideo: column-standardized,
     :math:`(Z - \mu) / \sigma`, England COVID with :math:`\sigma + 10^{-10}`)
-    series, snapshot :math:`i < T - \mathrm{lags}` has
+    series and :math:`F` = ``feature_lags``, snapshot :math:`i < T - F` has
 
     .. math::
-        X_i = Z_{i:i+\mathrm{lags}}^\top \in \mathbb{R}^{V \times \mathrm{lags}},
-        \qquad y_i = Z_{i+\mathrm{lags}} \in \mathbb{R}^{V}.
+        X_i = Z_{i:i+F}^\top \in \mathbb{R}^{V \times F},
+        \qquad y_i = Z_{i+F} \in \mathbb{R}^{V}.
 
     Args:
         path_or_name: a local ``.json`` / ``.json.gz`` file, a folder (with
@@ -593,8 +598,11 @@ def load_pygt_json(
         allow_nonfinite: accept NaN/inf (PyGT's unguarded standardization
             gives NaN on a constant series; by default that is an error).
         **dataset_options: the options of the PyGT loader (defaults as PyGT):
-            ``lags`` (Chickenpox, PedalMe 4; WikiMaths, England COVID 8;
-            Montevideo 4), ``target_var="y"`` and ``feature_vars=["y"]``
+            ``feature_lags`` (PyGT's ``get_dataset(lags=...)``: raw steps per
+            snapshot's features; Chickenpox, PedalMe 4; WikiMaths, England
+            COVID 8; Montevideo 4; ``lags=`` works for one release with a
+            :class:`DeprecationWarning`: a window's ``lags`` is
+            :class:`~pyg_dynscale.windows.WindowTrainer`'s), ``target_var="y"`` and ``feature_vars=["y"]``
             (Montevideo), ``event_id="rg17"``, ``N=None``,
             ``feature_mode="encoded"`` and ``target_offset=1`` (Twitter tennis),
             ``frames=16`` (MTM).
@@ -604,7 +612,7 @@ def load_pygt_json(
         snapshots) as PyGT: float32, integer targets as int64. MTM's ``x``
         (``[3, 21, frames]``) and ``y`` (``[frames, 6]``) are graph-level
         fields; Montevideo with several ``feature_vars`` keeps PyGT's
-        ``[V * F, lags]`` layout of ``x`` as a graph-level field.
+        ``[V * F, feature_lags]`` layout of ``x`` as a graph-level field.
 
     Raises:
         DatasetNotFoundError: the file does not exist (nothing is downloaded).
@@ -664,6 +672,12 @@ def dataset_options_of(dataset: str, dataset_options: dict[str, Any]) -> dict[st
         SignalValidationError: an option the dataset does not have.
     """
     defaults = DATASET_OPTIONS[dataset]
+    if "lags" in dataset_options and "feature_lags" in defaults:  # PyGT's spelling: one release with a warning
+        if "feature_lags" in dataset_options:
+            raise TypeError("got both 'lags' (deprecated) and 'feature_lags'; pass only feature_lags=")
+        warnings.warn(LAGS_RENAMED.format(owner=dataset), DeprecationWarning, stacklevel=3)
+        dataset_options = {**dataset_options, "feature_lags": dataset_options["lags"]}
+        del dataset_options["lags"]
     unknown = sorted(set(dataset_options) - set(defaults))
     if unknown:
         raise SignalValidationError(unknown[0], f"is not an option of the {dataset} dataset.",
@@ -671,4 +685,6 @@ def dataset_options_of(dataset: str, dataset_options: dict[str, Any]) -> dict[st
     opts = {**defaults, **dataset_options}
     if dataset != "twitter_tennis":
         opts.pop("event_id", None)
+    if "feature_lags" in opts:  # the builders keep PyGT's parameter name
+        opts["lags"] = opts.pop("feature_lags")
     return opts
