@@ -109,3 +109,41 @@ class UnsupportedOptionError(DynScaleError, NotImplementedError):
         self.problem = problem
         self.instead = instead
         super().__init__(f"option '{option}' {problem} Use instead: {instead}")
+
+
+class NonFiniteLossError(DynScaleError, FloatingPointError):
+    r"""Raised by a trainer's ``train_epoch()`` when a training batch's loss is
+    NaN or infinite: training stops at the epoch that holds the first such
+    batch, on every rank alike (the check reads the batch losses the ranks
+    already summed, so all ranks raise the same error). A
+    :class:`FloatingPointError` too. The trainer's parameters hold the
+    non-finite update afterwards: rebuild it (or load a state saved before).
+
+    Args:
+        loss (float): the first non-finite batch loss (summed over the ranks).
+        epoch (int): the epoch, counted from 1.
+        batch (int): the batch of that epoch, counted from 1 (one optimizer
+            step; a full-batch trainer has one per epoch).
+        batches (int): how many batches the epoch has.
+        ranks (tuple): the ranks whose share of that batch's loss was
+            non-finite (empty on one process).
+        reason (str): ``"lr"`` (the updates diverged: the default) or
+            ``"in_degree"`` (a model that divides by in-degrees, PyGT's
+            ``DCRNN``, met a vertex with out-edges and no in-edges).
+        cause (str): what makes it non-finite, when known.
+        fix (str): how to fix it, naming the API's arguments.
+    """
+
+    def __init__(self, loss: float, epoch: int, batch: int, batches: int, *, ranks: tuple = (),
+                 reason: str = "lr", cause: str = "", fix: str = "") -> None:
+        self.loss, self.epoch, self.batch, self.batches = loss, epoch, batch, batches
+        self.ranks, self.reason, self.cause, self.fix = tuple(ranks), reason, cause, fix
+        where = f"at epoch {epoch}, batch {batch} of {batches}"
+        if self.ranks:
+            where += f" ({'rank' if len(self.ranks) == 1 else 'ranks'} {', '.join(map(str, self.ranks))})"
+        msg = f"the training loss is {loss} {where}."
+        if cause:
+            msg += f" {cause}"
+        if fix:
+            msg += f" Fix: {fix}"
+        super().__init__(msg)

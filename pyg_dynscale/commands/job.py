@@ -43,7 +43,7 @@ from typing import Any, Callable, NoReturn, Optional
 
 from ..errors import CommandError
 
-__all__ = ["fail", "NonFiniteLossError", "check_finite", "add_job_options", "check_launch_options",
+__all__ = ["fail", "NonFiniteLossError", "check_finite", "nonfinite_line", "add_job_options", "check_launch_options",
            "check_checkpoint_options", "resumable_checkpoint", "Job", "start", "run_worker", "group_timeout"]
 
 
@@ -60,9 +60,25 @@ class NonFiniteLossError(CommandError, FloatingPointError):
 
 def check_finite(loss: float, epoch: int) -> None:
     """Raise :class:`NonFiniteLossError` naming the 1-based ``epoch`` and the fix if ``loss`` is NaN or
-    infinite (every rank sees the same all-reduced loss: every rank stops)."""
+    infinite (every rank sees the same all-reduced loss: every rank stops). The package's trainers stop at
+    the batch already (:func:`nonfinite_line`); this catches a trainer that returns a non-finite loss."""
     if not math.isfinite(loss):
         raise NonFiniteLossError(f"the training loss is {loss} at epoch {epoch}; lower --lr or use --dtype float64.")
+
+
+def nonfinite_line(exc: Any, lr: Optional[float] = None) -> NonFiniteLossError:
+    """The trainer's :class:`pyg_dynscale.errors.NonFiniteLossError` (epoch, batch, ranks, cause; its fix
+    names API arguments) as the command's one line, whose fix names the command's options (``lr``: the
+    ``--lr`` given)."""
+    where = f"at epoch {exc.epoch}, batch {exc.batch} of {exc.batches}"
+    if exc.ranks:
+        where += f" ({'rank' if len(exc.ranks) == 1 else 'ranks'} {', '.join(map(str, exc.ranks))})"
+    if exc.reason == "in_degree":
+        fix = (f"{exc.cause} Give each such vertex an in-edge in the data (a self-loop or the reverse edges) or "
+               "use another --model (e.g. gconvgru).")
+    else:
+        fix = f"lower --lr{f' (it is {lr:g})' if lr is not None else ''} or use --dtype float64."
+    return NonFiniteLossError(f"the training loss is {exc.loss} {where}; {fix}")
 
 
 # ------------------------------------------------------------ the options
@@ -268,6 +284,7 @@ class Job:
         from what the next epoch would have started from."""
         from tqdm.auto import tqdm
 
+        from ..errors import NonFiniteLossError as TrainingLossError
         from ..training.checkpoint import save_checkpoint
         from ..training.ranks import slowest_rank_seconds
 
@@ -276,7 +293,10 @@ class Job:
                    disable=self.rank != 0 or args.no_progress, file=sys.stderr, mininterval=0.5)
         for epoch in bar:
             t0 = self.clock()
-            loss = trainer.train_epoch()
+            try:
+                loss = trainer.train_epoch()  # stops at a non-finite batch loss, on every rank alike
+            except TrainingLossError as exc:  # its fix names the API's lr=: the line names --lr
+                raise nonfinite_line(exc, getattr(args, "lr", None)) from None
             took = slowest_rank_seconds(self.clock() - t0)  # on every rank, before a rank may stop
             check_finite(loss, epoch + 1)
             progress["losses"].append(loss)

@@ -56,6 +56,7 @@ from ..runtime.fused import eval_mode
 from ..runtime.losses import check_loss, row_losses
 from ..runtime.paths import data_argument, edge_fields_of
 from ..training import BaseTrainer, ByteLedger, Metrics, TrafficReport, build_optimizer
+from ..training.finite import check_batch_losses
 from ..training.gradients import ShareModule, wrap_ddp
 from ..training.options import OptimizerSpec, deprecated_positionals, renamed_keyword
 from ..training.ranks import agree, bind_device, check_gpu_sharing, host_group
@@ -678,7 +679,9 @@ class WindowTrainer(BaseTrainer):
         ``[1]`` float64 shares of :meth:`distributed_step`, summed over the
         ranks by one all-reduce of the user's group: the same floats on every
         rank). The one host read-back of the epoch: a step never waits for
-        the device to report its loss."""
+        the device to report its loss. A NaN or infinite one raises
+        :class:`~pyg_dynscale.errors.NonFiniteLossError` naming the epoch and
+        the first such batch (:func:`~pyg_dynscale.training.finite.check_batch_losses`)."""
         if not values:
             return []
         if self.world_size > 1:
@@ -687,8 +690,14 @@ class WindowTrainer(BaseTrainer):
             buf = torch.cat(values)
             self._bytes.ledger.add_tensor("loss", buf)
             dist.all_reduce(buf)
-            return buf.tolist()
-        return torch.stack(values).tolist()
+            out = buf.tolist()
+        else:
+            out = torch.stack(values).tolist()
+        # a non-finite batch loss stops the run here, on every rank (the same sums): training/finite.py
+        st = self.store
+        check_batch_losses(out, epoch=self.epoch, optimizer=self.optimizer, local=values, model=self.model,
+                           graphs=lambda: ((p, *st._edges_at(p)) for p in range(st.num_held)))
+        return out
 
     # ------------------------------------------------------------------ the surface
     def _check_open(self) -> None:
