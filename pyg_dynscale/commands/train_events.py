@@ -83,6 +83,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "--nproc and torchrun, one process emulates it)")
     p.add_argument("--batch-size", type=int, default=200, metavar="B", help="events per local batch (default: 200)")
     p.add_argument("--lr", type=float, default=1e-4, help="Adam learning rate (default: 1e-4, the example's)")
+    p.add_argument("--lr-scaling", choices=("linear", "sqrt", "none"), default="none",
+                   help="the rate under --parallelism I,J,K: --lr times I (linear, the default: DistTGL's), times "
+                        "sqrt(I), or --lr (none); I = 1: --lr")
     p.add_argument("--seed", type=int, default=0, help="seed of the modules and the negatives (default: 0)")
     p.add_argument("--dtype", choices=DTYPES, default="float32", help="parameter dtype (default: float32)")
     p.add_argument("--memory-dim", type=int, default=100, help="TGN memory width (default: 100)")
@@ -256,6 +259,11 @@ def check_args(args: argparse.Namespace) -> None:
             fail(f"--{name} must be a positive number, got {getattr(args, name)}.")
     if not (0 <= args.val_ratio < 1 and 0 <= args.test_ratio < 1 and args.val_ratio + args.test_ratio < 1):
         fail(f"--val-ratio {args.val_ratio} and --test-ratio {args.test_ratio} must be >= 0 with a sum below 1.")
+    for name, when in (("val_ratio", "after every epoch"), ("test_ratio", "after the last epoch")):
+        if getattr(args, name) == 0:  # refused here, not by the evaluation after training
+            split = name.split("_")[0]
+            fail(f"--{split}-ratio 0 leaves no {split} events, and train-events scores the {split} events {when}; "
+                 f"give --{split}-ratio a share above 0 (default 0.15).")
     par = parse_parallelism(args.parallelism)
     i, j, k = par
     if args.nproc is not None and i * j * k != args.nproc:
@@ -270,6 +278,25 @@ def check_args(args: argparse.Namespace) -> None:
     _check_sven_options(args, par)
     if args.device == "cuda" and not torch.cuda.is_available():
         fail("--device cuda: no CUDA device is available; use --device cpu.")
+
+
+def check_splits(args: argparse.Namespace, data) -> None:
+    """The chronological split of ``PATH``'s events (``--val-ratio``, ``--test-ratio``) leaves events in every
+    part: checked when the stream is read, before the processes connect and before the first epoch (a
+    :class:`StoreStream` is split by ``MemoryTrainer`` when each process reads its ranges)."""
+    if isinstance(data, StoreStream):
+        return
+    from ..ctdg.events import split_ranges
+
+    val_start, test_start, total = split_ranges(data, args.val_ratio, args.test_ratio)
+    parts = {"training": (0, val_start), "validation": (val_start, test_start), "test": (test_start, total)}
+    for part, (a, b) in parts.items():
+        if a == b:
+            fix = ("a larger --val-ratio" if part == "validation" else "a larger --test-ratio" if part == "test"
+                   else "smaller --val-ratio and --test-ratio")
+            fail(f"--val-ratio {args.val_ratio} --test-ratio {args.test_ratio}: the time split of the {total} events of "
+                 f"PATH '{args.path}' leaves no {part} events (events of one timestamp stay in one part); use {fix}, "
+                 "or a longer stream.")
 
 
 def is_event_store(path: str) -> bool:
@@ -291,6 +318,16 @@ class StoreStream:
         self.path, self.msg_dim = path, events.msg_dim
         self.num_nodes = events.num_nodes()
         self.num_events = events.num_events
+
+
+def node_bytes(args: argparse.Namespace) -> int:
+    """The bytes TGN keeps per node id at least (its memory row, last-update time and neighbour slots): a JODIE
+    file whose largest id would need more than the machine holds is refused at that id's line
+    (``partition-events``, without a memory, counts the owner and the last-update time)."""
+    if not hasattr(args, "memory_dim"):
+        return 16
+    width = 8 if args.dtype == "float64" else 4
+    return args.memory_dim * width + 8 + 16 * args.num_neighbors
 
 
 def load_events(args: argparse.Namespace, world: int = 1):
@@ -318,7 +355,7 @@ def load_events(args: argparse.Namespace, world: int = 1):
     if fmt == "auto":
         name = args.path[:-3] if args.path.endswith(".gz") else args.path
         fmt = "jodie" if name.endswith(".csv") else "edgelist"
-    data = load_jodie_csv(args.path) if fmt == "jodie" else load_event_list(args.path)
+    data = load_jodie_csv(args.path, node_bytes=node_bytes(args)) if fmt == "jodie" else load_event_list(args.path)
     if data.msg.size(-1) == 0:
         data.msg = torch.ones(data.num_events, 1)
     return data
@@ -346,13 +383,15 @@ def build(args: argparse.Namespace, data, device: str = "cpu", partition=None):
                          val_ratio=args.val_ratio, test_ratio=args.test_ratio, memory_service=args.memory_service,
                          prefetch=args.prefetch, memory_placement=args.memory_placement, partition=partition,
                          gradient_sync=args.gradient_sync, micro_batches=parse_micro_batches(args.micro_batches),
-                         event_placement=getattr(args, "event_placement", "auto"))
+                         event_placement=getattr(args, "event_placement", "auto"),
+                         lr_scaling=getattr(args, "lr_scaling", "linear"))
 
 
 #: MemoryTrainer's fields -> the option that sets them (its ModelInputError names the field)
 FIELD_OPTIONS = {"parallelism": "--parallelism", "batch_size": "--batch-size", "partition": "--partition",
                  "memory_placement": "--memory-placement", "gradient_sync": "--gradient-sync",
-                 "micro_batches": "--micro-batches", "event_placement": "--event-placement"}
+                 "micro_batches": "--micro-batches", "event_placement": "--event-placement",
+                 "lr_scaling": "--lr-scaling"}
 
 
 def traffic_report(trainer) -> dict:
@@ -380,6 +419,7 @@ def train_events(args: argparse.Namespace, rank: int, world: int, init: Callable
         data = load_events(args, world)
     except DynScaleError as exc:
         fail(f"PATH '{args.path}': {exc}")
+    check_splits(args, data)
     partition = partition_arg(args, int(data.num_nodes), world)  # before the processes connect: every rank fails
     job.find_resume(events_record(args, parse_parallelism(args.parallelism), data, world, partition),
                     lambda exc: events_mismatch_message(exc, args))
@@ -417,6 +457,7 @@ def train_events(args: argparse.Namespace, rank: int, world: int, init: Callable
         "schema_version": SCHEMA_VERSION, "mode": "events", "path": args.path, "model": args.model,
         "world_size": world, "parallelism": [i, j, k], "dtype": args.dtype, "device": device,
         "epochs": args.epochs, "batch_size": args.batch_size, "lr": args.lr, "seed": args.seed,
+        "lr_scaling": args.lr_scaling, "lr_in_effect": trainer.lr,  # the rate the optimizer took
         "static_memory": args.static_memory, "memory_service": bool(args.memory_service),
         "prefetch": bool(args.prefetch), "memory_placement": args.memory_placement,
         "partition": None if args.memory_placement == "replicated" else (args.partition or "range"),
@@ -445,6 +486,7 @@ def print_report(args: argparse.Namespace, r: dict) -> None:
         f"tgn on {r['path']}: {r['world_size']} process(es), parallelism {'x'.join(map(str, r['parallelism']))}, "
         f"{r['dtype']}, {r['events']['train']} train / {r['events']['val']} val / {r['events']['test']} test events",
         f"  final train loss  {r['losses'][-1]:.6f}",
+        f"  learning rate     {r['lr_in_effect']:g} (--lr {r['lr']:g}, --lr-scaling {r['lr_scaling']})",
         f"  val               AP {v['ap']:.4f}   AUC {v['auc']:.4f}   MRR {v['mrr']:.4f}",
         f"  test              AP {t['ap']:.4f}   AUC {t['auc']:.4f}   MRR {t['mrr']:.4f}",
         f"  throughput        {r['events_per_second']:.0f} training events/s (slowest rank)",

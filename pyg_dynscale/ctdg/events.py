@@ -29,7 +29,8 @@ from ..data.ingest import ingest_event_list, ingest_jodie_csv
 from ..data.loaders import DatasetFormatError
 from ..data.loaders._common import PathLike, read_bytes
 from ..data.loaders.edgelist import remap_by_first_appearance
-from ..data.loaders.edgelist_parse import event_list_columns, has_header, jodie_columns, tokenize, unsorted_error
+from ..data.loaders.edgelist_parse import (event_list_columns, has_header, header_only_error, jodie_columns, tokenize,
+                                           unsorted_error)
 from ..data.mapped import load_events_store, save_events_store
 from ..errors import ModelInputError
 
@@ -54,7 +55,7 @@ def _check_sorted(t: np.ndarray, line_no: np.ndarray, source: str) -> None:
         raise unsorted_error(source, int(line_no[r]), float(t[r]), float(t[r - 1]))
 
 
-def load_jodie_csv(path: PathLike, *, sort: bool = False) -> TemporalData:
+def load_jodie_csv(path: PathLike, *, sort: bool = False, node_bytes: int = 8) -> TemporalData:
     r"""Read a JODIE-format CSV file (``user,item,timestamp,state_label,f_1,...,f_F``)
     into :class:`~torch_geometric.data.TemporalData` exactly as PyG's
     :class:`~torch_geometric.datasets.JODIEDataset` builds it.
@@ -76,18 +77,30 @@ def load_jodie_csv(path: PathLike, *, sort: bool = False) -> TemporalData:
     Args:
         path: the CSV file (plain or gzip).
         sort: stable-sort the events by time instead of refusing unsorted input.
+        node_bytes: the bytes a model keeps per node (default 8: a memory's
+            last-update time). Ids are not renumbered, so an id needs a node
+            memory of ``(id + 1) * node_bytes`` bytes at least: an id for which
+            that exceeds this machine's physical memory is refused, naming the
+            line (e.g. ``10**12``: not an attempt to allocate terabytes).
 
     Raises:
         DatasetNotFoundError: missing file.
-        DatasetFormatError: an empty file, fewer than 4 fields, rows of
-            different widths (feature width mismatch), a non-numeric or
-            non-integer field, a negative id, or (``sort=False``) a timestamp
-            earlier than the one before it; the line is named.
+        DatasetFormatError: an empty file (or a header alone), fewer than 4
+            fields, rows of different widths (feature width mismatch), a
+            non-numeric or non-integer field, a negative id, an id beyond any
+            node memory (above), or (``sort=False``) a timestamp earlier than
+            the one before it; the line is named.
     """
     source = os.path.basename(os.fspath(path))
     raw = read_bytes(path, "JODIE CSV file")
-    table = tokenize(raw, source, skip_rows=1 if has_header(raw) else 0)
-    user, item, ts, label, feats = jodie_columns(table)
+    header = has_header(raw)
+    try:
+        table = tokenize(raw, source, skip_rows=1 if header else 0)
+    except DatasetFormatError as exc:
+        if header and exc.field == "skip_rows":  # the header was detected, not asked for: say so
+            raise header_only_error(source) from None
+        raise
+    user, item, ts, label, feats = jodie_columns(table, node_bytes)
     if sort:
         order = np.argsort(ts, kind="stable")
         user, item, ts, label, feats = user[order], item[order], ts[order], label[order], feats[order]

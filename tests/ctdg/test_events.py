@@ -57,7 +57,7 @@ def test_jodie_csv_without_features_trains(tmp_path):
     (HEADER + ROWS[0] + "1,x,36.0,0,0.25,2.0\n", r"line 3, column 1 \(item\).*'x'"),
     (ROWS[0] + "-1,0,36.0,0,0.25,2.0\n", r"line 2, column 0 \(user\).*>= 0"),
     ("", r"no data lines"),
-    (HEADER, r"skip"),
+    (HEADER, r"is a header line and no events"),
     ("0,1,2\n", r"3 fields"),
 ])
 def test_jodie_csv_bad_input_names_the_line(tmp_path, text, pattern):

@@ -67,7 +67,10 @@ FILL = "".join(f"{i % 5},{i % 3},{100.0 + i},0,0.5,1.0\n" for i in range(20))  #
     ("1,2,3\n" * 9, r"line 1: has 3 fields"),
     ("", r"no data lines"),
     ("% c\n" * 20, r"no data lines"),
-    (HEADER, r"skips 1 lines but there are only 1"),
+    (HEADER, r"content: is a header line and no events"),  # detected, not asked for: no skip_rows named
+    (HEADER + FILL + "1000000000000,0,136.0,0,0.25,2.0\n",  # 10^12 ids: ~7 TiB of node memory, named not allocated
+     r"line 22, column 0 \(user\): holds node id 1000000000000: JODIE ids are not renumbered.*TiB.*renumber"),
+    (HEADER + "0,1000000000000,1.0,0,0.25,2.0\n", r"line 2, column 1 \(item\): holds node id 1000000000000"),
 ])
 def test_jodie_bad_input_raises_what_load_jodie_csv_raises(tmp_path, text, pattern):
     path = tmp_path / "e.csv"

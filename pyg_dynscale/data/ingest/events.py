@@ -69,7 +69,7 @@ def _chunks(n: int, order: Optional[np.ndarray], chunk_rows: int):
 
 
 def ingest_jodie_csv(path: PathLike, out: PathLike, *, sort: bool = False, chunk_rows: int = DEFAULT_CHUNK_ROWS,
-                     overwrite: bool = False, chunk_bytes: int = CHUNK_BYTES) -> "TemporalData":
+                     overwrite: bool = False, chunk_bytes: int = CHUNK_BYTES, node_bytes: int = 8) -> "TemporalData":
     r"""Read a JODIE CSV file in chunks into the event store ``out`` and open it.
 
     The result equals :func:`~pyg_dynscale.ctdg.load_jodie_csv` on the same
@@ -86,6 +86,8 @@ def ingest_jodie_csv(path: PathLike, out: PathLike, *, sort: bool = False, chunk
         chunk_rows: lines parsed at a time (memory is proportional to it).
         overwrite: replace an existing store at ``out``.
         chunk_bytes: checksum granularity of the store.
+        node_bytes: as ``load_jodie_csv``: an id whose node memory would
+            exceed this machine's memory is refused, naming its line.
 
     Raises:
         DatasetNotFoundError, DatasetFormatError: as ``load_jodie_csv``.
@@ -97,7 +99,7 @@ def ingest_jodie_csv(path: PathLike, out: PathLike, *, sort: bool = False, chunk
             Scratch(os.fspath(out)) as scratch:  # committed on success, else dropped
         max_user = -1
         for table in table_chunks:
-            user, item, ts, label, feats = jodie_columns(table)
+            user, item, ts, label, feats = jodie_columns(table, node_bytes, first_item=max_user + 1)
             order_check.feed(ts, table.line_no)
             max_user = max(max_user, int(user.max()))
             scratch.append("user", user)

@@ -19,7 +19,7 @@ import numpy as np
 
 from ...errors import SignalValidationError
 from ..loaders._common import DatasetFormatError, PathLike, existing_file
-from ..loaders.edgelist_parse import TokenTable, first_data_line, has_header, tokenize
+from ..loaders.edgelist_parse import TokenTable, first_data_line, has_header, header_only_error, tokenize
 
 #: default lines per chunk of the chunked readers: 2^18, i.e. about 250 MB of
 #: parsing temporaries for a 6-field JODIE line (the tokenizer's ``bytes.split``
@@ -136,6 +136,8 @@ class ChunkedTable:
         """Raise what the in-memory tokenizer raises for a file without data rows."""
         if self.rows:
             return
+        if self.skip_rows and self.detect_header:  # the header was detected, not asked for: say so
+            raise header_only_error(self.source)
         if self.skip_rows:
             raise DatasetFormatError(self.source, "skip_rows", f"skips {self.skip_rows} lines but there are only "
                                      f"{self._skipped} data lines.", "lower skip_rows.")

@@ -8,7 +8,7 @@ import gzip
 import os
 import zlib
 from importlib import resources
-from typing import Union
+from typing import Optional, Union
 
 from ...errors import DynScaleError, SignalFormatError
 
@@ -79,3 +79,11 @@ def read_bytes(path: PathLike, what: str = "dataset file") -> bytes:
         except (OSError, EOFError, zlib.error) as exc:
             raise DatasetFormatError(path, "gzip stream", f"is corrupt or truncated ({exc}).", "re-download the file.") from None
     return raw
+
+
+def physical_memory_bytes() -> Optional[int]:
+    """This machine's physical memory in bytes (``None`` where the platform does not say)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, OSError, ValueError):
+        return None

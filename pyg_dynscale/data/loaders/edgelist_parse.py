@@ -231,13 +231,59 @@ def check_node_ids(ids: np.ndarray, table: TokenTable, col: int, name: str) -> N
         )
 
 
-def jodie_columns(table: TokenTable) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def header_only_error(source: str) -> DatasetFormatError:
+    """The error for a file whose only data line is its (detected) header."""
+    return DatasetFormatError(source, "content", "is a header line and no events.",
+                              "add the events, one per line, below the header.")
+
+
+def node_id_limit(node_bytes: int) -> Optional[tuple[int, int]]:
+    """``(limit, memory)``: the node count whose state of ``node_bytes`` bytes a node fills this
+    machine's physical memory (``memory`` bytes); ``None`` where the platform does not say."""
+    from ._common import physical_memory_bytes
+
+    memory = physical_memory_bytes()
+    return None if memory is None else (memory // max(1, int(node_bytes)), memory)
+
+
+def check_id_space(ids: np.ndarray, table: TokenTable, col: int, name: str, first_id: int, node_bytes: int) -> None:
+    """Refuse a node id whose node memory cannot exist: ids are rows of the memory (JODIE files are
+    not renumbered), so id ``i`` of column ``col`` (``name``, node ``first_id + i``) needs
+    ``(first_id + i + 1) * node_bytes`` bytes; more than this machine's memory is refused, naming the
+    line and the id (instead of an allocation of terabytes later).
+
+    Raises:
+        DatasetFormatError: naming the first line that holds such an id.
+    """
+    limit = node_id_limit(node_bytes)
+    if limit is None or ids.shape[0] == 0:
+        return
+    over = np.flatnonzero(ids >= limit[0] - first_id)
+    if over.shape[0]:
+        r = int(over[0])
+        need = (first_id + int(ids[r]) + 1) * int(node_bytes)
+        raise DatasetFormatError(
+            table.source, f"line {int(table.line_no[r])}, column {col} ({name})",
+            f"holds node id {int(ids[r])}: JODIE ids are not renumbered (as PyG's JODIEDataset), so the node memory "
+            f"needs a row for every id up to it, {need / 2 ** 40:.3g} TiB at {node_bytes} bytes a node, more than "
+            f"this machine's {limit[1] / 2 ** 30:.3g} GiB.",
+            "renumber the users and the items from 0 (each in order of first appearance, say).",
+        )
+
+
+def jodie_columns(table: TokenTable, node_bytes: int = 8, first_item: int = 0
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The columns of a JODIE CSV table (``user,item,timestamp,state_label[,features...]``),
     validated: ``(user, item, timestamp, state_label, features [R, C - 4])``.
 
+    ``node_bytes``: the node state a model keeps per id (default: one int64, a memory's last-update
+    time): a user id, or an item id past ``first_item`` (the users known so far), whose memory of
+    ``node_bytes`` per id up to it exceeds this machine's memory is refused (:func:`check_id_space`).
+
     Raises:
         DatasetFormatError: fewer than 4 fields, a non-numeric or non-integer
-            value, or a negative id (the line is named).
+            value, a negative id, or an id beyond what a node memory can hold
+            (the line is named).
     """
     if table.num_cols < 4:
         raise DatasetFormatError(
@@ -247,6 +293,8 @@ def jodie_columns(table: TokenTable) -> tuple[np.ndarray, np.ndarray, np.ndarray
     user, item = table.ints(0, "user"), table.ints(1, "item")
     check_node_ids(user, table, 0, "user")
     check_node_ids(item, table, 1, "item")
+    check_id_space(user, table, 0, "user", 0, node_bytes)
+    check_id_space(item, table, 1, "item", max(int(first_item), int(user.max()) + 1), node_bytes)
     ts = table.floats(2, "timestamp")
     label = table.floats(3, "state_label")
     feats = np.stack([table.floats(c, f"feature {c - 4}") for c in range(4, table.num_cols)], axis=1) \
