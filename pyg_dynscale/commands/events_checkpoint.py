@@ -25,7 +25,7 @@ from typing import Any, Optional
 
 
 __all__ = ["events_record", "events_mismatch_message", "stream_template", "RECORD_OPTIONS",
-           "event_placement_in_effect"]
+           "event_placement_in_effect", "other_command_message", "RECORD_MODES"]
 
 #: field of the run record -> the option that sets it (for messages)
 RECORD_OPTIONS = {"model": "--model", "data": "PATH", "parallelism": "--parallelism", "world_size": "--nproc",
@@ -35,10 +35,10 @@ RECORD_OPTIONS = {"model": "--model", "data": "PATH", "parallelism": "--parallel
                   "val_ratio": "--val-ratio", "test_ratio": "--test-ratio", "prefetch": "--prefetch",
                   "memory_placement": "--memory-placement", "partition": "--partition",
                   "gradient_sync": "--gradient-sync", "micro_batches": "--micro-batches",
-                  "event_placement": "--event-placement"}
+                  "event_placement": "--event-placement", "lr_scaling": "--lr-scaling"}
 #: fields of the run record written only when they differ from these defaults (older checkpoints lack them)
 RECORD_DEFAULTS = {"memory_placement": "replicated", "partition": None, "gradient_sync": "sync", "micro_batches": 1,
-                   "event_placement": "whole"}
+                   "event_placement": "whole", "lr_scaling": "none"}
 
 
 def _fingerprint(data: Any, path: Optional[str] = None) -> str:
@@ -93,7 +93,9 @@ def events_record(args: argparse.Namespace, parallelism: tuple, data: Any, world
     extra = {"memory_placement": getattr(args, "memory_placement", "replicated"),
              "partition": _partition_record(partition), "gradient_sync": getattr(args, "gradient_sync", "sync"),
              "micro_batches": micro if micro == "auto" else int(micro),
-             "event_placement": event_placement_in_effect(args, world)}  # what the trainer holds: auto resolved
+             "event_placement": event_placement_in_effect(args, world),  # what the trainer holds: auto resolved
+             # the rate scales with i only: "none" (older checkpoints') wherever it changes nothing
+             "lr_scaling": getattr(args, "lr_scaling", "linear") if parallelism[0] > 1 else "none"}
     return {**{k: v for k, v in extra.items() if v != RECORD_DEFAULTS[k]},
             "mode": "events", "model": args.model, "data": _fingerprint(data, getattr(args, "path", None)),
             "parallelism": list(parallelism), "world_size": world, "dtype": args.dtype,
@@ -116,10 +118,29 @@ def _fix(key: str, opt: str, value: Any) -> str:
     return f"{opt} {value}"
 
 
+#: a run record's ``mode`` -> the command that writes such checkpoints (``train``'s full-batch runs have none)
+RECORD_MODES = {"events": "pyg-dynscale train-events", "windows": "pyg-dynscale train --lags",
+                None: "pyg-dynscale train (full-batch, without --lags)"}
+
+
+def other_command_message(exc: Any, ours: Optional[str]) -> Optional[str]:
+    """The one line for a checkpoint written by another command (its record's ``mode`` is not ``ours``):
+    its fields have nothing in common with this run's, so they are not listed (``None``: same command)."""
+    theirs = dict((key, value) for key, value, _ in getattr(exc, "fields", ())).get("mode", ours)
+    if theirs == ours or theirs not in RECORD_MODES:
+        return None
+    return (f"--resume: the checkpoint {exc.path} was written by {RECORD_MODES[theirs]}, not by "
+            f"{RECORD_MODES[ours]}; resume it with that command, or give this run a new --checkpoint-dir.")
+
+
 def events_mismatch_message(exc: Any, args: argparse.Namespace) -> str:
-    """One line naming every differing field, its option and the checkpoint's value."""
+    """One line naming every differing field, its option and the checkpoint's value (or, for a checkpoint
+    of another command, that command: :func:`other_command_message`)."""
     if not exc.fields:
         return f"--resume: {exc}"
+    other = other_command_message(exc, "events")
+    if other is not None:
+        return other
     parts, fixes = [], []
     for key, theirs, ours in exc.fields:
         if key in RECORD_DEFAULTS:  # written only when not the default

@@ -10,13 +10,15 @@ from typing import Any, Optional
 
 from .launch import plan_devices
 from .job import check_checkpoint_options, check_launch_options, fail, in_torchrun, resumable_checkpoint
-from .train_options import REFUSED_DTYPES, dtype_refusal
+from .train_options import REFUSED_DTYPES, dtype_refusal, resolve_defaults
 
 
 # ---------------------------------------------------------------------- checks
 def check_args(args: argparse.Namespace) -> None:
     """Checks that need no data (run by the launcher and by every rank)."""
     import torch
+
+    resolve_defaults(args)  # the API's defaults for the options left unset (train_options)
 
     path = args.path
     if os.path.isdir(path):
@@ -34,7 +36,7 @@ def check_args(args: argparse.Namespace) -> None:
         if name != "england_covid":  # the only embedded one; the others' message would name load()'s cache_dir
             fail(f"PATH '{path}' names the PyGT dataset '{name}', which is not embedded (only england_covid is) and "
                   f"never downloaded: download {name}.json from PyGT's repository and pass its path.")
-    for name in ("epochs", "hidden", "threads", "checkpoint_every"):
+    for name in ("epochs", "hidden", "threads", "checkpoint_every", "feature_lags"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             fail(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}.")
     check_launch_options(args)
@@ -91,8 +93,8 @@ def check_args(args: argparse.Namespace) -> None:
         _check_resume(args)
 
 
-#: ``--windows``' own options and their defaults
-WINDOW_DEFAULTS = {"horizon": 1, "stride": 1, "batch_size": 32, "placement": "blocks"}
+#: ``--lags``' own options (their defaults: WindowTrainer's, train_options.resolve_defaults)
+WINDOW_OPTIONS = ("horizon", "stride", "batch_size", "blocks", "val_ratio", "placement")
 #: options of full-batch training that windowed training has no use for: (attribute, default, why)
 _NOT_WINDOWED = (
     ("scheme", "auto", "windows are split by time blocks, not by a partition of the graph"),
@@ -112,17 +114,25 @@ def _check_windows(args: argparse.Namespace) -> None:
     """``--windows L`` and its options; the options of full-batch training
     that do not apply to it are refused, naming the option and why."""
     if args.windows is None:
-        given = [o for o in WINDOW_DEFAULTS if getattr(args, o) is not None]
+        given = [o for o in WINDOW_OPTIONS if getattr(args, o) is not None]
         if given:
-            fail(f"--{given[0].replace('_', '-')} applies to windowed training: add --windows L (the snapshots per "
+            fail(f"--{given[0].replace('_', '-')} applies to windowed training: add --lags L (the snapshots per "
                   "window), or drop it.")
         return
-    for name in ("windows", "horizon", "stride", "batch_size"):
+    for name in ("windows", "horizon", "stride", "batch_size", "blocks"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
-            fail(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}.")
-    for name, default in WINDOW_DEFAULTS.items():
-        if getattr(args, name) is None:
-            setattr(args, name, default)
+            fail(f"--{'lags' if name == 'windows' else name.replace('_', '-')} must be >= 1, got {getattr(args, name)}.")
+    world = _expected_world(args)  # what is trained depends on --blocks; the processes share its blocks
+    if args.blocks % world:
+        divisors = ", ".join(str(d) for d in range(1, args.blocks + 1) if args.blocks % d == 0)
+        fail(f"--blocks {args.blocks} cannot be shared by {world} processes: use --nproc {divisors}, or a --blocks "
+             f"that is a multiple of {world} (and divides --batch-size; another --blocks trains other batches).")
+    if args.batch_size % args.blocks:
+        fail(f"--batch-size {args.batch_size} is not a multiple of --blocks {args.blocks}: every block gives "
+             f"batch-size / blocks windows to each batch; use e.g. --batch-size {args.batch_size // args.blocks * args.blocks or args.blocks}.")
+    if not (0.0 <= args.val_ratio < 1.0 and args.train_ratio + args.val_ratio < 1.0):
+        fail(f"--train-ratio {args.train_ratio} and --val-ratio {args.val_ratio} leave no test windows: their sum "
+             "must be below 1.")
     for name, default, why in _NOT_WINDOWED:
         if getattr(args, name) != default:
             opt = "--" + name.replace("_", "-")
@@ -304,20 +314,26 @@ def _check_resume(args: argparse.Namespace) -> None:
 _RECORD_OPTIONS = {"model": "--model", "model_class": "--model", "model_args": "--model-args", "hidden": "--hidden", "target": "--target", "dtype": "--dtype",
                    "train_ratio": "--train-ratio", "scheme": "--scheme", "lr": "--lr", "stale": "--stale",
                    "world_size": "--nproc", "signal": "PATH", "loss": "--target", "mode": "--windows",
-                   "windows": "--windows", "horizon": "--horizon", "stride": "--stride", "batch_size": "--batch-size",
-                   "placement": "--placement"}
+                   "windows": "--lags", "horizon": "--horizon", "stride": "--stride", "batch_size": "--batch-size",
+                   "placement": "--placement", "blocks": "--blocks", "val_ratio": "--val-ratio",
+                   "feature_lags": "--feature-lags"}
 
 
 def mismatch_message(exc: Any, args: argparse.Namespace) -> str:
     """One line naming every differing field, its option and the checkpoint's value."""
     if not exc.fields:  # another checkpoint format: its own message says what to do
         return f"--resume: {exc}"
+    from .events_checkpoint import other_command_message
+
+    other = other_command_message(exc, "windows" if getattr(args, "windows", None) is not None else None)
+    if other is not None:  # train-events', or the other mode of train's: not a list of every option
+        return other
     parts, fixes = [], []
     for key, theirs, ours in exc.fields:
         opt = _RECORD_OPTIONS.get(key)
         parts.append(f"{key}: checkpoint {theirs!r}, this run {ours!r}" + (f" ({opt})" if opt else ""))
         if key in ("model", "hidden", "target", "dtype", "train_ratio", "scheme", "lr", "windows", "horizon", "stride",
-                   "batch_size", "placement"):
+                   "batch_size", "placement", "blocks", "val_ratio", "feature_lags"):
             fixes.append(f"{opt} {theirs}")
         elif key == "model_class" and not any(k == "model" for k, _, _ in exc.fields):
             fixes.append(f"a --model that resolves to {theirs}")
@@ -374,5 +390,6 @@ def run_record(args: argparse.Namespace, fingerprint: Optional[str], world: int,
         record.update(model_class=user.target, model_args=user.args)
     if getattr(args, "windows", None) is not None:  # windowed training: its windows and batches
         record.update(mode="windows", windows=args.windows, horizon=args.horizon, stride=args.stride,
-                      batch_size=args.batch_size, placement=args.placement)
+                      batch_size=args.batch_size, placement=args.placement, blocks=args.blocks,
+                      val_ratio=args.val_ratio, feature_lags=args.feature_lags)
     return record
