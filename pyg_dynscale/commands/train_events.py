@@ -83,7 +83,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "--nproc and torchrun, one process emulates it)")
     p.add_argument("--batch-size", type=int, default=200, metavar="B", help="events per local batch (default: 200)")
     p.add_argument("--lr", type=float, default=1e-4, help="Adam learning rate (default: 1e-4, the example's)")
-    p.add_argument("--lr-scaling", choices=("linear", "sqrt", "none"), default="none",
+    p.add_argument("--lr-scaling", choices=("linear", "sqrt", "none"), default="linear",
                    help="the rate under --parallelism I,J,K: --lr times I (linear, the default: DistTGL's), times "
                         "sqrt(I), or --lr (none); I = 1: --lr")
     p.add_argument("--seed", type=int, default=0, help="seed of the modules and the negatives (default: 0)")
