@@ -33,9 +33,12 @@ parameters of an uninterrupted run.
 ``--shards DIR`` trains on shards instead of ``PATH`` (no rank loads the
 dataset; each reads its own part: :mod:`~pyg_dynscale.commands.train_shards`).
 
-``--windows L`` trains windows of ``L`` snapshots instead (PyGT's
-index-batching, :mod:`~pyg_dynscale.commands.train_windows`), launched the
-same way.
+``--lags L`` (or ``--windows L``) trains windows of ``L`` snapshots instead
+(PyGT's index-batching, :mod:`~pyg_dynscale.commands.train_windows`), launched
+the same way.
+
+Options left unset take the API's defaults (:func:`~pyg_dynscale.commands.train_options.resolve_defaults`):
+``DistributedTrainer``'s for full-batch training, ``WindowTrainer``'s with ``--lags``.
 """
 from __future__ import annotations
 
@@ -50,7 +53,7 @@ from .train_checks import check_args, run_record  # noqa: F401
 from .train_job import train  # noqa: F401
 from .train_shards import check_shard_args, print_shards_report, train_from_shards
 from .train_windows import train_windows
-from .train_options import DEVICES, DTYPES, FORMATS, PROG, SCHEMA_VERSION, add_parser  # noqa: F401
+from .train_options import DEVICES, DTYPES, FORMATS, PROG, SCHEMA_VERSION, add_parser, resolve_defaults  # noqa: F401
 from .train_report import print_report  # noqa: F401
 
 __all__ = ["add_parser", "run", "train", "check_args", "run_record", "worker_argv", "plan_devices", "DevicePlan",
@@ -58,6 +61,7 @@ __all__ = ["add_parser", "run", "train", "check_args", "run_record", "worker_arg
 
 
 def run(args: argparse.Namespace) -> int:
+    resolve_defaults(args)  # the API's defaults for the options left unset
     if args.shards is not None:
         check_shard_args(args)
     elif args.path is None:

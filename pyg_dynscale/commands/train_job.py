@@ -17,19 +17,15 @@ from .user_model import build_user_model, describe_head, needs_sorted_edges, run
 # ------------------------------------------------------------------- the job
 def load_signal(args: argparse.Namespace) -> Any:
     from ..data.loaders import load
-    from ..data.loaders.auto import detect_format
     from ..errors import DynScaleError, SignalValidationError
 
-    fmt = args.format
-    if fmt == "auto" and os.path.exists(args.path):
-        fmt = detect_format(args.path)
-    elif fmt == "auto":
-        fmt = "pygt-json"  # an embedded dataset name
+    fmt = data_format(args)
+    lags = feature_lags_option(args, fmt)
     try:
         if fmt == "edgelist":  # check_args refused an edge list without --window
             return load(args.path, format=fmt, window=args.window,
                         target="link" if args.target == "link" else "degree", degree_transform="log1p")
-        return load(args.path, format=fmt, window=args.window)
+        return load(args.path, format=fmt, window=args.window, **lags)
     except SignalValidationError as exc:  # the loader names its arguments; say which option or file it was
         fail(_signal_error(exc, args))
     except DynScaleError as exc:
@@ -41,6 +37,34 @@ def load_signal(args: argparse.Namespace) -> Any:
         fail(str(exc) if args.path in str(exc) else f"PATH '{args.path}': {exc}")
 
 
+def data_format(args: argparse.Namespace) -> str:
+    """``PATH``'s format: ``--format``, else detected (a name that is no file: an embedded PyGT dataset)."""
+    from ..data.loaders.auto import detect_format
+
+    if args.format != "auto":
+        return args.format
+    return detect_format(args.path) if os.path.exists(args.path) else "pygt-json"
+
+
+def feature_lags_option(args: argparse.Namespace, fmt: str) -> dict:
+    """The loader's ``feature_lags`` for ``PATH`` in format ``fmt``:
+    ``--feature-lags``, else with ``--lags`` :data:`~pyg_dynscale.commands.train_options.WINDOW_FEATURE_LAGS`
+    (a window of ``L`` snapshots then reads ``L`` raw steps), else the
+    dataset's PyGT default (``{}``). ``--feature-lags`` for data that is not a
+    PyGT JSON file is refused: only PyGT's loaders stack raw steps."""
+    from .train_options import WINDOW_FEATURE_LAGS
+
+    value = getattr(args, "feature_lags", None)
+    if value is not None and fmt != "pygt-json":
+        fail(f"--feature-lags {value}: PATH '{args.path}' is {fmt} data, whose snapshots' features are read as they "
+             "are; --feature-lags applies to PyGT JSON datasets only: drop it.")
+    if fmt != "pygt-json":
+        return {}
+    if value is None and getattr(args, "windows", None) is not None:
+        value = WINDOW_FEATURE_LAGS
+    return {} if value is None else {"feature_lags": value}
+
+
 def _signal_error(exc: Any, args: argparse.Namespace) -> str:
     """A loader's or a split's :class:`SignalValidationError` as one line that
     names the option (``--window``, ``--train-ratio``) or ``PATH``."""
@@ -49,6 +73,8 @@ def _signal_error(exc: Any, args: argparse.Namespace) -> str:
         fix = ("use a smaller --window: the targets need a next snapshot" if "next snapshot" in problem else
                "use a longer --window, e.g. 1h or 1d")
         return f"--window {args.window}: {problem} Fix: {fix}."
+    if field == "feature_lags":
+        return f"--feature-lags {args.feature_lags}: {problem} Fix: use a smaller --feature-lags."
     if field == "train_ratio":
         return (f"--train-ratio {args.train_ratio}: {problem} Fix: choose a ratio that leaves at least one snapshot "
                 "for training and one for the test.")

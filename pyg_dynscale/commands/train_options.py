@@ -16,6 +16,11 @@ DEVICES = ("auto", "cpu", "cuda")
 PROG = "pyg-dynscale train"
 #: ``--placement``'s choices (``pyg_dynscale.windows.placement.PLACEMENTS``)
 WINDOW_PLACEMENTS = ("blocks", "replicated")
+#: ``--blocks``' default: a fixed number of window blocks, so the processes (any divisor of it) never change what is
+#: trained (WindowTrainer's own default, ``blocks=None``, is the world size)
+WINDOW_BLOCKS = 8
+#: ``--feature-lags``' default with ``--lags``: one raw step per snapshot, so ``--lags L`` reads L raw steps
+WINDOW_FEATURE_LAGS = 1
 #: Options of the launcher only: stripped from the command line the workers get.
 LAUNCHER_OPTIONS = ("--nproc", "--max-restarts")
 
@@ -23,9 +28,7 @@ LAUNCHER_OPTIONS = ("--nproc", "--max-restarts")
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     from .job import add_job_options
-    from ..nn.zoo import MODEL_NAMES, TARGETS
-    from .user_model import INPUT_SIZE_KEYWORDS
-    from ..partition.partition import SCHEMES
+    from ..names import INPUT_SIZE_KEYWORDS, MODEL_NAMES, SCHEMES, TARGETS  # torch-free: --help stays fast
 
     p = subparsers.add_parser(
         "train", help="train a dynamic GNN across processes (torchrun) and report the test metric and traffic",
@@ -62,7 +65,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--locality", action="store_true",
                    help="pts: ranks get contiguous ranges of a Cuthill-McKee vertex order (neighbours together: small "
                         "halos on the black-box path whatever the vertex ids)")
-    p.add_argument("--lr", type=float, default=0.01, help="Adam learning rate (default: 0.01)")
+    p.add_argument("--lr", type=float, default=None,
+                   help="Adam learning rate (default: the trainer's, DistributedTrainer's 0.01; with --lags "
+                        "WindowTrainer's 1e-3)")
     p.add_argument("--hidden", type=int, default=None,
                    help="hidden width of a zoo model (default: 32); your own model takes its widths from --model-args")
     p.add_argument("--seed", type=int, default=0, help="seed of the parameters and of PGC (default: 0)")
@@ -87,27 +92,89 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="gradients of cached rows: skip (constants, default) or send (applied to the current rows)")
     p.add_argument("--stale-scope", choices=("local", "global"), default="local",
                    help="D = largest distance per sending rank (local, default) or over all ranks (global)")
-    p.add_argument("--train-ratio", type=float, default=0.8, help="temporal split: first share trains (default: 0.8)")
+    p.add_argument("--train-ratio", type=float, default=None,
+                   help="temporal split: first share trains (default: 0.8, DynamicGraphSignal.split's; with --lags "
+                        "WindowTrainer's 0.7 of the windows)")
+    p.add_argument("--val-ratio", type=float, default=None,
+                   help="with --lags: the validation windows' share, after the training windows (default: "
+                        "WindowTrainer's 0.1); the rest are the test windows")
     p.add_argument("--partition", default=None, metavar="FILE", help="use this saved partition of the training split")
     p.add_argument("--save-partition", default=None, metavar="FILE", help="save the training split's partition")
     p.add_argument("--device", choices=DEVICES, default="auto",
                    help="auto: CUDA when available, else cpu (default); cuda: rank i of a machine on "
                         "cuda:(i %% GPUs), NCCL with one GPU per rank, gloo with pinned-host staging when ranks "
                         "outnumber GPUs")
-    p.add_argument("--windows", type=int, default=None, metavar="L",
-                   help="windowed training (PyGT's index-batching, ReInc's placement): windows of L snapshots predict "
-                        "the next step, batched, one optimizer step per batch; --train-ratio splits the windows")
+    p.add_argument("--lags", "--windows", dest="windows", type=int, default=None, metavar="L",
+                   help="windowed training (PyGT's index-batching, ReInc's placement; WindowTrainer's lags): windows "
+                        "of L snapshots predict the next step, batched, one optimizer step per batch; --train-ratio "
+                        "and --val-ratio split the windows. --windows L is the same option")
+    p.add_argument("--feature-lags", type=int, default=None, metavar="F",
+                   help="PyGT JSON data: the raw steps stacked into each snapshot's features (the loaders' "
+                        "feature_lags, PyGT's get_dataset(lags)); default: 1 with --lags (a window of L snapshots "
+                        "covers F + L - 1 raw steps), else the dataset's PyGT default (4 or 8)")
     p.add_argument("--horizon", type=int, default=None, metavar="H",
-                   help="with --windows: predicted steps per window, H <= L (default: 1)")
+                   help="with --lags: predicted steps per window, H <= L (default: 1)")
     p.add_argument("--stride", type=int, default=None, metavar="S",
-                   help="with --windows: distance between window starts (default: 1)")
+                   help="with --lags: distance between window starts (default: 1)")
     p.add_argument("--batch-size", type=int, default=None, metavar="B",
-                   help="with --windows: windows per global batch, a multiple of the processes (default: 32)")
+                   help="with --lags: windows per global batch, a multiple of --blocks (default: WindowTrainer's 64)")
+    p.add_argument("--blocks", type=int, default=None, metavar="P",
+                   help=f"with --lags: consecutive window blocks, each giving B/P windows to every batch; what is "
+                        f"trained depends on P, not on the processes, which must divide it (default: "
+                        f"{WINDOW_BLOCKS}, the same result with --nproc 1, 2, 4, 8)")
     p.add_argument("--placement", choices=WINDOW_PLACEMENTS, default=None,
-                   help="with --windows: blocks (default: each process holds the snapshots of its window blocks, no "
+                   help="with --lags: blocks (default: each process holds the snapshots of its window blocks, no "
                         "feature bytes exchanged) or replicated (the whole signal on every process)")
     add_job_options(p, epochs=50, checkpoint_every=10, checkpoint="model, head, optimizer, partition, stale cache")
     return p
+
+
+def api_default(owner: Any, name: str) -> Any:
+    """The default of keyword ``name`` of ``owner`` (a trainer class or a
+    function): the CLI reads the API's defaults instead of repeating them."""
+    import inspect
+
+    return inspect.signature(owner).parameters[name].default
+
+
+def resolve_defaults(args: argparse.Namespace) -> argparse.Namespace:
+    """Fill the options left at ``None`` with the API's defaults for the
+    mode: full-batch training takes :class:`~pyg_dynscale.distributed.DistributedTrainer`'s
+    ``lr`` and :meth:`DynamicGraphSignal.split <pyg_dynscale.data.DynamicGraphSignal.split>`'s
+    ``train_ratio``; ``--lags`` takes :class:`~pyg_dynscale.windows.WindowTrainer`'s
+    ``lr``, ``ratio``, ``batch_size``, ``horizon``, ``stride`` and
+    ``placement`` (``"blocks"`` under a process group), plus the CLI's own
+    :data:`WINDOW_BLOCKS` (``--feature-lags``' default depends on the data's
+    format: ``train_job.feature_lags_option``). Options of
+    windowed training stay ``None`` without ``--lags`` (the checks refuse them
+    there). Idempotent: the launcher and every rank run it."""
+    if getattr(args, "windows", None) is None:
+        if getattr(args, "lr", None) is None:
+            from ..distributed import DistributedTrainer
+
+            args.lr = api_default(DistributedTrainer, "lr")
+        if getattr(args, "train_ratio", None) is None:
+            from ..data import DynamicGraphSignal
+
+            args.train_ratio = api_default(DynamicGraphSignal.split, "train_ratio")
+        return args
+    from ..windows import WindowTrainer
+    from ..windows.block_placement import check_placement
+
+    ratio = api_default(WindowTrainer, "ratio")
+    fill = {"lr": api_default(WindowTrainer, "lr"), "train_ratio": ratio[0], "val_ratio": ratio[1],
+            "batch_size": api_default(WindowTrainer, "batch_size"), "horizon": api_default(WindowTrainer, "horizon"),
+            "stride": api_default(WindowTrainer, "stride"),
+            "placement": check_placement(api_default(WindowTrainer, "placement")), "blocks": WINDOW_BLOCKS}
+    for name, value in fill.items():
+        if getattr(args, name, None) is None:
+            setattr(args, name, value)
+    return args
+
+
+def window_ratio(args: argparse.Namespace) -> tuple:
+    """``WindowTrainer``'s ``ratio`` from ``--train-ratio`` and ``--val-ratio``: the test windows are the rest."""
+    return (args.train_ratio, args.val_ratio, 1.0 - args.train_ratio - args.val_ratio)
 
 
 def dtype_refusal(dtype: str) -> str:

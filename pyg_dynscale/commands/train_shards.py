@@ -61,7 +61,8 @@ def check_shard_args(args: argparse.Namespace) -> None:
              "pyg-dynscale partition PATH --parts N --shards DIR).")
     refused = {"windows": args.windows is not None, "partition": args.partition is not None,
                "save-partition": args.save_partition is not None, "recompute-every": args.recompute_every is not None,
-               "fusion": args.fusion != "full", "stale": args.stale != "off", "target": args.target != "node"}
+               "fusion": args.fusion != "full", "stale": args.stale != "off", "target": args.target != "node",
+               "feature-lags": getattr(args, "feature_lags", None) is not None}
     for name, bad in refused.items():
         if bad:
             fail(f"--{name} with --shards: a rank that holds only its part cannot run it (the shards hold node "

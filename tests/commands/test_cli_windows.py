@@ -1,5 +1,6 @@
 """``pyg-dynscale train --windows L``: one 2-process job (``--placement blocks``, float64) against the in-process
-:class:`~pyg_dynscale.windows.WindowTrainer` with the same ``blocks`` on one process; the same job with rank 1
+:class:`~pyg_dynscale.windows.WindowTrainer` with the same ``blocks`` on one process, and against the same command
+in one process (``--blocks``' fixed default: ``--nproc 1`` == ``--nproc 2``); the same job with rank 1
 killed at the start of epoch 2 (``tests/fault_injection``) and ``--max-restarts 1 --checkpoint-dir --resume``
 equals it bit for bit; and the options it refuses."""
 from __future__ import annotations
@@ -69,15 +70,15 @@ def test_two_processes_equal_the_trainer_with_the_same_blocks(job) -> None:
     from pyg_dynscale.windows import WindowTrainer
 
     torch.set_num_threads(1)
-    sig = load("england_covid", format="pygt-json")
+    sig = load("england_covid", format="pygt-json", feature_lags=1)  # --lags' default: one raw step a snapshot
     torch.manual_seed(3)
     model, head, _ = build_model("tgcn", sig.num_node_features, 4, num_snapshots=sig.num_snapshots,
                                  num_vertices=sig.num_vertices)
     tr = WindowTrainer(model.double(), sig, lags=4, batch_size=8, lr=0.02, optimizer="adam", head=head.double(),
-                       ratio=(0.6, 0.0, 0.4), seed=3, blocks=2)
+                       ratio=(0.6, 0.1, 0.3), seed=3, blocks=8)  # --val-ratio's default 0.1, --blocks' 8
     losses = [tr.train_epoch() for _ in range(2)]
     test = tr.evaluate("test")
-    assert job["world_size"] == 2 and job["windows"]["blocks"] == 2 and job["windows"]["placement"] == "blocks"
+    assert job["world_size"] == 2 and job["windows"]["blocks"] == 8 and job["windows"]["placement"] == "blocks"
     assert job["windows"]["train"] == int(tr.view.split("train").numel()) and job["windows"]["test"] > 0
     for a, b in zip(job["losses"] + job["batch_losses"], losses + tr.batch_losses):
         assert math.isclose(a, b, rel_tol=1e-9)
@@ -91,11 +92,33 @@ def test_two_processes_equal_the_trainer_with_the_same_blocks(job) -> None:
     assert job["held_feature_bytes"] == [h * sig.num_node_features * 8 for h in held]
 
 
+def test_one_process_equals_two_by_default(job, capsys) -> None:
+    """``--blocks`` defaults to a fixed 8, not to the processes: the command in one process trains the batches of
+    the 2-process job (before: blocks = processes, 1 vs 2, other batches). float64, rel 1e-9 (the two ranks' gradient
+    sums are added in another order)."""
+    from pyg_dynscale.cli import main
+
+    torch.set_num_threads(1)
+    assert main(["train", "england_covid", *ARGS, "--json", "--no-progress"]) == 0
+    one = json.loads(capsys.readouterr().out)
+    assert one["world_size"] == 1 and one["windows"] == job["windows"]
+    assert len(one["batch_losses"]) == len(job["batch_losses"]) > 1
+    for a, b in zip(one["losses"] + one["batch_losses"], job["losses"] + job["batch_losses"]):
+        assert math.isclose(a, b, rel_tol=1e-9), (a, b)
+    assert all(math.isclose(one["test_metrics"][k], job["test_metrics"][k], rel_tol=1e-9) for k in ("mse", "mae"))
+
+
 @pytest.mark.parametrize("extra,message", [
-    (["--placement", "replicated"], "--placement applies to windowed training: add --windows L"),
+    (["--placement", "replicated"], "--placement applies to windowed training: add --lags L"),
     (["--windows", "4", "--scheme", "pss"], "--scheme does not apply with --windows"),
     (["--windows", "4", "--stale", "adaptive"], "--stale does not apply with --windows"),
-    (["--windows", "0"], "--windows must be >= 1"),
+    (["--windows", "0"], "--lags must be >= 1"),
+    (["--lags", "4", "--nproc", "3"], "--blocks 8 cannot be shared by 3 processes: use --nproc 1, 2, 4, 8"),
+    (["--lags", "4", "--batch-size", "12"], "--batch-size 12 is not a multiple of --blocks 8"),
+    (["--lags", "4", "--blocks", "0"], "--blocks must be >= 1"),
+    (["--lags", "4", "--train-ratio", "0.9", "--val-ratio", "0.1"], "leave no test windows"),
+    (["--blocks", "4"], "--blocks applies to windowed training: add --lags L"),
+    (["--val-ratio", "0.2"], "--val-ratio applies to windowed training"),
 ])
 def test_bad_window_options(extra, message) -> None:
     from pyg_dynscale.cli import build_parser

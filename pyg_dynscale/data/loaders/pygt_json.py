@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import warnings
 from collections.abc import Mapping
 from typing import Any, Callable, Optional, Union
@@ -664,6 +665,16 @@ def check_json_object(data: Any, path: str) -> None:
         raise DatasetFormatError(path, "JSON", f"is a {type(data).__name__}, not an object.", "pass PyGT's dataset JSON.")
 
 
+def _outside_package() -> int:
+    """The ``stacklevel`` of the first caller outside ``pyg_dynscale/data`` (``load``, ``load_pygt_json``,
+    ``ingest_pygt_json`` reach the options at different depths): a warning points at the user's line."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(here + os.sep):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 def dataset_options_of(dataset: str, dataset_options: dict[str, Any]) -> dict[str, Any]:
     """``dataset``'s options: its defaults (:data:`DATASET_OPTIONS`) updated
     by ``dataset_options``; ``event_id`` only for Twitter tennis.
@@ -675,7 +686,7 @@ def dataset_options_of(dataset: str, dataset_options: dict[str, Any]) -> dict[st
     if "lags" in dataset_options and "feature_lags" in defaults:  # PyGT's spelling: one release with a warning
         if "feature_lags" in dataset_options:
             raise TypeError("got both 'lags' (deprecated) and 'feature_lags'; pass only feature_lags=")
-        warnings.warn(LAGS_RENAMED.format(owner=dataset), DeprecationWarning, stacklevel=3)
+        warnings.warn(LAGS_RENAMED.format(owner=dataset), DeprecationWarning, stacklevel=_outside_package())
         dataset_options = {**dataset_options, "feature_lags": dataset_options["lags"]}
         del dataset_options["lags"]
     unknown = sorted(set(dataset_options) - set(defaults))
