@@ -78,7 +78,8 @@ def test_pretrained_static_memory_uses_training_events_only():
 def test_minibatch_parallelism_emulation_is_one_batch_of_i_times_the_events():
     """(i, 1, 1) with local batch b: the global batch of i*b events split chronologically, every local batch
     read from the memory before the global batch, gradients weighted by events -- without dropout that is
-    (1, 1, 1) with batch i*b (every node's embedding depends only on its own neighbours), to rounding.
+    (1, 1, 1) with batch i*b and the rate the default lr_scaling='linear' gives (i * lr; every node's
+    embedding depends only on its own neighbours), to rounding.
 
     With MeanAggregator: PyG's LastAggregator without torch-scatter gives a node without messages the
     message at row ``len(n_id) - 1`` (scatter_argmax's fill value), which depends on the batch's nodes."""
@@ -89,7 +90,7 @@ def test_minibatch_parallelism_emulation_is_one_batch_of_i_times_the_events():
         other.memory.aggr_module = MeanAggregator()
         other.load_state_dict(model.state_dict())
         par = MemoryTrainer(model, d, batch_size=30, parallelism=(i, 1, 1))
-        one = MemoryTrainer(other, d, batch_size=30 * i)
+        one = MemoryTrainer(other, d, batch_size=30 * i, lr=par.lr)  # lr_scaling's i * lr (the default)
         par_rng, one_rng = Stream(0), Stream(0)
         for _ in range(2):
             assert abs(par_rng(par.train_epoch) - one_rng(one.train_epoch)) < 1e-9
