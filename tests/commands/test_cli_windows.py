@@ -141,7 +141,7 @@ def test_from_a_signal_file_each_rank_reads_its_part_and_trains_as_the_whole_sig
     from pyg_dynscale.data.loaders import load
 
     path = str(tmp_path / "covid.pt")
-    load("england_covid", format="pygt-json").save(path)
+    load("england_covid", format="pygt-json", feature_lags=1).save(path)  # the signal the job's --lags loaded
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     proc = subprocess.run([sys.executable, "-m", "pyg_dynscale", "train", path, *ARGS, "--nproc", "2", "--json",
                            "--no-progress"], capture_output=True, text=True, timeout=240, env=env, cwd=ROOT)
