@@ -7,7 +7,8 @@ into the options of the subcommand that ran:
 * ``field 'NAME': ...`` becomes ``--option: ...`` where ``NAME`` is an API
   field that an option sets (:data:`FIELD_OPTIONS`, per subcommand);
 * ``NAME=VALUE`` becomes ``--option VALUE`` (``--flag`` for ``True``), and a
-  bare ``NAME`` with an underscore (an identifier, never prose) ``--option``;
+  bare ``NAME`` with an underscore (an identifier, never prose) ``--option``,
+  unless the line names that option already (a resume's list of fields);
 * the fixes that have no option (``skip_rows``, ``allow_nonfinite``, ``sort``)
   are phrased as what to change in the file (:data:`CLI_PHRASES`).
 
@@ -49,7 +50,7 @@ CLI_PHRASES: tuple[tuple[str, str], ...] = (
     ("a header row can be skipped with skip_rows=1, comment lines must start",
      "a header line and comment lines must start"),
     (", or pass allow_nonfinite=True if they are intended", ""),
-    ("or pass allow_nonfinite=True to keep PyGT's NaN", "or drop it from the file"),
+    (", or pass allow_nonfinite=True to keep PyGT's NaN", ""),
     ("or pass sort=True (stable: ties keep file order)", "keeping the order of lines with equal times"),
     ("lower skip_rows", "remove the extra header lines"),
 )
@@ -78,7 +79,7 @@ def _rewrite(text: str, options: Mapping[str, str]) -> str:
         return text
     names = "|".join(sorted(map(re.escape, options), key=len, reverse=True))
     text = re.sub(rf"\b({names})=([^\s,;)]+?)(?=[\s,;)]|\.?$|\.\s)", lambda m: _keyword(options, m), text)
-    bare = [n for n in options if "_" in n]
+    bare = [n for n in options if "_" in n and options[n] not in text]  # a line naming the option already: kept
     if bare:
         pattern = "|".join(sorted(map(re.escape, bare), key=len, reverse=True))
         text = re.sub(rf"(?<![\w-])({pattern})\b(?!=)", lambda m: options[m.group(1)], text)

@@ -7,7 +7,7 @@ edge is a tensor operation.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
@@ -198,3 +198,34 @@ def concat_rows(
     if trailing is not None:
         tensors = [x if x.shape[0] > 0 else x.reshape((0,) + trailing) for x in tensors]
     return torch.cat(tensors, dim=0)
+
+
+def check_series_vary(a: Any, field: str, series: Callable[[int], str], first: int = 0) -> None:
+    r"""Refuse a constant series about to be standardized: column :math:`s` of the
+    ``[T, S]`` array ``a`` becomes :math:`(z - \mu_s) / \sigma_s` with
+    :math:`\sigma_s = 0`, i.e. NaN in every snapshot (PyGT's loaders give that
+    NaN, which the signal's check would report as if the file held NaN).
+
+    Args:
+        a: the raw series, time steps on dim 0 (column ``c`` is series ``first + c``).
+        field: the file's key that holds them, for the message.
+        series: the name of series ``s`` (e.g. ``"node 3"``).
+        first: the index of ``a``'s first column (a block of a larger array).
+
+    Raises:
+        SignalValidationError: naming the first constant series, its value and the fix.
+    """
+    a = np.asarray(a)
+    if a.ndim != 2 or a.shape[0] == 0:
+        return
+    with np.errstate(invalid="ignore"):
+        const = a.max(axis=0) == a.min(axis=0)  # a series with NaN is not constant: the file's NaN is reported as such
+    if const.any():
+        c = int(np.flatnonzero(const)[0])
+        raise SignalValidationError(
+            field,
+            f"the series of {series(first + c)} is constant ({a[0, c]:g} at all {a.shape[0]} time steps): "
+            "standardizing it divides by a standard deviation of 0, which makes it NaN in every snapshot.",
+            "drop that series from the file (or give it varying values), or pass allow_nonfinite=True to keep "
+            "PyGT's NaN.",
+        )

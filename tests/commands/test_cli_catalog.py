@@ -126,9 +126,9 @@ CATALOG = [
     C("edge list with two columns", "two-columns.txt --window 10", "PATH 'two-columns.txt': line 1 has 2 "
                                                                    "columns"),
     C("edge list without --window", "edges.txt", "--window is required to bin the edge list 'edges.txt'"),
-    C("--window not a duration", "edges.txt --window abc", "--window: field 'window': is 'abc'"),
-    C("--window 0", "edges.txt --window 0", "--window: field 'window': is '0'"),
-    C("--window negative", "edges.txt --window -5", "--window: field 'window': is '-5'"),
+    C("--window not a duration", "edges.txt --window abc", "--window: is 'abc'"),
+    C("--window 0", "edges.txt --window 0", "--window: is '0'"),
+    C("--window negative", "edges.txt --window -5", "--window: is '-5'"),
     C("--window below a microsecond", "edges.txt --window 1e-9", "--window must be a duration of at least a "
                                                                  "microsecond"),
     C("--window longer than the data", "edges.txt --window 1e12", "--window 1e12: puts all events into 1 "

@@ -385,6 +385,25 @@ def test_series_bad_files_and_options_raise_what_load_pygt_json_raises(tmp_path,
     assert leftovers(tmp_path, keep={path.name}) == []
 
 
+@pytest.mark.parametrize("damage,node,needle", [
+    ("constant_column", 2, "field 'y': the series of bus stop '{stop}' is constant (3 at all 20 time steps)"),
+    ("constant_feature_of_two", 1, "field 'X': the series of bus stop '{stop}', variable 'x1' is constant (2.5 at all 20"),
+])
+def test_a_constant_bus_series_is_named(tmp_path, monkeypatch, damage, node, needle):
+    """Montevideo: the constant target or feature series is named by bus stop (and variable), in memory and
+    streamed (blocks of 64 values: the series is not in the first block)."""
+    monkeypatch.setattr(pygt_series, "BLOCK_VALUES", 64)
+    text, opts = _damaged("montevideo_bus", damage)
+    path = tmp_path / "bus.json"
+    path.write_text(text)
+    needle = needle.format(stop=json.loads(text)["nodes"][node]["bus_stop"])
+    for read in (lambda: load_pygt_json(path, **opts),
+                 lambda: ingest_pygt_json(path, tmp_path / "store", read_chars=64, **opts)):
+        with pytest.raises(SignalValidationError) as err:
+            read()
+        assert needle in str(err.value), str(err.value)
+
+
 def test_constant_column_with_allow_nonfinite_gives_the_loaders_nan(tmp_path, streamed_only):
     text, opts = _damaged("wikimaths", "constant_column")
     path = tmp_path / "w.json"

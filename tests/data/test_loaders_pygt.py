@@ -314,16 +314,19 @@ def test_bad_options(tmp_path):
         load_pygt_json(tennis, target_offset=-1)
 
 
-def test_constant_series_gives_nan_error_unless_allowed(tmp_path):
-    # PyGT's WikiMaths standardization divides by std without epsilon.
+def test_constant_series_is_named_where_it_is_standardized_unless_allowed(tmp_path):
+    # PyGT's WikiMaths standardization divides by std without epsilon: a constant series is NaN in every
+    # snapshot, refused where it is made, naming the series (not "NaN values in the features" of the file)
     data = synth_wikimaths(np.random.default_rng(0))
     for t in range(data["time_periods"]):
-        data[str(t)]["y"][0] = 5
+        data[str(t)]["y"][2] = 5
     path = write_json(tmp_path / "w.json", data)
-    with pytest.raises(SignalValidationError, match="NaN"):
+    with pytest.raises(SignalValidationError, match=r"field 'y': the series of node 2 is constant \(5 at all "
+                       rf"{data['time_periods']} time steps\).*standard deviation of 0.*Fix: drop that series") as err:
         load_pygt_json(path)
+    assert err.value.field == "y" and "features" not in str(err.value)
     s = load_pygt_json(path, allow_nonfinite=True)
-    assert torch.isnan(s[0].x[0]).all()
+    assert torch.isnan(s[0].x[2]).all()
 
 
 def test_embedded_license_is_shipped():

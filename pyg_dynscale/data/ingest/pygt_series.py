@@ -42,6 +42,7 @@ import numpy as np
 
 from ...errors import SignalValidationError
 from ..loaders._common import DatasetFormatError, read_bytes
+from ..normalize import check_series_vary
 from ..loaders.pygt_json import (
     BUILDERS,
     PygtReader,
@@ -196,6 +197,8 @@ def wikimaths(path: str, writer: StoreWriter, scratch: Scratch, read_chars: int,
     _empty_map(std_path, (T, V))
     xrows = np.zeros(T, dtype=np.int64)
     for c0, c1 in _blocks(V, T):
+        if not allow_nonfinite:  # the loader's check of a constant series, block by block (the first is named)
+            check_series_vary(raw[:, c0:c1], "y", lambda s: f"node {s}", first=c0)
         s = standardize(np.ascontiguousarray(raw[:, c0:c1]))  # laid out as the loader's [T, V] array
         xrows += _nonfinite_rows(s)
         _write_cols(std_path, (T, V), c0, c1, s)
@@ -293,13 +296,18 @@ def montevideo_bus(path: str, writer: StoreWriter, scratch: Scratch, read_chars:
     paths = {}
     xrows = np.zeros(T, dtype=np.int64)
     yrows = np.zeros(T, dtype=np.int64)
+    series_names = {"feat": ("X", lambda s: f"bus stop {str(node_ids[s // F])!r}, variable {feature_vars[s % F]!r}"),
+                    "targ": (target_var, lambda s: f"bus stop {str(node_ids[s])!r}")}
     for name, dtype, counts in (("feat", fdtype, xrows), ("targ", ydtype, yrows)):
         col = scratch.array(name)
         paths[name] = os.path.join(scratch.dir, f"std.{name}")
         _empty_map(paths[name], shapes[name])
         for c0, c1 in _blocks(shapes[name][1], T):
             # [b, T] node-major rows, transposed: the loader's feats.reshape(V*F, T).T layout
-            s = standardize(np.ascontiguousarray(col[c0:c1].astype(dtype)).T)
+            block = np.ascontiguousarray(col[c0:c1].astype(dtype)).T
+            if not allow_nonfinite:  # the loader's check of a constant series (the first is named)
+                check_series_vary(block, *series_names[name], first=c0)
+            s = standardize(block)
             counts += _nonfinite_rows(s)
             _write_cols(paths[name], shapes[name], c0, c1, s)
     x_level = "node" if F == 1 else "graph"

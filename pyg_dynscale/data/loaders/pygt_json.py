@@ -37,6 +37,7 @@ import torch
 from numpy.lib.stride_tricks import sliding_window_view
 
 from ...errors import SignalValidationError
+from ..normalize import check_series_vary
 from ..fields import SnapshotField
 from ..signal import DynamicGraphSignal
 from ._common import DatasetFormatError, DatasetNotFoundError, PathLike, embedded_england_covid_path, read_bytes
@@ -293,6 +294,8 @@ def _wikimaths(r: PygtReader, lags: int, allow_nonfinite: bool) -> DynamicGraphS
     lags = check_lags(lags, T, "feature_lags", r)
     rows = [r.get(r.get(r.data, str(t)), "y", f"[{str(t)!r}]") for t in range(T)]  # loop over time steps
     stacked = r.array(rows, "key '<t>'['y']", ndim=2)
+    if not allow_nonfinite:  # a constant series is NaN after standardize: named here, not as NaN in the file
+        check_series_vary(stacked, "y", lambda s: f"node {s}")
     std = standardize(stacked)
     return static_signal(edges, weights, lag_windows(std, lags), std[lags:], stacked.shape[1],
                           allow_nonfinite=allow_nonfinite)
@@ -379,11 +382,15 @@ def _montevideo_bus(
     lags = check_lags(lags, T, "feature_lags", r)
     # PyGT: one column per (node, variable), node-major -> [T, V*F]
     stacked_f = feats.reshape(V * F, T).T
+    if not allow_nonfinite:  # a constant series is NaN after standardize: named here, not as NaN in the file
+        check_series_vary(stacked_f, "X", lambda s: f"bus stop {str(node_ids[s // F])!r}, variable {feature_vars[s % F]!r}")
     std_f = standardize(stacked_f)
     x = lag_windows(std_f, lags)  # [T-lags, V*F, lags]
     targ = r.array([series(n, target_var, None) for n in nodes], f"['nodes'][i][{target_var!r}]", ndim=2)
     if targ.shape[1] != T:
         raise r.fail(f"['nodes'][i][{target_var!r}]", f"has {targ.shape[1]} time steps but the features have {T}.")
+    if not allow_nonfinite:
+        check_series_vary(targ.T, target_var, lambda s: f"bus stop {str(node_ids[s])!r}")
     std_y = standardize(targ.T)
     y = std_y[lags:]
     if F == 1:
