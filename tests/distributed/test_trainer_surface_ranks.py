@@ -5,8 +5,9 @@
   other global random states) and loaded continue bit for bit -- with Adam,
   with dropout in the head (each rank's generator) and with the stale cache
   (its cached rows and loss history);
-* ``evaluate()`` equals ``FusedTrainer.evaluate()`` key by key (mse/mae; the
-  link loss's auc/ap over every rank's pairs);
+* ``evaluate()`` equals ``FusedTrainer.evaluate()`` key by key (mse/mae; for the
+  link loss its loss, and every rank's pair scores to 1e-10 with its auc/ap those of
+  the ranks' own scores: tie-prone statistics are never compared across computations);
 * ``traffic()``: a TrafficReport, measured == predicted, and the gradient
   all-reduce's bytes as counted where it is issued (flat buffer + flags, per
   rank).
@@ -83,8 +84,32 @@ def _metrics_worker(rank: int, world_size: int, name: str) -> dict:
     tr = DistributedTrainer(m, train, part, head=head, loss=loss, optimizer=cases.optimizer_for(name))
     tr.train_epoch()
     out = {"own": tr.evaluate(), "traffic": tr.traffic(), "params": [(p.numel(), p.element_size()) for p in tr.params]}
-    out["later"] = tr.evaluate(test, cases.make_partition(test, "pgc", world_size, pattern))
+    tpart = cases.make_partition(test, "pgc", world_size, pattern)
+    out["later"] = tr.evaluate(test, tpart)
+    if loss == "bce_link":  # this rank's pairs' logits and labels (each pair on one rank), for the scores
+        out["scores"] = {"own": tr.link_scores(), "later": tr.link_scores(test, tpart)}
     return out
+
+
+def _fused_scores(ref, test) -> dict:
+    """FusedTrainer ``ref``'s eval-mode logits and labels of the training window's pairs and of ``test``'s (the
+    state continued, the joined signal's training pairs left out), as its evaluate() scores them."""
+    from pyg_dynscale.runtime.fused import eval_mode
+
+    ev, first, _ = ref._evaluator(test, True)
+    with torch.no_grad(), eval_mode(ref.model, ref.head):
+        own = ref.link_logits(ref.outputs())
+    with torch.no_grad(), eval_mode(ev.model, ev.head):
+        later = ev.link_logits(ev.outputs())
+    keep = ev.label_time >= first
+    return {"own": (own, ref.label), "later": (later[keep], ev.label[keep])}
+
+
+def _by_label(logits, labels) -> tuple:
+    """The positives' and the negatives' logits, each sorted: two computations of the same pairs compare
+    value by value whatever order their ranks hold the pairs in."""
+    labels = labels.to(logits.dtype)
+    return tuple(torch.sort(logits[labels == y]).values for y in (1.0, 0.0))
 
 
 @pytest.mark.parametrize("name", ["tgcn2", "dysat_link"])
@@ -103,11 +128,26 @@ def test_evaluate_and_traffic_on_two_ranks(name):
     want = {"own": ref.evaluate(), "later": ref.evaluate(test)}
     assert set(want["own"]) == ({"loss", "bce_link", "auc", "ap"} if loss == "bce_link" else {"loss", "mse", "mae"})
     assert want["own"] != want["later"]
+    tied = {"auc", "ap"}  # step functions of the scores (an ulp can make or break a tie): scored once, below
+    if loss == "bce_link":
+        from pyg_dynscale.runtime.metrics import average_precision, roc_auc
+
+        ref_scores = _fused_scores(ref, test)
+        for which in ("own", "later"):
+            logits, labels = (torch.cat([r["scores"][which][i] for r in results]) for i in (0, 1))
+            for a, b in zip(_by_label(logits, labels), _by_label(*ref_scores[which])):
+                assert a.numel() > 0
+                torch.testing.assert_close(a, b, atol=1e-10, rtol=0)  # the same scores to rounding
+            # the ranks' auc / ap are those of their own scores, the reference's those of its own
+            got = results[0][which]
+            assert got["auc"] == pytest.approx(roc_auc(logits, labels), abs=1e-12), which
+            assert got["ap"] == pytest.approx(average_precision(logits, labels), abs=1e-12), which
+            assert want[which]["auc"] == pytest.approx(roc_auc(*ref_scores[which]), abs=1e-12), which
     for r in results:
         for which in ("own", "later"):
             got = r[which]
             assert isinstance(got, Metrics) and got.keys() == want[which].keys(), which
-            for k in got:
+            for k in got.keys() - tied:
                 assert got[k] == pytest.approx(want[which][k], abs=1e-10), (which, k)
             assert got == results[0][which]  # the same on every rank
         t = r["traffic"]

@@ -34,6 +34,42 @@ def brute_force_auc(y_pred, y_true):
     return sum(1.0 if p > n else 0.5 if p == n else 0.0 for p in P for n in N) / (len(P) * len(N))
 
 
+def batch_metrics(pos_out, neg_out, neg_scores=None):
+    """``(ap, auc, reciprocal ranks)`` of one batch from its link predictor's outputs, as the example's
+    ``test()`` scores them (AP / AUC of the sigmoid scores, by brute force above); ``neg_scores``
+    (``[B * S]``, the MRR's ``S`` negatives of each positive, MemoryTrainer's MRR): each positive's
+    ``1 / rank`` against them, ties counting 1/2 (``[]`` without them)."""
+    y_pred = torch.cat([pos_out, neg_out], dim=0).sigmoid().cpu()
+    y_true = torch.cat([torch.ones(pos_out.size(0)), torch.zeros(neg_out.size(0))], dim=0)
+    ranks = []
+    if neg_scores is not None:
+        B = pos_out.size(0)
+        S, scores = neg_scores.numel() // B, neg_scores.reshape(-1).tolist()
+        for i in range(B):
+            p = float(pos_out[i])
+            others = scores[i * S:(i + 1) * S]
+            rank = 1 + sum(1 for x in others if x > p) + 0.5 * sum(1 for x in others if x == p)
+            ranks.append(1.0 / rank)
+    return brute_force_ap(y_pred.view(-1), y_true), brute_force_auc(y_pred.view(-1), y_true), ranks
+
+
+def split_metrics(outs, mrr_negatives=0):
+    """``(ap, auc, mrr)`` of a split from its link predictor's outputs in the order the example's
+    ``test()`` (and :class:`~pyg_dynscale.ctdg.MemoryTrainer`'s evaluation) makes them: per batch the
+    positives, the negatives and, with ``mrr_negatives``, the MRR's pairs (``mrr``: ``None`` without).
+    Metrics of *one* set of scores: AP, AUC and MRR are step functions of the scores (an ulp can make or
+    break a tie), so two computations are compared by their scores and scored once."""
+    step = 3 if mrr_negatives else 2
+    aps, aucs, ranks = [], [], []
+    for b in range(0, len(outs), step):
+        ap, auc, rr = batch_metrics(outs[b], outs[b + 1], outs[b + 2] if mrr_negatives else None)
+        aps.append(ap)
+        aucs.append(auc)
+        ranks.extend(rr)
+    mean = lambda xs: float(torch.tensor(xs, dtype=torch.float64).mean())  # noqa: E731 -- as test() averages
+    return mean(aps), mean(aucs), (sum(ranks) / len(ranks) if mrr_negatives else None)
+
+
 class ExampleLoop:
     """The example's globals and its ``train()`` / ``test(loader)``."""
 
@@ -112,22 +148,17 @@ class ExampleLoop:
             pos_out = link_pred(z[assoc[batch.src]], z[assoc[batch.dst]])
             neg_out = link_pred(z[assoc[batch.src]], z[assoc[batch.neg_dst]])
 
-            y_pred = torch.cat([pos_out, neg_out], dim=0).sigmoid().cpu()
-            y_true = torch.cat([torch.ones(pos_out.size(0)), torch.zeros(neg_out.size(0))], dim=0)
-
+            neg_scores = None
             if self.mrr_negatives:  # not in the example: MemoryTrainer's MRR, by brute force
                 B, S = batch.num_events, min(self.mrr_negatives, batch.num_events)
                 pairs = [(i, batch.neg_dst[(i + s) % B]) for i in range(B) for s in range(S)]
                 zs = torch.stack([z[assoc[batch.src[i]]] for i, _ in pairs])
                 zn = torch.stack([z[assoc[n]] for _, n in pairs])
-                neg_scores = link_pred(zs, zn).view(-1).tolist()
-                for i in range(B):
-                    p = float(pos_out[i])
-                    others = neg_scores[i * S:(i + 1) * S]
-                    rank = 1 + sum(1 for x in others if x > p) + 0.5 * sum(1 for x in others if x == p)
-                    self.reciprocal_ranks.append(1.0 / rank)
-            aps.append(brute_force_ap(y_pred.view(-1), y_true))
-            aucs.append(brute_force_auc(y_pred.view(-1), y_true))
+                neg_scores = link_pred(zs, zn)
+            ap, auc, ranks = batch_metrics(pos_out, neg_out, neg_scores)
+            aps.append(ap)
+            aucs.append(auc)
+            self.reciprocal_ranks.extend(ranks)
 
             memory.update_state(batch.src, batch.dst, batch.t, batch.msg)
             neighbor_loader.insert(batch.src, batch.dst)
