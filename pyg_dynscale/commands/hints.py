@@ -45,15 +45,26 @@ FIELD_OPTIONS: dict[str, dict[str, str]] = {
     "inspect": {"window": "--window"},
 }
 
-#: API phrases without an option -> what a command-line user does instead (every subcommand)
-CLI_PHRASES: tuple[tuple[str, str], ...] = (
-    ("a header row can be skipped with skip_rows=1, comment lines must start",
-     "a header line and comment lines must start"),
-    (", or pass allow_nonfinite=True if they are intended", ""),
-    (", or pass allow_nonfinite=True to keep PyGT's NaN", ""),
-    ("or pass sort=True (stable: ties keep file order)", "keeping the order of lines with equal times"),
-    ("lower skip_rows", "remove the extra header lines"),
-)
+#: API phrases -> what a command-line user does instead: ``"*"`` for every subcommand (fixes without an
+#: option), then per subcommand (prose that names API arguments as words)
+CLI_PHRASES: dict[str, tuple[tuple[str, str], ...]] = {
+    "*": (
+        ("a header row can be skipped with skip_rows=1, comment lines must start",
+         "a header line and comment lines must start"),
+        (", or pass allow_nonfinite=True if they are intended", ""),
+        (", or pass allow_nonfinite=True to keep PyGT's NaN", ""),
+        ("or pass sort=True (stable: ties keep file order)", "keeping the order of lines with equal times"),
+        ("lower skip_rows", "remove the extra header lines"),
+    ),
+    "train": (  # WindowTrainer's decoder has no option: a horizon beyond the lags is refused
+        ("field 'decoder': is None but ", ""),
+        ("pass decoder='copy' (the encoder's architecture, its own parameters) or a decoder cell (seq2seq, "
+         "DCRNN's encoder-decoder), or use horizon <= lags.", "use --horizon <= --lags (no decoder is trained "
+                                                              "from the command line)."),
+        ("horizon <= lags", "--horizon <= --lags"),
+        ("use lags + horizon - 1 <=", "use --lags + --horizon - 1 <="),
+    ),
+}
 
 _QUOTED = re.compile(r"('[^']*'|`[^`]*`)")
 _FIELD = re.compile(r"field '([A-Za-z_][\w.]*)': ")
@@ -96,7 +107,7 @@ def for_cli(message: object, command: str) -> str:
         '--val-ratio: has no events. Fix: use a larger --val-ratio / --test-ratio.'
     """
     text = str(message)
-    for api, cli in CLI_PHRASES:
+    for api, cli in CLI_PHRASES["*"] + CLI_PHRASES.get(command, ()):
         text = text.replace(api, cli)
     options = FIELD_OPTIONS.get(command, {})
     text = _FIELD.sub(lambda m: f"{options[m.group(1)]}: " if m.group(1) in options else m.group(0), text)

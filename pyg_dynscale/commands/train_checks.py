@@ -14,18 +14,18 @@ from .train_options import REFUSED_DTYPES, dtype_refusal, resolve_defaults
 
 
 # ---------------------------------------------------------------------- checks
-def check_args(args: argparse.Namespace) -> None:
-    """Checks that need no data (run by the launcher and by every rank)."""
-    import torch
-
-    resolve_defaults(args)  # the API's defaults for the options left unset (train_options)
-
+def check_path(args: argparse.Namespace) -> None:
+    """PATH: a readable file or the embedded dataset's name. Runs before
+    anything imports torch (``train.run``), so that a missing file is reported
+    at once; only a bare name that may be a dataset's loads the loaders."""
     path = args.path
     if os.path.isdir(path):
         fail(f"PATH '{path}' is a directory; give a dataset file.")
     if os.path.exists(path) and not os.access(path, os.R_OK):
         fail(f"cannot read PATH '{path}' (permission denied).")
     if not os.path.exists(path):
+        if os.sep in path or (os.altsep and os.altsep in path):  # a folder in it: never a dataset's name
+            fail(f"no such file: PATH '{path}' (and not the name of an embedded dataset such as 'england_covid').")
         from ..data.loaders.pygt_json import canonical_dataset_name
         from ..errors import SignalValidationError
 
@@ -36,6 +36,15 @@ def check_args(args: argparse.Namespace) -> None:
         if name != "england_covid":  # the only embedded one; the others' message would name load()'s cache_dir
             fail(f"PATH '{path}' names the PyGT dataset '{name}', which is not embedded (only england_covid is) and "
                   f"never downloaded: download {name}.json from PyGT's repository and pass its path.")
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Checks that need no data (run by the launcher and by every rank)."""
+    check_path(args)
+    import torch
+
+    resolve_defaults(args)  # the API's defaults for the options left unset (train_options)
+
     for name in ("epochs", "hidden", "threads", "checkpoint_every", "feature_lags"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             fail(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}.")
@@ -133,6 +142,10 @@ def _check_windows(args: argparse.Namespace) -> None:
     if not (0.0 <= args.val_ratio < 1.0 and args.train_ratio + args.val_ratio < 1.0):
         fail(f"--train-ratio {args.train_ratio} and --val-ratio {args.val_ratio} leave no test windows: their sum "
              "must be below 1.")
+    if args.horizon > args.windows:  # WindowTrainer's rule without a decoder (none from the command line)
+        fail(f"--horizon {args.horizon} > --lags {args.windows}: a window's own {args.windows} outputs predict its "
+             f"targets (PyGT's alignment), so --horizon must be <= --lags; use --horizon {args.windows} or less, "
+             f"or --lags {args.horizon} or more.")
     for name, default, why in _NOT_WINDOWED:
         if getattr(args, name) != default:
             opt = "--" + name.replace("_", "-")
