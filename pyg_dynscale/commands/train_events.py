@@ -50,6 +50,7 @@ from typing import Any, Callable
 
 from .job import (Job, add_job_options, check_checkpoint_options, check_launch_options, fail, group_timeout,
                   in_torchrun, start)
+from .hints import FIELD_OPTIONS as HINT_OPTIONS
 from .output import report_json
 
 PROG = "pyg-dynscale train-events"
@@ -242,14 +243,14 @@ def _check_event_placement(args: argparse.Namespace, micro) -> None:
 
 def check_args(args: argparse.Namespace) -> None:
     """Checks that need no data (the launcher and every rank)."""
-    import torch
-
     check_checkpoint_options(args)
     if os.path.isdir(args.path) and not is_event_store(args.path):
         fail(f"PATH '{args.path}' is a directory but no event store (no meta.json); give an events file or a store "
              "written by pyg_dynscale.ctdg.ingest_jodie_csv.")
     if not os.path.exists(args.path):
         fail(f"no such file: PATH '{args.path}'.")
+    import torch  # after the path's check: a missing file is reported before torch loads
+
     for name in ("epochs", "batch_size", "memory_dim", "time_dim", "embedding_dim", "num_neighbors", "threads"):
         if getattr(args, name) < 1:
             fail(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}.")
@@ -387,11 +388,9 @@ def build(args: argparse.Namespace, data, device: str = "cpu", partition=None):
                          lr_scaling=getattr(args, "lr_scaling", "linear"))
 
 
-#: MemoryTrainer's fields -> the option that sets them (its ModelInputError names the field)
-FIELD_OPTIONS = {"parallelism": "--parallelism", "batch_size": "--batch-size", "partition": "--partition",
-                 "memory_placement": "--memory-placement", "gradient_sync": "--gradient-sync",
-                 "micro_batches": "--micro-batches", "event_placement": "--event-placement",
-                 "lr_scaling": "--lr-scaling"}
+#: MemoryTrainer's fields -> the option that sets them (its ModelInputError names the field): the one table of
+#: :mod:`~pyg_dynscale.commands.hints`, which rewrites every error line in these options
+FIELD_OPTIONS = HINT_OPTIONS["train-events"]
 
 
 def traffic_report(trainer) -> dict:

@@ -40,14 +40,10 @@ import os
 import time
 from typing import Any, Callable, Optional
 
+from .hints import option_for
 from .job import Job, fail
 from .train_job import check_target, data_format, feature_lags_option, load_signal
 from .train_options import PROG, SCHEMA_VERSION, window_ratio
-
-#: the field of a WindowTrainer error -> the option that sets it
-_FIELD_OPTIONS = {"lags": "--lags", "horizon": "--horizon", "stride": "--stride", "batch_size": "--batch-size",
-                  "blocks": "--blocks", "ratio": "--train-ratio", "placement": "--placement", "split": "--train-ratio"}
-
 
 def train_windows(args: argparse.Namespace, rank: int, world: int, init_process_group: Callable[[], None],
                   device: str = "cpu") -> dict:
@@ -90,7 +86,8 @@ def train_windows(args: argparse.Namespace, rank: int, world: int, init_process_
                                 ratio=window_ratio(args), seed=args.seed, placement=args.placement, blocks=args.blocks)
     except DynScaleError as exc:
         field = getattr(exc, "field", "")
-        fail(f"{_FIELD_OPTIONS.get(field, '--model' if field in ('model', 'head') else '--lags')}: {exc}")
+        # the field of a WindowTrainer error -> the option that sets it (hints' table for train)
+        fail(f"{option_for('train', field, '--model' if field in ('model', 'head') else '--lags')}: {exc}")
     if trainer.view.split("test").numel() == 0:
         fail(f"--train-ratio {args.train_ratio} and --val-ratio {args.val_ratio} leave no test window "
              f"({trainer.view.num_windows} windows of --lags {args.windows}); use a smaller --train-ratio.")
