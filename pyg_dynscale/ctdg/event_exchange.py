@@ -203,7 +203,7 @@ class EventExchange:
 
             out = send.new_empty((sum(rc),) + tuple(send.shape[1:]))
             dist.all_to_all_single(out, send.contiguous(), rc, sc)
-        self._count(kind, (send.size(0) - sc[self.rank]) * self.msg_bytes)
+        self._count(kind, (send.numel() - sc[self.rank] * send.size(1)) * send.element_size())  # the buffer handed over
         return out
 
     def _counts(self, send: Tensor, kind: str) -> list:

@@ -7,16 +7,17 @@ per rank the bytes measured at the collectives equal the predicted ones for ever
 neighbour, mailbox and event kinds included. One spawned job per world size."""
 from __future__ import annotations
 
-import sys
-
 import torch
 
 from pyg_dynscale.ctdg import TGN, MemoryTrainer, load_jodie_csv, synthetic_events
 from pyg_dynscale.training.launch import spawn
+from tests.helpers.collective_bytes import HandedBytes
 from tests.helpers.event_csv import write_events_csv
 from tests.helpers.event_streams import evaluation_scores
 
 BATCH = 20
+#: the module whose collectives are the exchanges of events per rank
+EXCHANGE = "pyg_dynscale.ctdg.event_exchange"
 
 
 def _synthetic():
@@ -31,45 +32,9 @@ def _jodie(path):
     return d
 
 
-class _Spy:
-    """The bytes every collective called from inside event_exchange hands over (the rank's own block of
-    an all_to_all excluded), from the calls' own arguments: a count independent of the trainer's."""
-
-    def __init__(self):
-        import torch.distributed as dist
-
-        self.dist, self.bytes = dist, 0
-        self.a2a, self.gather = dist.all_to_all_single, dist.all_gather
-        dist.all_to_all_single, dist.all_gather = self._a2a, self._gather
-
-    @staticmethod
-    def _ours():
-        frame = sys._getframe(2)
-        while frame is not None:
-            if frame.f_globals.get("__name__") == "pyg_dynscale.ctdg.event_exchange":
-                return True
-            frame = frame.f_back
-        return False
-
-    def _a2a(self, out, inp, out_splits=None, in_splits=None, group=None, async_op=False):
-        if self._ours():
-            rank, world = self.dist.get_rank(), self.dist.get_world_size()
-            rows = inp.size(0) if inp.dim() else 1
-            own = in_splits[rank] if in_splits is not None else rows // world
-            self.bytes += (inp.numel() - own * (inp.numel() // max(rows, 1))) * inp.element_size()
-        return self.a2a(out, inp, out_splits, in_splits, group=group, async_op=async_op)
-
-    def _gather(self, out, tensor, group=None, async_op=False):
-        if self._ours():
-            self.bytes += tensor.numel() * tensor.element_size()
-        return self.gather(out, tensor, group=group, async_op=async_op)
-
-    def close(self):
-        self.dist.all_to_all_single, self.dist.all_gather = self.a2a, self.gather
-
-
 def _run(data, placement: str, world: int, events: str, partition, neighbors: int = 4) -> dict:
-    spy = _Spy() if events == "per_rank" else None
+    # the exchanges' own collectives (the set-up's all_reduce of the negatives' bounds is no exchange)
+    spy = HandedBytes([EXCHANGE], ("all_to_all_single", "all_gather")) if events == "per_rank" else None
     torch.manual_seed(4)
     model = TGN(data.num_nodes, data.msg.size(-1), memory_dim=6, time_dim=4, embedding_dim=6, dropout=0.1).double()
     tr = MemoryTrainer(model, data, batch_size=BATCH, lr=1e-2, parallelism=(world, 1, 1), seed=1, mrr_negatives=5,
@@ -84,7 +49,7 @@ def _run(data, placement: str, world: int, events: str, partition, neighbors: in
     if events == "per_rank":
         out["held"] = tr.rank_events.held
         spy.close()
-        out["spied"] = spy.bytes
+        out["spied"] = spy.bytes(EXCHANGE)
     tr.close()
     return out
 

@@ -7,6 +7,13 @@ and the trainer's report built from it (:class:`~pyg_dynscale.ctdg.event_traffic
 what the fake collectives received, kind by kind; and when the buffers grow without the id lists changing
 (a padded row format: what a transport bug would send), measured grows with them while the prediction does
 not -- a report whose ``measured`` were its ``predicted`` fails here.
+
+The same through ``MemoryTrainer.traffic()`` on 2 gloo ranks (issue 38, item 4a): every byte a rank hands to
+a collective in the last epoch, counted by the test's own wrappers around ``torch.distributed``
+(:class:`~tests.helpers.collective_bytes.HandedBytes`), is the report's ``measured`` for its kind, for the
+replicated memory (the write-back's all-gathers, DDP's gradients) and Sven's (dispatch, requests,
+aggregation, counts, events, neighbours, mailbox); with padded rows ``measured`` follows the collectives and
+leaves ``predicted`` -- a ``traffic()`` whose ``measured`` were its ``predicted`` fails here.
 """
 from __future__ import annotations
 
@@ -15,11 +22,13 @@ import math
 import pytest
 import torch
 
-from pyg_dynscale.ctdg import memory_placement
+from pyg_dynscale.ctdg import TGN, MemoryTrainer, memory_placement, parallel, synthetic_events
 from pyg_dynscale.ctdg.event_traffic import EventTraffic
 from pyg_dynscale.ctdg.memory_placement import PartitionedMemory
 from pyg_dynscale.ctdg.parallel import gather_rows
+from pyg_dynscale.training.launch import spawn
 from pyg_dynscale.training.traffic import ByteLedger
+from tests.helpers.collective_bytes import HandedBytes
 
 N, D = 12, 3
 
@@ -129,3 +138,89 @@ def test_the_write_back_all_gather_counts_its_buffers(fake):
     assert len(handed) == 3  # counts (not traffic: a size), ids, packed rows
     assert ledger["gather"] == handed[1] + handed[2] == 3 * 8 + 3 * (D * 8 + 8)
     assert torch.equal(got[0][0], n_id) and torch.equal(got[0][1], rows)
+
+
+#: the modules that issue a MemoryTrainer's exchanges -> the report's kinds of their bytes
+ISSUERS = {"pyg_dynscale.ctdg.memory_placement": ("dispatch", "requests", "aggregation", "counts"),
+           "pyg_dynscale.ctdg.event_exchange": ("events", "neighbors", "mailbox"),
+           "pyg_dynscale.ctdg.parallel": ("gather",),
+           "pyg_dynscale.training.gradients": ("gradients",)}
+PAD = 8  #: bytes a padded row format adds to every packed row (a multiple of 8: the rows stay aligned)
+
+
+def _padded(pad: bool):
+    """Pad every packed row (the dispatch's, the aggregation's, the replicated write-back's) by ``PAD``
+    zero bytes (unpacking reads the leading columns: the numbers stay); returns the undo."""
+    saved = memory_placement._pack, parallel.pack_rows
+    if pad:
+        grow = lambda fn: lambda *parts: torch.nn.functional.pad(fn(*parts), (0, PAD))  # noqa: E731
+        memory_placement._pack, parallel.pack_rows = grow(saved[0]), grow(saved[1])
+
+    def undo():
+        memory_placement._pack, parallel.pack_rows = saved
+    return undo
+
+
+def _trainer_traffic(placement: str, pad: bool) -> dict:
+    d = synthetic_events(240, 20, msg_dim=3, seed=5, burst_length=10)
+    d.msg = d.msg.double()
+    torch.manual_seed(3)
+    model = TGN(d.num_nodes, 3, memory_dim=5, time_dim=3, embedding_dim=4, dropout=0.0).double()
+    extra = {} if placement == "replicated" else {"partition": "interval"}
+    tr = MemoryTrainer(model, d, batch_size=20, lr=1e-2, parallelism=(2, 1, 1), seed=1, mrr_negatives=0,
+                       memory_placement=placement, **extra)
+    undo = _padded(pad)
+    try:
+        tr.train_epoch()
+        spy = HandedBytes(ISSUERS)  # the last epoch only: what traffic() reports
+        try:
+            tr.train_epoch()
+        finally:
+            spy.close()
+        report = tr.traffic()
+    finally:
+        undo()
+    tr.close()
+    gathers = spy.calls["pyg_dynscale.ctdg.parallel"]
+    return {"report": report, "spied": {m: spy.bytes(m) for m in ISSUERS},
+            "sizes": sum(b for _, b in gathers[0::3]),  # gather_rows: counts, ids, rows per write-back
+            "steps": len(tr.batch_losses), "event_placement": tr.event_placement}
+
+
+def _traffic_ranks(rank, world):
+    torch.set_num_threads(1)
+    return {(p, pad): _trainer_traffic(p, pad) for p in ("replicated", "sven") for pad in (False, True)}
+
+
+def test_trainer_traffic_is_what_the_collectives_were_handed_on_two_ranks():
+    per_rank = spawn(_traffic_ranks, 2, timeout=180)
+    for r, runs in enumerate(per_rank):
+        for (placement, pad), run in runs.items():
+            key = (placement, pad, r)
+            mine, spied = run["report"]["rank"], dict(run["spied"])
+            measured, predicted = mine["measured"], mine["predicted"]
+            # the write-back's [1] row counts are sizes, not traffic (in no kind, measured or predicted)
+            spied["pyg_dynscale.ctdg.parallel"] -= run["sizes"]
+            assert run["sizes"] == (8 * run["steps"] if placement == "replicated" else 0), key
+            # replicated: "aggregation" names the write-back's all-gathers once more ("gather"), not bytes of its own
+            alias = {"aggregation"} if placement == "replicated" else set()
+            for module, kinds in ISSUERS.items():
+                got = sum(measured.get(k, 0) for k in kinds if k not in alias)
+                assert got == spied[module], (key, module, measured, spied)
+            assert measured["total"] == sum(spied.values()) > 0, key
+            assert spied["pyg_dynscale.training.gradients"] > 0, key
+            if placement == "replicated":
+                assert spied["pyg_dynscale.ctdg.parallel"] > 0 and measured["aggregation"] == measured["gather"]
+            else:
+                assert run["event_placement"] == "per_rank" and spied["pyg_dynscale.ctdg.event_exchange"] > 0, key
+                assert spied["pyg_dynscale.ctdg.memory_placement"] > 0, key
+            if not pad:  # an honest transport sends what the id lists say
+                assert measured == predicted, key
+                continue
+            # padded rows: measured follows the buffers handed over, the prediction stays the unpadded one
+            honest = runs[(placement, False)]["report"]["rank"]
+            assert predicted == honest["predicted"], key
+            grown = {k: measured[k] - honest["measured"][k] for k in measured}
+            rows = "gather" if placement == "replicated" else "dispatch"
+            assert grown[rows] > 0 and grown[rows] % PAD == 0, (key, grown)
+            assert measured["total"] > predicted["total"], key
