@@ -84,13 +84,14 @@ def _keyword(options: Mapping[str, str], m: re.Match) -> str:
     return f"{opt} {value}"
 
 
-def _rewrite(text: str, options: Mapping[str, str]) -> str:
-    """Keywords of ``options`` in unquoted ``text``: ``name=value`` and bare identifiers with an underscore."""
+def _rewrite(text: str, options: Mapping[str, str], named: str) -> str:
+    """Keywords of ``options`` in unquoted ``text``: ``name=value`` and bare identifiers with an underscore
+    (not those whose option the original line ``named`` already)."""
     if not options:
         return text
     names = "|".join(sorted(map(re.escape, options), key=len, reverse=True))
     text = re.sub(rf"\b({names})=([^\s,;)]+?)(?=[\s,;)]|\.?$|\.\s)", lambda m: _keyword(options, m), text)
-    bare = [n for n in options if "_" in n and options[n] not in text]  # a line naming the option already: kept
+    bare = [n for n in options if "_" in n and options[n] not in named]  # a line naming the option already: kept
     if bare:
         pattern = "|".join(sorted(map(re.escape, bare), key=len, reverse=True))
         text = re.sub(rf"(?<![\w-])({pattern})\b(?!=)", lambda m: options[m.group(1)], text)
@@ -106,11 +107,11 @@ def for_cli(message: object, command: str) -> str:
         >>> for_cli("field 'val': has no events. Fix: use a larger val_ratio / test_ratio.", "train-events")
         '--val-ratio: has no events. Fix: use a larger --val-ratio / --test-ratio.'
     """
-    text = str(message)
+    text = original = str(message)
     for api, cli in CLI_PHRASES["*"] + CLI_PHRASES.get(command, ()):
         text = text.replace(api, cli)
     options = FIELD_OPTIONS.get(command, {})
     text = _FIELD.sub(lambda m: f"{options[m.group(1)]}: " if m.group(1) in options else m.group(0), text)
     parts = _QUOTED.split(text)  # odd items: quoted, kept as written
-    text = "".join(p if i % 2 else _rewrite(p, options) for i, p in enumerate(parts))
+    text = "".join(p if i % 2 else _rewrite(p, options, original) for i, p in enumerate(parts))
     return re.sub(r"(--[\w-]+): \1: ", r"\1: ", text)  # "--lags: field 'lags': ..." names it once
