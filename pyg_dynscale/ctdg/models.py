@@ -135,8 +135,8 @@ def time_encoder_warning(memory: torch.nn.Module, gnn: torch.nn.Module) -> Optio
     PyG's ``examples/tgn.py`` and :class:`TGN` give the embedding the memory's encoder (one module, one
     set of parameters, trained by both). A TGN assembled module by module (``copy.deepcopy`` of each, or
     a ``GraphAttentionEmbedding`` built with a ``TimeEncoder`` of its own) gives the embedding a second
-    encoder: a legitimate model, but not the example's, and the two part from the first optimizer step
-    on (the second batch's loss already differs), so it is said rather than refused.
+    encoder: a legitimate model, but not the example's (the batch losses part from the shared model's
+    after the first steps), so it is said rather than refused.
 
     Args:
         memory (TGNMemory): the memory (its ``time_enc``).

@@ -1,7 +1,7 @@
 """The embedding's time encoder (issue 38, item 3): PyG's example and ``TGN`` give the embedding the memory's
 ``time_enc`` (one module); a TGN assembled module by module (each copied on its own) gives the embedding a
-second encoder, which trains apart from the memory's: the batch losses leave the shared model's from the
-second batch on. ``MemoryTrainer`` says so once (a ``UserWarning`` naming the fix), and the fix -- the
+second encoder, which trains apart from the memory's: the batch losses leave the shared model's after the
+first batches. ``MemoryTrainer`` says so once (a ``UserWarning`` naming the fix), and the fix -- the
 embedding's ``time_enc`` set to ``memory.time_enc`` -- trains the shared model bit for bit."""
 from __future__ import annotations
 
