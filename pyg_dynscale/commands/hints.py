@@ -4,8 +4,9 @@ a ``pyg-dynscale`` user typed options, so every error line is rewritten here
 (:func:`for_cli`, called once for every subcommand by :func:`pyg_dynscale.cli.main`)
 into the options of the subcommand that ran:
 
-* ``field 'NAME': ...`` becomes ``--option: ...`` where ``NAME`` is an API
-  field that an option sets (:data:`FIELD_OPTIONS`, per subcommand);
+* ``field 'NAME': ...`` becomes ``--option: ...`` (and ``option 'NAME' is``
+  ``--option is``) where ``NAME`` is an API field that an option sets
+  (:data:`FIELD_OPTIONS`, per subcommand);
 * ``NAME=VALUE`` becomes ``--option VALUE`` (``--flag`` for ``True``), and a
   bare ``NAME`` with an underscore (an identifier, never prose) ``--option``,
   unless the line names that option already (a resume's list of fields);
@@ -67,7 +68,14 @@ CLI_PHRASES: dict[str, tuple[tuple[str, str], ...]] = {
 }
 
 _QUOTED = re.compile(r"('[^']*'|`[^`]*`)")
-_FIELD = re.compile(r"field '([A-Za-z_][\w.]*)': ")
+_FIELD = re.compile(r"field '([A-Za-z_][\w.]*)': |option '([A-Za-z_]\w*)' ")
+
+
+def _field(options: Mapping[str, str], m: re.Match) -> str:
+    """``field 'NAME': `` -> ``--option: ``; ``option 'NAME' `` (UnsupportedOptionError's) -> ``--option ``."""
+    if m.group(1) is not None:
+        return f"{options[m.group(1)]}: " if m.group(1) in options else m.group(0)
+    return f"{options[m.group(2)]} " if m.group(2) in options else m.group(0)
 
 
 def option_for(command: str, field: str, default: Optional[str] = None) -> Optional[str]:
@@ -90,7 +98,7 @@ def _rewrite(text: str, options: Mapping[str, str], named: str) -> str:
     if not options:
         return text
     names = "|".join(sorted(map(re.escape, options), key=len, reverse=True))
-    text = re.sub(rf"\b({names})=([^\s,;)]+?)(?=[\s,;)]|\.?$|\.\s)", lambda m: _keyword(options, m), text)
+    text = re.sub(rf"\b({names})=([^\s,;:)]+?)(?=[\s,;:)]|\.?$|\.\s)", lambda m: _keyword(options, m), text)
     bare = [n for n in options if "_" in n and options[n] not in named]  # a line naming the option already: kept
     if bare:
         pattern = "|".join(sorted(map(re.escape, bare), key=len, reverse=True))
@@ -111,7 +119,7 @@ def for_cli(message: object, command: str) -> str:
     for api, cli in CLI_PHRASES["*"] + CLI_PHRASES.get(command, ()):
         text = text.replace(api, cli)
     options = FIELD_OPTIONS.get(command, {})
-    text = _FIELD.sub(lambda m: f"{options[m.group(1)]}: " if m.group(1) in options else m.group(0), text)
+    text = _FIELD.sub(lambda m: _field(options, m), text)
     parts = _QUOTED.split(text)  # odd items: quoted, kept as written
     text = "".join(p if i % 2 else _rewrite(p, options, original) for i, p in enumerate(parts))
     return re.sub(r"(--[\w-]+): \1: ", r"\1: ", text)  # "--lags: field 'lags': ..." names it once

@@ -241,6 +241,20 @@ def _check_event_placement(args: argparse.Namespace, micro) -> None:
              "--out FILE` and give --partition FILE): drop --partition, or use --event-placement whole (or auto).")
 
 
+def _check_combinations(args: argparse.Namespace, par: tuple) -> None:
+    """The option combinations MemoryTrainer builds (its own check, ``ctdg.options.check_combinations``), run
+    here before PATH is read and any process starts, instead of when the trainer is built."""
+    from ..ctdg.options import check_combinations
+    from ..errors import DynScaleError
+
+    try:
+        check_combinations(par, _expected_world(args), memory_placement=args.memory_placement,
+                           micro_batches=parse_micro_batches(args.micro_batches), prefetch=args.prefetch,
+                           memory_service=args.memory_service, overlap_aggregation=False)
+    except DynScaleError as exc:
+        fail(f"not built for these options: {exc}")
+
+
 def check_args(args: argparse.Namespace) -> None:
     """Checks that need no data (the launcher and every rank)."""
     check_checkpoint_options(args)
@@ -277,6 +291,7 @@ def check_args(args: argparse.Namespace) -> None:
         fail("--prefetch mirrors one memory copy's neighbour loader per process without epoch parallelism: use "
              "j = 1, and k > 1 only with one process per copy (--nproc).")
     _check_sven_options(args, par)
+    _check_combinations(args, par)
     if args.device == "cuda" and not torch.cuda.is_available():
         fail("--device cuda: no CUDA device is available; use --device cpu.")
 

@@ -62,6 +62,10 @@ CASES = [
          ("header-only.csv: content: is a header line and no events", "add the events"), "connect"),
     Case("train-events: an id that is not an integer", "train-events float-id.csv",
          ("line 2, column 0 (user): holds '1.5'", "a header line and comment lines must start with"), "connect"),
+    Case("train-events --prefetch with --micro-batches", "train-events events.csv --prefetch --memory-placement sven "
+         "--micro-batches 2 --parallelism 2,1,1", ("--prefetch is True with --micro-batches 2",
+                                                   "Use instead: --prefetch with --micro-batches 1, or no --prefetch"),
+         "connect"),
     Case("partition-events --val-ratio 2", "partition-events events.csv --parts 2 --val-ratio 2",
          ("--val-ratio: is 2.0", "use a fraction in [0, 1)")),
     # ---- resuming another command's checkpoint: one line naming it (was ~2,000 characters of options)

@@ -142,7 +142,7 @@ def test_partitioned_checkpoints_resume_bit_for_bit(events_csv, tmp_path, capsys
     (["--memory-placement", "sven", "--memory-service"], "--memory-placement sven does not combine with "
                                                          "--memory-service"),
     (["--memory-placement", "sven", "--prefetch", "--micro-batches", "2"], "not built for these options: "
-                                                                           "prefetch=True"),  # MemoryTrainer's
+                                                                           "--prefetch is True"),  # MemoryTrainer's
     (["--memory-placement", "sven", "--partition", "/no/such/owner.pt"], "--partition '/no/such/owner.pt' is "
                                                                          "neither a method"),
     (["--memory-placement", "sven", "--partition", "{float}"], "the owner tensor is float32, not an integer tensor"),
