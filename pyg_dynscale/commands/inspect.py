@@ -75,9 +75,9 @@ def inspect_path(path: str, format: str = "auto", window: float | str | None = N
         window: snapshot length for edge lists, seconds or a duration string
             (``"1d"``); reported in seconds.
     """
+    _check_path(path)  # before the data package imports torch: a missing file is reported at once
     from ..data.loaders import detect_format, load, parse_window
 
-    _check_path(path)
     seconds = None
     if window is not None:
         try:

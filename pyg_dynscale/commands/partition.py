@@ -36,9 +36,7 @@ FORMATS = ("auto", "pygt-json", "edgelist")
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    from ..nn.zoo import MODEL_NAMES
-    from ..partition.pattern import MODELS
-    from ..partition.partition import SCHEMES
+    from ..names import MODEL_NAMES, SCHEMES, PATTERN_MODELS as MODELS  # torch-free: --help stays fast
     from .train_options import model_type, ModelChoices
 
     p = subparsers.add_parser(
@@ -96,8 +94,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def _check(args: argparse.Namespace) -> None:
     """Reject bad options before any work; ``args.window`` becomes seconds (float)."""
-    from ..data.loaders import parse_window
-
     if not os.path.exists(args.path):
         raise CommandError(f"no such file: '{args.path}'.")
     if os.path.isdir(args.path):
@@ -108,6 +104,8 @@ def _check(args: argparse.Namespace) -> None:
         raise CommandError("--hidden, --blocks and --gcn-layers must be >= 1.")
     _check_model(args)
     if args.window is not None:
+        from ..data.loaders import parse_window  # imports torch: after the path's check
+
         try:  # the same parsing as ``inspect --window`` and the loaders
             args.window = parse_window(args.window)
         except ValueError as exc:
@@ -169,6 +167,7 @@ def _check_model(args: argparse.Namespace) -> None:
 
 def partition_report(args: argparse.Namespace, progress: bool = False) -> dict[str, Any]:
     """Do the work of the subcommand; return the JSON report as a dict."""
+    _check(args)  # before the imports below load torch: a missing file is reported at once
     from tqdm import tqdm
 
     from ..data.loaders import load
@@ -179,7 +178,6 @@ def partition_report(args: argparse.Namespace, progress: bool = False) -> dict[s
     from ..partition.plan import CommunicationPlan
     from ..partition.algorithms.dispatch import partition
 
-    _check(args)
     steps = (["load", "supergraph", "partition", "plan", "metrics"] + (["save"] if args.out else [])
              + (["shards"] if args.shards else []))
     bar = tqdm(total=len(steps), desc="partition", disable=not progress, file=sys.stderr, leave=False, delay=1.0)

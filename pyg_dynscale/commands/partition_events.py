@@ -84,6 +84,7 @@ def _check(args: argparse.Namespace) -> None:
 
 def partition_events_report(args: argparse.Namespace) -> dict[str, Any]:
     """Do the work of the subcommand; return the JSON report as a dict."""
+    _check(args)  # before torch is imported: a missing file is reported at once
     import torch
 
     from ..ctdg.events import split_ranges
@@ -93,7 +94,6 @@ def partition_events_report(args: argparse.Namespace) -> dict[str, Any]:
     )
     from .train_events import load_events
 
-    _check(args)
     t0 = time.perf_counter()
     data = load_events(args)
     n, m = int(data.num_nodes), args.parts

@@ -49,7 +49,7 @@ from typing import Any
 from .job import fail, group_timeout, start
 from .launch import (DevicePlan, bind_device, init_torchrun_group, launch_workers, machine_plan,  # noqa: F401
                      plan_devices, worker_argv)
-from .train_checks import check_args, run_record  # noqa: F401
+from .train_checks import check_args, check_path, run_record  # noqa: F401
 from .train_job import train  # noqa: F401
 from .train_shards import check_shard_args, print_shards_report, train_from_shards
 from .train_windows import train_windows
@@ -61,6 +61,8 @@ __all__ = ["add_parser", "run", "train", "check_args", "run_record", "worker_arg
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.shards is None and args.path is not None:
+        check_path(args)  # before resolve_defaults imports torch: a missing file is reported at once
     resolve_defaults(args)  # the API's defaults for the options left unset
     if args.shards is not None:
         check_shard_args(args)

@@ -11,7 +11,6 @@ from typing import Any, Callable
 from .job import Job, fail
 from .train_checks import mismatch_message, read_partition, readable_reason, run_record
 from .train_options import PROG, SCHEMA_VERSION
-from .user_model import build_user_model, describe_head, needs_sorted_edges, runtime_path
 
 
 # ------------------------------------------------------------------- the job
@@ -120,6 +119,7 @@ def _check_user_path(model: Any, signal: Any, args: argparse.Namespace, bytes_pe
     from ..errors import DynScaleError
     from ..runtime.paths import model_pattern
     from ..runtime.time_blocks import check_windowable
+    from .user_model import runtime_path  # imports torch: not with the parser (pyg-dynscale --help)
 
     spec, name = args.model, args.user_model.name
     path, resolved = runtime_path(model)
@@ -153,6 +153,7 @@ def train(args: argparse.Namespace, rank: int, world: int, init_process_group: C
     from ..partition.io import save_partition
     from ..partition.partition import SCHEMES
     from ..runtime.metrics import roc_auc
+    from .user_model import build_user_model, describe_head, needs_sorted_edges
 
     job = Job(args, rank, PROG, time.perf_counter)
     torch.set_num_threads(args.threads)

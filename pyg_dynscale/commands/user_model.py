@@ -50,15 +50,14 @@ from typing import Any, Callable, Optional
 import torch
 
 from ..errors import CommandError
+# defined torch-free there: the command line's parser reads it without importing torch
+from ..names import INPUT_SIZE_KEYWORDS
 from .job import fail
 
 __all__ = ["INPUT_SIZE_KEYWORDS", "MODULE_PREFIX", "UserModel", "is_model_spec", "parse_model_args",
            "load_user_model", "build_user_model", "output_width", "default_head", "describe_head", "runtime_path",
            "needs_sorted_edges"]
 
-#: Constructor parameters filled with the data's node features when ``--model-args`` does not give them.
-INPUT_SIZE_KEYWORDS = ("in_channels", "node_features", "num_node_features", "num_features", "in_features",
-                       "input_dim", "in_dim", "input_size", "feature_dim")
 #: Prefix of the module name a ``PATH.py`` file is imported under (followed by its stem).
 MODULE_PREFIX = "pyg_dynscale_user_"
 _IDENTIFIER = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")

@@ -34,6 +34,8 @@ from typing import Optional
 
 import torch
 
+# the models' names are defined torch-free there: the command line's parser reads them without importing torch
+from ..names import BLACK_BOX_MODELS, MODEL_NAMES, RECOMPUTABLE_MODELS, TARGETS
 from .dysat import DySAT
 from .mpnn_lstm import MPNNLSTM
 from .mpnn_lstm_dgc import MPNNLSTMDGC
@@ -41,15 +43,6 @@ from .tgcn import TGCN
 from .tmgcn import TMGCN
 
 __all__ = ["MODEL_NAMES", "BLACK_BOX_MODELS", "RECOMPUTABLE_MODELS", "TARGETS", "build_model", "partition_pattern"]
-
-#: models built from PyGT classes that run on the black-box path
-BLACK_BOX_MODELS = ("gconvgru", "gclstm", "dcrnn")
-MODEL_NAMES = ("tgcn", "tgcn-deep", "dysat", "mpnnlstm", "mpnnlstm-dgc", "tmgcn") + BLACK_BOX_MODELS
-#: models gradient checkpointing over windows of snapshots runs (DySAT's attention reads every earlier
-#: appearance, TM-GCN's M-transform the earlier ones in its band; the MPNN-LSTMs' BatchNorm statistics
-#: would be updated twice by the recomputation)
-RECOMPUTABLE_MODELS = ("tgcn", "tgcn-deep") + BLACK_BOX_MODELS
-TARGETS = ("node", "link")
 
 
 def build_model(

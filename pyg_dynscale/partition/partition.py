@@ -8,16 +8,12 @@ import torch
 from torch import Tensor
 
 from ..errors import PartitionError
+# the scheme names are defined torch-free there: the command line's parser reads them without importing torch
+from ..names import SCHEMES
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..data.signal import DynamicGraphSignal
     from ..data.supergraph import Supergraph
-
-
-#: the partition schemes :func:`~pyg_dynscale.partition.partition` dispatches to
-#: the scheme names :func:`~pyg_dynscale.partition.partition` accepts (``"auto"``: the lowest predicted epoch
-#: among the others, :mod:`~pyg_dynscale.partition.algorithms.auto`)
-SCHEMES = ("auto", "pss", "pts", "pss-ts", "pgc")
 
 
 def check_num_parts(num_parts: int, num_nodes: int) -> int:

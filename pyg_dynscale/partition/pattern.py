@@ -34,9 +34,10 @@ from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
 from ..errors import PartitionError
+# the presets' names are defined torch-free there: the command line's parser reads them without importing torch
+from ..names import PATTERN_MODELS as MODELS
 
 TIME_KINDS = ("recurrent", "attention", "window", "none")
-MODELS = ("tgcn", "mpnnlstm", "mpnnlstmpygt", "dysat", "gconvgru", "tmgcn")
 
 
 def _check_width(field: str, value: int) -> None:

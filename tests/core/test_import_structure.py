@@ -8,8 +8,8 @@ from pathlib import Path
 PKG = Path(__file__).resolve().parents[2] / "pyg_dynscale"
 #: docs/design.md: errors <- data <- partition <- nn <- training <- runtime <- distributed / windows / ctdg <- commands /
 #: cli; the package root re-exports the layers below it, so only the command-line layer may import it (for ``__version__``)
-LAYERS = {"errors": 0, "_archive": 0, "_optional": 0, "data": 1, "partition": 2, "nn": 3, "training": 4, "runtime": 5,
-          "distributed": 6, "windows": 6, "ctdg": 6, "commands": 7, "cli": 7, "__main__": 7, "": 7}
+LAYERS = {"errors": 0, "names": 0, "_archive": 0, "_optional": 0, "data": 1, "partition": 2, "nn": 3, "training": 4,
+          "runtime": 5, "distributed": 6, "windows": 6, "ctdg": 6, "commands": 7, "cli": 7, "__main__": 7, "": 7}
 
 
 def _modules() -> dict:
