@@ -9,7 +9,7 @@ fix in the command line's words: never an API keyword the command line has no op
 The cases run in this process (``cli.main``). Those marked ``before`` must be refused before that point of the
 run: ``"connect"``, before any process group (``torch.distributed.init_process_group`` fails the case) or the
 trainer is built (``train-events``' ``build`` fails it); ``"launch"``, by the ``--nproc`` launcher before any
-worker starts. Two ``--nproc 2`` cases run the real command in a process of its own.
+worker starts. Three ``--nproc 2`` cases run the real command in a process of its own.
 """
 from __future__ import annotations
 
@@ -182,6 +182,9 @@ NPROC_CASES = [
          ("--test-ratio 0 leaves no test events",)),
     Case("train --lags --batch-size 3 --nproc 2", "train england_covid --lags 4 --batch-size 3 --nproc 2",
          ("--batch-size 3 is not a multiple of --blocks 8",)),
+    # found by the workers (the file is read there): still one line, in the command line's words
+    Case("train-events: a node id of 10^12, --nproc 2", "train-events huge-id.csv --parallelism 2,1,1 --nproc 2",
+         ("line 3, column 1 (item): holds node id 1000000000000", "renumber the users and the items")),
 ]
 
 
