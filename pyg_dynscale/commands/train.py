@@ -63,8 +63,7 @@ __all__ = ["add_parser", "run", "train", "check_args", "run_record", "worker_arg
 def run(args: argparse.Namespace) -> int:
     if args.shards is None and args.path is not None:
         check_path(args)  # before resolve_defaults imports torch: a missing file is reported at once
-    resolve_defaults(args)  # the API's defaults for the options left unset
-    if args.shards is not None:
+    if args.shards is not None:  # both checks fill the unset options with the API's defaults (resolve_defaults)
         check_shard_args(args)
     elif args.path is None:
         fail("the following arguments are required: PATH (or --shards DIR, shards written by pyg-dynscale partition ... --shards DIR)")

@@ -37,7 +37,7 @@ import time
 from typing import Any, Callable, Optional
 
 from .job import Job, check_launch_options, fail
-from .train_options import PROG, SCHEMA_VERSION
+from .train_options import PROG, SCHEMA_VERSION, resolve_defaults
 
 __all__ = ["check_shard_args", "train_from_shards", "print_shards_report", "build_shard_model"]
 
@@ -74,9 +74,10 @@ def check_shard_args(args: argparse.Namespace) -> None:
         if bad:
             fail(f"--{name} with --shards: the shards hold the data already read and partitioned; drop --{name}, "
                  f"and give it when cutting them: pyg-dynscale partition PATH --parts N {given} --shards {d}.")
-    if args.train_ratio != 0.8:
+    if args.train_ratio is not None:
         fail(f"--train-ratio with --shards: every snapshot of the shards trains (they hold no test split); drop "
              "--train-ratio, or train from PATH.")
+    resolve_defaults(args)  # the API's defaults for the options left unset (--lr: DistributedTrainer's)
     for name in ("epochs", "hidden", "threads", "checkpoint_every"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             fail(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}.")
