@@ -85,6 +85,10 @@ def inspect_path(path: str, format: str = "auto", window: float | str | None = N
         except ValueError as exc:
             raise CommandError(f"--window: {exc}") from None
     resolved = detect_format(path) if format == "auto" else format
+    if resolved == "edgelist":  # its columns named for the command line, before the loader's columns= error
+        from .train_checks import check_edge_list_columns
+
+        check_edge_list_columns(path, "inspect")
     signal = load(path, format=resolved, window=seconds)
     stats = signal.statistics().to_dict()
     report: dict[str, Any] = {

@@ -135,6 +135,17 @@ def _check(args: argparse.Namespace) -> None:
             raise CommandError(f"--out: '{args.out}' is a directory; give a file name.")
         if not os.path.isdir(folder):
             raise CommandError(f"--out: the folder '{folder}' does not exist; create it first.")
+    _check_columns(args.path, args.format, "partition")
+
+
+def _check_columns(path: str, format: str, command: str) -> None:
+    """A temporal edge list's 'source target ... time' columns, named for the command line (the loader's
+    error would name its ``columns=`` argument); ``inspect`` runs it too."""
+    from ..data.loaders import detect_format
+    from .train_checks import check_edge_list_columns
+
+    if (detect_format(path) if format == "auto" else format) == "edgelist":
+        check_edge_list_columns(path, command)
 
 
 def _check_model(args: argparse.Namespace) -> None:

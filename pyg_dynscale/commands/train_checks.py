@@ -237,7 +237,13 @@ def _check_data_file(args: argparse.Namespace) -> None:
               + (" (or add --format edgelist if it is an edge list)." if os.path.exists(path) else "."))
 
 
-def _check_edge_list_columns(path: str, head: bytes) -> None:
+def check_edge_list_columns(path: str, command: str) -> None:
+    """A temporal edge list ``PATH`` has 'source target ... time' columns (read from its first lines, gzip
+    or not): one line naming ``command``'s fix, before the loader's errors name its ``columns=`` argument."""
+    _check_edge_list_columns(path, _head(path), command)
+
+
+def _check_edge_list_columns(path: str, head: bytes, command: str = "train") -> None:
     import re
 
     for number, line in enumerate(head.splitlines()[:1000], 1):
@@ -248,7 +254,7 @@ def _check_edge_list_columns(path: str, head: bytes) -> None:
         if cols < 3:
             fail(f"PATH '{path}': line {number} has {cols} column{'s' if cols != 1 else ''}, and a temporal edge "
                   "list needs 'source target ... time' (the time in the last column); add a time column to the "
-                  "file (train reads the first two columns and the last).")
+                  f"file ({command} reads the first two columns and the last).")
         return
 
 

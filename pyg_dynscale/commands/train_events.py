@@ -371,6 +371,11 @@ def load_events(args: argparse.Namespace, world: int = 1):
     if fmt == "auto":
         name = args.path[:-3] if args.path.endswith(".gz") else args.path
         fmt = "jodie" if name.endswith(".csv") else "edgelist"
+    if fmt == "edgelist":  # 'source target ... time': a file of two columns is refused, not read with time = target
+        from .train_checks import check_edge_list_columns
+
+        check_edge_list_columns(args.path, PROG.rsplit(" ", 1)[-1] if hasattr(args, "memory_dim") else
+                                "partition-events")
     data = load_jodie_csv(args.path, node_bytes=node_bytes(args)) if fmt == "jodie" else load_event_list(args.path)
     if data.msg.size(-1) == 0:
         data.msg = torch.ones(data.num_events, 1)
@@ -424,13 +429,15 @@ def train_events(args: argparse.Namespace, rank: int, world: int, init: Callable
     """The job of one rank: the report (the same on every rank)."""
     import torch
 
-    from ..errors import DynScaleError
+    from ..errors import CommandError, DynScaleError
     from .events_checkpoint import events_mismatch_message, events_record, stream_template
 
     job = Job(args, rank, PROG, time.perf_counter)
     torch.set_num_threads(args.threads)
     try:
         data = load_events(args, world)
+    except CommandError:  # a line of the command's own, which names PATH already
+        raise
     except DynScaleError as exc:
         fail(f"PATH '{args.path}': {exc}")
     check_splits(args, data)

@@ -97,6 +97,15 @@ CASES = [
          "connect"),
     Case("inspect: an edge list with a header", "inspect header.txt --window 1",
          ("holds 'src'", "a header line and comment lines must start with")),
+    # ---- edge lists of two columns: 'source target ... time' named, not the loader's columns= argument
+    Case("inspect: an edge list of two columns", "inspect two-columns.txt --window 1",
+         ("PATH 'two-columns.txt': line 1 has 2 columns", "add a time column", "inspect reads")),
+    Case("partition: an edge list of two columns", "partition two-columns.txt --window 1 --parts 2",
+         ("line 1 has 2 columns", "partition reads")),
+    Case("train-events: an edge list of two columns", "train-events two-columns.txt",
+         ("line 1 has 2 columns", "train-events reads"), "connect"),  # was: read with the target as the time
+    Case("partition-events: an edge list of two columns", "partition-events two-columns.txt --parts 2",
+         ("line 1 has 2 columns", "partition-events reads")),
 ]
 
 
@@ -107,6 +116,7 @@ def _make_files(d: Path) -> Path:
     (d / "unsorted.csv").write_text("0,0,1,0,0.5\n1,1,9,0,0.5\n0,1,2,0,0.5\n")
     (d / "header-only.csv").write_text("user,item,timestamp,state_label,f1\n")
     (d / "float-id.csv").write_text("0,0,1,0,0.5\n1.5,1,2,0,0.5\n")
+    (d / "two-columns.txt").write_text("".join(f"{i % 7} {(3 * i) % 7}\n" for i in range(50)))
     (d / "header.txt").write_text("src dst time\n" + "".join(f"{i % 5} {(i * 3) % 5} {i}\n" for i in range(30)))
     series = {"edges": [[0, 1], [1, 2]], "weights": [1.0, 1.0], "time_periods": 12}
     for t in range(12):  # node 1 constant: standardized, 0 / 0
