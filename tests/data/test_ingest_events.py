@@ -83,6 +83,24 @@ def test_jodie_bad_input_raises_what_load_jodie_csv_raises(tmp_path, text, patte
     assert leftovers(tmp_path, keep={"e.csv"}) == []
 
 
+def test_the_id_limit_is_this_machines_memory_at_node_bytes(tmp_path):
+    """An id is refused when its node memory, ``(id + 1) * node_bytes`` (items after the users), exceeds this
+    machine's physical memory: measured, not a constant (node_bytes of a 500th of the memory: ids up to ~500)."""
+    from pyg_dynscale.data.loaders._common import physical_memory_bytes
+
+    node_bytes = physical_memory_bytes() // 500
+    path = tmp_path / "e.csv"
+    path.write_text(HEADER + "0,0,1.0,0,0.5\n3,200,2.0,0,0.5\n")  # 3 users, items to 200: 205 nodes
+    assert load_jodie_csv(path, node_bytes=node_bytes).num_nodes == 205
+    assert ingest_jodie_csv(path, tmp_path / "ok", node_bytes=node_bytes).num_nodes == 205
+    path.write_text(HEADER + "0,0,1.0,0,0.5\n3,600,2.0,0,0.5\n")  # item 600 is node 604: over the memory
+    for read in (lambda: load_jodie_csv(path, node_bytes=node_bytes),
+                 lambda: ingest_jodie_csv(path, tmp_path / "store", node_bytes=node_bytes, chunk_rows=1)):
+        with pytest.raises(DatasetFormatError, match=r"line 3, column 1 \(item\): holds node id 600"):
+            read()
+    assert load_jodie_csv(path).num_nodes == 605  # the default, 8 bytes a node: far below any memory
+
+
 @pytest.mark.parametrize("opts", [dict(), dict(msg_columns=(2,), columns=(0, 1, 3)), dict(self_loops=False),
                                   dict(sort=False, sorted_times=True)])
 def test_event_list_in_chunks_of_seven_is_load_event_list(tmp_path, opts):
