@@ -49,7 +49,7 @@ from ..runtime.paths import as_signal, data_argument, resolve_model
 from ..runtime.time_blocks import check_windowable
 from ..runtime.trainer_state import load_trainer_state, seed_generators, trainer_state
 from ..training import BaseTrainer, ByteLedger, Metrics, TrafficReport, build_optimizer
-from ..training.finite import check_batch_losses
+from ..training.finite import check_batch_losses, signal_graphs
 from ..training.gradients import all_reduce_flat
 from ..training.options import OptimizerSpec, renamed_keyword
 from .decomposed_engine import DecomposedEngine
@@ -651,8 +651,7 @@ class DistributedTrainer(BaseTrainer):
         # one batch per epoch: a non-finite loss stops the run on every rank (the same sum)
         sig = self.signal
         check_batch_losses([total], epoch=self.epoch, optimizer=self.optimizer, local=[loss], group=self.group,
-                           model=self.model, graphs=None if sig is None else
-                           lambda: ((t, *sig.snapshot_edges(t)) for t in range(sig.num_snapshots)))
+                           model=self.model, graphs=None if sig is None else lambda: signal_graphs(sig))
         if self.stale is not None:
             self.stale.end_epoch(total)
         self.epoch += 1

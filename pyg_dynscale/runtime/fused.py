@@ -32,7 +32,7 @@ from ..nn.decomposed import DecomposedModule, FusedGraph, check_initial_state
 from ..nn.snapshot_model import SnapshotModel
 from ..partition.halo_plan import StatePlan
 from ..training import BaseTrainer, Metrics, TrafficReport, build_optimizer
-from ..training.finite import check_batch_losses
+from ..training.finite import check_batch_losses, signal_graphs
 from ..training.options import OptimizerSpec, renamed_keyword
 from .evaluation import carry_initial_state, check_positions, joined_window
 from .losses import LOSSES, SnapshotMean, Targets, check_loss, link_row_losses, resolve_targets, row_losses
@@ -392,7 +392,7 @@ class FusedTrainer(BaseTrainer):
         value = float(loss.detach())
         sig = self.signal  # one batch per epoch: a non-finite loss stops the run (training/finite.py)
         check_batch_losses([value], epoch=self.epoch, optimizer=self.optimizer, model=self.model,
-                           graphs=lambda: ((t, *sig.snapshot_edges(t)) for t in range(sig.num_snapshots)))
+                           graphs=lambda: signal_graphs(sig))
         self.epoch += 1
         return value
 

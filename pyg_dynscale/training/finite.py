@@ -33,7 +33,7 @@ from torch import Tensor
 
 from ..errors import NonFiniteLossError
 
-__all__ = ["first_nonfinite", "in_degree_cause", "check_batch_losses"]
+__all__ = ["first_nonfinite", "in_degree_cause", "signal_graphs", "check_batch_losses"]
 
 
 def first_nonfinite(values: Sequence[float]) -> Optional[int]:
@@ -62,9 +62,19 @@ def _no_in_edge(edge_index: Tensor, edge_weight: Optional[Tensor]) -> Tensor:
     return row[deg_in.index_select(0, row) == 0].unique()
 
 
+def signal_graphs(signal: Any) -> Iterable[tuple]:
+    """:func:`in_degree_cause`'s graphs of a :class:`~pyg_dynscale.data.DynamicGraphSignal`: each snapshot's
+    edges (rows of the snapshot) with the vertex id of each row (``None``: the rows are the vertices)."""
+    ids = None if signal.local_ids else signal.node_id
+    ptr = signal.node_ptr.tolist()
+    for t in range(signal.num_snapshots):
+        yield (t, *signal.snapshot_edges(t), None if ids is None else ids[ptr[t]:ptr[t + 1]])
+
+
 def in_degree_cause(model: Any, graphs: Iterable[tuple]) -> Optional[str]:
     r"""Why ``model`` makes the loss infinite on ``graphs`` (``(snapshot,
-    edge_index, edge_weight or None)`` tuples), or ``None``: a model holding
+    edge_index, edge_weight or None[, vertex id of each row])`` tuples; the
+    rows are the vertices without the ids), or ``None``: a model holding
     PyGT's ``DConv`` (``DCRNN``) divides by the in-degree of each edge's source
     vertex, infinite where that vertex has out-edges and no in-edges (with
     weights: no positive in-weight). Says the first such snapshot and vertex
@@ -72,12 +82,13 @@ def in_degree_cause(model: Any, graphs: Iterable[tuple]) -> Optional[str]:
     if not _divides_by_in_degree(model):
         return None
     first, count = None, 0
-    for t, edge_index, edge_weight in graphs:
+    for t, edge_index, edge_weight, *ids in graphs:
         bad = _no_in_edge(edge_index, edge_weight)
         if bad.numel():
             count += 1
             if first is None:
-                first = (t, int(bad[0]), int(bad.numel()))
+                row = int(bad[0])
+                first = (t, int(ids[0][row]) if ids and ids[0] is not None else row, int(bad.numel()))
     if first is None:
         return None
     t, v, n = first
@@ -118,10 +129,10 @@ def check_batch_losses(losses: Sequence[float], *, epoch: int, optimizer: Any = 
             only when the check fails.
         group: the process group the losses were summed over (default: the
             default group).
-        model: the model; with ``graphs`` (a callable returning ``(snapshot,
-            edge_index, edge_weight)`` tuples) the error names a vertex that
-            makes a degree-normalized model infinite
-            (:func:`in_degree_cause`).
+        model: the model; with ``graphs`` (a callable returning
+            :func:`in_degree_cause`'s tuples, e.g. :func:`signal_graphs`) the
+            error names a vertex that makes a degree-normalized model
+            infinite.
     """
     bad = first_nonfinite(losses)
     if bad is None:

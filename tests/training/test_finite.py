@@ -86,6 +86,8 @@ def test_dcrnn_infinite_on_a_vertex_without_in_edges_is_explained() -> None:
     cause = in_degree_cause(model, [(0, cycle, None), (1, sink, None), (2, source, None), (3, source, None)])
     assert cause == ("PyGT's DCRNN divides by the in-degree of each edge's source vertex: vertex 0 has out-edges "
                      "and no in-edges in snapshot 2 (2 of the snapshots have such a vertex).")
+    # the vertex ids of the rows, where given (a snapshot holding vertices 7, 8, 9 as rows 0, 1, 2)
+    assert "vertex 7 has" in in_degree_cause(model, [(0, source, None, torch.tensor([7, 8, 9]))])
     # a zero-weight in-edge is no in-edge
     assert "vertex 0 " in in_degree_cause(model, [(0, cycle, torch.tensor([1.0, 1.0, 0.0]))])
     assert in_degree_cause(model, [(0, cycle, None), (1, sink, None)]) is None
@@ -97,6 +99,16 @@ def test_dcrnn_infinite_on_a_vertex_without_in_edges_is_explained() -> None:
 
 
 # ----------------------------------------------------------------------------------------------- one process
+def test_signal_graphs_name_vertices_not_rows() -> None:
+    from pyg_dynscale.data import DynamicGraphSignal
+    from pyg_dynscale.training.finite import signal_graphs
+
+    edges = [torch.tensor([[0, 1], [1, 0]]), torch.tensor([[0, 1, 2], [1, 2, 1]])]
+    sig = DynamicGraphSignal(edges, [None, None], [torch.zeros(2, 1), torch.zeros(3, 1)],
+                             [torch.zeros(2), torch.zeros(3)], node_ids=[torch.tensor([3, 4]), torch.tensor([5, 3, 4])])
+    assert "vertex 5 has out-edges and no in-edges in snapshot 1 (1 of" in in_degree_cause(_dcrnn(), signal_graphs(sig))
+
+
 def _signal(T: int = 6):
     from pyg_dynscale.data.synthetic import generate_dynamic_graph
 
