@@ -206,21 +206,3 @@ def test_bad_input_under_nproc_is_one_line_of_the_launcher(case: Case, files) ->
     proc = subprocess.run([sys.executable, "-m", "pyg_dynscale", *argv, "--no-progress"], capture_output=True,
                           text=True, timeout=180, env=env, cwd=files)
     check_one_line(proc.returncode, proc.stdout, proc.stderr, argv[0], case.fragments)
-
-
-def test_hints_name_options_not_api_keywords() -> None:
-    """The rewriting itself: fields, ``name=value``, bare identifiers and option-less fixes; quoted text kept."""
-    from pyg_dynscale.commands.hints import for_cli
-
-    assert for_cli("field 'val': has no events. Fix: use a larger val_ratio / test_ratio.", "train-events") == \
-        "--val-ratio: has no events. Fix: use a larger --val-ratio / --test-ratio."
-    assert for_cli("field 'batch_size': is 3, not a multiple of blocks=8. Fix: use batch_size=8.", "train") == \
-        "--batch-size: is 3, not a multiple of --blocks 8. Fix: use --batch-size 8."
-    assert for_cli("--lags: field 'lags': too long.", "train") == "--lags: too long."
-    assert for_cli("PATH 'my_val_ratio.csv': x.", "train-events") == "PATH 'my_val_ratio.csv': x."
-    assert for_cli("f.csv: line 2: bad. Fix: sort the file by time, or pass sort=True (stable: ties keep file "
-                   "order).", "partition-events") == \
-        "f.csv: line 2: bad. Fix: sort the file by time, keeping the order of lines with equal times."
-    # a line that names the option already keeps the record's field names (a resume's list of fields)
-    line = "train_ratio: checkpoint 0.8, this run 0.7 (--train-ratio)"
-    assert for_cli(line, "train") == line
