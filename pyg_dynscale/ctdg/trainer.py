@@ -709,7 +709,8 @@ class MemoryTrainer(BaseTrainer):
             dist.all_reduce(self.batch_losses)
             dist.all_reduce(total)
         # a non-finite step loss stops the run, on every rank alike (the same sums): training/finite.py
-        check_batch_losses(self.batch_losses.tolist(), epoch=self.epoch, optimizer=self.optimizer, local=losses)
+        check_batch_losses(self.batch_losses.tolist(), epoch=self.epoch, optimizer=self.optimizer,
+                           local=losses if self._ddp is not None else None)
         self.bytes.end_epoch(ctx.roots, len(steps))
         self._ctx = None
         self.epoch += 1

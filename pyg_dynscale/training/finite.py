@@ -124,9 +124,10 @@ def check_batch_losses(losses: Sequence[float], *, epoch: int, optimizer: Any = 
         epoch: the epoch, counted from 0 (the trainer's counter before it
             advances); the error counts from 1.
         optimizer: the trainer's optimizer: the fix names its learning rate.
-        local: this rank's share of each batch loss (floats or ``[]``/``[1]``
-            tensors), to name the ranks whose share was non-finite; read
-            only when the check fails.
+        local: under a process group, this rank's share of each batch loss
+            (floats or ``[]``/``[1]`` tensors), to name the ranks whose share
+            was non-finite (a collective of ``group``, in the error path
+            only); ``None`` for a trainer of one process.
         group: the process group the losses were summed over (default: the
             default group).
         model: the model; with ``graphs`` (a callable returning

@@ -695,7 +695,8 @@ class WindowTrainer(BaseTrainer):
             out = torch.stack(values).tolist()
         # a non-finite batch loss stops the run here, on every rank (the same sums): training/finite.py
         st = self.store
-        check_batch_losses(out, epoch=self.epoch, optimizer=self.optimizer, local=values, model=self.model,
+        check_batch_losses(out, epoch=self.epoch, optimizer=self.optimizer,
+                           local=values if self.world_size > 1 else None, model=self.model,
                            graphs=lambda: ((p, *st._edges_at(p), st.node_id[st.node_ptr[p]:st.node_ptr[p + 1]])
                                            for p in range(st.num_held)))
         return out
