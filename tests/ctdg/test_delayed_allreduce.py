@@ -60,7 +60,7 @@ def _trainer(par, sync, reference=False, **kw):
     tr = MemoryTrainer(model, _data(), batch_size=25, lr=1e-2, parallelism=par, seed=1, mrr_negatives=0,
                        gradient_sync=sync, **kw)
     if reference:
-        tr.optimizer = ReferenceDelayedAdam(tr.optimizer_params, lr=1e-2)
+        tr.optimizer = ReferenceDelayedAdam(tr.optimizer_params, lr=tr.lr)  # the rate in effect (lr_scaling)
     return tr
 
 
