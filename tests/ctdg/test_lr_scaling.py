@@ -87,3 +87,41 @@ def test_a_scaled_run_is_the_unscaled_run_at_the_scaled_rate(value, factor):
     assert losses == ref_losses and torch.equal(params, ref_params) and torch.equal(memory, ref_memory)
     _, _, plain, _ = _run((2, 1, 1), lr=LR, lr_scaling="none")
     assert (plain - params).abs().max() > 1e-6
+
+
+def _events_csv(path):
+    ev = synthetic_events(240, 24, msg_dim=2, seed=1)
+    umax = int(ev.src.max())
+    path.write_text("".join(f"{s},{t - umax - 1},{ts},0,{m[0]},{m[1]}\n" for s, t, ts, m in
+                            zip(ev.src.tolist(), ev.dst.tolist(), ev.t.tolist(), ev.msg.tolist())))
+    return str(path)
+
+
+def _cli(argv, capsys):
+    import json
+
+    from pyg_dynscale.cli import main
+
+    try:
+        code = main(argv)
+    except SystemExit as exc:
+        code = exc.code
+    cap = capsys.readouterr()
+    return code, (json.loads(cap.out) if code == 0 else None), cap.err
+
+
+def test_train_events_passes_the_option_reports_the_rate_and_resumes_only_with_it(tmp_path, capsys):
+    """In this process (the (2, 1, 1) emulation): the report's rate is the scaled one; a checkpoint of a
+    scaled run is not resumed unscaled (one line naming --lr-scaling and the checkpoint's value)."""
+    csv = _events_csv(tmp_path / "events.csv")
+    base = ["train-events", csv, "--parallelism", "2,1,1", "--epochs", "1", "--batch-size", "40", "--lr", "0.001",
+            "--memory-dim", "4", "--time-dim", "2", "--embedding-dim", "4", "--json", "--no-progress"]
+    ckpt = ["--checkpoint-dir", str(tmp_path / "ckpt")]
+    code, r, err = _cli(base + ckpt, capsys)
+    assert code == 0, err
+    assert r["lr"] == 0.001 and r["lr_scaling"] == "linear" and r["lr_in_effect"] == 0.002
+    code, r, _ = _cli(base + ["--lr-scaling", "sqrt"], capsys)
+    assert r["lr_scaling"] == "sqrt" and r["lr_in_effect"] == 0.001 * math.sqrt(2)
+    code, _, err = _cli(base + ckpt + ["--resume", "--lr-scaling", "none", "--epochs", "2"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "lr_scaling: checkpoint 'linear', this run 'none' (--lr-scaling)" in err and "--lr-scaling linear" in err
