@@ -148,14 +148,26 @@ def check_event_streams(nb: Any) -> None:
     assert text.count("2 processes") == 2
 
 
+def check_stale_embeddings(nb: Any) -> None:
+    """The table ``bench_stale.py --quick`` prints (the notebook runs it: the suite's only run of it, so its smoke
+    test's checks are here)."""
+    lines = outputs_text(nb).splitlines()
+    exact = next(ln for ln in lines if ln.strip().startswith("no stale"))
+    assert exact.split()[2] == "0.00"  # the exact path saves no traffic
+    drift = next(ln for ln in lines if ln.strip().startswith("drift ") and "%" not in ln)
+    assert float(drift.split()[1]) > 50  # the cache saves traffic
+    assert "Average over rows" in "\n".join(lines)
+
+
 # name -> options, all optional: "check" (callable on the executed notebook),
 # "cwd" ("notebook": the examples folder, as Jupyter does; "tmp": an empty
-# temporary folder), "max_seconds" (wall-clock budget of the whole run).
+# temporary folder). No time budget: a busy machine must not fail a notebook.
 NOTEBOOKS: dict[str, dict[str, Any]] = {
-    "01_quickstart.ipynb": {"check": check_quickstart, "max_seconds": 120},
-    "07_event_streams.ipynb": {"check": check_event_streams, "max_seconds": 180},
+    "01_quickstart.ipynb": {"check": check_quickstart},
+    "04_stale_embeddings.ipynb": {"check": check_stale_embeddings},
+    "07_event_streams.ipynb": {"check": check_event_streams},
     # run from an empty folder: the notebook must find the shared data (or fall back) on its own
-    "02_partitioning.ipynb": {"check": check_partitioning, "cwd": "tmp", "max_seconds": 120},
+    "02_partitioning.ipynb": {"check": check_partitioning, "cwd": "tmp"},
 }
 
 
@@ -240,8 +252,6 @@ def test_notebook_runs(path: Path, kernel_name: str, tmp_path: Path) -> None:
     check: Optional[Callable[[Any], None]] = opts.get("check")
     if check is not None:
         check(nb)
-    if "max_seconds" in opts:
-        assert seconds < opts["max_seconds"], f"{path.name} took {seconds:.1f} s (budget {opts['max_seconds']} s)"
 
 
 if __name__ == "__main__":  # pragma: no cover - maintenance helper
