@@ -55,7 +55,7 @@ def test_dcrnn_on_a_vertex_without_in_edges_names_the_vertex_and_the_model_optio
                         lines[0]), lines[0]
 
 
-@pytest.mark.parametrize("kind", ["windows", "events"])
+@pytest.mark.parametrize("kind", ["train", "windows", "events"])
 def test_under_two_processes_every_line_names_the_same_batch(kind, events_csv) -> None:
     two = ["--nproc", "2"] + (["--parallelism", "2,1,1"] if kind == "events" else [])
     proc = run_cli([*_argv(kind, events_csv), *two], timeout=240)
