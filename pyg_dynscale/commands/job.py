@@ -354,6 +354,7 @@ def start(args: argparse.Namespace, prog: str, *, alone: Callable[[], None],
     if in_torchrun():
         return run_worker(args, prog, worker)
     if args.nproc is not None:
+        args._prog = prog  # the launcher's lines name this subcommand
         return launch(args)
     import torch.distributed as dist
 
@@ -366,18 +367,25 @@ def start(args: argparse.Namespace, prog: str, *, alone: Callable[[], None],
 
 def run_worker(args: argparse.Namespace, prog: str, body: Callable[[int, int, int], None]) -> int:
     """One rank under torchrun: ``body(rank, world, local_rank)`` trains (and prints the report on rank 0);
-    on failure the rank says which rank failed and why (publishing the cause for the others) and exits
-    non-zero: 2 for the user's input (one line), 1 otherwise. ``body`` may set ``args._stop_heartbeat``
-    (called at the end). The process group is destroyed on the way out."""
+    on failure the rank records which rank failed and why (publishing the cause for the others) and exits
+    non-zero: 2 for the user's input, 1 otherwise. Under ``pyg-dynscale``'s ``--nproc`` launcher the
+    launcher prints the job's one line from what the ranks recorded; under a plain torchrun each rank
+    says it. ``body`` may set ``args._stop_heartbeat`` (called at the end). The process group is destroyed
+    on the way out."""
     import torch.distributed as dist
     from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
 
     from ..errors import DynScaleError
-    from ..training.failure import install_stop_report, is_transport_error, publish_failure, say, stop_heartbeat
+    from ..training.failure import (install_stop_report, is_transport_error, launcher_reports, publish_failure, say,
+                                       start_heartbeat, stop_heartbeat)
+    from .hints import for_cli
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     args._rank_label = f" (rank {rank})"
     install_stop_report(rank, world, prog)
+    # beating from the start, not from the process group's set-up: a rank stopped while loading its data is
+    # told from a slow one (and ended by a peer) when the others time out connecting to it
+    start_heartbeat(rank)
     args._stop_heartbeat = lambda: None
     try:
         if args.nproc is not None and args.nproc != world:
@@ -387,9 +395,11 @@ def run_worker(args: argparse.Namespace, prog: str, body: Callable[[int, int, in
     except (DynScaleError, OSError, ValueError) as exc:
         if dist.is_initialized() and is_transport_error(exc):
             return report_runtime_failure(rank, world, exc, args.timeout, prog)
-        publish_failure(rank, f"{type(exc).__name__}: {exc}")
-        ErrorHandler().record_exception(exc)
-        say(f"{prog}: error (rank {rank}): {exc}")
+        line = for_cli(exc, getattr(args, "command", prog.rsplit(" ", 1)[-1]))  # in the options' words
+        publish_failure(rank, f"{type(exc).__name__}: {line}")
+        ErrorHandler().record_exception(CommandError(line))  # the launcher's line (every rank's, the same)
+        if not launcher_reports():
+            say(f"{prog}: error (rank {rank}): {line}")
         return 2
     except Exception as exc:
         return report_runtime_failure(rank, world, exc, args.timeout, prog)
@@ -416,15 +426,19 @@ def report_runtime_failure(rank: int, world: int, exc: BaseException, timeout: O
     from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
 
     from ..training.failure import (HEARTBEAT_SECONDS, SILENT_BEATS, PeerFailedError, RankNotAnsweringError,
-                                       diagnose_peers, failure_text, is_transport_error, launcher_gone, local_pid,
-                                       nodes, publish_failure, ranks_label, report_launcher_gone, say)
+                                       diagnose_peers, failure_text, is_transport_error, launcher_gone,
+                                       launcher_reports, local_pid, nodes, publish_failure, ranks_label,
+                                       report_launcher_gone, say)
+
+    quiet = launcher_reports()  # the --nproc launcher prints the job's one line from what the ranks recorded
 
     if launcher_gone():  # a peer ended on the parent-death signal first; the store died with the launcher
         report_launcher_gone(prog, rank)
     if is_transport_error(exc):
         other, silent = diagnose_peers(rank, world)
         if other is not None:
-            say(f"{prog} (rank {rank}): stopping: {failure_text(*other)}")
+            if not quiet:
+                say(f"{prog} (rank {rank}): stopping: {failure_text(*other)}")
             if nodes() > 1:  # this machine's launcher names the rank and node that failed, not this one
                 ErrorHandler().record_exception(PeerFailedError(other[0], other[1]))
             return 1
@@ -446,7 +460,8 @@ def report_runtime_failure(rank: int, world: int, exc: BaseException, timeout: O
                 publish_failure(r, str(RankNotAnsweringError(r, detail, who)))
             err = RankNotAnsweringError(silent[0], detail, who)
             ErrorHandler().record_exception(err)
-            say(f"{prog} (rank {rank}): stopping: {err}")
+            if not quiet:
+                say(f"{prog} (rank {rank}): stopping: {err}")
             for pid in here.values():
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
@@ -457,8 +472,9 @@ def report_runtime_failure(rank: int, world: int, exc: BaseException, timeout: O
     cause = f"{type(exc).__name__}: {exc}"
     publish_failure(rank, cause)
     ErrorHandler().record_exception(exc)
-    traceback.print_exc()
-    say(f"{prog}: error (rank {rank}): {cause}")
+    traceback.print_exc()  # a failure of its own: a bug's traceback, then (without the launcher) its line
+    if not quiet:
+        say(f"{prog}: error (rank {rank}): {cause}")
     return 1
 
 
@@ -466,4 +482,5 @@ def _timed_out(exc: BaseException) -> bool:
     """Whether ``exc`` is a collective that waited out its timeout (rather than a connection that closed)."""
     text = f"{type(exc).__name__}: {exc}"
     return isinstance(exc, TimeoutError) or any(t in text for t in ("Timed out", "timed out", "Socket Timeout",
-                                                                       "Watchdog caught collective"))
+                                                                       "Watchdog caught collective",
+                                                                       "wait timeout after"))  # c10d's store

@@ -104,6 +104,13 @@ def bind_device(device: str) -> Optional[Any]:
 # ------------------------------------------------------------------ launching
 #: The machines of a launch (:func:`launch_workers`): launcher-only too, stripped from the workers' options.
 MACHINE_OPTIONS = ("--nnodes", "--rdzv-endpoint", "--rdzv-id")
+#: torchrun's ``--shutdown-timeout``: seconds between its ``SIGTERM`` to the workers (after a failure, or the
+#: launcher's own signal) and its ``SIGKILL``. torch's default, 30 s, is what a rank that cannot act on
+#: ``SIGTERM`` -- a stopped process keeps it pending -- adds to a job's end; our workers act on it at once
+#: (:func:`~pyg_dynscale.training.failure.install_stop_report`: a look at the store, one exit).
+SHUTDOWN_SECONDS = 3
+#: torchrun's ``--monitor-interval``: how often the agent looks at its workers (torch's default: 0.1 s).
+MONITOR_SECONDS = 0.2
 
 
 def worker_argv(argv: list) -> list:
@@ -141,16 +148,29 @@ def torchrun_argv(args: argparse.Namespace) -> list:
         where = ["--nnodes", str(nnodes), "--rdzv-backend", "c10d", "--rdzv-endpoint", args.rdzv_endpoint,
                  "--rdzv-id", args.rdzv_id]
     return where + ["--nproc-per-node", str(_per_node(args)), "--max-restarts", str(args.max_restarts),
-                    "--monitor-interval", "0.2", "-m", "pyg_dynscale"] + worker_argv(args._argv)
+                    "--monitor-interval", f"{MONITOR_SECONDS:g}", "--shutdown-timeout", str(SHUTDOWN_SECONDS),
+                    "-m", "pyg_dynscale"] + worker_argv(args._argv)
+
+
+def stop_deadline(timeout: float) -> float:
+    r"""Seconds from a rank's stop (``SIGSTOP``, a hang) to the end of its job, at most, with ``--timeout``
+    ``timeout``: its peers' collective (or the store, before the process group) waits ``timeout``; they watch
+    the heartbeats for :data:`~pyg_dynscale.training.failure.SILENT_BEATS` beats and end it (or, a rank that
+    stopped before it published its pid, torchrun's agent does, :data:`SHUTDOWN_SECONDS` after its
+    ``SIGTERM``), the agent noticing within :data:`MONITOR_SECONDS`. Busy-machine slack not included."""
+    from ..training.failure import HEARTBEAT_SECONDS, SILENT_BEATS
+
+    return timeout + SILENT_BEATS * HEARTBEAT_SECONDS + 2 * MONITOR_SECONDS + SHUTDOWN_SECONDS
 
 
 def launch_workers(args: argparse.Namespace) -> int:
     """Start ``--nproc`` workers with torchrun's machinery and wait for them.
 
-    Ends with one line on stderr when the job fails: the failing rank and its
-    cause (a rank that stopped answering rather than the peer that timed out
-    waiting for it), or the signal that stopped the launcher (exit status
-    ``128 + signal``, no traceback)."""
+    Ends with one line on stderr when the job fails, named after the subcommand (``args._prog``): the
+    user's input error the ranks refused (as one process would say it, exit status 2), the failing rank
+    and its cause (a rank that stopped answering rather than the peer that timed out waiting for it), or
+    the signal that stopped the launcher (exit status ``128 + signal``, no traceback). The ranks print
+    none of their own (:func:`~pyg_dynscale.training.failure.launcher_reports`)."""
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed import DistStoreError
@@ -160,22 +180,30 @@ def launch_workers(args: argparse.Namespace) -> int:
 
     from ..training.failure import LAUNCHER_PID_ENV
 
+    prog = getattr(args, "_prog", PROG)
     targs = get_args_parser().parse_args(torchrun_argv(args))
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
+    # c10d's C++ warnings (a store's "waitForInput ... timed out" when a peer never joined) say again what the
+    # launcher's line says; TORCH_CPP_LOG_LEVEL=WARNING (or INFO) in the environment shows them
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     # the workers check that their parent is still this process once their parent-death signal is set
     os.environ[LAUNCHER_PID_ENV] = str(os.getpid())
     _quiet_torchrun_logs()
     try:
-        with _restarts_reported():
+        with _restarts_reported(prog):
             torchrun(targs)
     except ChildFailedError as exc:
+        refused = input_error_line(exc, prog)
+        if refused is not None:
+            print(refused, file=sys.stderr, flush=True)
+            return 2
         rank, exitcode, cause = _job_failure(exc)
-        print(f"{PROG}: error: {cause}" if rank is None else
-              f"{PROG}: error: {_rank_here(rank)} failed (exit code {exitcode}): {cause}", file=sys.stderr)
+        print(f"{prog}: error: {cause}" if rank is None else
+              f"{prog}: error: {_rank_here(rank)} failed (exit code {exitcode}): {cause}", file=sys.stderr)
         return 2 if exitcode == 2 else 1
     except SignalException as exc:  # torchrun's handler raises it in this thread; it has stopped the workers
         name = _signal_name(int(exc.sigval))
-        print(f"{PROG}: error: stopped by {name}: the launcher stopped its {_per_node(args)} worker(s); "
+        print(f"{prog}: error: stopped by {name}: the launcher stopped its {_per_node(args)} worker(s); "
               "with --checkpoint-dir DIR, rerun with --resume to continue from the newest checkpoint.",
               file=sys.stderr, flush=True)
         return 128 + int(exc.sigval)
@@ -185,7 +213,7 @@ def launch_workers(args: argparse.Namespace) -> int:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         where = (f"at {args.rdzv_endpoint} (--rdzv-id {args.rdzv_id})"
                  if getattr(args, "rdzv_endpoint", None) is not None else "of this machine's workers")
-        print(f"{PROG}: error: the rendezvous {where} failed: {first}", file=sys.stderr, flush=True)
+        print(f"{prog}: error: the rendezvous {where} failed: {first}", file=sys.stderr, flush=True)
         return 1
     return 0
 
@@ -228,7 +256,7 @@ def _quiet_torchrun_logs() -> None:
 
 
 @contextlib.contextmanager
-def _restarts_reported() -> Any:
+def _restarts_reported(prog: str = PROG) -> Any:
     """Within the block, torchrun's launcher starts :func:`_reporting_agent`'s
     agent instead of its ``LocalElasticAgent``.
 
@@ -243,17 +271,19 @@ def _restarts_reported() -> Any:
     if not isinstance(original, type):
         yield
         return
-    launcher_api.LocalElasticAgent = _reporting_agent(original)
+    launcher_api.LocalElasticAgent = _reporting_agent(original, prog)
     try:
         yield
     finally:
         launcher_api.LocalElasticAgent = original
 
 
-def _reporting_agent(base: type) -> type:
+def _reporting_agent(base: type, prog: str = PROG) -> type:
     """``base`` (torchrun's ``LocalElasticAgent``) printing one line when it
     restarts the workers: the rank that failed first, its cause, the attempt
-    that follows (:func:`restart_line`)."""
+    that follows (:func:`restart_line`, named after ``prog``); its workers are
+    stopped for a restart with torchrun's ``--shutdown-timeout`` (as at the
+    job's end) instead of torch's fixed 30 s."""
     from torch.distributed.elastic.agent.server.api import WorkerState
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
@@ -278,6 +308,11 @@ def _reporting_agent(base: type) -> type:
                              host=socket.gethostname())
             return super()._start_workers(worker_group)
 
+        # LocalElasticAgent stops an attempt's workers before a restart with torch's default 30 s between its
+        # SIGTERM and its SIGKILL (the job's end uses --shutdown-timeout): a stopped rank would hold the restart
+        def _stop_workers(self, worker_group: Any) -> None:
+            self._shutdown(timeout=getattr(self, "_shutdown_timeout", SHUTDOWN_SECONDS))
+
         # the method SimpleElasticAgent leaves to its implementations: its result decides a restart (a failed
         # or unhealthy group, while restarts are left) or the end of the job
         def _monitor_workers(self, worker_group: Any) -> Any:
@@ -288,7 +323,7 @@ def _reporting_agent(base: type) -> type:
                 if self._failed_attempts < total:
                     failure = (_job_failure(ChildFailedError(name=PROG, failures=result.failures))
                                if result.failures else None)
-                    say(restart_line(failure, self._failed_attempts + 1, total))
+                    say(restart_line(failure, self._failed_attempts + 1, total, prog))
             return result
 
     return RestartReportingAgent
@@ -325,20 +360,21 @@ def round_token(store: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def restart_line(failure: Optional[tuple[Optional[int], int, str]], attempt: int, attempts: int) -> str:
+def restart_line(failure: Optional[tuple[Optional[int], int, str]], attempt: int, attempts: int,
+                 prog: str = PROG) -> str:
     """The launcher's line for a restart: ``failure`` is :func:`_job_failure`'s
     ``(rank, exit code, cause)`` of the failed attempt (``None``: torchrun
     found the workers unhealthy without a failure), ``attempt`` the one that
     starts now, of ``attempts`` (1 + ``--max-restarts``)."""
     then = f"restarting, attempt {attempt} of {attempts}"
     if failure is None:
-        return f"{PROG}: the workers became unhealthy; {then}"
+        return f"{prog}: the workers became unhealthy; {then}"
     rank, exitcode, cause = failure
     if rank is None:
-        return f"{PROG}: {cause}; {then}"
+        return f"{prog}: {cause}; {then}"
     if exitcode < 0:
-        return f"{PROG}: {_rank_here(rank)} died ({_signal_name(-exitcode)}); {then}"
-    return f"{PROG}: {_rank_here(rank)} failed (exit code {exitcode}): {cause}; {then}"
+        return f"{prog}: {_rank_here(rank)} died ({_signal_name(-exitcode)}); {then}"
+    return f"{prog}: {_rank_here(rank)} failed (exit code {exitcode}): {cause}; {then}"
 
 
 def _signal_name(signum: int) -> str:
@@ -346,6 +382,22 @@ def _signal_name(signum: int) -> str:
         return signal.Signals(signum).name
     except ValueError:
         return f"signal {signum}"
+
+
+def input_error_line(exc: Any, prog: str = PROG) -> Optional[str]:
+    """The launcher's line when ranks refused the user's input (exit status 2, the line each recorded,
+    :func:`~pyg_dynscale.commands.job.run_worker`), else ``None``: ``"<prog>: error: <line>"`` as one
+    process says it when every such rank recorded the same line (the usual case: the same options and data
+    on every rank), else the first rank's with its rank (``"<prog>: error (rank 1): <line>"``)."""
+    refused = {rank: _failure_cause(f) for rank, f in sorted(exc.failures.items()) if f.exitcode == 2}
+    if not refused:
+        return None
+    lines = {rank: text.split(": ", 1)[1] if text.startswith("CommandError: ") else text
+             for rank, text in refused.items()}
+    first = min(lines)
+    if len(set(lines.values())) == 1:
+        return f"{prog}: error: {lines[first]}"
+    return f"{prog}: error ({_rank_here(first)}): {lines[first]}"
 
 
 def _job_failure(exc: Any) -> tuple[Optional[int], int, str]:

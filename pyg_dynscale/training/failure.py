@@ -47,7 +47,7 @@ __all__ = ["publish_failure", "failure_of_others", "is_transport_error", "instal
            "die_with_launcher", "launcher_pid", "launcher_gone", "report_launcher_gone", "start_heartbeat",
            "stop_heartbeat", "diagnose_peers", "local_pid", "RankNotAnsweringError", "PeerFailedError",
            "LAUNCHER_PID_ENV", "ROUND_ENV", "HEARTBEAT_SECONDS", "job_round", "failure_text", "nodes", "node_of",
-           "rank_label", "ranks_label"]
+           "rank_label", "ranks_label", "launcher_reports"]
 
 #: Set by ``pyg-dynscale train --nproc`` for its workers: the pid of the launcher they must not outlive.
 LAUNCHER_PID_ENV = "PYG_DYNSCALE_LAUNCHER_PID"
@@ -127,6 +127,8 @@ def ranks_label(ranks: list[int]) -> str:
 #: Substrings of gloo/c10d errors that mean "a peer is gone", not a cause of their own.
 TRANSPORT_ERRORS = ("Connection reset", "Connection closed", "Broken pipe", "Socket Timeout", "Timed out",
                     "timed out", "Connection refused",
+                    # c10d's store: a key a peer never wrote (a rank stopped before it joined the process group)
+                    "wait timeout after",
                     # NCCL: a peer gone (remote error), or the watchdog's timeout / abort of the communicator
                     "ncclRemoteError", "NCCL communicator was aborted", "Watchdog caught collective operation timeout")
 
@@ -189,19 +191,21 @@ def publish_failure(rank: int, cause: str) -> None:
         pass
 
 
-def failure_of_others(me: int, world_size: int, wait: float = 2.0) -> Optional[tuple[int, str]]:
+def failure_of_others(me: int, world_size: int, wait: float = 2.0, clock: Callable[[], float] = time.monotonic,
+                      sleep: Callable[[float], None] = time.sleep) -> Optional[tuple[int, str]]:
     """``(rank, cause)`` of another rank that published a failure, waiting up
-    to ``wait`` seconds for one to appear; ``None`` if none did."""
-    return _published_failure(me, world_size, wait)[0]
+    to ``wait`` seconds (of ``clock``) for one to appear; ``None`` if none did."""
+    return _published_failure(me, world_size, wait, clock, sleep)[0]
 
 
-def _published_failure(me: int, world_size: int, wait: float) -> tuple[Optional[tuple[int, str]], bool]:
+def _published_failure(me: int, world_size: int, wait: float, clock: Callable[[], float] = time.monotonic,
+                       sleep: Callable[[float], None] = time.sleep) -> tuple[Optional[tuple[int, str]], bool]:
     """:func:`failure_of_others` and whether the store answered."""
     store = _store()
     if store is None:
         return None, True
     keys = [(r, _key(r)) for r in range(world_size) if r != me]
-    deadline = time.monotonic() + wait
+    deadline = clock() + wait
     while True:
         for r, key in keys:
             try:
@@ -209,15 +213,22 @@ def _published_failure(me: int, world_size: int, wait: float) -> tuple[Optional[
                     return (r, store.get(key).decode(errors="replace")), True
             except Exception:
                 return None, False  # the store itself is gone
-        if time.monotonic() >= deadline:
+        if clock() >= deadline:
             return None, True
-        time.sleep(0.05)
+        sleep(0.05)
 
 
 def is_transport_error(exc: BaseException) -> bool:
     """Whether ``exc`` reports a lost peer rather than a failure of its own."""
     text = f"{type(exc).__name__}: {exc}"
     return isinstance(exc, (ConnectionError, TimeoutError)) or any(t in text for t in TRANSPORT_ERRORS)
+
+
+def launcher_reports() -> bool:
+    """Whether this worker's failures are told by ``pyg-dynscale``'s ``--nproc`` launcher: its one line
+    per job, from the causes the ranks recorded (so a rank says nothing itself). Under a plain torchrun
+    nobody else would say it: each rank prints its own line."""
+    return launcher_pid() is not None
 
 
 # ------------------------------------------------------------ launcher death
@@ -293,9 +304,9 @@ def install_stop_report(rank: int, world_size: int, prefix: str) -> None:
     is blocked in the calling thread (threads started later inherit the mask)
     and a daemon thread waits for it with :func:`signal.sigwait`.
 
-    Under the ``--nproc`` launcher a stop without a published failure says
-    nothing: the launcher prints the one line that says why (a killed rank, or
-    its own ``SIGTERM``).
+    Under the ``--nproc`` launcher a stop says nothing and looks nothing up (a
+    store call could wait behind the main thread's): the launcher prints the
+    job's one line (the failed rank, or its own ``SIGTERM``).
     """
     if not hasattr(signal, "pthread_sigmask"):  # pragma: no cover - non-POSIX
         return
@@ -310,14 +321,14 @@ def install_stop_report(rank: int, world_size: int, prefix: str) -> None:
             time.sleep(0.01)
         if launcher_gone():
             report_launcher_gone(prefix, rank)
-        # a failure is published before its rank exits, i.e. before torchrun stops us: on one machine one look
-        # suffices; another machine's agent may stop us first (torchrun waits 30 s before SIGKILL)
-        other, store_ok = _published_failure(rank, world_size, wait=0.5 if launcher_pid() is not None else 2.0)
-        if not store_ok and launcher_pid() is not None:  # the launcher hosts the store: it is dying
-            report_launcher_gone(prefix, rank)
+        if launcher_reports():  # its one line names the failed rank (or its own signal): nothing to look up
+            os._exit(128 + signum)
+        # a plain torchrun: a failure is published before its rank exits, i.e. before torchrun stops us, but
+        # another machine's agent may stop us first
+        other = failure_of_others(rank, world_size, wait=2.0)
         if other is not None:
             say(f"{prefix} (rank {rank}): stopping: {failure_text(*other)}")
-        elif launcher_pid() is None:
+        else:
             say(f"{prefix} (rank {rank}): stopping: the launcher stopped the job")
         os._exit(128 + signum)
 
@@ -397,7 +408,8 @@ def stop_heartbeat() -> None:
 _heartbeat: dict = {}
 
 
-def diagnose_peers(me: int, world_size: int, window: float = SILENT_BEATS * HEARTBEAT_SECONDS
+def diagnose_peers(me: int, world_size: int, window: float = SILENT_BEATS * HEARTBEAT_SECONDS,
+                   clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep
                    ) -> tuple[Optional[tuple[int, str]], list[int]]:
     """Why a collective of rank ``me`` broke: ``(failure, silent)``.
 
@@ -420,7 +432,7 @@ def diagnose_peers(me: int, world_size: int, window: float = SILENT_BEATS * HEAR
         return out
 
     before = counts() if store is not None else {}
-    failure = failure_of_others(me, world_size, wait=window if store is not None else 2.0)
+    failure = failure_of_others(me, world_size, wait=window if store is not None else 2.0, clock=clock, sleep=sleep)
     if failure is not None or store is None:
         return failure, []
     after = counts()

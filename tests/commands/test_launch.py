@@ -109,3 +109,70 @@ def test_a_published_failure_as_peers_say_it(monkeypatch) -> None:
     silent = "node 1 (host h: ranks 2, 3) stopped answering: no heartbeat for 3 s"
     assert failure_text(2, silent) == silent  # it names who failed itself
     assert failure_text(1, "rank 1 stopped answering: no heartbeat") == "rank 1 stopped answering: no heartbeat"
+
+
+def test_torchrun_stops_the_workers_within_the_shutdown_timeout_and_the_job_within_its_deadline() -> None:
+    """torchrun's own machinery bounds the end of a job: its agent looks every MONITOR_SECONDS and sends SIGKILL
+    SHUTDOWN_SECONDS after its SIGTERM (torch's default, 30 s, is what a stopped rank added to the job);
+    stop_deadline is the whole bound (issue 38, item 6: within --timeout + 10 s)."""
+    argv = launch.torchrun_argv(_parsed("--nproc", "2"))
+    assert argv[argv.index("--shutdown-timeout") + 1] == str(launch.SHUTDOWN_SECONDS)
+    assert float(argv[argv.index("--monitor-interval") + 1]) == launch.MONITOR_SECONDS
+    from torch.distributed.run import get_args_parser
+
+    parsed = get_args_parser().parse_args(argv)  # torchrun takes them
+    assert parsed.shutdown_timeout == launch.SHUTDOWN_SECONDS and parsed.monitor_interval == launch.MONITOR_SECONDS
+    for timeout in (10, 120):
+        assert timeout < launch.stop_deadline(timeout) <= timeout + 10
+    assert launch.stop_deadline(10) == pytest.approx(10 + 3 + 0.4 + launch.SHUTDOWN_SECONDS)
+
+
+def test_a_restart_stops_the_workers_with_the_shutdown_timeout() -> None:
+    import signal
+
+    class Agent:  # LocalElasticAgent's part that _reporting_agent builds on
+        _shutdown_timeout = launch.SHUTDOWN_SECONDS
+
+        def __init__(self) -> None:
+            self.calls = []
+
+        def _stop_workers(self, worker_group) -> None:
+            self._shutdown()
+
+        def _shutdown(self, death_sig=signal.SIGTERM, timeout: int = 30) -> None:
+            self.calls.append(timeout)
+
+    agent = launch._reporting_agent(Agent, "pyg-dynscale train-events")()
+    agent._stop_workers(None)
+    assert agent.calls == [launch.SHUTDOWN_SECONDS]  # not torch's 30 s
+
+
+def _failures(monkeypatch, tmp_path, recorded: dict) -> dict:
+    from torch.distributed.elastic.multiprocessing.errors import ErrorHandler, ProcessFailure
+
+    out = {}
+    for rank, (exc, code) in recorded.items():
+        path = tmp_path / f"error{rank}.json"
+        monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(path))
+        ErrorHandler().record_exception(exc)
+        out[rank] = ProcessFailure(local_rank=rank, pid=100 + rank, exitcode=code, error_file=str(path))
+    return out
+
+
+def test_an_input_error_is_one_line_as_one_process_says_it(monkeypatch, tmp_path) -> None:
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+    monkeypatch.setattr(launch, "_launched", {})
+    line = "--resume: the checkpoint ck/epoch-000001 was written by another run (lr: ...); resume with --lr 0.01."
+    same = _failures(monkeypatch, tmp_path, {0: (CommandError(line), 2), 1: (CommandError(line), 2)})
+    assert launch.input_error_line(ChildFailedError(name="x", failures=same), "pyg-dynscale train-events") == \
+        f"pyg-dynscale train-events: error: {line}"
+    # ranks that refused different things (their data differ): the first, with its rank; a stopped peer is no refusal
+    other = _failures(monkeypatch, tmp_path, {0: (RuntimeError("stopped"), -15), 1: (CommandError("a"), 2),
+                                              2: (CommandError("b"), 2)})
+    assert launch.input_error_line(ChildFailedError(name="x", failures=other), "pyg-dynscale train") == \
+        "pyg-dynscale train: error (rank 1): a"
+    crashed = _failures(monkeypatch, tmp_path, {0: (RuntimeError("boom"), 1)})
+    assert launch.input_error_line(ChildFailedError(name="x", failures=crashed)) is None
+    assert launch.restart_line((1, 2, "CommandError: a"), 2, 3, "pyg-dynscale train-events") == \
+        "pyg-dynscale train-events: rank 1 failed (exit code 2): CommandError: a; restarting, attempt 2 of 3"

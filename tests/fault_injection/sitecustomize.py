@@ -5,7 +5,9 @@ Put this folder on ``PYTHONPATH`` and set ``PYG_DYNSCALE_TEST_FAULT`` to
 the start of that (1-based) epoch of this process (``DistributedTrainer``, ``MemoryTrainer``,
 ``WindowTrainer``: ``train``, ``train-events``, ``train --windows``), on torchrun's first attempt only (so a
 restart with ``--resume`` recovers). ``"<rank>:<epoch>:kill"``: that rank ends itself with
-``SIGKILL`` there instead (as a process killed from outside: no traceback, no published cause).
+``SIGKILL`` there instead (as a process killed from outside: no traceback, no published cause);
+``"<rank>:<epoch>:input"`` raises ``CommandError("injected input error")`` (a refusal of the user's input, exit
+status 2). ``<rank>`` ``all``: every rank.
 Python imports ``sitecustomize`` at start-up, so every worker torchrun starts is patched; the
 package itself is unchanged.
 
@@ -18,7 +20,19 @@ import os
 _spec = os.environ.get("PYG_DYNSCALE_TEST_FAULT")
 if _spec and os.environ.get("RANK") is not None and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0":
     _rank, _epoch, *_how = _spec.split(":")
-    _rank, _epoch = int(_rank), int(_epoch)
+    _rank, _epoch = (int(os.environ["RANK"]) if _rank == "all" else int(_rank)), int(_epoch)
+
+    def _inject():
+        if _how == ["kill"]:
+            import signal
+
+            os.kill(os.getpid(), signal.SIGKILL)
+        if _how == ["input"]:
+            from pyg_dynscale.errors import CommandError
+
+            raise CommandError("injected input error")
+        raise RuntimeError("injected fault")
+
     if int(os.environ["RANK"]) == _rank:
         from pyg_dynscale.distributed.trainer import DistributedTrainer
 
@@ -26,11 +40,7 @@ if _spec and os.environ.get("RANK") is not None and os.environ.get("TORCHELASTIC
 
         def _faulty(self):
             if len(self.epoch_seconds) + 1 == _epoch:
-                if _how == ["kill"]:
-                    import signal
-
-                    os.kill(os.getpid(), signal.SIGKILL)
-                raise RuntimeError("injected fault")
+                _inject()
             return _original(self)
 
         DistributedTrainer.train_epoch = _faulty
@@ -44,11 +54,7 @@ if _spec and os.environ.get("RANK") is not None and os.environ.get("TORCHELASTIC
 
             def faulty(self):
                 if self.epoch + 1 == _epoch:
-                    if _how == ["kill"]:
-                        import signal
-
-                        os.kill(os.getpid(), signal.SIGKILL)
-                    raise RuntimeError("injected fault")
+                    _inject()
                 return inner(self)
 
             cls.train_epoch = faulty
@@ -98,3 +104,19 @@ if _hold and os.environ.get("RANK") is not None and int(os.environ["RANK"]) == i
     _holding(_DT, lambda self: len(self.epoch_seconds))
     _holding(_MT, lambda self: self.epoch)
     _holding(_WT, lambda self: self.epoch)
+
+# PYG_DYNSCALE_TEST_STOP_BEFORE_GROUP="<rank>": that rank stops itself (SIGSTOP) right before it would join the
+# process group, as a rank stopped while loading its data: its peers wait for it in the store, not in a collective.
+_stop = os.environ.get("PYG_DYNSCALE_TEST_STOP_BEFORE_GROUP")
+if _stop and os.environ.get("RANK") is not None and int(os.environ["RANK"]) == int(_stop):
+    import signal as _signal
+
+    import torch.distributed as _dist
+
+    _init = _dist.init_process_group
+
+    def _stopped_first(*args, **kwargs):
+        os.kill(os.getpid(), _signal.SIGSTOP)
+        return _init(*args, **kwargs)
+
+    _dist.init_process_group = _stopped_first
