@@ -169,10 +169,8 @@ def test_a_lost_machine_without_restarts_fails_naming_the_node_once(tmp_path) ->
     assert line.startswith("pyg-dynscale train: error: node 1 (host ") and "ranks 2, 3) stopped answering" in line
     assert re.search(r"\(noticed by rank [01] \(node 0, host [^)]+\)\)$", line), line
     assert "Traceback" not in err and "exitcode" not in err, err[-3000:]
-    # the ranks that stopped say why, once each, naming the same machine
-    stopping = [s for s in err.splitlines() if ": stopping: " in s]
-    assert sorted(s.split(")", 1)[0] for s in stopping) == ["pyg-dynscale train (rank 0", "pyg-dynscale train (rank 1"]
-    assert all("node 1 (host " in s for s in stopping), stopping
+    # the ranks that stopped say nothing: their launcher's line is the one (issue 38: one line per job)
+    assert not [s for s in err.splitlines() if ": stopping: " in s], err[-3000:]
 
 
 def test_a_rank_failing_on_another_machine_is_named_with_its_machine_by_both_launchers(tmp_path) -> None:
@@ -182,7 +180,7 @@ def test_a_rank_failing_on_another_machine_is_named_with_its_machine_by_both_lau
     agents = start_agents([cmd, cmd], port, tmp_path / "logs", cli_env(), ROOT, [fault, fault])
     for a in agents:
         assert a.wait(TIMEOUT) == 1, a.stderr[-3000:]
-    # the launchers' lines (the failing rank's own line, "error (rank 2): ...", is its traceback's summary)
+    # the launchers' lines (the failing rank prints its traceback, no line of its own)
     lines = [[s for s in a.stderr.splitlines() if s.startswith("pyg-dynscale train: error: ")] for a in agents]
     assert [len(x) for x in lines] == [1, 1], [a.stderr[-3000:] for a in agents]
     # node 1 holds the failing rank; node 0's ranks only stopped, and its launcher names node 1's rank all the same
