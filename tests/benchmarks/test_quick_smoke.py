@@ -3,21 +3,69 @@ elsewhere, each checked for what its table must say (the others: bench_schemes,
 bench_blackbox, bench_gpu, bench_generator, bench_temporal_fusion,
 bench_transfer and bench_pgc_scale are run by the tests of their modules;
 bench_stale by examples/04_stale_embeddings.ipynb, whose table
-tests/docs/test_notebooks.py checks: one run of it, not two)."""
+tests/docs/test_notebooks.py checks: one run of it, not two).
+
+Each runs in this process (``main()`` with ``sys.argv`` as the command line would give it; ranks from the suite's
+fork server, tests/helpers/fast_spawn.py), not in a fresh interpreter: one import of torch and PyG less per
+benchmark (~4 CPU s each). What a benchmark changes in the process (default dtype, threads, RNG states, sys.path,
+the working directory) is put back after it; bench_host_syncs, which counts host read-backs by wrapping torch's
+functions, keeps its own interpreter.
+"""
 from __future__ import annotations
 
+import contextlib
+import importlib
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Iterator
 
+import numpy as np
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _quick(name: str, *extra: str) -> str:
+@contextlib.contextmanager
+def _process_state_kept() -> Iterator[None]:
+    """Whatever a benchmark's ``main()`` sets for the whole process, restored for the tests after it."""
+    argv, path, cwd = list(sys.argv), list(sys.path), os.getcwd()
+    dtype, threads = torch.get_default_dtype(), torch.get_num_threads()
+    rng, np_rng = torch.random.get_rng_state(), np.random.get_state()
+    try:
+        yield
+    finally:
+        sys.argv[:], sys.path[:] = argv, path
+        os.chdir(cwd)
+        torch.set_default_dtype(dtype)
+        torch.set_num_threads(threads)
+        torch.random.set_rng_state(rng)
+        np.random.set_state(np_rng)
+
+
+def _quick(capfd, name: str, *extra: str) -> str:
+    """``python benchmarks/<name>.py --quick [extra]``, run in this process; what it printed on stdout (its
+    ranks' too: captured at the file descriptor)."""
+    capfd.readouterr()
+    with _process_state_kept():
+        sys.argv[:] = [str(ROOT / "benchmarks" / f"{name}.py"), "--quick", *extra]
+        sys.path.insert(0, str(ROOT / "benchmarks"))  # as `python benchmarks/x.py` has it; ranks import by name
+        os.chdir(ROOT)
+        try:
+            status = importlib.import_module(name).main()  # None, 0, or the rows it printed
+        except SystemExit as exc:  # argparse, or a script that exits with its status
+            status = exc.code
+    out, err = capfd.readouterr()
+    failed = status is not None and (isinstance(status, (int, str)) and status != 0)
+    assert not failed, (status, out[-2000:], err[-3000:])
+    return out
+
+
+def _quick_process(name: str, *extra: str) -> str:
+    """The same in a fresh interpreter (a benchmark that patches torch to count calls)."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / f"{name}.py"), "--quick", *extra],
                           capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
@@ -25,8 +73,8 @@ def _quick(name: str, *extra: str) -> str:
     return proc.stdout
 
 
-def test_bench_distributed_quick():
-    out = _quick("bench_distributed")
+def test_bench_distributed_quick(capfd):
+    out = _quick(capfd, "bench_distributed")
     rows = [ln.split() for ln in out.splitlines() if re.match(r"\s+(PyGT-\w+(-\w+)?|PGC(\+fusion)?(\+rounds)?)\s+\d", ln)]
     assert {r[0] for r in rows} == {"PyGT-PSS", "PyGT-PTS", "PyGT-PSS-TS", "PGC", "PGC+fusion", "PGC+fusion+rounds"}
     assert all("True" in r for r in rows)  # measured bytes == plan on every configuration
@@ -34,24 +82,24 @@ def test_bench_distributed_quick():
     assert "speed-up" in out
 
 
-def test_bench_fused_vs_pygt_quick():
+def test_bench_fused_vs_pygt_quick(capfd):
     pytest.importorskip("torch_geometric_temporal")
-    out = _quick("bench_fused_vs_pygt")
+    out = _quick(capfd, "bench_fused_vs_pygt")
     diffs = [float(m) for m in re.findall(r"max \|loss diff\| = ([0-9.e+-]+)", out)]
     assert diffs and max(diffs) < 1e-3  # the fused trainer trains what PyGT's loop trains
     assert len(re.findall(r"speedup [0-9.]+x", out)) == len(diffs)
 
 
-def test_bench_pgc_vs_metis_quick():
+def test_bench_pgc_vs_metis_quick(capfd):
     pytest.importorskip("pymetis")
-    out = _quick("bench_pgc_vs_metis", "--graphs", "planted,synthetic:2e4")
+    out = _quick(capfd, "bench_pgc_vs_metis", "--graphs", "planted,synthetic:2e4")
     pgc = [ln.split() for ln in out.splitlines() if ln.strip().startswith("pgc ")]
     assert len(pgc) == 2 and all(float(r[1].replace(",", "")) > 0 for r in pgc)
     assert out.count("goal: bytes <= 1.3x METIS") == 2
 
 
-def test_bench_workload_quick():
-    out = _quick("bench_workload")
+def test_bench_workload_quick(capfd):
+    out = _quick(capfd, "bench_workload")
     mape = {ln.split()[0]: ln.split() for ln in out.splitlines() if re.match(r"\s+(mlp|linear|vertex)\s", ln)}
     assert {"mlp", "linear", "vertex"} <= set(mape)
     assert "lambda measured" in out
@@ -85,13 +133,13 @@ def _md_rows(out: str, first: str) -> list:
     return [[c.strip() for c in ln.strip("|").split("|")] for ln in out.splitlines() if re.match(first, ln)]
 
 
-def test_bench_windows_quick():
+def test_bench_windows_quick(capfd):
     """Every row of PyGT's index-batching loops and ours, a ratio on each, the same first
     loss where the same computation runs, the reuse table, the sections of the features that
     exist, and "not built yet" exactly for the features the package lacks."""
     pytest.importorskip("torch_geometric_temporal")
     features = _windows_features()
-    out = _quick("bench_windows")
+    out = _quick(capfd, "bench_windows")
     rows = _md_rows(out, r"\| (Chickenpox|road) \| (DCRNN|TGCN|A3TGCN) \|")
     loops = {
         "DCRNN": ["PyGT loop, BatchedDCRNN(K=3)", "WindowTrainer, BatchedDCRNN as is",
@@ -143,8 +191,8 @@ def test_bench_windows_quick():
             assert len(_md_rows(out, r"\| 8 \(projection\) \|")) >= 2
 
 
-def test_bench_incremental_quick():
-    out = _quick("bench_incremental")
+def test_bench_incremental_quick(capfd):
+    out = _quick(capfd, "bench_incremental")
     rows = [ln.split() for ln in out.splitlines() if re.match(r"\s+0\.\d+\s+(sum|gcn|cheb)", ln)]
     assert {r[1] for r in rows} == {"sum", "gcn", "cheb"} and len(rows) == 9
     for r in rows:  # the incremental/scratch column is the ratio of the two time columns (printed to 1 ms)
@@ -154,15 +202,15 @@ def test_bench_incremental_quick():
     assert sum(ln.startswith("crossover") for ln in out.splitlines()) == 3
 
 
-def test_bench_node_batches_quick():
-    out = _quick("bench_node_batches")
+def test_bench_node_batches_quick(capfd):
+    out = _quick(capfd, "bench_node_batches")
     assert "one node batch == full epoch loss: True" in out  # the exactness the table relies on
     rows = [ln.split() for ln in out.splitlines() if re.match(r"(TGCN|GConv\w+\(K=2\))\s+\d", ln)]
     assert rows and all(float(r[-2]) >= float(r[-1]) > 0 for r in rows)  # computed rows >= the exact need
 
 
-def test_bench_ctdg_quick():
-    out = _quick("bench_ctdg", "--epochs", "1")
+def test_bench_ctdg_quick(capfd):
+    out = _quick(capfd, "bench_ctdg", "--epochs", "1")
     rows = [ln.split() for ln in out.splitlines() if re.match(r"(CollegeMsg|synthetic)\b", ln)]
     assert len(rows) == 2
     for r in rows:
@@ -173,7 +221,7 @@ def test_bench_ctdg_quick():
 
 def test_bench_host_syncs_quick():
     pytest.importorskip("torch_geometric_temporal")
-    out = _quick("bench_host_syncs")
+    out = _quick_process("bench_host_syncs")
     rows = {ln[:48].strip(): ln[48:].split() for ln in out.splitlines() if ln.startswith("  ") and "syncs/st" not in ln}
     example = rows["PyG examples/tgn.py train()"]
     assert float(example[0]) >= 1  # the example reads back every step (its float(loss) at least)
