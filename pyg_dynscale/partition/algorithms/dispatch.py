@@ -15,14 +15,16 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def partition(signal: "DynamicGraphSignal", scheme: str, num_parts: int,
-              pattern: Optional["DependencyPattern"] = None, seed: int = 0, **opts: Any) -> Partition:
+              pattern: Optional["DependencyPattern"] = None, seed: Optional[int] = None, **opts: Any) -> Partition:
     """Dispatch to a scheme by name (``"pss"``, ``"pts"``, ``"pss-ts"``,
     ``"pgc"``, or ``"auto"``: the one with the lowest predicted epoch for this
     model, :mod:`.auto`).
 
     ``pattern`` and ``seed`` are used by PGC (edge weights, tie-breaking) and
     ``auto`` (the model's plan); the other schemes are deterministic and
-    ignore them. ``opts`` go to the scheme (``auto``: ``blackbox=``, ``cost=``,
+    ignore them. ``seed=None``: 0, or for PGC the seed of its ``options=``
+    (:class:`~.pgc_options.PGCOptions`). ``opts`` go to the scheme (``pgc``:
+    ``options=`` and its keywords; ``auto``: ``blackbox=``, ``cost=``,
     ``candidates=``).
     """
     key = str(scheme).lower().replace("_", "-")
@@ -34,8 +36,8 @@ def partition(signal: "DynamicGraphSignal", scheme: str, num_parts: int,
         return partition_pts(signal, num_parts, **opts)
     if key == "pss-ts":
         return partition_pss_ts(signal, num_parts, **opts)
-    if key == "pgc":
-        return partition_pgc(signal, num_parts, pattern, seed=seed, **opts)
+    if key == "pgc":  # an explicit seed overrides the options' own; none leaves it
+        return partition_pgc(signal, num_parts, pattern, **({} if seed is None else {"seed": seed}), **opts)
     if key == "auto":
-        return partition_auto(signal, num_parts, pattern, seed=seed, **opts)
+        return partition_auto(signal, num_parts, pattern, seed=0 if seed is None else seed, **opts)
     raise PartitionError("scheme", f"unknown partition scheme {scheme!r}.", f"Use one of {list(SCHEMES)}.")

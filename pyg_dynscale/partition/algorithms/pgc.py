@@ -83,8 +83,10 @@ from .coarsen import (min_weight, segment_sequences, supergraph_csr, supergraph_
 from .label_propagation import CSRGraph, compact_labels, label_propagation
 from ..partition import Partition, check_num_parts
 from ..pattern import DependencyPattern, edge_weights
+# the options' object, its presets and defaults (EFFORT, STARTS, START_MARGIN are read here by their old names)
+from .pgc_options import EFFORT, START_MARGIN, STARTS, PGCOptions
 from .plan_count import plan_bytes
-from .round_balance import BALANCE_OBJECTIVES, rebalance_partition
+from .round_balance import rebalance_partition
 from .schemes import pss_snapshot_ranks, pts_sequence_ranks
 from .workload import WorkloadModel, resolve_workload
 
@@ -97,13 +99,6 @@ if TYPE_CHECKING:  # pragma: no cover
 #: ``threads=k`` asks for ``k`` on a machine known to be idle.
 DEFAULT_THREADS = 1
 TORCH_THREADS = 1
-#: round budgets of the ``effort`` settings of :func:`partition_pgc`. "fast"
-#: is for big graphs without much structure, where every round is a pass over
-#: tens of millions of entries and mostly churns (docs/pgc.md, "Speed and quality")
-EFFORT = {
-    "thorough": {"max_rounds": 8, "coarse_rounds": 15, "max_levels": 6, "refine_rounds": 30},
-    "fast": {"max_rounds": 4, "coarse_rounds": 2, "max_levels": 3, "refine_rounds": 6},
-}
 #: ``effort="auto"`` picks "fast" above this many level-0 CSR entries
 FAST_ABOVE = 8_000_000
 #: coarsening stops at a level whose label propagation merged fewer than
@@ -113,17 +108,10 @@ STOP_SHRINK = 0.1
 #: coarse levels run at least this many rounds before ``gain_tol`` may stop
 #: them: their first rounds merge many chunks for little gain
 COARSE_MIN_ROUNDS = 6
-#: starting assignments of the multi-start (module doc, step 7)
-STARTS = ("lp", "pss", "pts")
 #: the extra (non-LP) starts are skipped when the level-0 graph has more CSR
 #: entries than this: each costs a supergraph pass, which on graphs that big
 #: outweighs what it can win (docs/pgc.md, Pipeline step 7)
 MULTI_START_MAX_ENTRIES = FAST_ABOVE
-#: a non-LP start is refined only when its unrefined cut is at most this
-#: factor above the LP candidate's cut: winning starts already cut less than
-#: LP before refinement, and refining one costs a full rank-level label
-#: propagation on the level-0 graph (docs/pgc.md, step 7)
-START_MARGIN = 1.1
 #: ... and, with a ``DependencyPattern``, only when its unrefined plan bytes
 #: are at most this factor above the LP candidate's: refinement lowers a
 #: start's bytes by a bounded factor, so a start far above LP cannot win
@@ -268,41 +256,26 @@ def partition_pgc(
     signal: "DynamicGraphSignal",
     num_parts: int,
     pattern: Any = None,
-    *,
-    seed: int = 0,
-    cap: Optional[float] = None,
-    chunks_per_part: int = 16,
-    effort: str = "auto",
-    max_rounds: Optional[int] = None,
-    coarse_rounds: Optional[int] = None,
-    tol: float = 1e-3,
-    gain_tol: float = 0.003,
-    max_levels: Optional[int] = None,
-    max_chunks: int = 4096,
-    slack: float = 0.03,
-    refine_rounds: Optional[int] = None,
-    refine_tol: float = 1e-3,
-    coarsen: Union[bool, str] = "auto",
-    segment_fraction: float = 0.5,
-    workload: Optional[WorkloadModel | str] = None,
-    threads: Optional[int] = None,
-    starts: tuple[str, ...] = STARTS,
-    max_divergence: Optional[float] = None,
-    start_margin: Optional[float] = START_MARGIN,
-    backend: Optional[str] = None,
-    progress: bool = False,
-    balance: str = "nodes",
-    round_model: Any = None,
-    fm_tries: Optional[int] = None,
+    options: Optional[PGCOptions] = None,
+    **overrides: Any,
 ) -> "Partition":
     r"""Partition a dynamic graph by graph chunks (DGC §4; pipeline in the
     module docstring).
+
+    The options below are the fields of
+    :class:`~pyg_dynscale.partition.algorithms.pgc_options.PGCOptions`: give
+    them as keywords (``partition_pgc(signal, 4, pattern, seed=1)``), as one
+    ``options`` object, or both (the keywords override its fields). The
+    partition records them in ``meta["pgc_options"]``
+    (:meth:`PGCOptions.to_dict <pyg_dynscale.partition.algorithms.pgc_options.PGCOptions.to_dict>`).
 
     Args:
         signal (DynamicGraphSignal): the dynamic graph (:math:`N` vertex-time nodes).
         num_parts (int): number of ranks :math:`P`, ``1 <= P <= N``.
         pattern: the model's dependency pattern (edge byte weights), a
             ``(spatial, temporal)`` weight pair, or ``None`` (both 1).
+        options (PGCOptions, optional): all options at once (default: the
+            defaults below).
         seed (int): makes the result deterministic (halves, tie-breaks).
         cap (float, optional): largest chunk, in units of the workload model's
             additive node cost (vertex-time nodes + spatial in-edges for the
@@ -408,57 +381,29 @@ def partition_pgc(
 
     Raises:
         PartitionError: ``num_parts`` out of range, a cap below the largest
-            node cost, fewer chunks than ranks, or a bad ``coarsen`` /
-            ``segment_fraction`` / ``threads``.
+            node cost, fewer chunks than ranks, a bad option (named: see
+            :class:`~pyg_dynscale.partition.algorithms.pgc_options.PGCOptions`)
+            or a keyword that is not an option.
     """
     N = signal.num_vertex_time_nodes
     P = check_num_parts(int(num_parts) if isinstance(num_parts, np.integer) else num_parts, N)
-    if effort not in EFFORT and effort != "auto":
-        raise PartitionError("effort", f"must be one of {sorted(EFFORT) + ['auto']}, not {effort!r}.")
-    if coarsen not in (True, False, "auto"):
-        raise PartitionError("coarsen", f"must be True, False or 'auto', not {coarsen!r}.")
-    if not (0.0 < float(segment_fraction) <= 1.0):
-        raise PartitionError("segment_fraction", f"must lie in (0, 1], got {segment_fraction!r}.", "use e.g. 0.5.")
-    if threads is not None and (isinstance(threads, bool) or int(threads) < 1):
-        raise PartitionError("threads", f"must be a positive int or None, got {threads!r}.")
-    if isinstance(starts, str) or "lp" not in starts or any(st not in STARTS for st in starts):
-        raise PartitionError("starts", f"must be a tuple from {STARTS} that contains 'lp', got {starts!r}.",
-                             "use e.g. ('lp', 'pss', 'pts'), or ('lp',) for the single-start PGC.")
-    starts = tuple(dict.fromkeys(starts))
-    if max_divergence is not None and not (isinstance(max_divergence, (int, float)) and max_divergence >= 1.0):
-        raise PartitionError("max_divergence", f"must be a number >= 1 or None, got {max_divergence!r}.", "use e.g. 1.15.")
-    if start_margin is not None and not (isinstance(start_margin, (int, float)) and start_margin > 0
-                                         and math.isfinite(start_margin)):
-        raise PartitionError("start_margin", f"must be a positive number or None, got {start_margin!r}.",
-                             f"use e.g. {START_MARGIN}, or None to refine every start.")
-    _check_numbers(slack=slack, tol=tol, gain_tol=gain_tol, refine_tol=refine_tol, chunks_per_part=chunks_per_part,
-                   max_chunks=max_chunks, max_rounds=max_rounds, coarse_rounds=coarse_rounds, max_levels=max_levels,
-                   refine_rounds=refine_rounds, fm_tries=fm_tries)
-    if balance not in BALANCE_OBJECTIVES:
-        raise PartitionError("balance", f"must be one of {BALANCE_OBJECTIVES}, not {balance!r}.",
-                             "use 'nodes' (additive node cost) or 'rounds' (round-aware runtime cost).")
+    opts = PGCOptions.of(options, **overrides)  # validated once, in the dataclass
     if signal.device.type != "cpu":  # the kernels run on the host: partition a host copy, same fingerprint
         signal = signal.to("cpu")
-    n_threads = int(threads) if threads is not None else DEFAULT_THREADS
+    n_threads = int(opts.threads) if opts.threads is not None else DEFAULT_THREADS
     before = torch.get_num_threads()
     torch.set_num_threads(n_threads or TORCH_THREADS)
     try:
         # resolved once: inside, kernels.backend() is a variable read instead of an environment lookup per call
         sg = signal.supergraph()
         size = sg.num_nodes + sg.num_spatial_edges + sg.num_temporal_edges
-        with kernels.use_backend(backend if backend is not None else kernels.backend_for(size)) as used_backend, \
-                kernels.use_threads(n_threads) as kernel_threads:
-            settings = PGCSettings(
-                seed=seed, cap=cap, chunks_per_part=chunks_per_part, effort=effort, max_rounds=max_rounds,
-                coarse_rounds=coarse_rounds, tol=tol, gain_tol=gain_tol, max_levels=max_levels, max_chunks=max_chunks,
-                slack=slack, refine_rounds=refine_rounds, refine_tol=refine_tol, coarsen=coarsen,
-                segment_fraction=float(segment_fraction), workload=workload, starts=starts,
-                max_divergence=max_divergence, start_margin=start_margin, progress=progress,
-                fm_tries=fm_tries)
-            part = _partition_pgc(signal, P, pattern, settings)
-            if balance == "rounds":
-                part = rebalance_partition(signal, part, pattern, round_model)
-            part.meta["balance"] = balance
+        backend = opts.backend if opts.backend is not None else kernels.backend_for(size)
+        with kernels.use_backend(backend) as used_backend, kernels.use_threads(n_threads) as kernel_threads:
+            part = _partition_pgc(signal, P, pattern, PGCSettings.of(opts))
+            if opts.balance == "rounds":
+                part = rebalance_partition(signal, part, pattern, opts.round_model)
+            part.meta["balance"] = opts.balance
+            part.meta["pgc_options"] = opts.to_dict()
             part.meta["threads"] = kernel_threads if used_backend == "numba" else torch.get_num_threads()
             part.meta["backend"] = used_backend
             return part
@@ -469,32 +414,6 @@ def partition_pgc(
 def _largest_chunk(chunk: Tensor, num_chunks: int, node_w: Tensor) -> float:
     """Cost of the heaviest chunk of a vertex-time-node chunk array."""
     return float(torch.zeros(num_chunks, dtype=torch.float64).index_add_(0, chunk, node_w).max()) if num_chunks else 0.0
-
-
-#: fraction bounds and integer minimums of :func:`partition_pgc`'s tuning knobs (``None`` = preset)
-_FRACTIONS = {"slack": (0.0, 1.0), "tol": (0.0, 1.0), "gain_tol": (0.0, 1.0), "refine_tol": (0.0, 1.0)}
-_COUNTS = {"chunks_per_part": 1, "max_chunks": 1, "max_rounds": 0, "coarse_rounds": 0, "max_levels": 0, "refine_rounds": 0,
-           "fm_tries": 0}
-
-
-def _check_numbers(**values: Any) -> None:
-    """Refuse NaN, negative or out-of-range tuning knobs at the boundary,
-    naming the argument (a NaN tolerance would silently never stop a loop)."""
-    for name, value in values.items():
-        if name in _FRACTIONS:
-            lo, hi = _FRACTIONS[name]
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and lo <= float(value) < hi
-            if not ok:
-                raise PartitionError(name, f"must be a number in [{lo:g}, {hi:g}), got {value!r}.",
-                                     f"use e.g. {_DEFAULT_FRACTION[name]}.")
-        elif value is not None:
-            lo = _COUNTS[name]
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or int(value) < lo:
-                raise PartitionError(name, f"must be an int >= {lo} or None, got {value!r}.",
-                                     "leave it at None for the effort preset." if lo == 0 else "use e.g. 16.")
-
-
-_DEFAULT_FRACTION = {"slack": 0.03, "tol": 1e-3, "gain_tol": 0.003, "refine_tol": 1e-3}
 
 
 def _refine(levels: list[Level], chunk_owner: np.ndarray, P: int, total: float, slack: float, rounds: int,
@@ -676,6 +595,12 @@ class PGCSettings:
     start_margin: Optional[float]
     progress: bool
     fm_tries: Optional[int] = None
+
+    @classmethod
+    def of(cls, options: PGCOptions) -> "PGCSettings":
+        """The pipeline's fields of ``options`` (validated there)."""
+        values = {name: getattr(options, name) for name in cls.__dataclass_fields__}
+        return cls(**{**values, "segment_fraction": float(options.segment_fraction)})
 
     def with_effort(self, entries: int) -> "PGCSettings":
         """``effort="auto"`` resolved for a level-0 graph of ``entries`` CSR
