@@ -15,6 +15,7 @@ import pytest
 
 from pyg_dynscale.cli import build_parser, main
 from tests.helpers.event_csv import emulate, write_events_csv
+from tests.helpers.event_streams import assert_metrics_close
 
 ROOT = Path(__file__).resolve().parents[2]
 ARGS = ["--epochs", "2", "--batch-size", "20", "--memory-dim", "6", "--time-dim", "4", "--embedding-dim", "6",
@@ -47,8 +48,9 @@ def test_two_processes_equal_the_in_process_emulation(events_csv, two_process_ru
     trainer, losses, val, test = emulate(events_csv, "--parallelism", "1,2,1", *ARGS)
     assert r["world_size"] == 2 and r["parallelism"] == [1, 2, 1] and r["events"]["train"] == trainer.val_start
     assert r["losses"] == pytest.approx(losses, rel=1e-9, abs=0)
-    for got, want in zip(r["val_metrics"] + [r["test_metrics"]], val + [test]):
-        assert got == pytest.approx(want, rel=0, abs=1e-9)
+    sizes = [r["events"]["val"]] * len(val) + [r["events"]["test"]]
+    for got, want, events in zip(r["val_metrics"] + [r["test_metrics"]], val + [test], sizes):
+        assert_metrics_close(got, want, events)  # AP / AUC / MRR: never compared exactly across computations
     assert r["events_per_second"] > 0 and r["bytes"]["gradients"] > 0 and r["bytes"]["gather"] > 0
     assert r["bytes"]["memory_read"] > 0 and r["bytes"]["memory_write"] > 0
 

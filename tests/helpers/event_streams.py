@@ -35,3 +35,18 @@ def evaluation_scores(trainer, splits=("val", "test")):
     finally:
         trainer.link_pred.forward = forward
     return metrics, torch.cat(scores)
+
+
+def assert_metrics_close(got: dict, want: dict, events: int, atol: float = 1e-9) -> None:
+    """The evaluation metrics of one split of ``events`` events from two computations whose scores agree
+    to rounding only (ranks vs. their emulation): ``loss``, a smooth function of every score, to ``atol``;
+    AP, AUC and MRR, step functions of the scores (a score moved by an ulp can make or break a tie), to one
+    event's weight ``1 / events`` -- a tie made or broken moves none of them more (AUC by half a pair of a
+    batch, AP by one precision term of a batch, MRR by one event's rank). Where the scores can be read,
+    compare them instead (:func:`evaluation_scores`)."""
+    assert got.keys() == want.keys(), (got, want)
+    assert abs(got["loss"] - want["loss"]) <= atol, (got, want)
+    for key in got.keys() - {"loss"}:
+        if got[key] != got[key] and want[key] != want[key]:  # nan: no MRR negatives
+            continue
+        assert abs(got[key] - want[key]) <= 1.0 / events, (key, got, want)
