@@ -2,22 +2,16 @@
 its distributed runs measure the bytes their plans predict (asserted inside)."""
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 
-ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+from tests.helpers.bench_quick import run_quick
 
 
-def test_bench_blackbox_quick():
+def test_bench_blackbox_quick(capfd):
     pytest.importorskip("torch_geometric_temporal")
-    out = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "bench_blackbox.py"), "--quick"],
-                         capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    text = out.stdout
+    text = run_quick(capfd, "bench_blackbox", "--quick")  # in this process: no interpreter to start
     for header in ("== 1.", "== 2.", "== 3.", "== 4.", "== 5."):
         assert header in text, text
     # one row per dataset x cell in section 1, each with a positive 2-rank epoch time

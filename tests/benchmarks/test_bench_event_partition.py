@@ -2,20 +2,12 @@
 (parts, method), flexbicut's balance cost is never above interval's and never below the lower bound."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers.bench_quick import run_quick
 
 
-def test_bench_event_partition_quick():
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_event_partition.py"), "--quick"],
-                          capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = [[c.strip() for c in ln.strip("|").split("|")] for ln in proc.stdout.splitlines()
+def test_bench_event_partition_quick(capfd):
+    out = run_quick(capfd, "bench_event_partition", "--quick")  # in this process: no interpreter to start
+    rows = [[c.strip() for c in ln.strip("|").split("|")] for ln in out.splitlines()
             if ln.startswith("| ") and ln.split("|")[2].strip() in ("range", "interval", "flexbicut")]
     assert len(rows) == 2 * 2 * 3  # two streams, 2 and 4 parts, three methods
     for k in range(0, len(rows), 3):

@@ -5,63 +5,27 @@ bench_transfer and bench_pgc_scale are run by the tests of their modules;
 bench_stale by examples/04_stale_embeddings.ipynb, whose table
 tests/docs/test_notebooks.py checks: one run of it, not two).
 
-Each runs in this process (``main()`` with ``sys.argv`` as the command line would give it; ranks from the suite's
-fork server, tests/helpers/fast_spawn.py), not in a fresh interpreter: one import of torch and PyG less per
-benchmark (~4 CPU s each). What a benchmark changes in the process (default dtype, threads, RNG states, sys.path,
-the working directory) is put back after it; bench_host_syncs, which counts host read-backs by wrapping torch's
-functions, keeps its own interpreter.
+Each runs in this process (tests/helpers/bench_quick.py), not in a fresh interpreter: one import of torch and PyG
+less per benchmark; bench_host_syncs, which counts host read-backs by wrapping torch's functions, keeps its own
+interpreter.
 """
 from __future__ import annotations
 
-import contextlib
-import importlib
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Iterator
 
-import numpy as np
 import pytest
-import torch
+
+from tests.helpers.bench_quick import run_quick
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@contextlib.contextmanager
-def _process_state_kept() -> Iterator[None]:
-    """Whatever a benchmark's ``main()`` sets for the whole process, restored for the tests after it."""
-    argv, path, cwd = list(sys.argv), list(sys.path), os.getcwd()
-    dtype, threads = torch.get_default_dtype(), torch.get_num_threads()
-    rng, np_rng = torch.random.get_rng_state(), np.random.get_state()
-    try:
-        yield
-    finally:
-        sys.argv[:], sys.path[:] = argv, path
-        os.chdir(cwd)
-        torch.set_default_dtype(dtype)
-        torch.set_num_threads(threads)
-        torch.random.set_rng_state(rng)
-        np.random.set_state(np_rng)
-
-
 def _quick(capfd, name: str, *extra: str) -> str:
-    """``python benchmarks/<name>.py --quick [extra]``, run in this process; what it printed on stdout (its
-    ranks' too: captured at the file descriptor)."""
-    capfd.readouterr()
-    with _process_state_kept():
-        sys.argv[:] = [str(ROOT / "benchmarks" / f"{name}.py"), "--quick", *extra]
-        sys.path.insert(0, str(ROOT / "benchmarks"))  # as `python benchmarks/x.py` has it; ranks import by name
-        os.chdir(ROOT)
-        try:
-            status = importlib.import_module(name).main()  # None, 0, or the rows it printed
-        except SystemExit as exc:  # argparse, or a script that exits with its status
-            status = exc.code
-    out, err = capfd.readouterr()
-    failed = status is not None and (isinstance(status, (int, str)) and status != 0)
-    assert not failed, (status, out[-2000:], err[-3000:])
-    return out
+    return run_quick(capfd, name, "--quick", *extra)
 
 
 def _quick_process(name: str, *extra: str) -> str:
