@@ -33,6 +33,7 @@ _LAZY = {
     "partition": "algorithms.dispatch", "partition_pss": "algorithms.schemes", "partition_pts": "algorithms.schemes",
     "partition_pss_ts": "algorithms.schemes", "partition_pgc": "algorithms.pgc",
     "LinearWorkload": "algorithms.workload", "MLPWorkload": "algorithms.workload", "profile": "algorithms.workload",
+    "PGCOptions": "algorithms.pgc_options",
 }
 
 
@@ -53,5 +54,5 @@ __all__ = [
     "BlockPattern", "DependencyPattern", "Partition", "CommunicationPlan", "Exchange",
     "SCHEMES", "default_node_cost", "partition", "partition_pss", "partition_pts", "partition_pss_ts",
     "PartitionMetrics", "compare", "evaluate", "format_table", "load_partition", "save_partition",
-    "partition_pgc", "LinearWorkload", "MLPWorkload", "profile",
+    "partition_pgc", "PGCOptions", "LinearWorkload", "MLPWorkload", "profile",
 ]

@@ -176,3 +176,9 @@ def test_dispatch_passes_the_options_and_an_explicit_seed_wins():
     assert partition(s, "pgc", 3, PAIR, options=o).meta["pgc_options"]["seed"] == 1
     assert partition(s, "pgc", 3, PAIR, seed=4, options=o).meta["pgc_options"]["seed"] == 4
     assert partition(s, "pgc", 3, PAIR).meta["pgc_options"]["seed"] == 0
+
+
+def test_public_name():
+    import pyg_dynscale.partition as part
+
+    assert part.PGCOptions is PGCOptions and "PGCOptions" in part.__all__
