@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable
 #: names whose use means "starts a process"
 STARTERS = frozenset({
     "spawn", "spawn_context", "subprocess", "Popen", "check_output", "multiprocessing", "ProcessPoolExecutor",
-    "get_context", "run_cli", "torchrun", "nbclient", "NotebookClient",
+    "get_context", "run_cli", "run_quick", "torchrun", "nbclient", "NotebookClient",
 })
 
 #: folders of tests/ whose tests run whole programs (the command line, benchmarks, docs, examples, notebooks)
