@@ -399,7 +399,7 @@ def partition_pgc(
         size = sg.num_nodes + sg.num_spatial_edges + sg.num_temporal_edges
         backend = opts.backend if opts.backend is not None else kernels.backend_for(size)
         with kernels.use_backend(backend) as used_backend, kernels.use_threads(n_threads) as kernel_threads:
-            part = _partition_pgc(signal, P, pattern, PGCSettings.of(opts))
+            part = _partition_pgc(signal, P, pattern, replace(opts, segment_fraction=float(opts.segment_fraction)))
             if opts.balance == "rounds":
                 part = rebalance_partition(signal, part, pattern, opts.round_model)
             part.meta["balance"] = opts.balance
@@ -569,52 +569,20 @@ def _refined_start(start_owner: Tensor, P: int, sg: Any, node_w: Tensor, ws: flo
     return _RefinedStart(cut, divergence(loads.numpy()), owner, chunk, C)
 
 
-@dataclass(frozen=True)
-class PGCSettings:
-    """The resolved keyword arguments of :func:`partition_pgc` (validated
-    there); the ``effort`` presets fill the ``None`` round budgets."""
+def _with_effort(s: PGCOptions, entries: int) -> PGCOptions:
+    """The options the pipeline runs with: ``effort="auto"`` resolved for a
+    level-0 graph of ``entries`` CSR entries, the preset's round budgets
+    where none was given, and :data:`FM_TRIES` for ``fm_tries=None``."""
+    effort = ("fast" if entries > FAST_ABOVE else "thorough") if s.effort == "auto" else s.effort
+    preset = EFFORT[effort]
 
-    seed: int
-    cap: Optional[float]
-    chunks_per_part: int
-    effort: str
-    max_rounds: Optional[int]
-    coarse_rounds: Optional[int]
-    tol: float
-    gain_tol: float
-    max_levels: Optional[int]
-    max_chunks: int
-    slack: float
-    refine_rounds: Optional[int]
-    refine_tol: float
-    coarsen: Union[bool, str]
-    segment_fraction: float
-    workload: Any
-    starts: tuple
-    max_divergence: Optional[float]
-    start_margin: Optional[float]
-    progress: bool
-    fm_tries: Optional[int] = None
+    def pick(name: str) -> int:
+        given = getattr(s, name)
+        return preset[name] if given is None else int(given)
 
-    @classmethod
-    def of(cls, options: PGCOptions) -> "PGCSettings":
-        """The pipeline's fields of ``options`` (validated there)."""
-        values = {name: getattr(options, name) for name in cls.__dataclass_fields__}
-        return cls(**{**values, "segment_fraction": float(options.segment_fraction)})
-
-    def with_effort(self, entries: int) -> "PGCSettings":
-        """``effort="auto"`` resolved for a level-0 graph of ``entries`` CSR
-        entries, and the preset's round budgets where none was given."""
-        effort = ("fast" if entries > FAST_ABOVE else "thorough") if self.effort == "auto" else self.effort
-        preset = EFFORT[effort]
-
-        def pick(name: str) -> int:
-            given = getattr(self, name)
-            return preset[name] if given is None else int(given)
-
-        fm_tries = FM_TRIES if self.fm_tries is None else int(self.fm_tries)
-        return replace(self, effort=effort, max_rounds=pick("max_rounds"), coarse_rounds=pick("coarse_rounds"),
-                       max_levels=pick("max_levels"), refine_rounds=pick("refine_rounds"), fm_tries=fm_tries)
+    fm_tries = FM_TRIES if s.fm_tries is None else int(s.fm_tries)
+    return replace(s, effort=effort, max_rounds=pick("max_rounds"), coarse_rounds=pick("coarse_rounds"),
+                   max_levels=pick("max_levels"), refine_rounds=pick("refine_rounds"), fm_tries=fm_tries)
 
 
 @dataclass
@@ -688,7 +656,7 @@ class _StartChoice:
     lp_bytes_before_fm: Optional[int] = None
 
 
-def _node_costs(signal: "DynamicGraphSignal", P: int, s: PGCSettings) -> _Costs:
+def _node_costs(signal: "DynamicGraphSignal", P: int, s: PGCOptions) -> _Costs:
     model = resolve_workload(s.workload)
     node_w = model.node_costs(signal).to(torch.float64)
     lowest, highest = torch.aminmax(node_w)
@@ -709,7 +677,7 @@ def _node_costs(signal: "DynamicGraphSignal", P: int, s: PGCSettings) -> _Costs:
     return _Costs(model, node_w, total, biggest, cap)
 
 
-def _level0_graph(signal: "DynamicGraphSignal", pattern: Any, costs: _Costs, s: PGCSettings) -> _Level0:
+def _level0_graph(signal: "DynamicGraphSignal", pattern: Any, costs: _Costs, s: PGCOptions) -> _Level0:
     """Step 2: temporal coarsening (segment quotient graph), or the supergraph itself."""
     sg = signal.supergraph()
     ws, _ = edge_weights(pattern)
@@ -729,7 +697,7 @@ def _level0_graph(signal: "DynamicGraphSignal", pattern: Any, costs: _Costs, s: 
     return _Level0(graph, seg, n0, w0, ws, tw, use)
 
 
-def _generate(lvl: _Level0, costs: _Costs, P: int, s: PGCSettings) -> _Chunks:
+def _generate(lvl: _Level0, costs: _Costs, P: int, s: PGCOptions) -> _Chunks:
     """Steps 3-4: size-constrained label propagation and chunk coarsening."""
     chunk, C, levels, info = generate_chunks(lvl.graph, lvl.node_w, costs.cap, seed=s.seed, max_rounds=s.max_rounds,
                                              coarse_rounds=s.coarse_rounds, tol=s.tol, gain_tol=s.gain_tol,
@@ -740,7 +708,7 @@ def _generate(lvl: _Level0, costs: _Costs, P: int, s: PGCSettings) -> _Chunks:
     return _Chunks(chunk, C, levels, info)
 
 
-def _assign(signal: "DynamicGraphSignal", lvl: _Level0, costs: _Costs, ch: _Chunks, P: int, s: PGCSettings,
+def _assign(signal: "DynamicGraphSignal", lvl: _Level0, costs: _Costs, ch: _Chunks, P: int, s: PGCOptions,
             timings: dict) -> _Assignment:
     """Step 5: Algorithm 1 and chunk refinement; step 6: uncoarsening refinement."""
     t0 = time.perf_counter()
@@ -785,7 +753,7 @@ def _assign(signal: "DynamicGraphSignal", lvl: _Level0, costs: _Costs, ch: _Chun
 
 
 def _chunk_fm(cg: ChunkGraph, cost: np.ndarray, chunk_owner: np.ndarray, P: int,
-              s: PGCSettings) -> tuple[np.ndarray, dict]:
+              s: PGCOptions) -> tuple[np.ndarray, dict]:
     r"""Step 5b, FM refinement of the chunk assignment (:mod:`.fm`): the
     Algorithm 1 assignment refined by FM passes, and ``fm_tries`` multilevel
     FM runs on the chunk graph (label-propagation coarsening with seeds
@@ -813,7 +781,7 @@ def _chunk_fm(cg: ChunkGraph, cost: np.ndarray, chunk_owner: np.ndarray, P: int,
 
 
 def _multi_start(signal: "DynamicGraphSignal", P: int, pattern: Any, lvl: _Level0, costs: _Costs,
-                 asg: _Assignment, s: PGCSettings) -> _StartChoice:
+                 asg: _Assignment, s: PGCOptions) -> _StartChoice:
     """Step 7: refine the balanced PSS / PTS partitions and keep the cheapest
     candidate within the balance tolerance."""
     sg = signal.supergraph()
@@ -902,7 +870,7 @@ def _multi_start(signal: "DynamicGraphSignal", P: int, pattern: Any, lvl: _Level
                         pss_split, over_cap, cut_before_fm, before_fm_bytes[0] if before_fm_bytes else None)
 
 
-def _partition_pgc(signal: "DynamicGraphSignal", P: int, pattern: Any, s: PGCSettings) -> "Partition":
+def _partition_pgc(signal: "DynamicGraphSignal", P: int, pattern: Any, s: PGCOptions) -> "Partition":
     """PGC's pipeline (module doc, steps 1-7) as named steps."""
     t_start = time.perf_counter()
     timings: dict[str, float] = {}
@@ -913,7 +881,7 @@ def _partition_pgc(signal: "DynamicGraphSignal", P: int, pattern: Any, s: PGCSet
     t0 = time.perf_counter()
     lvl = _level0_graph(signal, pattern, costs, s)
     timings["graph"] = time.perf_counter() - t0
-    s = s.with_effort(lvl.graph.dst.numel())
+    s = _with_effort(s, lvl.graph.dst.numel())
     t0 = time.perf_counter()
     ch = _generate(lvl, costs, P, s)
     timings["chunk_generation"] = time.perf_counter() - t0
