@@ -426,7 +426,7 @@ def reuse_dataset(name: str, quick: bool) -> DynamicGraphSignal:
     from _shared import DATASETS as SHARED
 
     if name == "chickenpox":
-        sig = load_pygt_json(str(SHARED / "pygt" / "chickenpox.json"), "chickenpox", lags=4)
+        sig = load_pygt_json(str(SHARED / "pygt" / "chickenpox.json"), "chickenpox", feature_lags=4)
         return sig[0:60] if quick else sig
     V, T = (200, 20) if quick else (2000, 200)
     d0 = sorted_copy(generate_dynamic_graph(V, 4 * V, 1, presence=1.0, num_features=8, seed=0)).snapshot(0)

@@ -627,7 +627,7 @@ def section_incremental(args, out: list) -> None:
     from pyg_dynscale.data.loaders import load_england_covid
 
     TGCN = import_pygt("bench_windows").nn.recurrent.TGCN
-    sig = load_england_covid(lags=4)
+    sig = load_england_covid(feature_lags=4)
     if args.quick:
         sig = sig[0:16]
     rows = []

@@ -473,14 +473,14 @@ def test_column_blocks_sum_in_the_loaders_order(tmp_path, monkeypatch):
     wiki = _wiki_doc(20_000, 5)
     path = tmp_path / "w.json"
     path.write_text(json.dumps(wiki))
-    ingest_pygt_json(path, tmp_path / "w.store", dataset="wikimaths", lags=2)
+    ingest_pygt_json(path, tmp_path / "w.store", dataset="wikimaths", feature_lags=2)
     Z = np.array([wiki[str(t)]["y"] for t in range(20_000)])
     assert same_bits(buffer("std", Z.shape), standardize(Z))
     written.clear()
     bus = _bus_doc(20_000, 3, ("y", "x1"))
     path = tmp_path / "m.json"
     path.write_text(json.dumps(bus))
-    ingest_pygt_json(path, tmp_path / "m.store", dataset="montevideo_bus", feature_vars=["y", "x1"], lags=2)
+    ingest_pygt_json(path, tmp_path / "m.store", dataset="montevideo_bus", feature_vars=["y", "x1"], feature_lags=2)
     feats = np.array([[n["X"][v] for v in ("y", "x1")] for n in bus["nodes"]])
     assert same_bits(buffer("std.feat", (20_000, 6)), standardize(feats.reshape(6, 20_000).T))
     targ = np.array([n["y"] for n in bus["nodes"]])
@@ -498,6 +498,6 @@ def test_a_file_the_stream_declines_is_read_whole_to_the_same_signal(tmp_path, d
         doc["nodes"][1]["y"][4] = 2 ** 60
     path = tmp_path / "montevideo_bus.json"
     path.write_text(json.dumps(doc))
-    a = load_pygt_json(path, lags=3)
-    assert a.equals(ingest_pygt_json(path, tmp_path / "store", lags=3))
+    a = load_pygt_json(path, feature_lags=3)
+    assert a.equals(ingest_pygt_json(path, tmp_path / "store", feature_lags=3))
     assert leftovers(tmp_path, keep={path.name, "store"}) == []

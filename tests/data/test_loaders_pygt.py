@@ -123,7 +123,7 @@ def synth_tennis(rng: np.random.Generator, T: int = 6, V: int = 12) -> dict:
 def test_chickenpox_matches_pygt(monkeypatch, lags):
     path = shared("chickenpox.json")
     ref = pygt_loader(monkeypatch, "ChickenpoxDatasetLoader", path)().get_dataset(lags=lags)
-    assert_same_snapshots(load_pygt_json(path, lags=lags), ref)
+    assert_same_snapshots(load_pygt_json(path, feature_lags=lags), ref)
 
 
 @needs_pygt
@@ -131,7 +131,7 @@ def test_chickenpox_matches_pygt(monkeypatch, lags):
 def test_pedalme_matches_pygt(monkeypatch, lags):
     path = shared("pedalme_london.json")
     ref = pygt_loader(monkeypatch, "PedalMeDatasetLoader", path)().get_dataset(lags=lags)
-    assert_same_snapshots(load_pygt_json(path, "pedalme", lags=lags), ref)
+    assert_same_snapshots(load_pygt_json(path, "pedalme", feature_lags=lags), ref)
 
 
 @needs_pygt
@@ -139,9 +139,9 @@ def test_pedalme_matches_pygt(monkeypatch, lags):
 def test_england_covid_file_and_embedded_match_pygt(monkeypatch, lags):
     path = shared("england_covid.json")
     ref = pygt_loader(monkeypatch, "EnglandCovidDatasetLoader", path)().get_dataset(lags=lags)
-    assert_same_snapshots(load_pygt_json(path, lags=lags), ref)
+    assert_same_snapshots(load_pygt_json(path, feature_lags=lags), ref)
     ref = pygt_loader(monkeypatch, "EnglandCovidDatasetLoader", path)().get_dataset(lags=lags)
-    assert_same_snapshots(load_england_covid(lags=lags), ref)
+    assert_same_snapshots(load_england_covid(feature_lags=lags), ref)
 
 
 @needs_pygt
@@ -175,7 +175,7 @@ def test_twitter_tennis_matches_pygt(monkeypatch, options):
 def test_wikimaths_synthetic_matches_pygt(monkeypatch, tmp_path, lags):
     path = write_json(tmp_path / "wikivital_mathematics.json", synth_wikimaths(np.random.default_rng(lags)))
     ref = pygt_loader(monkeypatch, "WikiMathsDatasetLoader", path)().get_dataset(lags=lags)
-    assert_same_snapshots(load_pygt_json(path, lags=lags), ref)
+    assert_same_snapshots(load_pygt_json(path, feature_lags=lags), ref)
 
 
 @needs_pygt
@@ -193,7 +193,7 @@ def test_montevideo_synthetic_matches_pygt(monkeypatch, tmp_path, options, str_i
 def test_montevideo_several_feature_vars_keeps_pygt_layout(monkeypatch, tmp_path):
     path = write_json(tmp_path / "montevideo_bus.json", synth_montevideo(np.random.default_rng(3)))
     ref = pygt_loader(monkeypatch, "MontevideoBusDatasetLoader", path)().get_dataset(lags=2, feature_vars=["y", "z"])
-    ours = load_pygt_json(path, lags=2, feature_vars=["y", "z"])
+    ours = load_pygt_json(path, feature_lags=2, feature_vars=["y", "z"])
     assert ours.fields["x"].level == "graph" and ours[0].x.shape == (14, 2)
     assert_same_snapshots(ours, ref)
 
@@ -243,9 +243,9 @@ def test_gzip_and_cache_dir_lookup(tmp_path):
     cache.mkdir()
     with gzip.open(cache / "wikivital_mathematics.json.gz", "wb") as fh:
         fh.write(json.dumps(data).encode())
-    a = load_pygt_json(plain, lags=3)
-    b = load_pygt_json("wikimaths", cache_dir=cache, lags=3)
-    c = load_pygt_json(cache, "WikiMath", lags=3)  # a folder + a name (alias, any case)
+    a = load_pygt_json(plain, feature_lags=3)
+    b = load_pygt_json("wikimaths", cache_dir=cache, feature_lags=3)
+    c = load_pygt_json(cache, "WikiMath", feature_lags=3)  # a folder + a name (alias, any case)
     d = load(cache / "wikivital_mathematics.json.gz", lags=3)
     assert a.fingerprint() == b.fingerprint() == c.fingerprint() == d.fingerprint()
     assert torch.equal(a.x, b.x) and torch.equal(a.y, d.y)
@@ -255,7 +255,7 @@ def test_lag_windows_by_hand(tmp_path):
     # Chickenpox layout: x_i = FX[i:i+lags].T, y_i = FX[i+lags]; no standardization.
     fx = np.arange(12, dtype=float).reshape(6, 2)
     path = write_json(tmp_path / "c.json", {"edges": [[0, 1], [1, 0]], "node_ids": {"a": 0, "b": 1}, "FX": fx.tolist()})
-    s = load_pygt_json(path, lags=2)
+    s = load_pygt_json(path, feature_lags=2)
     assert s.num_snapshots == 4
     assert torch.equal(s[1].x, torch.tensor([[2.0, 4.0], [3.0, 5.0]]))
     assert torch.equal(s[1].y, torch.tensor([6.0, 7.0]))
@@ -304,9 +304,9 @@ def test_bad_options(tmp_path):
     with pytest.raises(SignalValidationError, match="frames"):
         load_pygt_json(path, frames=3)  # an MTM option on England COVID
     with pytest.raises(SignalValidationError, match="lags"):
-        load_pygt_json(path, lags=61)
+        load_pygt_json(path, feature_lags=61)
     with pytest.raises(SignalValidationError, match="lags"):
-        load_pygt_json(path, lags=0)
+        load_pygt_json(path, feature_lags=0)
     tennis = write_json(tmp_path / "t.json", synth_tennis(np.random.default_rng(0)))
     with pytest.raises(SignalValidationError, match="feature_mode"):
         load_pygt_json(tennis, feature_mode="onehot")

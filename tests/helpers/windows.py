@@ -58,12 +58,12 @@ def _chickenpox_file():
 
 @functools.lru_cache(maxsize=None)
 def _chickenpox():
-    return load_pygt_json(_chickenpox_file(), "chickenpox", lags=4)
+    return load_pygt_json(_chickenpox_file(), "chickenpox", feature_lags=4)
 
 
 @functools.lru_cache(maxsize=None)
 def _covid():
-    return load_england_covid(lags=4)
+    return load_england_covid(feature_lags=4)
 
 
 def chickenpox(T: int = 20, x_shape=None) -> DynamicGraphSignal:
