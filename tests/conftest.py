@@ -103,6 +103,18 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
     return None
 
 
+@pytest.fixture
+def one_thread():
+    """One intra-op thread for tests of tiny ops: more threads than free cores on a busy machine make
+    every op spin-wait (~100x slower); the count is restored after the test."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(autouse=True)
 def _real_spawn(request: pytest.FixtureRequest):
     """Tests marked ``real_spawn``: spawn() with multiprocessing's own 'spawn' start method."""

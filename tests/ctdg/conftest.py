@@ -1,11 +1,7 @@
 """The event-stream tests run tiny float64 ops: one intra-op thread keeps them fast on a busy machine."""
 import pytest
-import torch
 
 
 @pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
+def _one_thread(one_thread):  # tests/conftest.py's fixture, for every test of this folder
     yield
-    torch.set_num_threads(before)

@@ -22,12 +22,7 @@ MODELS = {"GCRNM1": lambda: GCRNM1(4, HID), "GCRNM2": lambda: GCRNM2(4, HID), "C
           "TGCN": lambda: TGCN(4, HID)}
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def _call(model, snap, h, c):

@@ -19,12 +19,7 @@ from pyg_dynscale.training.finite import check_batch_losses, first_nonfinite, in
 NAN = float("nan")
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 class Poisoned(torch.nn.Module):
