@@ -1,10 +1,11 @@
 """`pyg-dynscale train --stale`, `--stale-kind`, `--stale-backward` and `--stale-scope` reach the runtime:
 judged by what moves, not by the report's description of the options (two 2-process jobs, each checked by both
-tests)."""
+tests; the resume test adds one, resuming from a copy of the first job's checkpoints)."""
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -27,9 +28,16 @@ def _run(*extra: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def runs() -> tuple:
-    return _run("--stale-backward", "skip", "--stale-scope", "local"), _run("--stale-backward", "send",
-                                                                            "--stale-scope", "global")
+def checkpoints(tmp_path_factory) -> Path:
+    """Where the first job of ``runs`` checkpoints (every 2 epochs: the last two are kept)."""
+    return tmp_path_factory.mktemp("stale") / "ck"
+
+
+@pytest.fixture(scope="module")
+def runs(checkpoints) -> tuple:
+    return (_run("--stale-backward", "skip", "--stale-scope", "local", "--checkpoint-dir", str(checkpoints),
+                 "--checkpoint-every", "2"),
+            _run("--stale-backward", "send", "--stale-scope", "global"))
 
 
 def test_stale_cache_from_the_command_line(runs):
@@ -56,14 +64,18 @@ def test_stale_backward_and_scope_change_what_moves(runs):
         assert b["stale_meta"][e] > a["stale_meta"][e], e
 
 
-def test_resume_continues_with_the_stale_cache(runs, tmp_path):
+def test_resume_continues_with_the_stale_cache(runs, checkpoints, tmp_path):
     """A job stopped after 2 epochs and resumed (--resume) goes on with the cache it checkpointed: epochs 3-4
     send the same share of rows and reach the same losses as the uninterrupted job (runs[0]); with an empty cache
-    epoch 3 would send every row."""
+    epoch 3 would send every row. The stopped job is runs[0]'s checkpoint folder without its epoch-4 checkpoint
+    (what a job killed during epoch 3 or 4 leaves)."""
     whole = runs[0]
-    ck = str(tmp_path / "ck")
-    _run("--epochs", "2", "--checkpoint-dir", ck)
-    resumed = _run("--checkpoint-dir", ck, "--resume")
+    ck = tmp_path / "ck"
+    shutil.copytree(checkpoints, ck)
+    shutil.rmtree(ck / f"epoch-{EPOCHS:06d}")
+    assert sorted(e for e in os.listdir(ck) if e.startswith("epoch-")) == ["epoch-000002"], os.listdir(ck)
+    resumed = _run("--stale-backward", "skip", "--stale-scope", "local", "--checkpoint-dir", str(ck),
+                   "--checkpoint-every", "2", "--resume")
     assert resumed["resumed_from_epoch"] == 2
     assert resumed["stale_fresh_fraction"][2:] == whole["stale_fresh_fraction"][2:]
     assert resumed["stale_fresh_fraction"][2] < 1.0
