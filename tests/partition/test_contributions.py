@@ -29,7 +29,7 @@ def test_algorithm1_follows_affinity_not_chunk_order(backend):
     """Chunk pairs (0, 3) and (1, 2) are tied strongly, 1 and 3 weakly; equal
     costs, 2 ranks. Eq. 3 puts each pair on one rank; a round-robin (or
     chunk-order) assignment splits both pairs."""
-    from pyg_dynscale.partition.algorithms import kernels
+    from pyg_dynscale.partition.compiled import backend as kernels
 
     if backend == "numba" and not kernels.HAVE_NUMBA:
         pytest.skip("numba is not installed")

@@ -8,13 +8,13 @@ import torch
 
 from pyg_dynscale.errors import PartitionError
 from pyg_dynscale.partition import DependencyPattern, partition
-from pyg_dynscale.partition.algorithms import kernels
-from pyg_dynscale.partition.algorithms.kernels import use_backend
+from pyg_dynscale.partition.compiled import backend, jit, kernels
+from pyg_dynscale.partition.compiled.backend import use_backend
 from pyg_dynscale.partition.algorithms.label_propagation import CSRGraph, label_propagation
 from pyg_dynscale.partition.algorithms.pgc import partition_pgc
 from tests.helpers.partition_inputs import community_signal, random_signal
 
-pytestmark = pytest.mark.skipif(not kernels.HAVE_NUMBA, reason="numba backend not installed")
+pytestmark = pytest.mark.skipif(not backend.HAVE_NUMBA, reason="numba backend not installed")
 
 
 def random_edges(n: int, E: int, seed: int, float_weights: bool = False, hub: bool = True):
@@ -78,7 +78,7 @@ def test_contract_long_rows_identical(num_labels: int, float_weights: bool) -> N
     with 3000 labels): whole-number weights are sorted by the transpose,
     float weights row by row (shell sort, argsort above SHELL_MAX), both
     summed in entry order as the reference."""
-    from pyg_dynscale.partition.algorithms import csr_kernels
+    from pyg_dynscale.partition.compiled import csr_kernels
 
     n = 3000
     src, dst, w = random_edges(n, 6000, seed=4, float_weights=float_weights)
@@ -224,25 +224,25 @@ def test_pgc_identical_on_communities() -> None:
 
 def test_backend_selection_and_errors(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("PYG_DYNSCALE_LP_BACKEND", raising=False)
-    assert kernels.backend() == "numba"  # auto, numba installed
+    assert backend.backend() == "numba"  # auto, numba installed
     with use_backend("torch") as used:
-        assert used == "torch" and kernels.backend() == "torch"
+        assert used == "torch" and backend.backend() == "torch"
         with use_backend(None) as inner:
             assert inner == "torch"
-    assert kernels.backend() == "numba"
+    assert backend.backend() == "numba"
     monkeypatch.setenv("PYG_DYNSCALE_LP_BACKEND", "torch")
-    assert kernels.backend() == "torch"
+    assert backend.backend() == "torch"
     monkeypatch.setenv("PYG_DYNSCALE_LP_BACKEND", "cuda")
     with pytest.raises(PartitionError, match="PYG_DYNSCALE_LP_BACKEND"):
-        kernels.backend()
+        backend.backend()
     monkeypatch.delenv("PYG_DYNSCALE_LP_BACKEND")
     with pytest.raises(PartitionError, match="backend"):
         partition_pgc(random_signal(0), 2, None, backend="gpu")
-    assert kernels.backend() == "numba"  # the failed call restored the setting
+    assert backend.backend() == "numba"  # the failed call restored the setting
 
 
 def test_missing_numba_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(kernels, "HAVE_NUMBA", False)
+    monkeypatch.setattr(backend, "HAVE_NUMBA", False)
     from pyg_dynscale.errors import MissingDependencyError
 
     with pytest.raises(MissingDependencyError, match="numba"):
@@ -340,7 +340,7 @@ def test_supergraph_csr_matches_reference(symmetric: bool, segments: str, weight
     path, entries pre-merged before the transpose when segments collapse
     many edges: "whole" sequences of 12 vertices over 20 snapshots) equals
     CSRGraph.from_edges over the explicit edge lists."""
-    from pyg_dynscale.partition.algorithms import csr_kernels
+    from pyg_dynscale.partition.compiled import csr_kernels
     from pyg_dynscale.partition.algorithms.coarsen import (
         segment_sequences, supergraph_csr, supergraph_cut, temporal_edge_weights, temporal_weights,
     )
@@ -397,7 +397,7 @@ def test_placement_types_narrow_only_when_exact() -> None:
     float32 round trip."""
     import numpy as np
 
-    from pyg_dynscale.partition.algorithms import csr_kernels
+    from pyg_dynscale.partition.compiled import csr_kernels
 
     ints = np.array([8.0, 256.0, 3.0 * 2 ** 20])
     ids, ws = csr_kernels.placement_types(1000, 16.0, ints)
@@ -453,7 +453,7 @@ def test_premerge_rows_sums_in_entry_order() -> None:
     in entry order: after a per-row sort it equals a sequential sort-and-merge."""
     import numpy as np
 
-    from pyg_dynscale.partition.algorithms import csr_kernels
+    from pyg_dynscale.partition.compiled import csr_kernels
 
     rng = np.random.default_rng(0)
     n = 30
@@ -474,7 +474,7 @@ def test_premerge_rows_sums_in_entry_order() -> None:
 def test_symmetry_tests() -> None:
     import numpy as np
 
-    from pyg_dynscale.partition.algorithms import csr_kernels
+    from pyg_dynscale.partition.compiled import csr_kernels
 
     src, dst, w = random_edges(40, 200, seed=5, hub=False)
     g = CSRGraph.from_edges(40, src, dst, w)  # undirected: symmetric
@@ -547,7 +547,7 @@ def test_cut_and_degree_kernels_match_torch() -> None:
     assert ca == cb > 0
 
 
-@pytest.mark.skipif(kernels.HAVE_NUMBA and kernels._numba.config.NUMBA_NUM_THREADS < 2,
+@pytest.mark.skipif(backend.HAVE_NUMBA and jit.numba.config.NUMBA_NUM_THREADS < 2,
                     reason="needs two numba threads (one core)")
 def test_results_do_not_depend_on_thread_count() -> None:
     """Above PARALLEL_MIN_ENTRIES a round is split over threads and the CSR
@@ -556,7 +556,7 @@ def test_results_do_not_depend_on_thread_count() -> None:
     src, dst, w = random_edges(n, 40000, seed=9, float_weights=True)
     runs = []
     for th in (1, 2):
-        with kernels.use_threads(th) as used:
+        with backend.use_threads(th) as used:
             assert used == th
             g = CSRGraph.from_edges(n, src, dst, w)
             assert g.dst.numel() > kernels.PARALLEL_MIN_ENTRIES
@@ -629,16 +629,16 @@ def test_supergraph_csr_marks_whole_weights_integral() -> None:
         assert supergraph_csr(sg, 0.5, 256.0)._integral is None  # a fraction: left to integral()
 
 
-@pytest.mark.skipif(not kernels.HAVE_NUMBA, reason="numba's thread setting")
+@pytest.mark.skipif(not backend.HAVE_NUMBA, reason="numba's thread setting")
 def test_threads_reads_the_count_in_effect(monkeypatch: pytest.MonkeyPatch) -> None:
     """Inside use_threads, threads() is the count put in effect (nested blocks
     restore the outer one) without asking numba each time."""
-    outside = kernels.threads()
-    with kernels.use_threads(1) as one:
-        monkeypatch.setattr(kernels._numba, "get_num_threads", lambda: 99)  # not consulted inside the block
-        assert one == 1 and kernels.threads() == 1
+    outside = backend.threads()
+    with backend.use_threads(1) as one:
+        monkeypatch.setattr(jit.numba, "get_num_threads", lambda: 99)  # not consulted inside the block
+        assert one == 1 and backend.threads() == 1
         monkeypatch.undo()
-        with kernels.use_threads(None) as same:
-            assert same == 1 and kernels.threads() == 1
-        assert kernels.threads() == 1
-    assert kernels.threads() == outside
+        with backend.use_threads(None) as same:
+            assert same == 1 and backend.threads() == 1
+        assert backend.threads() == 1
+    assert backend.threads() == outside

@@ -807,7 +807,7 @@ def test_bad_node_costs_are_a_clear_error(bad: float) -> None:
 
 @pytest.mark.parametrize("costs", ["random", "zero"])
 def test_split_snapshot_owner_is_the_same_on_both_backends(costs: str) -> None:
-    from pyg_dynscale.partition.algorithms import kernels
+    from pyg_dynscale.partition.compiled import backend as kernels
     from pyg_dynscale.partition.algorithms.pgc import _split_snapshot_owner
 
     rng = np.random.default_rng(1)

@@ -151,7 +151,7 @@ def test_auto_backend_compiles_only_large_graphs(monkeypatch):
     """A first partition must not wait a minute for numba: below
     AUTO_NUMBA_ABOVE the bit-identical torch backend runs, above it the
     compiled one (whose compile cost a large graph earns back)."""
-    from pyg_dynscale.partition.algorithms import kernels
+    from pyg_dynscale.partition.compiled import backend as kernels
 
     if not kernels.HAVE_NUMBA:
         pytest.skip("numba is not installed")
@@ -180,7 +180,7 @@ def test_auto_backend_uses_compiled_kernels_once_they_are_cached(monkeypatch, tm
     import subprocess
     import sys
 
-    from pyg_dynscale.partition.algorithms import kernels
+    from pyg_dynscale.partition.compiled import backend as kernels
 
     if not kernels.HAVE_NUMBA:
         pytest.skip("numba is not installed")

@@ -6,7 +6,7 @@ import torch
 
 from pyg_dynscale.errors import PartitionError
 from pyg_dynscale.partition import CommunicationPlan, Partition, partition
-from pyg_dynscale.partition.algorithms.kernels import use_backend
+from pyg_dynscale.partition.compiled.backend import use_backend
 from pyg_dynscale.partition.algorithms.plan_count import MAX_PARTS, plan_bytes, plan_row_counts
 from tests.helpers.signals import make_dynamic_signal
 from tests.helpers.partition_inputs import PRESETS

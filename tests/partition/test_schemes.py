@@ -101,7 +101,7 @@ def test_compiled_lpt_and_linear_partition_match_python(ints: bool):
     """The numba loops of the balanced schemes (scheme_kernels) give the
     reference's bins and bounds, ties included (integer costs tie often)."""
     pytest.importorskip("numba")
-    from pyg_dynscale.partition.algorithms.kernels import use_backend
+    from pyg_dynscale.partition.compiled.backend import use_backend
 
     g = torch.Generator().manual_seed(int(ints))
     for T, R in ((1, 1), (9, 3), (40, 7), (300, 16), (12, 12)):
@@ -123,7 +123,7 @@ def test_schemes_identical_across_backends(scheme: str, balanced: bool, ints: bo
     (balanced: one compiled call each) give the torch steps' owners, for
     fractional costs (same summation order) and integer ones (ties)."""
     pytest.importorskip("numba")
-    from pyg_dynscale.partition.algorithms.kernels import use_backend
+    from pyg_dynscale.partition.compiled.backend import use_backend
 
     s = make_dynamic_signal(seed=7, T=14, V=60)
     g = torch.Generator().manual_seed(2)
@@ -145,7 +145,7 @@ def test_compiled_pss_ranks_match_the_torch_steps(ints: bool):
     with a heavy snapshot that leaves the bisection fewer ranges than ranks
     (the extra splits)."""
     pytest.importorskip("numba")
-    from pyg_dynscale.partition.algorithms.kernels import use_backend
+    from pyg_dynscale.partition.compiled.backend import use_backend
 
     s = make_dynamic_signal(seed=10, T=16, V=30)  # 13 of 16 snapshots non-empty
     N = s.num_vertex_time_nodes

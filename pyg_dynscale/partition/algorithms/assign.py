@@ -32,7 +32,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import kernels
+from ..compiled import backend, kernels
+
+
+def _affinity_compiled(graph: "ChunkGraph", owner: np.ndarray, num_parts: int) -> np.ndarray:
+    """:meth:`ChunkGraph.affinity`: the same sums in one compiled pass."""
+    return kernels.chunk_affinity(np.ascontiguousarray(graph.ptr, dtype=np.int64),
+                                  np.ascontiguousarray(graph.nbr, dtype=np.int64),
+                                  np.ascontiguousarray(graph.w, dtype=np.float64),
+                                  np.ascontiguousarray(owner, dtype=np.int64), int(num_parts))
 
 
 @dataclass
@@ -66,14 +74,10 @@ class ChunkGraph:
         np.cumsum(counts, out=ptr[1:])
         return cls(num_chunks, ptr, dst[order], ww[order])
 
+    @backend.twin(_affinity_compiled)
     def affinity(self, owner: np.ndarray, num_parts: int) -> np.ndarray:
         """``[C, P]`` bytes between each chunk and the chunks on each rank
         (summed in entry order)."""
-        if kernels.backend() == "numba":  # the same sums in one compiled pass
-            return kernels.chunk_affinity(np.ascontiguousarray(self.ptr, dtype=np.int64),
-                                          np.ascontiguousarray(self.nbr, dtype=np.int64),
-                                          np.ascontiguousarray(self.w, dtype=np.float64),
-                                          np.ascontiguousarray(owner, dtype=np.int64), int(num_parts))
         A = np.zeros((self.num_chunks, num_parts), dtype=np.float64)
         rows = np.repeat(np.arange(self.num_chunks), np.diff(self.ptr))
         np.add.at(A, (rows, owner[self.nbr]), self.w)
@@ -111,11 +115,23 @@ def assign_chunks(
     # chunks sorted by workload, heaviest first (ties: lower chunk id first)
     order = np.lexsort((np.arange(C), -cost))
     limit = (1.0 + slack) * gbar
-    if kernels.backend() == "numba":  # the same loop compiled (identical result, tests/partition/test_kernels.py)
-        return kernels.assign_chunks(np.ascontiguousarray(graph.ptr, dtype=np.int64),
-                                     np.ascontiguousarray(graph.nbr, dtype=np.int64),
-                                     np.ascontiguousarray(graph.w, dtype=np.float64), cost, order, int(num_parts),
-                                     float(gbar), float(limit), float(eps))
+    return _greedy_assign(graph, cost, order, int(num_parts), float(gbar), float(limit), float(eps))
+
+
+def _greedy_assign_compiled(graph: ChunkGraph, cost: np.ndarray, order: np.ndarray, num_parts: int, gbar: float,
+                            limit: float, eps: float) -> np.ndarray:
+    """:func:`_greedy_assign`: the same loop compiled (identical result, tests/partition/test_kernels.py)."""
+    return kernels.assign_chunks(np.ascontiguousarray(graph.ptr, dtype=np.int64),
+                                 np.ascontiguousarray(graph.nbr, dtype=np.int64),
+                                 np.ascontiguousarray(graph.w, dtype=np.float64), cost, order, num_parts,
+                                 gbar, limit, eps)
+
+
+@backend.twin(_greedy_assign_compiled)
+def _greedy_assign(graph: ChunkGraph, cost: np.ndarray, order: np.ndarray, num_parts: int, gbar: float,
+                   limit: float, eps: float) -> np.ndarray:
+    """Algorithm 1's loop over the chunks in ``order`` (:func:`assign_chunks`)."""
+    C = graph.num_chunks
     loads = np.zeros(num_parts, dtype=np.float64)
     A = np.zeros((C, num_parts), dtype=np.float64)  # affinity of chunk to ranks so far
     owner = np.full(C, -1, dtype=np.int64)
@@ -186,11 +202,24 @@ def refine_chunks(
     hi_lim, lo_lim = (1.0 + slack) * gbar, (1.0 - slack) * gbar
     A = graph.affinity(owner, num_parts)
     loads = rank_loads(owner, cost, num_parts)
-    if kernels.backend() == "numba":  # same phases compiled (identical result, tests/partition/test_kernels.py)
-        kernels.refine_chunks(np.ascontiguousarray(graph.ptr, dtype=np.int64), np.ascontiguousarray(graph.nbr, dtype=np.int64),
-                              np.ascontiguousarray(graph.w, dtype=np.float64), cost, owner, A, loads, int(num_parts),
-                              float(hi_lim), float(lo_lim), int(max_moves), int(swaps))
-        return owner
+    return _refine(graph, cost, owner, A, loads, int(num_parts), float(hi_lim), float(lo_lim), int(max_moves), int(swaps))
+
+
+def _refine_compiled(graph: ChunkGraph, cost: np.ndarray, owner: np.ndarray, A: np.ndarray, loads: np.ndarray,
+                     num_parts: int, hi_lim: float, lo_lim: float, max_moves: int, swaps: int) -> np.ndarray:
+    """:func:`_refine`: the same phases compiled (identical result, tests/partition/test_kernels.py)."""
+    kernels.refine_chunks(np.ascontiguousarray(graph.ptr, dtype=np.int64), np.ascontiguousarray(graph.nbr, dtype=np.int64),
+                          np.ascontiguousarray(graph.w, dtype=np.float64), cost, owner, A, loads, num_parts,
+                          hi_lim, lo_lim, max_moves, swaps)
+    return owner
+
+
+@backend.twin(_refine_compiled)
+def _refine(graph: ChunkGraph, cost: np.ndarray, owner: np.ndarray, A: np.ndarray, loads: np.ndarray,
+            num_parts: int, hi_lim: float, lo_lim: float, max_moves: int, swaps: int) -> np.ndarray:
+    """:func:`refine_chunks`' balance and cut phases on ``owner``, ``A`` and
+    ``loads`` (updated in place); returns ``owner``."""
+    C = graph.num_chunks
     idx = np.arange(C)
 
     def move(c: int, m: int) -> None:

@@ -50,7 +50,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from . import kernels
+from ..compiled import backend, kernels
 from .label_propagation import CSRGraph, as_numpy
 from ..pattern import edge_weights
 
@@ -138,6 +138,17 @@ def temporal_edge_weights(supergraph: "Supergraph", pattern: Any) -> Tensor:
     return w_rec + rows.to(torch.float64) * w_att
 
 
+def _segment_sequences_compiled(supergraph: "Supergraph", node_w: Tensor, segment_cap: float) -> tuple[Tensor, int]:
+    """:func:`segment_sequences` in one compiled pass (the same segments); host tensors only."""
+    order, ptr = supergraph.sequence_order, supergraph.sequence_ptr
+    if order.device.type != "cpu" or order.numel() == 0:
+        return NotImplemented
+    seg_np, S = kernels.csr_kernels.segment_ids(as_numpy(order, torch.long), as_numpy(ptr, torch.long),
+                                                as_numpy(node_w, torch.float64), float(segment_cap))
+    return torch.from_numpy(seg_np), int(S)
+
+
+@backend.twin(_segment_sequences_compiled)
 def segment_sequences(supergraph: "Supergraph", node_w: Tensor, segment_cap: float) -> tuple[Tensor, int]:
     r"""``(seg [N], S)``: cut every sequence into runs of summed node cost
     below ``segment_cap`` (module doc); ``segment_cap = inf`` keeps every
@@ -148,10 +159,6 @@ def segment_sequences(supergraph: "Supergraph", node_w: Tensor, segment_cap: flo
     dev = order.device
     if N == 0:
         return torch.zeros(0, dtype=torch.long, device=dev), 0
-    if kernels.backend() == "numba" and dev.type == "cpu":  # one compiled pass, same segments
-        seg_np, S = kernels.csr_kernels.segment_ids(as_numpy(order, torch.long), as_numpy(ptr, torch.long),
-                                                    as_numpy(node_w, torch.float64), float(segment_cap))
-        return torch.from_numpy(seg_np), int(S)
     starts = torch.zeros(N, dtype=torch.bool, device=dev)
     starts[ptr[:-1]] = True
     if segment_cap != float("inf"):
@@ -189,9 +196,9 @@ _SYMMETRY: dict = {}  # (storage, version, shape) of spatial_edge_index -> maybe
 
 
 def _maybe_symmetric(supergraph: "Supergraph") -> bool:
-    """:func:`.csr_kernels.maybe_symmetric` of the spatial edges, cached per
+    """:func:`~pyg_dynscale.partition.compiled.csr_kernels.maybe_symmetric` of the spatial edges, cached per
     storage and in-place version of ``spatial_edge_index`` (a few entries)."""
-    from . import csr_kernels
+    from ..compiled import csr_kernels
 
     se = supergraph.spatial_edge_index
     key = (se.data_ptr(), se._version, tuple(se.shape), supergraph.num_nodes)
@@ -213,6 +220,37 @@ def _known_integral(graph: "CSRGraph", integral: bool, nonneg: bool) -> "CSRGrap
     return graph
 
 
+def _supergraph_csr_compiled(supergraph: "Supergraph", spatial_weight: float, temporal_weight: Union[Tensor, float],
+                             seg: Optional[Tensor] = None, num_segments: Optional[int] = None) -> "CSRGraph":
+    """:func:`supergraph_csr` by the compiled counting sorts (the same graph); host tensors only."""
+    from ..compiled import csr_kernels
+
+    se, te = supergraph.spatial_edge_index, supergraph.temporal_edge_index
+    if se.device.type != "cpu":
+        return NotImplemented
+    n = supergraph.num_nodes if seg is None else int(num_segments)
+    ws = float(spatial_weight)
+    node_map = as_numpy(seg, torch.long) if seg is not None else np.zeros(0, np.int64)
+    s1, d1, s2, d2 = (as_numpy(x, torch.long) for x in (se[0], se[1], te[0], te[1]))
+    none = np.zeros(0, np.float64)
+    # a constant temporal weight travels as c2 (w2 empty); placement_types checks it like an array
+    w2, c2 = _kernel_weights(temporal_weight)
+    w2_check = w2 if w2.shape[0] else np.array([c2])
+    integral = ws == round(ws) and bool(kernels.is_integral(w2_check))
+    nonneg = ws >= 0 and min_weight(temporal_weight) >= 0
+    if ws > 0 and integral and se.shape[1] > 0 and _maybe_symmetric(supergraph):
+        ptr, d, w = csr_kernels.edges_to_csr(n, node_map, s1, d1, none, 2.0 * ws, False, s2, d2, w2, c2,
+                                             backend.threads(), *csr_kernels.placement_types(n, 2.0 * ws, w2_check))
+        if csr_kernels.is_symmetric(ptr, d, w, backend.threads()):
+            return _known_integral(CSRGraph.from_csr(n, torch.from_numpy(ptr), torch.from_numpy(d), torch.from_numpy(w)),
+                                   integral, nonneg)
+    ptr, d, w = csr_kernels.edges_to_csr(n, node_map, s1, d1, none, ws, True, s2, d2, w2, c2, backend.threads(),
+                                         *csr_kernels.placement_types(n, ws, w2_check))
+    return _known_integral(CSRGraph.from_csr(n, torch.from_numpy(ptr), torch.from_numpy(d), torch.from_numpy(w)),
+                           integral, nonneg)
+
+
+@backend.twin(_supergraph_csr_compiled)
 def supergraph_csr(supergraph: "Supergraph", spatial_weight: float, temporal_weight: Union[Tensor, float],
                    seg: Optional[Tensor] = None, num_segments: Optional[int] = None) -> "CSRGraph":
     r"""The weighted supergraph -- or, given ``seg``, its segment quotient --
@@ -239,42 +277,25 @@ def supergraph_csr(supergraph: "Supergraph", spatial_weight: float, temporal_wei
         num_segments (int, optional): :math:`S` (required with ``seg``).
     """
 
-    se, te = supergraph.spatial_edge_index, supergraph.temporal_edge_index
     n = supergraph.num_nodes if seg is None else int(num_segments)
-    ws = float(spatial_weight)
-    if kernels.backend() == "numba" and se.device.type == "cpu":
-        from . import csr_kernels
-
-        node_map = as_numpy(seg, torch.long) if seg is not None else np.zeros(0, np.int64)
-        s1, d1, s2, d2 = (as_numpy(x, torch.long) for x in (se[0], se[1], te[0], te[1]))
-        none = np.zeros(0, np.float64)
-        # a constant temporal weight travels as c2 (w2 empty); placement_types checks it like an array
-        w2, c2 = _kernel_weights(temporal_weight)
-        w2_check = w2 if w2.shape[0] else np.array([c2])
-        integral = ws == round(ws) and bool(kernels.is_integral(w2_check))
-        nonneg = ws >= 0 and min_weight(temporal_weight) >= 0
-        if ws > 0 and integral and se.shape[1] > 0 and _maybe_symmetric(supergraph):
-            ptr, d, w = csr_kernels.edges_to_csr(n, node_map, s1, d1, none, 2.0 * ws, False, s2, d2, w2, c2,
-                                                 kernels.threads(), *csr_kernels.placement_types(n, 2.0 * ws, w2_check))
-            if csr_kernels.is_symmetric(ptr, d, w, kernels.threads()):
-                return _known_integral(CSRGraph.from_csr(n, torch.from_numpy(ptr), torch.from_numpy(d), torch.from_numpy(w)),
-                                       integral, nonneg)
-        ptr, d, w = csr_kernels.edges_to_csr(n, node_map, s1, d1, none, ws, True, s2, d2, w2, c2, kernels.threads(),
-                                             *csr_kernels.placement_types(n, ws, w2_check))
-        return _known_integral(CSRGraph.from_csr(n, torch.from_numpy(ptr), torch.from_numpy(d), torch.from_numpy(w)),
-                               integral, nonneg)
-    return CSRGraph.from_edges(n, *mapped_edges(supergraph, ws, temporal_weight, seg))
+    return CSRGraph.from_edges(n, *mapped_edges(supergraph, float(spatial_weight), temporal_weight, seg))
 
 
+def _unit_cut_compiled(unit: Tensor, rank: Tensor, edge_index: Tensor, weight: Union[Tensor, float]) -> float:
+    """:func:`unit_cut` in one compiled pass; host tensors only."""
+    if edge_index.device.type != "cpu":
+        return NotImplemented
+    return float(kernels.csr_kernels.unit_cut(
+        as_numpy(unit, torch.long), as_numpy(rank, torch.long), as_numpy(edge_index[0], torch.long), as_numpy(edge_index[1], torch.long),
+        *_kernel_weights(weight)))
+
+
+@backend.twin(_unit_cut_compiled)
 def unit_cut(unit: Tensor, rank: Tensor, edge_index: Tensor, weight: Union[Tensor, float]) -> float:
     """Bytes of the edges ``edge_index [2, E]`` cut when node ``v`` sits on
     ``rank[unit[v]]`` (``unit``: each node's snapshot or vertex), at
     ``weight`` (``[E]`` or one number per edge)."""
 
-    if kernels.backend() == "numba" and edge_index.device.type == "cpu":
-        return float(kernels.csr_kernels.unit_cut(
-            as_numpy(unit, torch.long), as_numpy(rank, torch.long), as_numpy(edge_index[0], torch.long), as_numpy(edge_index[1], torch.long),
-            *_kernel_weights(weight)))
     node_rank = rank.index_select(0, unit)
     cut = node_rank.index_select(0, edge_index[0]) != node_rank.index_select(0, edge_index[1])
     if not isinstance(weight, Tensor):
@@ -282,6 +303,18 @@ def unit_cut(unit: Tensor, rank: Tensor, edge_index: Tensor, weight: Union[Tenso
     return float(weight[cut].to(torch.float64).sum())
 
 
+def _supergraph_cut_compiled(supergraph: "Supergraph", owner: Tensor, spatial_weight: float,
+                             temporal_weight: Union[Tensor, float]) -> float:
+    """:func:`supergraph_cut` in one compiled pass; host tensors only."""
+    se, te = supergraph.spatial_edge_index, supergraph.temporal_edge_index
+    if se.device.type != "cpu":
+        return NotImplemented
+    return float(kernels.csr_kernels.edge_list_cut(
+        as_numpy(owner, torch.long), as_numpy(se[0], torch.long), as_numpy(se[1], torch.long), float(spatial_weight),
+        as_numpy(te[0], torch.long), as_numpy(te[1], torch.long), *_kernel_weights(temporal_weight)))
+
+
+@backend.twin(_supergraph_cut_compiled)
 def supergraph_cut(supergraph: "Supergraph", owner: Tensor, spatial_weight: float,
                    temporal_weight: Union[Tensor, float]) -> float:
     """Bytes of the supergraph edges cut by ``owner`` (``[N]``): spatial edges
@@ -289,10 +322,6 @@ def supergraph_cut(supergraph: "Supergraph", owner: Tensor, spatial_weight: floa
     one number for all)."""
 
     se, te = supergraph.spatial_edge_index, supergraph.temporal_edge_index
-    if kernels.backend() == "numba" and se.device.type == "cpu":
-        return float(kernels.csr_kernels.edge_list_cut(
-            as_numpy(owner, torch.long), as_numpy(se[0], torch.long), as_numpy(se[1], torch.long), float(spatial_weight),
-            as_numpy(te[0], torch.long), as_numpy(te[1], torch.long), *_kernel_weights(temporal_weight)))
     cut_s = (owner.index_select(0, se[0]) != owner.index_select(0, se[1])).sum()
     cut_mask = owner.index_select(0, te[0]) != owner.index_select(0, te[1])
     if not isinstance(temporal_weight, Tensor):

@@ -45,7 +45,7 @@ from typing import Callable, Optional
 import numpy as np
 import torch
 
-from . import kernels
+from ..compiled.jit import jit
 from .label_propagation import CSRGraph, compact_labels, label_propagation
 
 #: coarsening stops at a level that shrinks by less than this fraction
@@ -151,12 +151,7 @@ def _fm_passes(ptr, nbr, w, cost, owner, num_parts, hi, lo, max_passes, stall, m
     return improved
 
 
-if kernels.HAVE_NUMBA:
-    import numba as _numba
-
-    _fm_compiled = _numba.njit(cache=True, nogil=True)(_fm_passes)
-else:  # pragma: no cover - exercised only without numba
-    _fm_compiled = _fm_passes
+_fm_compiled = jit(_fm_passes)  # the same loop in Python without numba
 
 
 def fm_refine(ptr: np.ndarray, nbr: np.ndarray, w: np.ndarray, cost: np.ndarray, owner: np.ndarray,

@@ -4,7 +4,7 @@ The kernel behind chunk generation (:func:`~pyg_dynscale.partition.algorithms.pg
 and behind its boundary refinement (labels = ranks). The torch reference does
 everything with sorts and segment reductions on edge arrays, with one Python
 iteration per round; the numba backend runs all rounds in one compiled call
-(:func:`.kernels.lp_rounds`) with bit-identical results.
+(:func:`~pyg_dynscale.partition.compiled.kernels.lp_rounds`) with bit-identical results.
 
 Algorithm (one round :math:`r`):
 
@@ -65,7 +65,7 @@ import torch
 from torch import Tensor
 
 from ...errors import PartitionError  # noqa: F401  (re-exported for callers)
-from . import kernels
+from ..compiled import backend, kernels
 
 
 @dataclass
@@ -82,7 +82,7 @@ class LabelPropagationResult:
             round (their weight to the new label minus to the old one).
         dense (bool): whether the compiled driver kept a dense
             ``[n, L]`` label-weight table (few labels, integral weights; see
-            :func:`.kernels.lp_rounds`). Results are the same either way.
+            :func:`~pyg_dynscale.partition.compiled.kernels.lp_rounds`). Results are the same either way.
     """
 
     labels: Tensor
@@ -104,6 +104,52 @@ def undirected_entries(src: Tensor, dst: Tensor, weight: Tensor) -> tuple[Tensor
     return torch.cat([src, dst]), torch.cat([dst, src]), torch.cat([weight, weight])
 
 
+# the compiled twins of CSRGraph's operations (:func:`.backend.twin`): host tensors only
+def _on_host(x: Tensor) -> bool:
+    return x.device.type == "cpu"
+
+
+def _is_integral_compiled(w: Tensor) -> bool:
+    return bool(kernels.is_integral(as_numpy(w))) if _on_host(w) else NotImplemented
+
+
+@backend.twin(_is_integral_compiled)
+def _is_integral(w: Tensor) -> bool:
+    """Whether every weight is a whole number."""
+    return bool((w == torch.round(w)).all()) if w.numel() else True
+
+
+def _from_edges_compiled(cls: type, num_nodes: int, src: Tensor, dst: Tensor, weight: Tensor) -> "CSRGraph":
+    if not _on_host(src):
+        return NotImplemented
+    n = int(num_nodes)
+    ptr, d, w = kernels.csr_from_edges(n, as_numpy(src, torch.long), as_numpy(dst, torch.long), as_numpy(weight, torch.float64))
+    return cls.from_csr(n, torch.from_numpy(ptr), torch.from_numpy(d), torch.from_numpy(w))
+
+
+def _weighted_degree_compiled(graph: "CSRGraph") -> Tensor:
+    if not _on_host(graph.ptr):
+        return NotImplemented
+    return torch.from_numpy(kernels.csr_kernels.weighted_degree(as_numpy(graph.ptr, torch.long), as_numpy(graph.weight)))
+
+
+def _cut_compiled(graph: "CSRGraph", labels: Tensor) -> float:
+    if not _on_host(graph.ptr):
+        return NotImplemented
+    return float(kernels.csr_kernels.csr_cut(as_numpy(graph.ptr, torch.long), as_numpy(graph.dst, torch.long),
+                                              as_numpy(graph.weight), as_numpy(labels, torch.long)))
+
+
+def _contract_compiled(graph: "CSRGraph", labels: Tensor, num_labels: int) -> "CSRGraph":
+    if not _on_host(graph.ptr):
+        return NotImplemented
+    C = int(num_labels)
+    ptr, d, wsum = (torch.from_numpy(a) for a in kernels.contract_csr(
+        as_numpy(graph.ptr, torch.long), as_numpy(graph.dst, torch.long), as_numpy(graph.weight), as_numpy(labels, torch.long), C,
+        graph.symmetric))
+    return graph._contracted(C, ptr, d, wsum)
+
+
 @dataclass
 class CSRGraph:
     r"""Undirected weighted graph in CSR form: the neighbours of node :math:`v`
@@ -118,7 +164,7 @@ class CSRGraph:
     (:meth:`from_edges`, :func:`.coarsen.supergraph_csr`, :meth:`contract`
     of a marked graph), which store every edge in both directions with the
     same weight; contraction then sorts its rows by transposition
-    (:func:`.csr_kernels.contract_csr`). A graph built by hand is not marked
+    (:func:`~pyg_dynscale.partition.compiled.csr_kernels.contract_csr`). A graph built by hand is not marked
     (the general path, correct for any CSR).
     """
 
@@ -144,22 +190,17 @@ class CSRGraph:
         """Whether every weight is a whole number (cached): then Eq. 2 sums are
         exact integers and label propagation packs them with the label."""
         if self._integral is None:
-            if kernels.backend() == "numba" and self.weight.device.type == "cpu":
-                self._integral = bool(kernels.is_integral(as_numpy(self.weight)))
-            else:
-                self._integral = bool((self.weight == torch.round(self.weight)).all()) if self.weight.numel() else True
+            self._integral = _is_integral(self.weight)
         return self._integral
 
     @classmethod
+    @backend.twin(_from_edges_compiled)
     def from_edges(cls, num_nodes: int, src: Tensor, dst: Tensor, weight: Tensor) -> "CSRGraph":
         """From each undirected edge given once (either direction). Repeated
         edges -- and ``(u, v)`` given together with ``(v, u)`` -- are merged
         into one entry per direction with the summed weight, so every
         ``(source, neighbour)`` pair occurs once."""
         n = int(num_nodes)
-        if kernels.backend() == "numba" and src.device.type == "cpu":
-            ptr, d, w = kernels.csr_from_edges(n, as_numpy(src, torch.long), as_numpy(dst, torch.long), as_numpy(weight, torch.float64))
-            return cls.from_csr(n, torch.from_numpy(ptr), torch.from_numpy(d), torch.from_numpy(w))
         s, d, w = undirected_entries(src.to(torch.long), dst.to(torch.long), weight)
         key, order = torch.sort(s * n + d, stable=True)
         del s, d
@@ -187,19 +228,16 @@ class CSRGraph:
     def degree(self) -> Tensor:
         return self.ptr[1:] - self.ptr[:-1]
 
+    @backend.twin(_weighted_degree_compiled)
     def weighted_degree(self) -> Tensor:
         """``[n]`` summed weight of each node's edges (float64)."""
-        if kernels.backend() == "numba" and self.ptr.device.type == "cpu":
-            return torch.from_numpy(kernels.csr_kernels.weighted_degree(as_numpy(self.ptr, torch.long), as_numpy(self.weight)))
         cs = torch.zeros(self.dst.numel() + 1, dtype=torch.float64, device=self.ptr.device)
         torch.cumsum(self.weight.to(torch.float64), 0, out=cs[1:])
         return _take(cs, self.ptr[1:]) - _take(cs, self.ptr[:-1])
 
+    @backend.twin(_cut_compiled)
     def cut(self, labels: Tensor) -> float:
         """Summed weight of the edges whose endpoints have different ``labels`` (``[n]``)."""
-        if kernels.backend() == "numba" and self.ptr.device.type == "cpu":
-            return float(kernels.csr_kernels.csr_cut(as_numpy(self.ptr, torch.long), as_numpy(self.dst, torch.long),
-                                                      as_numpy(self.weight), as_numpy(labels, torch.long)))
         srcs = self.sources()
         return float(self.weight[_take(labels, srcs) != _take(labels, self.dst)].double().sum()) / 2.0
 
@@ -208,6 +246,7 @@ class CSRGraph:
         return torch.repeat_interleave(torch.arange(self.num_nodes, device=self.ptr.device), self.degree,
                                        output_size=self.dst.numel())
 
+    @backend.twin(_contract_compiled)
     def contract(self, labels: Tensor, num_labels: int) -> "CSRGraph":
         """The label-level graph: labels as nodes, the summed weight of the
         edges between two labels as their edge, as a :class:`CSRGraph`.
@@ -216,11 +255,6 @@ class CSRGraph:
         key ``(label[u], label[v])`` over the entries yields the contracted
         CSR directly (no second pass through :meth:`from_edges`)."""
         C = int(num_labels)
-        if kernels.backend() == "numba" and self.ptr.device.type == "cpu":
-            ptr, d, wsum = (torch.from_numpy(a) for a in kernels.contract_csr(
-                as_numpy(self.ptr, torch.long), as_numpy(self.dst, torch.long), as_numpy(self.weight), as_numpy(labels, torch.long), C,
-                self.symmetric))
-            return self._contracted(C, ptr, d, wsum)
         lu = torch.repeat_interleave(labels, self.degree, output_size=self.dst.numel())
         lv = _take(labels, self.dst)
         keep = lu != lv
@@ -253,10 +287,13 @@ class CSRGraph:
                         _abs_bound=self._abs_bound)
 
 
+def _exact_in_float32_compiled(w: Tensor) -> bool:
+    return bool(kernels.exact_in_float32(as_numpy(w))) if _on_host(w) else NotImplemented
+
+
+@backend.twin(_exact_in_float32_compiled)
 def _exact_in_float32(w: Tensor) -> bool:
     """Whether a float64 tensor is unchanged by a float32 round trip."""
-    if kernels.backend() == "numba" and w.device.type == "cpu":
-        return bool(kernels.exact_in_float32(as_numpy(w)))
     return bool((w.float().double() == w).all())
 
 
@@ -380,19 +417,63 @@ def label_propagation(
     Returns:
         :class:`LabelPropagationResult`.
     """
-    ptr, dst, weight = graph.ptr, graph.dst, graph.weight
-    dev = ptr.device
+    dev = graph.ptr.device
     n = int(graph.num_nodes)
     L = n if num_labels is None else int(num_labels)
     nw = torch.ones(n, dtype=torch.float64, device=dev) if node_weight is None else node_weight.to(torch.float64)
     gen = torch.Generator(device="cpu").manual_seed(int(seed))
     label_pri = torch.randperm(L, generator=gen).to(dev)
     node_pri = torch.randperm(n, generator=gen).to(dev)
-    compiled = kernels.backend() == "numba" and dev.type == "cpu"
-    if compiled:  # the same set-up in two compiled calls (these small steps add up on small graphs)
-        return _label_propagation_compiled(graph, nw, label_pri, node_pri, init, priority, L, cap, floor, seed,
-                                           max_rounds, tol, progress, boundary_only, tie_moves, gain_tol,
-                                           min_rounds)
+    return _label_propagation_run(graph, nw, label_pri, node_pri, init, priority, L, cap, floor, seed, max_rounds, tol,
+                                  progress, boundary_only, tie_moves, gain_tol, min_rounds)
+
+
+def _label_propagation_compiled(graph: CSRGraph, nw: Tensor, label_pri: Tensor, node_pri: Tensor,
+                                init: Optional[Tensor], priority: Optional[Tensor], L: int, cap: Optional[float],
+                                floor: Optional[float], seed: int, max_rounds: int, tol: float, progress: bool,
+                                boundary_only: bool, tie_moves: bool, gain_tol: float,
+                                min_rounds: int) -> LabelPropagationResult:
+    """:func:`label_propagation` on the numba backend: set-up, rounds and the
+    mapping back in one compiled call (:func:`~pyg_dynscale.partition.compiled.kernels.lp_run`); same values
+    as the torch steps. Host tensors only."""
+    if graph.ptr.device.type != "cpu":
+        return NotImplemented
+    n = int(graph.num_nodes)
+    dst_np = as_numpy(graph.dst, torch.long)
+    dense = (L <= kernels.DENSE_MAX_LABELS and n * L <= kernels.DENSE_MAX_FILL * int(dst_np.shape[0])
+             and graph.integral())
+    total_w = graph.total_weight() if (gain_tol > 0 or dense) else 0.0
+    # dense label weights are exact while every sum is an integer below 2^53
+    dense = dense and 2.0 * total_w < 2.0 ** 53
+    scale = budget_scale(float(nw.sum())) if (cap is not None or floor is not None) else 1.0
+    job = kernels.LabelPropagationJob(
+        ptr=as_numpy(graph.ptr, torch.long), dst=dst_np, weight=as_numpy(graph.weight), node_weight=as_numpy(nw),
+        label_pri=as_numpy(label_pri, torch.long), node_pri=as_numpy(node_pri, torch.long),
+        key=as_numpy(priority, torch.float64) if priority is not None else kernels.EMPTY_FLOAT,
+        init=as_numpy(init, torch.long) if init is not None else kernels.EMPTY_INT, num_labels=L,
+        cap=None if cap is None else float(cap), floor=None if floor is None else float(floor), scale=scale,
+        max_rounds=int(max_rounds), min_rounds=int(min_rounds), tol=float(tol), gain_tol=float(gain_tol),
+        total_weight=total_w if gain_tol > 0 else 0.0, boundary_only=bool(boundary_only), tie_moves=bool(tie_moves),
+        seed=int(seed), dense=dense, threads=backend.threads())
+    labels, r, converged, moved_hist, gain_hist = kernels.lp_run(job)
+    if progress:
+        for i, (m, g_) in enumerate(zip(moved_hist, gain_hist)):
+            print(f"[label_propagation] round {i}: moved={m} gain={g_:.4g}")
+    return LabelPropagationResult(labels=torch.from_numpy(labels), rounds=r, converged=converged, moved=moved_hist,
+                                  gains=gain_hist, dense=dense)
+
+
+@backend.twin(_label_propagation_compiled)
+def _label_propagation_run(graph: CSRGraph, nw: Tensor, label_pri: Tensor, node_pri: Tensor,
+                           init: Optional[Tensor], priority: Optional[Tensor], L: int, cap: Optional[float],
+                           floor: Optional[float], seed: int, max_rounds: int, tol: float, progress: bool,
+                           boundary_only: bool, tie_moves: bool, gain_tol: float,
+                           min_rounds: int) -> LabelPropagationResult:
+    """:func:`label_propagation` after its seeded set-up: torch rounds, one
+    Python iteration each."""
+    dst = graph.dst
+    dev = dst.device
+    n = int(graph.num_nodes)
     if priority is not None:
         # rank by (priority, random): stable sort of the random order by the key
         by_rand = torch.empty_like(label_pri)
@@ -422,44 +503,11 @@ def label_propagation(
                                   gains=gain_hist)
 
 
-def _label_propagation_compiled(graph: CSRGraph, nw: Tensor, label_pri: Tensor, node_pri: Tensor,
-                                init: Optional[Tensor], priority: Optional[Tensor], L: int, cap: Optional[float],
-                                floor: Optional[float], seed: int, max_rounds: int, tol: float, progress: bool,
-                                boundary_only: bool, tie_moves: bool, gain_tol: float,
-                                min_rounds: int) -> LabelPropagationResult:
-    """:func:`label_propagation` on the numba backend: set-up, rounds and the
-    mapping back in one compiled call (:func:`.kernels.lp_run`); same values
-    as the torch steps."""
-    n = int(graph.num_nodes)
-    dst_np = as_numpy(graph.dst, torch.long)
-    dense = (L <= kernels.DENSE_MAX_LABELS and n * L <= kernels.DENSE_MAX_FILL * int(dst_np.shape[0])
-             and graph.integral())
-    total_w = graph.total_weight() if (gain_tol > 0 or dense) else 0.0
-    # dense label weights are exact while every sum is an integer below 2^53
-    dense = dense and 2.0 * total_w < 2.0 ** 53
-    scale = budget_scale(float(nw.sum())) if (cap is not None or floor is not None) else 1.0
-    job = kernels.LabelPropagationJob(
-        ptr=as_numpy(graph.ptr, torch.long), dst=dst_np, weight=as_numpy(graph.weight), node_weight=as_numpy(nw),
-        label_pri=as_numpy(label_pri, torch.long), node_pri=as_numpy(node_pri, torch.long),
-        key=as_numpy(priority, torch.float64) if priority is not None else kernels.EMPTY_FLOAT,
-        init=as_numpy(init, torch.long) if init is not None else kernels.EMPTY_INT, num_labels=L,
-        cap=None if cap is None else float(cap), floor=None if floor is None else float(floor), scale=scale,
-        max_rounds=int(max_rounds), min_rounds=int(min_rounds), tol=float(tol), gain_tol=float(gain_tol),
-        total_weight=total_w if gain_tol > 0 else 0.0, boundary_only=bool(boundary_only), tie_moves=bool(tie_moves),
-        seed=int(seed), dense=dense, threads=kernels.threads())
-    labels, r, converged, moved_hist, gain_hist = kernels.lp_run(job)
-    if progress:
-        for i, (m, g_) in enumerate(zip(moved_hist, gain_hist)):
-            print(f"[label_propagation] round {i}: moved={m} gain={g_:.4g}")
-    return LabelPropagationResult(labels=torch.from_numpy(labels), rounds=r, converged=converged, moved=moved_hist,
-                                  gains=gain_hist, dense=dense)
-
-
 def half_bits(seed: int, pair: int, n: int) -> Tensor:
     r"""``[n]`` bool: the half of the nodes evaluated in the even round of
     pair ``pair`` (its complement in the odd round). A counter-based hash of
     ``(seed, pair, node)`` (32-bit mixing, every product below :math:`2^{63}`)
-    so the compiled driver (:func:`.kernels.half_mask`) draws the same bits
+    so the compiled driver (:func:`~pyg_dynscale.partition.compiled.kernels.half_mask`) draws the same bits
     without sharing a random-number generator."""
     s = (int(seed) & 0xFFFFFFFF) * 0x27D4EB2F + int(pair) * 0x165667B1
     x = (torch.arange(n, dtype=torch.long) + s) & 0xFFFFFFFF
@@ -476,7 +524,7 @@ def _rounds_torch(graph: CSRGraph, labels: Tensor, nw: Tensor, node_pri: Tensor,
                   min_rounds: int, tie_moves: bool, unique_labels: bool, seed: int,
                   progress: bool, scale: float = 1.0) -> tuple[int, bool, list[int], list[float]]:
     """The rounds of :func:`label_propagation`, vectorized (the reference the
-    compiled :func:`.kernels.lp_rounds` matches bit for bit); ``labels`` and
+    compiled :func:`~pyg_dynscale.partition.compiled.kernels.lp_rounds` matches bit for bit); ``labels`` and
     ``dirty`` are updated in place. Returns ``(rounds, converged, moved, gains)``."""
     ptr, dst, weight = graph.ptr, graph.dst, graph.weight
     dev = ptr.device
@@ -540,7 +588,7 @@ def _round_candidates(ptr: Tensor, dst: Tensor, weight: Tensor, labels: Tensor, 
                       tie_moves: bool) -> tuple[Tensor, Tensor, Tensor]:
     """Steps 2-3 of the module doc, vectorized: ``(node, to, gain)`` of the
     active nodes that want to move (``act`` order). The numba backend's
-    :func:`.kernels.round_candidates` computes the same."""
+    :func:`~pyg_dynscale.partition.compiled.kernels.round_candidates` computes the same."""
     dev = ptr.device
     A = act.numel()
     seg_loc, seg_lab, score = _label_scores(ptr, dst, weight, labels, act, L, unique_labels)
@@ -638,13 +686,21 @@ def _ranges(ptr: Tensor, nodes: Tensor) -> tuple[Tensor, Tensor]:
     return idx, counts
 
 
+def _compact_labels_compiled(labels: Tensor) -> tuple[Tensor, int]:
+    """:func:`compact_labels` by a presence array, no sort (same result), for
+    non-negative labels below ``4 n + 1024`` on the host."""
+    n = labels.numel()
+    if not _on_host(labels) or not n:
+        return NotImplemented
+    lo, hi = int(labels.min()), int(labels.max())
+    if lo < 0 or hi >= 4 * n + 1024:
+        return NotImplemented
+    inv, C = kernels.compact(as_numpy(labels, torch.long), hi + 1)
+    return torch.from_numpy(inv), int(C)
+
+
+@backend.twin(_compact_labels_compiled)
 def compact_labels(labels: Tensor) -> tuple[Tensor, int]:
     """Relabel to ``0..C-1`` (in increasing order of the old label): ``(labels, C)``."""
-    n = labels.numel()
-    if kernels.backend() == "numba" and labels.device.type == "cpu" and n:
-        lo, hi = int(labels.min()), int(labels.max())
-        if lo >= 0 and hi < 4 * n + 1024:  # a presence array, no sort (same result)
-            inv, C = kernels.compact(as_numpy(labels, torch.long), hi + 1)
-            return torch.from_numpy(inv), int(C)
     uniq, inv = torch.unique(labels, return_inverse=True)
     return inv, int(uniq.numel())

@@ -75,7 +75,7 @@ import torch
 from torch import Tensor
 
 from ...errors import PartitionError
-from . import kernels
+from ..compiled import backend, kernels
 from .assign import ChunkGraph, assign_chunks, divergence, rank_loads, refine_chunks
 from .fm import fm_key, fm_refine, multilevel_fm
 from .coarsen import (min_weight, segment_sequences, supergraph_csr, supergraph_cut, temporal_edge_weights,
@@ -343,11 +343,11 @@ def partition_pgc(
             ``meta["candidates_raw"]`` / ``meta["candidates_raw_bytes"]``
             hold the unrefined cuts / bytes. ``None`` refines every start.
         backend (str, optional): label-propagation backend, ``"numba"``,
-            ``"torch"`` or ``"auto"`` (:mod:`.kernels`; identical results).
+            ``"torch"`` or ``"auto"`` (:mod:`~pyg_dynscale.partition.compiled.backend`; identical results).
             ``None``: the current one (``"auto"`` unless set by
-            :func:`.kernels.use_backend` or ``PYG_DYNSCALE_LP_BACKEND``);
+            :func:`~pyg_dynscale.partition.compiled.backend.use_backend` or ``PYG_DYNSCALE_LP_BACKEND``);
             ``"auto"`` compiles only graphs above
-            :data:`.kernels.AUTO_NUMBA_ABOVE` nodes plus edges.
+            :data:`~pyg_dynscale.partition.compiled.backend.AUTO_NUMBA_ABOVE` nodes plus edges.
         progress (bool): print per-round progress.
         balance (str): the balance objective. ``"nodes"`` (default): the
             additive node cost of ``workload``; ``"rounds"``: then move
@@ -394,17 +394,17 @@ def partition_pgc(
     before = torch.get_num_threads()
     torch.set_num_threads(n_threads or TORCH_THREADS)
     try:
-        # resolved once: inside, kernels.backend() is a variable read instead of an environment lookup per call
+        # resolved once: inside, backend.backend() is a variable read instead of an environment lookup per call
         sg = signal.supergraph()
         size = sg.num_nodes + sg.num_spatial_edges + sg.num_temporal_edges
-        backend = opts.backend if opts.backend is not None else kernels.backend_for(size)
-        with kernels.use_backend(backend) as used_backend, kernels.use_threads(n_threads) as kernel_threads:
+        chosen = opts.backend if opts.backend is not None else backend.backend_for(size)
+        with backend.use_backend(chosen) as used_backend, backend.use_threads(n_threads) as kernel_threads:
             part = _partition_pgc(signal, P, pattern, replace(opts, segment_fraction=float(opts.segment_fraction)))
             if opts.balance == "rounds":
                 part = rebalance_partition(signal, part, pattern, opts.round_model)
             part.meta["balance"] = opts.balance
             part.meta["pgc_options"] = opts.to_dict()
-            part.meta["threads"] = kernel_threads if used_backend == "numba" else torch.get_num_threads()
+            part.meta["threads"] = backend.threads_used(used_backend, kernel_threads)
             part.meta["backend"] = used_backend
             return part
     finally:
@@ -508,14 +508,18 @@ class _Start:
         return self.rank if self.unit is None else self.rank.index_select(0, self.unit)
 
 
+def _split_snapshot_owner_compiled(node_w: Tensor, P: int) -> Tensor:
+    """:func:`_split_snapshot_owner` in one compiled pass (the same numbers)."""
+    return torch.from_numpy(kernels.scheme_kernels.split_ranks(node_w.numpy(), int(P)))
+
+
+@backend.twin(_split_snapshot_owner_compiled)
 def _split_snapshot_owner(node_w: Tensor, P: int) -> Tensor:
     r"""The split PSS start (:class:`_Start`): node :math:`v` goes to rank
     :math:`\lfloor P (c_v - w_v / 2) / W \rfloor` with :math:`c_v` the
     running cost in gid (time-major) order and :math:`W` the total, so every
     rank is within one node's cost of the mean."""
     w = node_w.numpy()
-    if kernels.backend() == "numba":  # one compiled pass, the same numbers
-        return torch.from_numpy(kernels.scheme_kernels.split_ranks(w, int(P)))
     csum = np.cumsum(w)  # sequential, as the compiled running sum
     total = float(csum[-1]) if csum.size else 0.0
     if total <= 0:  # no costs to balance: equal node counts

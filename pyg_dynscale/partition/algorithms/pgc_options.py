@@ -33,7 +33,7 @@ from typing import Any, Optional, Union
 import numpy as np
 
 from ...errors import PartitionError
-from .kernels import BACKENDS
+from ..compiled.backend import BACKENDS
 from .round_balance import BALANCE_OBJECTIVES
 from .round_workload import RoundWorkload
 from .workload import LinearWorkload, WorkloadModel

@@ -37,7 +37,8 @@ import torch
 from torch import Tensor
 
 from ...errors import PartitionError
-from . import kernels
+from ..compiled import backend
+from ..compiled.jit import jit
 from .label_propagation import as_numpy
 from ..partition import Partition
 from ..pattern import DependencyPattern
@@ -49,44 +50,44 @@ if TYPE_CHECKING:  # pragma: no cover
 #: ranks the bitmask counter handles (one bit per rank in a uint64)
 MAX_PARTS = 64
 
-if kernels.HAVE_NUMBA:
-    import numba as _numba
 
-    @_numba.njit(cache=True, nogil=True)
-    def _popcount(x):  # pragma: no cover
-        """Set bits of a uint64 (SWAR)."""
-        x = x - ((x >> np.uint64(1)) & np.uint64(0x5555555555555555))
-        x = (x & np.uint64(0x3333333333333333)) + ((x >> np.uint64(2)) & np.uint64(0x3333333333333333))
-        x = (x + (x >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
-        return np.int64((x * np.uint64(0x0101010101010101)) >> np.uint64(56))
+@jit
+def _popcount(x):  # pragma: no cover
+    """Set bits of a uint64 (SWAR)."""
+    x = x - ((x >> np.uint64(1)) & np.uint64(0x5555555555555555))
+    x = (x & np.uint64(0x3333333333333333)) + ((x >> np.uint64(2)) & np.uint64(0x3333333333333333))
+    x = (x + (x >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
+    return np.int64((x * np.uint64(0x0101010101010101)) >> np.uint64(56))
 
-    @_numba.njit(cache=True, nogil=True)
-    def _edge_rows(owner, src, dst, mask):  # pragma: no cover
-        """Distinct ``(owner[dst], src)`` pairs over the edges that cross ranks."""
-        mask[:] = 0
-        for i in range(src.shape[0]):
-            u = src[i]
-            b = owner[dst[i]]
-            if owner[u] != b:
-                mask[u] |= np.uint64(1) << np.uint64(b)
-        rows = 0
-        for u in range(mask.shape[0]):
-            if mask[u]:
-                rows += _popcount(mask[u])
-        return rows
 
-    @_numba.njit(cache=True, nogil=True)
-    def _count_attention_rows(owner, seq_order, seq_ptr):  # pragma: no cover
-        """Rows of attention time encoders: each node to every other rank
-        that owns a later appearance of its vertex."""
-        rows = 0
-        for s in range(seq_ptr.shape[0] - 1):
-            later = np.uint64(0)
-            for p in range(seq_ptr[s + 1] - 1, seq_ptr[s] - 1, -1):
-                bit = np.uint64(1) << np.uint64(owner[seq_order[p]])
-                rows += _popcount(later & ~bit)
-                later |= bit
-        return rows
+@jit
+def _edge_rows(owner, src, dst, mask):  # pragma: no cover
+    """Distinct ``(owner[dst], src)`` pairs over the edges that cross ranks."""
+    mask[:] = 0
+    for i in range(src.shape[0]):
+        u = src[i]
+        b = owner[dst[i]]
+        if owner[u] != b:
+            mask[u] |= np.uint64(1) << np.uint64(b)
+    rows = 0
+    for u in range(mask.shape[0]):
+        if mask[u]:
+            rows += _popcount(mask[u])
+    return rows
+
+
+@jit
+def _count_attention_rows(owner, seq_order, seq_ptr):  # pragma: no cover
+    """Rows of attention time encoders: each node to every other rank
+    that owns a later appearance of its vertex."""
+    rows = 0
+    for s in range(seq_ptr.shape[0] - 1):
+        later = np.uint64(0)
+        for p in range(seq_ptr[s + 1] - 1, seq_ptr[s] - 1, -1):
+            bit = np.uint64(1) << np.uint64(owner[seq_order[p]])
+            rows += _popcount(later & ~bit)
+            later |= bit
+    return rows
 
 
 def plan_row_counts(supergraph: "Supergraph", owner: Tensor, kinds: set[str]) -> dict[str, int]:
@@ -127,11 +128,16 @@ def plan_bytes(supergraph: Any, owner: Tensor, num_parts: int, pattern: Dependen
         raise PartitionError("owner", f"must have shape [{supergraph.num_nodes}], got {list(owner.shape)}.")
     if owner.numel() and (int(owner.min()) < 0 or int(owner.max()) >= num_parts):
         raise PartitionError("owner", f"values must lie in [0, {num_parts}).")
-    windowed = any(b.time_kind == "window" for b in pattern.blocks)  # banded rows: counted by the plan itself
-    if kernels.backend() != "numba" or num_parts > MAX_PARTS or owner.device.type != "cpu" or windowed:
+    return _count_plan_bytes(supergraph, owner, num_parts, pattern)
 
-        part = Partition("pgc", num_parts, owner)
-        return int(CommunicationPlan.build(supergraph, part, pattern).bytes_by_kind()["total"])
+
+def _count_plan_bytes_compiled(supergraph: "Supergraph", owner: Tensor, num_parts: int, pattern: DependencyPattern) -> int:
+    """:func:`_count_plan_bytes` by the compiled row counters (module doc): up
+    to :data:`MAX_PARTS` ranks, host tensors, no windowed block (banded rows
+    are counted by the plan itself)."""
+    windowed = any(b.time_kind == "window" for b in pattern.blocks)
+    if num_parts > MAX_PARTS or owner.device.type != "cpu" or windowed:
+        return NotImplemented
     kinds = {b.time_kind for b in pattern.blocks} - {"none"}
     rows = plan_row_counts(supergraph, owner, kinds)
     # block 0's first spatial layer moves raw features once (static), not per epoch
@@ -139,3 +145,10 @@ def plan_bytes(supergraph: Any, owner: Tensor, num_parts: int, pattern: Dependen
     elements = spatial_w * rows["spatial"] + sum(b.time_width * rows[b.time_kind] for b in pattern.blocks
                                                  if b.time_kind != "none")
     return 2 * pattern.bytes_per_element * int(elements)
+
+
+@backend.twin(_count_plan_bytes_compiled)
+def _count_plan_bytes(supergraph: "Supergraph", owner: Tensor, num_parts: int, pattern: DependencyPattern) -> int:
+    """Bytes of the plan of ``owner``, built (:func:`plan_bytes`)."""
+    part = Partition("pgc", num_parts, owner)
+    return int(CommunicationPlan.build(supergraph, part, pattern).bytes_by_kind()["total"])

@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from ...errors import PartitionError
-from . import kernels
+from ..compiled import backend, kernels
 from ..cost import resolve_node_cost
 from .label_propagation import as_numpy
 from .vertex_order import cuthill_mckee_order, union_graph
@@ -52,6 +52,30 @@ def _linear_partition(cost: Tensor, R: int) -> Tensor:
     T = cost.numel()
     # numpy: the bisection makes ~60 x R scalar searches, each a few times cheaper than a torch op
     pre = np.concatenate([np.zeros(1), np.cumsum(cost.to(torch.float64).numpy())])
+    lo, hi = float(cost.max()) if T else 0.0, float(pre[-1])
+    bounds = _bottleneck_bounds(pre, int(R), lo, hi)
+    while len(bounds) - 1 < R:  # split the heaviest range with >1 snapshot at its best point
+        sums = [(float(pre[bounds[i + 1]] - pre[bounds[i]]), i) for i in range(len(bounds) - 1)
+                if bounds[i + 1] - bounds[i] > 1]
+        _, i = max(sums)
+        a, b = bounds[i], bounds[i + 1]
+        mid_val = 0.5 * float(pre[a] + pre[b])
+        cut = int(np.searchsorted(pre[a + 1:b], mid_val)) + a + 1
+        cut = min(max(cut, a + 1), b - 1)
+        bounds.insert(i + 1, cut)
+    return torch.tensor(bounds, dtype=torch.long)
+
+
+def _bottleneck_bounds_compiled(pre: np.ndarray, R: int, lo: float, hi: float) -> list[int]:
+    """:func:`_bottleneck_bounds`: the same bisection compiled (identical bounds)."""
+    return kernels.scheme_kernels.linear_bounds(pre, R, lo, hi).tolist()
+
+
+@backend.twin(_bottleneck_bounds_compiled)
+def _bottleneck_bounds(pre: np.ndarray, R: int, lo: float, hi: float) -> list[int]:
+    """:func:`_linear_partition`'s bisection on the bottleneck in ``[lo, hi]``
+    over the prefix sums ``pre [T+1]``: the bounds of at most ``R`` ranges."""
+    T = pre.shape[0] - 1
     total = float(pre[-1])
 
     def greedy(B: float) -> Optional[list[int]]:
@@ -67,33 +91,65 @@ def _linear_partition(cost: Tensor, R: int) -> Tensor:
             start = end
         return bounds if start >= T else None
 
-    lo, hi = float(cost.max()) if T else 0.0, total
-    if kernels.backend() == "numba":  # the same bisection compiled (identical bounds)
-        best = kernels.scheme_kernels.linear_bounds(pre, int(R), lo, hi).tolist()
-    else:
-        best = greedy(hi) or [0, T]
-        for _ in range(60):
-            if hi - lo <= 1e-9 * max(total, 1.0):
-                break
-            mid = 0.5 * (lo + hi)
-            g = greedy(mid)
-            if g is None:
-                lo = mid
-            else:
-                hi, best = mid, g
-    bounds = best
-    while len(bounds) - 1 < R:  # split the heaviest range with >1 snapshot at its best point
-        sums = [(float(pre[bounds[i + 1]] - pre[bounds[i]]), i) for i in range(len(bounds) - 1)
-                if bounds[i + 1] - bounds[i] > 1]
-        _, i = max(sums)
-        a, b = bounds[i], bounds[i + 1]
-        mid_val = 0.5 * float(pre[a] + pre[b])
-        cut = int(np.searchsorted(pre[a + 1:b], mid_val)) + a + 1
-        cut = min(max(cut, a + 1), b - 1)
-        bounds.insert(i + 1, cut)
-    return torch.tensor(bounds, dtype=torch.long)
+    best = greedy(hi) or [0, T]
+    for _ in range(60):
+        if hi - lo <= 1e-9 * max(total, 1.0):
+            break
+        mid = 0.5 * (lo + hi)
+        g = greedy(mid)
+        if g is None:
+            lo = mid
+        else:
+            hi, best = mid, g
+    return best
 
 
+def _lpt_compiled(cost: Tensor, R: int) -> Tensor:
+    """:func:`_lpt` of up to ``LPT_EXACT_ITEMS`` items: order and loop in one compiled call."""
+    S = cost.numel()
+    if S > LPT_EXACT_ITEMS:
+        return NotImplemented
+    bins = kernels.lpt_exact(cost.to(torch.float64).numpy(), int(R))
+    return torch.from_numpy(bins) if bins.shape[0] == S else NotImplemented
+
+
+def _descending_order_compiled(cost: Tensor) -> Tensor:
+    """:func:`_descending_order` by a stable ascending radix sort of ``-cost``
+    (the same order as torch's stable descending sort); not with NaN."""
+    cost_np = cost.to(torch.float64).numpy()
+    if np.isnan(cost_np).any():
+        return NotImplemented
+    return torch.from_numpy(kernels.stable_argsort(-cost_np))
+
+
+@backend.twin(_descending_order_compiled)
+def _descending_order(cost: Tensor) -> Tensor:
+    """Items by decreasing cost, ties in index order."""
+    return torch.argsort(cost, descending=True, stable=True)
+
+
+def _lpt_greedy_compiled(big: Tensor, R: int) -> tuple[Tensor, list]:
+    """:func:`_lpt_greedy`: the same loop compiled (identical bins)."""
+    out_np, loads_np = kernels.scheme_kernels.lpt_greedy(big.to(torch.float64).numpy(), int(R))
+    return torch.from_numpy(out_np), loads_np.tolist()
+
+
+@backend.twin(_lpt_greedy_compiled)
+def _lpt_greedy(big: Tensor, R: int) -> tuple[Tensor, list]:
+    """``(bin [k], loads [R])``: the items ``big`` (decreasing cost) placed one
+    by one on the least loaded of ``R`` bins (a heap)."""
+    heap = [(0.0, r) for r in range(R)]
+    loads = [0.0] * R
+    out_l = [0] * big.numel()
+    for j, c in enumerate(big.tolist()):  # bounded loop: at most LPT_EXACT_ITEMS items
+        load, r = heapq.heappop(heap)
+        out_l[j] = r
+        loads[r] = load + c
+        heapq.heappush(heap, (loads[r], r))
+    return torch.tensor(out_l, dtype=torch.long), loads
+
+
+@backend.twin(_lpt_compiled)
 def _lpt(cost: Tensor, R: int) -> Tensor:
     r"""Longest-processing-time-first assignment of items to ``R`` bins.
 
@@ -104,32 +160,10 @@ def _lpt(cost: Tensor, R: int) -> Tensor:
     at most about one small item.
     """
     S = cost.numel()
-    cost_np = cost.to(torch.float64).numpy()
-    if kernels.backend() == "numba" and S <= LPT_EXACT_ITEMS:  # order and loop in one compiled call
-        bins = kernels.lpt_exact(cost_np, int(R))
-        if bins.shape[0] == S:
-            return torch.from_numpy(bins)
-    if kernels.backend() == "numba" and not np.isnan(cost_np).any():
-        # a stable ascending radix sort of -cost: the same order as torch's stable descending sort
-        order = torch.from_numpy(kernels.stable_argsort(-cost_np))
-    else:
-        order = torch.argsort(cost, descending=True, stable=True)
+    order = _descending_order(cost)
     assign = torch.empty(S, dtype=torch.long)
     k = min(S, LPT_EXACT_ITEMS)
-    if kernels.backend() == "numba":  # the same loop compiled (identical bins)
-        out_np, loads_np = kernels.scheme_kernels.lpt_greedy(cost[order[:k]].to(torch.float64).numpy(), int(R))
-        out, loads = torch.from_numpy(out_np), loads_np.tolist()
-    else:
-        heap = [(0.0, r) for r in range(R)]
-        loads = [0.0] * R
-        big = cost[order[:k]].tolist()
-        out_l = [0] * k
-        for j, c in enumerate(big):  # bounded loop: at most LPT_EXACT_ITEMS items
-            load, r = heapq.heappop(heap)
-            out_l[j] = r
-            loads[r] = load + c
-            heapq.heappush(heap, (loads[r], r))
-        out = torch.tensor(out_l, dtype=torch.long)
+    out, loads = _lpt_greedy(cost[order[:k]], int(R))
     assign[order[:k]] = out
     if k < S:
         small = order[k:]
@@ -166,6 +200,21 @@ def _too_few_snapshots(nonempty: int, R: int) -> None:
                          f"for {R} parts.", "Use fewer parts, or the 'pts'/'pgc' scheme.")
 
 
+def _pss_snapshot_ranks_compiled(signal: "DynamicGraphSignal", R: int, balanced: bool, workload: Any,
+                                 cost: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor, Optional[Tensor]]:
+    """:func:`pss_snapshot_ranks` (balanced): the same steps in one compiled call."""
+    if not balanced:
+        return NotImplemented
+    N, T = _signal_info(signal)
+    check_num_parts(R, N)
+    cost = resolve_node_cost(signal, workload) if cost is None else cost
+    out = kernels.scheme_kernels.pss_balanced(as_numpy(signal.node_ptr.cpu(), torch.long), as_numpy(cost, torch.float64), int(R))
+    if R > out[1].shape[0]:
+        _too_few_snapshots(out[1].shape[0], R)
+    return tuple(torch.from_numpy(x) for x in out)  # type: ignore[return-value]
+
+
+@backend.twin(_pss_snapshot_ranks_compiled)
 def pss_snapshot_ranks(signal: "DynamicGraphSignal", R: int, balanced: bool, workload: Any,
                        cost: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor, Optional[Tensor]]:
     """PSS as ``(snap_rank [T], nonempty, bounds, loads)``: the rank of every
@@ -176,17 +225,11 @@ def pss_snapshot_ranks(signal: "DynamicGraphSignal", R: int, balanced: bool, wor
     resolved it before (PGC's multi-start)."""
     N, T = _signal_info(signal)
     check_num_parts(R, N)
-    if balanced and kernels.backend() == "numba":  # the same steps in one compiled call
-        cost = resolve_node_cost(signal, workload) if cost is None else cost
-        out = kernels.scheme_kernels.pss_balanced(as_numpy(signal.node_ptr.cpu(), torch.long), as_numpy(cost, torch.float64), int(R))
-        if R > out[1].shape[0]:
-            _too_few_snapshots(out[1].shape[0], R)
-        return tuple(torch.from_numpy(x) for x in out)  # type: ignore[return-value]
     nodes = (signal.node_ptr[1:] - signal.node_ptr[:-1]).cpu()
     nonempty = (nodes > 0).nonzero().flatten()
     if R > nonempty.numel():
         _too_few_snapshots(nonempty.numel(), R)
-    if balanced:  # the torch steps (the numba backend returned above)
+    if balanced:
         cost = resolve_node_cost(signal, workload) if cost is None else cost
         snap = torch.repeat_interleave(torch.arange(T), nodes, output_size=N)
         per_snap = torch.zeros(T, dtype=torch.float64).index_add_(0, snap, cost)[nonempty]
@@ -201,18 +244,40 @@ def pss_snapshot_ranks(signal: "DynamicGraphSignal", R: int, balanced: bool, wor
     return snap_rank, nonempty, bounds, loads
 
 
+def _sequence_owner_compiled(sg: Any, seq_rank: Tensor, N: int) -> Tensor:
+    """:func:`_sequence_owner` in one compiled pass."""
+    return torch.from_numpy(kernels.scheme_kernels.sequence_owner(
+        as_numpy(sg.sequence_order.cpu(), torch.long), as_numpy(sg.sequence_ptr.cpu(), torch.long), as_numpy(seq_rank, torch.long)))
+
+
+@backend.twin(_sequence_owner_compiled)
+def _sequence_owner(sg: Any, seq_rank: Tensor, N: int) -> Tensor:
+    """``[N]``: every node of supergraph ``sg`` on the rank of its sequence."""
+    owner = torch.empty(N, dtype=torch.long)
+    owner[sg.sequence_order.cpu()] = torch.repeat_interleave(seq_rank, sg.sequence_lengths.cpu(), output_size=N)
+    return owner
+
+
+def _sequence_costs_compiled(sg: Any, cost: Tensor, N: int) -> Tensor:
+    """:func:`_sequence_costs`: one compiled pass, the same sums."""
+    return torch.from_numpy(kernels.scheme_kernels.sequence_costs(
+        as_numpy(sg.sequence_order.cpu(), torch.long), as_numpy(sg.sequence_ptr.cpu(), torch.long), as_numpy(cost, torch.float64)))
+
+
+@backend.twin(_sequence_costs_compiled)
+def _sequence_costs(sg: Any, cost: Tensor, N: int) -> Tensor:
+    """``[S]`` summed node cost ``cost [N]`` of every sequence of ``sg``."""
+    S = sg.sequence_ptr.numel() - 1
+    seq_id = torch.repeat_interleave(torch.arange(S), sg.sequence_lengths.cpu(), output_size=N)
+    return torch.zeros(S, dtype=torch.float64).index_add_(0, seq_id, cost[sg.sequence_order.cpu()])
+
+
 def _pts_owner(signal: "DynamicGraphSignal", R: int, balanced: bool, workload: Any,
                locality: bool = False) -> tuple[Tensor, dict]:
     """PTS owner ``[N]``: every node on the rank of its sequence."""
     seq_rank = pts_sequence_ranks(signal, R, balanced, workload, locality=locality)
     sg = signal.supergraph()
-    if kernels.backend() == "numba":
-        owner = torch.from_numpy(kernels.scheme_kernels.sequence_owner(
-            as_numpy(sg.sequence_order.cpu(), torch.long), as_numpy(sg.sequence_ptr.cpu(), torch.long), as_numpy(seq_rank, torch.long)))
-    else:
-        owner = torch.empty(signal.num_vertex_time_nodes, dtype=torch.long)
-        owner[sg.sequence_order.cpu()] = torch.repeat_interleave(seq_rank, sg.sequence_lengths.cpu(),
-                                                                 output_size=signal.num_vertex_time_nodes)
+    owner = _sequence_owner(sg, seq_rank, signal.num_vertex_time_nodes)
     return owner, {"balanced": bool(balanced), "locality": bool(locality)}
 
 
@@ -235,13 +300,7 @@ def pts_sequence_ranks(signal: "DynamicGraphSignal", R: int, balanced: bool, wor
     if not balanced:  # equal numbers of sequences, in vertex-id order
         return (torch.arange(S) * R) // S
     cost = resolve_node_cost(signal, workload) if cost is None else cost
-    if kernels.backend() == "numba":  # one compiled pass, the same sums
-        seq_cost = torch.from_numpy(kernels.scheme_kernels.sequence_costs(
-            as_numpy(sg.sequence_order.cpu(), torch.long), as_numpy(sg.sequence_ptr.cpu(), torch.long), as_numpy(cost, torch.float64)))
-    else:
-        seq_id = torch.repeat_interleave(torch.arange(S), sg.sequence_lengths.cpu(), output_size=N)
-        seq_cost = torch.zeros(S, dtype=torch.float64).index_add_(0, seq_id, cost[sg.sequence_order.cpu()])
-    return _lpt(seq_cost, R)
+    return _lpt(_sequence_costs(sg, cost, N), R)
 
 
 def _local_sequence_ranks(signal: "DynamicGraphSignal", R: int, balanced: bool, workload: Any,
@@ -281,9 +340,9 @@ def _finish(scheme: str, signal: "DynamicGraphSignal", R: int, owner: Tensor, t0
 
 
 def _backend(signal: "DynamicGraphSignal") -> Any:
-    """The kernels backend for this signal's size (:func:`.kernels.backend_for`)."""
+    """The kernels backend for this signal's size (:func:`~pyg_dynscale.partition.compiled.backend.backend_for`)."""
     sg = signal.supergraph()
-    return kernels.use_backend(kernels.backend_for(sg.num_nodes + sg.num_spatial_edges + sg.num_temporal_edges))
+    return backend.use_backend(backend.backend_for(sg.num_nodes + sg.num_spatial_edges + sg.num_temporal_edges))
 
 
 def partition_pss(signal: "DynamicGraphSignal", num_parts: int, *, balanced: bool = False,

@@ -15,12 +15,12 @@ bit-identical graphs whatever the thread count:
   :func:`transpose_merge`) or are merged through a mark array and sorted
   (:func:`contract_csr`), and are compacted with a prefix sum.
 
-Imported through :mod:`.kernels` (which owns backend selection); only usable
+Imported through :mod:`.kernels`; :mod:`.backend` chooses when they run; only usable
 when numba is installed.
 """
 from __future__ import annotations
 
-import numba
+from .jit import numba
 import numpy as np
 
 _jit = numba.njit(cache=True, nogil=True)

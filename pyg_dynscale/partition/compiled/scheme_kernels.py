@@ -10,7 +10,7 @@ float arithmetic and tie-breaks (``tests/partition/test_schemes.py``).
 """
 from __future__ import annotations
 
-import numba
+from .jit import numba
 import numpy as np
 
 from .csr_kernels import weighted_degree

@@ -1,172 +1,18 @@
-r"""Compiled kernels for label propagation and CSR building (numba).
+r"""Compiled kernels of label propagation, chunk assignment and refinement (numba).
 
-Label propagation (:mod:`.label_propagation`) has two interchangeable
-backends that compute **bit-identical** results:
-
-* ``"torch"``: the vectorized reference -- sorts and segment reductions on
-  edge arrays, one Python iteration per round. Runs wherever torch runs.
-* ``"numba"``: the same semantics compiled. :func:`lp_rounds` runs every
-  round of a label propagation in one call; a node's Eq. 2 scores are
-  accumulated in a scratch array indexed by label (a "sparse accumulator",
-  :math:`O(\deg v)` per node instead of a sort of all active entries), and on
-  big graphs a round's active nodes are split over threads. CSR graphs are
-  built by counting sorts (:mod:`.csr_kernels`, multi-threaded). Faster per
-  call than the torch backend once compiled (docs/pgc.md, "First use").
-
-``"auto"`` (the default) picks, per partitioning call (:func:`backend_for`),
-``"numba"`` for graphs above :data:`AUTO_NUMBA_ABOVE` vertex-time nodes plus
-edges or when every kernel is already compiled (:func:`compiled_cache_warm`:
-numba's on-disk cache holds them, so loading costs a fraction of a second),
-and ``"torch"`` otherwise or when numba does not import: compiling the
-kernels the first time costs about a minute on two cores, which a small
-graph never earns back (docs/pgc.md, "First use"). Choose with
-:func:`use_backend` (a context manager), the ``backend=`` argument of
-:func:`~pyg_dynscale.partition.algorithms.pgc.partition_pgc`, or the environment
-variable ``PYG_DYNSCALE_LP_BACKEND``.
-
-Bit-identity holds because both backends evaluate the same nodes in the same
-order, sum each node's edge weights in CSR order in float64, break ties the
-same way (largest internal label), and share the cap acceptance, the hashed
-half masks (:func:`half_mask`) and the dirty bookkeeping; parallel kernels
-concatenate per-block results in a fixed order, so the thread count does not
-change results either (tested in ``tests/partition/test_kernels.py``).
-The first call of a kernel compiles it; compiled code is cached on disk
-(numba ``cache=True``; numba falls back to a per-user cache directory when
-the package's folder is read-only), so later processes start fast.
+The torch twins of these kernels live with their callers
+(:mod:`~pyg_dynscale.partition.algorithms.label_propagation`,
+:mod:`~pyg_dynscale.partition.algorithms.assign`, ...); :mod:`.backend` chooses
+which one runs (its docstring says how and why).
 """
 from __future__ import annotations
 
-import contextlib
-import os
-import sys
-import threading
-from typing import Iterator, NamedTuple, Optional
+from typing import NamedTuple, Optional
 
 import numpy as np
 
-from ...errors import MissingDependencyError, PartitionError
-
-BACKENDS = ("auto", "numba", "torch")
-_ENV = "PYG_DYNSCALE_LP_BACKEND"
-_override: Optional[str] = None
-
-try:  # numba is a core dependency; the torch backend covers platforms without it
-    import numba as _numba
-
-    HAVE_NUMBA = True
-except ImportError:  # pragma: no cover - exercised only without numba
-    _numba = None
-    HAVE_NUMBA = False
-
-
-def _check(name: str, field: str) -> str:
-    if name not in BACKENDS:
-        raise PartitionError(field, f"must be one of {BACKENDS}, not {name!r}.")
-    return name
-
-
-#: vertex-time nodes + spatial + temporal edges above which ``"auto"`` compiles:
-#: below it the torch backend is fast enough that compiling (tens of seconds
-#: with a cold cache) never pays off (docs/pgc.md, "First use")
-AUTO_NUMBA_ABOVE = 2_000_000
-
-
-def backend_for(size: int) -> str:
-    """The backend for a graph of ``size`` vertex-time nodes plus edges:
-    the one in effect, with ``"auto"`` resolved by :data:`AUTO_NUMBA_ABOVE`
-    and :func:`compiled_cache_warm`."""
-    name = _override if _override is not None else _check(os.environ.get(_ENV, "auto"), _ENV)
-    if name == "auto":
-        return "numba" if HAVE_NUMBA and (size > AUTO_NUMBA_ABOVE or compiled_cache_warm()) else "torch"
-    return backend()
-
-
-def dispatchers() -> list:
-    """Every compiled kernel of the partitioning algorithms (empty without numba)."""
-    if not HAVE_NUMBA:
-        return []
-    from numba.core.registry import CPUDispatcher
-
-    from . import csr_kernels, scheme_kernels
-
-    mods = (sys.modules[__name__], csr_kernels, scheme_kernels)
-    return [v for m in mods for v in vars(m).values() if isinstance(v, CPUDispatcher)]
-
-
-_warm = False
-
-
-def compiled_cache_warm() -> bool:
-    """Whether every kernel of :func:`dispatchers` is compiled in this process
-    or has code in numba's on-disk cache for its current source (a process
-    compiled it before): then the compiled backend costs no compiling.
-    Reads the cache indexes (a few milliseconds); ``False`` when numba's
-    cache layout cannot be read (the torch backend is exact too)."""
-    global _warm
-    if not _warm and HAVE_NUMBA:
-        try:
-            _warm = all(d.signatures or d._cache._cache_file._load_index() for d in dispatchers())
-        except Exception:  # another numba version's internals: treat the cache as cold
-            _warm = False
-    return _warm
-
-
-def backend() -> str:
-    """The backend label propagation uses now: ``"numba"`` or ``"torch"``
-    (``"auto"`` outside a partitioning call: ``"numba"`` when it imports)."""
-    name = _override if _override is not None else _check(os.environ.get(_ENV, "auto"), _ENV)
-    if name == "auto":
-        return "numba" if HAVE_NUMBA else "torch"
-    if name == "numba" and not HAVE_NUMBA:
-        raise MissingDependencyError("numba", "the 'numba' label-propagation backend", "pip install numba")
-    return name
-
-
-@contextlib.contextmanager
-def use_backend(name: Optional[str]) -> Iterator[str]:
-    """Run the block with backend ``name`` (``None`` keeps the current one);
-    yields the resolved backend."""
-    global _override
-    before = _override
-    if name is not None:
-        _override = _check(name, "backend")
-    try:
-        yield backend()
-    finally:
-        _override = before
-
-
-#: the thread count :func:`use_threads` put in effect, per Python thread (as
-#: numba's own setting): read instead of ``numba.get_num_threads()``, which
-#: cost ~5 us a call -- and a label propagation asks a few times
-_in_effect = threading.local()
-
-
-def threads() -> int:
-    """Threads the compiled kernels may use now (``numba.get_num_threads()``; 1 without numba)."""
-    n = getattr(_in_effect, "n", None)
-    if n is not None:
-        return n
-    return int(_numba.get_num_threads()) if HAVE_NUMBA else 1
-
-
-@contextlib.contextmanager
-def use_threads(n: Optional[int]) -> Iterator[int]:
-    """Run the block with ``n`` kernel threads (``None``: unchanged; capped at
-    numba's pool size, ``NUMBA_NUM_THREADS``); yields the count in effect."""
-    outer = getattr(_in_effect, "n", None)
-    change = HAVE_NUMBA and n is not None
-    if change:
-        before = _numba.get_num_threads()
-        _numba.set_num_threads(max(1, min(int(n), _numba.config.NUMBA_NUM_THREADS)))
-    _in_effect.n = int(_numba.get_num_threads()) if HAVE_NUMBA else 1
-    try:
-        yield _in_effect.n
-    finally:
-        _in_effect.n = outer
-        if change:
-            _numba.set_num_threads(before)
-
+from .jit import HAVE_NUMBA, threads
+from .jit import numba as _numba
 
 class LabelPropagationJob(NamedTuple):
     r"""Everything one compiled label propagation (:func:`lp_run`) reads.
