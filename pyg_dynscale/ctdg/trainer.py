@@ -332,7 +332,7 @@ class MemoryTrainer(BaseTrainer):
     def _configure(self, memory, gnn, link_pred, data, *, batch_size, lr, num_neighbors, negatives, seed, parallelism,
                    static_memory, loss, optimizer, device, val_ratio, test_ratio, eval_seed, mrr_negatives,
                    dynamic_memory, memory_service, prefetch, memory_placement, partition, gradient_sync,
-                   micro_batches, overlap_aggregation, event_placement="auto", lr_scaling="none") -> None:
+                   micro_batches, overlap_aggregation, event_placement="auto", lr_scaling) -> None:
         """Check the options and build everything this process holds (no collective)."""
         self.loss = check_options(negatives=negatives, loss=loss, batch_size=batch_size, num_neighbors=num_neighbors,
                                   mrr_negatives=mrr_negatives, lr=lr, seed=seed, gradient_sync=gradient_sync,
