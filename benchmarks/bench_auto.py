@@ -32,7 +32,7 @@ from _shared import DATASETS  # noqa: E402
 from pyg_dynscale.distributed import DistributedTrainer, spawn  # noqa: E402
 from pyg_dynscale.nn import DySAT, MPNNLSTMDGC, TGCN  # noqa: E402
 from pyg_dynscale.partition import partition  # noqa: E402
-from pyg_dynscale.partition.algorithms.auto import (AUTO_CANDIDATES, BlackBoxSpec, CostModel,  # noqa: E402
+from pyg_dynscale.partition.schemes.auto import (AUTO_CANDIDATES, BlackBoxSpec, CostModel,  # noqa: E402
                                                      _candidate, predict_cost)
 
 DECOMPOSED = ("tgcn1", "tgcn2", "mpnnlstm", "dysat")

@@ -64,7 +64,7 @@ from _shared import DATASETS  # noqa: E402
 from pyg_dynscale.distributed import DistributedTrainer, spawn  # noqa: E402
 from pyg_dynscale.nn import DySAT, MPNNLSTMDGC, TGCN  # noqa: E402
 from pyg_dynscale.partition import CommunicationPlan, partition  # noqa: E402
-from pyg_dynscale.partition.algorithms.round_workload import predict_round_times  # noqa: E402
+from pyg_dynscale.partition.costs.rounds import predict_round_times  # noqa: E402
 
 DAY = 86400.0
 CONFIGS = [("PyGT-PSS", "pss", "none"), ("PyGT-PTS", "pts", "none"), ("PyGT-PSS-TS", "pss-ts", "none"),
@@ -174,7 +174,7 @@ def profile_rounds(args: Any) -> list:
     """Per-rank compute of six fused partitions per dataset x model, with the
     round-aware model's operation counts, and a per-model and joint
     :meth:`RoundWorkload.fit` (the source of ``DEFAULT_CONSTANTS``)."""
-    from pyg_dynscale.partition.algorithms.round_workload import RoundFeatures, RoundWorkload, round_features
+    from pyg_dynscale.partition.costs.rounds import RoundFeatures, RoundWorkload, round_features
 
     rows = []
     for name in args.datasets.split(","):

@@ -3,7 +3,7 @@ r"""PGC at scale: 10 million vertex-time nodes, >= 20 million edges (DGC §4.1, 
 
 Generates a synthetic dynamic graph (:func:`pyg_dynscale.data.synthetic.generate_dynamic_graph`,
 power-law degrees, DGC §7.3.1) and partitions it with
-:func:`~pyg_dynscale.partition.algorithms.pgc.partition_pgc`; prints the time of every
+:func:`~pyg_dynscale.partition.pgc.pipeline.partition_pgc`; prints the time of every
 step (supergraph, chunk generation per level, assignment, refinement), the
 chunk counts, :math:`\lambda`, and the peak resident memory of the process
 (``resource.getrusage``). Target: the partitioning itself (supergraph
@@ -40,7 +40,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from pyg_dynscale.data.synthetic import generate_dynamic_graph  # noqa: E402
-from pyg_dynscale.partition.algorithms.pgc import partition_pgc  # noqa: E402
+from pyg_dynscale.partition.pgc.pipeline import partition_pgc  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _shared import dgc_pattern  # noqa: E402

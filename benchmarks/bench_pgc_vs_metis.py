@@ -15,7 +15,7 @@ with METIS would say nothing. METIS and KaHIP get the same byte weights as
 integers (they are multiples of ``2 * bytes_per_element``); a weight that
 is not a positive integer is refused rather than clamped. Partitioners:
 
-* ``pgc``: :func:`pyg_dynscale.partition.algorithms.pgc.partition_pgc` (its time includes
+* ``pgc``: :func:`pyg_dynscale.partition.pgc.pipeline.partition_pgc` (its time includes
   building the weighted supergraph from the signal);
 * ``metis``: ``pymetis.part_graph`` (k-way, 3% imbalance default of METIS);
 * ``kahip-fast`` / ``kahip-fastsocial``: ``kahip.kaffpa`` modes FAST and
@@ -56,9 +56,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from pyg_dynscale import DynamicGraphSignal  # noqa: E402
 from pyg_dynscale.partition import Partition, evaluate, partition  # noqa: E402
-from pyg_dynscale.partition.algorithms.coarsen import supergraph_csr, temporal_weights  # noqa: E402
-from pyg_dynscale.partition.algorithms.pgc import partition_pgc  # noqa: E402
-from pyg_dynscale.partition.algorithms.workload import LinearWorkload  # noqa: E402
+from pyg_dynscale.partition.pgc.coarsen import supergraph_csr, temporal_weights  # noqa: E402
+from pyg_dynscale.partition.pgc.pipeline import partition_pgc  # noqa: E402
+from pyg_dynscale.partition.costs.workload import LinearWorkload  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _shared import DATASETS, dgc_pattern  # noqa: E402
@@ -138,7 +138,7 @@ def load_graph(name: str, quick: bool) -> Optional[DynamicGraphSignal]:
 def csr_inputs(signal: DynamicGraphSignal, pattern: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Undirected weighted CSR (coalesced, integer weights) + integer node
     weights, built with the builder PGC uses for its level-0 graph
-    (:func:`~pyg_dynscale.partition.algorithms.coarsen.supergraph_csr`: multi-threaded
+    (:func:`~pyg_dynscale.partition.pgc.coarsen.supergraph_csr`: multi-threaded
     counting sorts, symmetric fast path), so "+csr" is not inflated."""
     sg = signal.supergraph()
     if not pattern.spatial_edge_weight() > 0 or not pattern.temporal_edge_weight() > 0:

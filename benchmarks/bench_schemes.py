@@ -14,7 +14,7 @@ epoch -- and 4 and 8 parts, it partitions with
 * ``pss`` (equal snapshot counts, DGC's baseline), ``pss-bal`` (balanced ranges),
 * ``pts`` (equal sequence counts), ``pts-bal`` (LPT on sequence workload),
 * ``pss-ts`` (SC'21 hybrid, balanced),
-* ``pgc`` (:func:`pyg_dynscale.partition.algorithms.pgc.partition_pgc`, if importable),
+* ``pgc`` (:func:`pyg_dynscale.partition.pgc.pipeline.partition_pgc`, if importable),
 
 and reports the plan's bytes per epoch (forward + backward) by kind, cut edges,
 :math:`\lambda` (max/min load, load = vertex-time nodes + aggregated edges)
@@ -108,7 +108,7 @@ def row_of(dataset: str, label: str, model: str, m: dict) -> dict:
 
 def run(args: argparse.Namespace) -> list[dict]:
     try:
-        from pyg_dynscale.partition.algorithms.pgc import partition_pgc  # noqa: F401
+        from pyg_dynscale.partition.pgc.pipeline import partition_pgc  # noqa: F401
         have_pgc = not args.no_pgc
     except ImportError as exc:
         print(f"NOTE: PGC not available ({exc}); comparing PSS/PTS/PSS-TS only.", file=sys.stderr)
@@ -143,7 +143,7 @@ def run(args: argparse.Namespace) -> list[dict]:
                         continue
                     group.append(row_of(dname, label, model, evaluate(sig, pat, p).to_dict()))
                 if have_pgc:
-                    from pyg_dynscale.partition.algorithms.pgc import partition_pgc
+                    from pyg_dynscale.partition.pgc.pipeline import partition_pgc
                     # the multi-start, and DGC's own PGC (label propagation + Algorithm 1) beside it
                     for label, starts in (("pgc", None), ("pgc-dgc", ("lp",))):
                         try:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 r"""Workload prediction (DGC §4.2, §6, §7.4): profile, train, MAPE, divergence.
 
-1. **Profile** (:func:`~pyg_dynscale.partition.algorithms.workload.profile`): time a
+1. **Profile** (:func:`~pyg_dynscale.partition.costs.workload.profile`): time a
    ``GCNConv`` stack and a ``GRU`` (forward + backward) on random chunks of
    varied size on this device.
 2. **Train** DGC's two MLP predictors (3x256 ReLU, MAPE loss, Adam, 100
@@ -38,10 +38,10 @@ from torch import nn
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from pyg_dynscale.data.synthetic import generate_dynamic_graph  # noqa: E402
-from pyg_dynscale.partition.algorithms.assign import ChunkGraph, assign_chunks, divergence, rank_loads, refine_chunks  # noqa: E402
-from pyg_dynscale.partition.algorithms.label_propagation import CSRGraph  # noqa: E402
-from pyg_dynscale.partition.algorithms.pgc import partition_pgc, weighted_supergraph  # noqa: E402
-from pyg_dynscale.partition.algorithms.workload import (  # noqa: E402
+from pyg_dynscale.partition.pgc.assign import ChunkGraph, assign_chunks, divergence, rank_loads, refine_chunks  # noqa: E402
+from pyg_dynscale.partition.pgc.label_propagation import CSRGraph  # noqa: E402
+from pyg_dynscale.partition.pgc.pipeline import partition_pgc, weighted_supergraph  # noqa: E402
+from pyg_dynscale.partition.costs.workload import (  # noqa: E402
     LinearWorkload,
     MLPWorkload,
     _time_call,

@@ -22,7 +22,7 @@ TARGETS = ("node", "link")
 #: the dependency-pattern presets :meth:`~pyg_dynscale.partition.DependencyPattern.preset` knows
 PATTERN_MODELS = ("tgcn", "mpnnlstm", "mpnnlstmpygt", "dysat", "gconvgru", "tmgcn")
 #: the scheme names :func:`~pyg_dynscale.partition.partition` accepts (``"auto"``: the lowest predicted epoch
-#: among the others, :mod:`~pyg_dynscale.partition.algorithms.auto`)
+#: among the others, :mod:`~pyg_dynscale.partition.schemes.auto`)
 SCHEMES = ("auto", "pss", "pts", "pss-ts", "pgc")
 #: Constructor parameters filled with the data's node features when ``--model-args`` does not give them.
 INPUT_SIZE_KEYWORDS = ("in_channels", "node_features", "num_node_features", "num_features", "in_features",

@@ -187,7 +187,7 @@ def partition_report(args: argparse.Namespace, progress: bool = False) -> dict[s
     from ..partition.metrics import evaluate
     from ..partition.pattern import MODELS, DependencyPattern
     from ..partition.plan import CommunicationPlan
-    from ..partition.algorithms.dispatch import partition
+    from ..partition.schemes.dispatch import partition
 
     steps = (["load", "supergraph", "partition", "plan", "metrics"] + (["save"] if args.out else [])
              + (["shards"] if args.shards else []))
@@ -323,7 +323,7 @@ def _pgc_report(part: Any) -> dict[str, Any]:
 
 
 def _text(r: dict[str, Any]) -> str:
-    from ..partition.algorithms.auto import describe_auto
+    from ..partition.schemes.auto import describe_auto
     from ..partition.metrics import format_bytes
 
     lam = "inf" if r["lambda"] is None else f"{r['lambda']:.3f}"

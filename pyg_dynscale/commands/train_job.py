@@ -90,7 +90,7 @@ def check_target(signal: Any, args: argparse.Namespace) -> None:
 
 def _partition(signal: Any, scheme: str, world: int, pattern: Any, args: argparse.Namespace,
                locality: bool = False) -> Any:
-    from ..partition.algorithms.dispatch import partition
+    from ..partition.schemes.dispatch import partition
 
     opts = {"threads": args.threads} if scheme == "pgc" else {}
     if scheme == "pts" and (args.locality or locality):
@@ -103,7 +103,7 @@ def _partition_auto(model: Any, signal: Any, world: int, args: argparse.Namespac
     """``--scheme auto``: the candidate with the lowest predicted epoch on the
     path ``model`` takes (its dependency pattern, or on the black-box path its
     probe), with the cost constants of ``device``'s type."""
-    from ..partition.algorithms.auto import CostModel
+    from ..partition.schemes.auto import CostModel
     from ..runtime.paths import partition_for_model
 
     return partition_for_model(model, signal, world, "auto", seed=args.seed, bytes_per_element=bytes_per_element,

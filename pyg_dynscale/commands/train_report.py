@@ -18,7 +18,7 @@ def print_report(args: argparse.Namespace, r: dict, plan: Optional[DevicePlan] =
 
         print_windows_report(r)
         return
-    from ..partition.algorithms.auto import describe_auto
+    from ..partition.schemes.auto import describe_auto
     from ..partition.metrics import format_bytes
 
     secs = r["epoch_seconds"]

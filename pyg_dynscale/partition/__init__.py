@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from .cost import default_node_cost
+from .costs.node import default_node_cost
 from .io import load_partition, save_partition
 from .metrics import PartitionMetrics, compare, evaluate, format_table
 from .partition import SCHEMES, Partition
@@ -30,10 +30,10 @@ del partition  # noqa: F821
 
 #: public names loaded on first use, and the submodule that defines each
 _LAZY = {
-    "partition": "algorithms.dispatch", "partition_pss": "algorithms.schemes", "partition_pts": "algorithms.schemes",
-    "partition_pss_ts": "algorithms.schemes", "partition_pgc": "algorithms.pgc",
-    "LinearWorkload": "algorithms.workload", "MLPWorkload": "algorithms.workload", "profile": "algorithms.workload",
-    "PGCOptions": "algorithms.pgc_options",
+    "partition": "schemes.dispatch", "partition_pss": "schemes.snapshot_sequence",
+    "partition_pts": "schemes.snapshot_sequence", "partition_pss_ts": "schemes.snapshot_sequence",
+    "partition_pgc": "pgc.pipeline", "PGCOptions": "pgc.options",
+    "LinearWorkload": "costs.workload", "MLPWorkload": "costs.workload", "profile": "costs.workload",
 }
 
 

@@ -24,7 +24,7 @@ from torch import Tensor
 from .partition import Partition
 from .pattern import DependencyPattern
 from .plan import CommunicationPlan
-from .cost import resolve_node_cost
+from .costs.node import resolve_node_cost
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..data.signal import DynamicGraphSignal

@@ -119,7 +119,7 @@ def partition_for_model(model: torch.nn.Module, signal: Any, num_parts: int, sch
     takes (:func:`resolve_model`). ``scheme="auto"`` compares the candidates
     on that path's real costs: the decomposed model's dependency pattern, or
     on the black-box path the halo depth and state widths the module's probe
-    finds (:class:`~pyg_dynscale.partition.algorithms.auto.BlackBoxSpec`).
+    finds (:class:`~pyg_dynscale.partition.schemes.auto.BlackBoxSpec`).
     Other schemes get the pattern PGC weighs edges with (the black-box
     module's equivalent one). ``opts`` go to the scheme (``auto``: ``cost=``,
     ``candidates=``)."""
@@ -143,11 +143,11 @@ def model_pattern(model: torch.nn.Module, signal: Any, *, path: str = "auto", de
         ``(pattern, spec)``: on the decomposed path the model's own
         :meth:`~pyg_dynscale.nn.DecomposedModule.dependency_pattern` and
         ``spec=None``; on the black-box path the
-        :class:`~pyg_dynscale.partition.algorithms.auto.BlackBoxSpec` its
+        :class:`~pyg_dynscale.partition.schemes.auto.BlackBoxSpec` its
         probe finds (halo depth, state widths) and the pattern with its bytes
         per cut edge (PGC's edge weights).
     """
-    from ..partition.algorithms.auto import BlackBoxSpec
+    from ..partition.schemes.auto import BlackBoxSpec
 
     signal = as_signal(signal)
     resolved = resolve_model(model, path, depth, check=check)

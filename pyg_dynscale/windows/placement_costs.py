@@ -75,7 +75,7 @@ def placement_bytes(signal: Any, lags: int, batch_size: int, world: int, param_b
         bytes_per_element: feature element size (the pattern's for its rows).
     """
     from ..partition import CommunicationPlan
-    from ..partition.algorithms.dispatch import partition
+    from ..partition.schemes.dispatch import partition
     from ..runtime.paths import as_signal
 
     sig = as_signal(signal)

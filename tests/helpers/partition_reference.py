@@ -2,7 +2,7 @@
 
 ``contract`` builds the label-level graph from an edge list with sorts, the
 reference of ``CSRGraph.contract``. ``coarsen_temporal`` materializes PGC's temporal coarsening (segments and the
-quotient graph's edges) that :func:`pyg_dynscale.partition.algorithms.coarsen.supergraph_csr`
+quotient graph's edges) that :func:`pyg_dynscale.partition.pgc.coarsen.supergraph_csr`
 builds without materializing, so the tests can inspect the segments.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from pyg_dynscale.partition.algorithms.coarsen import mapped_edges, segment_sequences
+from pyg_dynscale.partition.pgc.coarsen import mapped_edges, segment_sequences
 
 Supergraph = Any
 

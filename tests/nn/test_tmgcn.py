@@ -12,7 +12,7 @@ from pyg_dynscale.errors import ModelInputError, PartitionError
 from pyg_dynscale.nn import TMGCN, m_transform
 from pyg_dynscale.nn.decomposed import FusedGraph
 from pyg_dynscale.partition import BlockPattern, CommunicationPlan, DependencyPattern, Partition
-from pyg_dynscale.partition.algorithms.plan_count import plan_bytes
+from pyg_dynscale.partition.costs.plan_bytes import plan_bytes
 from pyg_dynscale.runtime import FusedTrainer
 from tests.helpers.signals import make_dynamic_signal
 
@@ -203,7 +203,7 @@ def test_checkpointing_over_windows_is_refused_with_the_reason():
 
 
 def test_pgc_temporal_edge_weights_stop_at_the_band():
-    from pyg_dynscale.partition.algorithms.coarsen import sequence_positions, temporal_edge_weights
+    from pyg_dynscale.partition.pgc.coarsen import sequence_positions, temporal_edge_weights
 
     sig = _signal(fixed=True)  # every sequence as long as the signal: edges leave positions 0 .. T-2
     sg = sig.supergraph()

@@ -70,7 +70,7 @@ def patterns() -> dict[str, Any]:
 
 def _pgc(pattern: str = "tgcn2", **opts: Any) -> Callable:
     def run(signal):
-        from pyg_dynscale.partition.algorithms.pgc import partition_pgc
+        from pyg_dynscale.partition.pgc.pipeline import partition_pgc
 
         pat = patterns()[pattern] if pattern in patterns() else (1.0, 1.0)
         return partition_pgc(signal, PARTS, pat, **opts)

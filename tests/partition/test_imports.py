@@ -37,7 +37,7 @@ def test_plan_and_metrics_import_without_numba_or_the_algorithms():
 
 def test_algorithms_load_on_first_use():
     import pyg_dynscale.partition as part
-    from pyg_dynscale.partition.algorithms.dispatch import partition as dispatcher
+    from pyg_dynscale.partition.schemes.dispatch import partition as dispatcher
 
     assert part.partition is dispatcher  # the function, not the submodule of the same name
     assert callable(part.partition_pgc) and "pgc" in part.SCHEMES

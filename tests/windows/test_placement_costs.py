@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from pyg_dynscale.partition import CommunicationPlan, DependencyPattern
-from pyg_dynscale.partition.algorithms.dispatch import partition
+from pyg_dynscale.partition.schemes.dispatch import partition
 from pyg_dynscale.windows import WindowView
 from pyg_dynscale.windows.placement_costs import placement_bytes
 from tests.helpers.windows import covid

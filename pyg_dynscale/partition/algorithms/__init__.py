@@ -1,9 +1,50 @@
-r"""The partitioning algorithms: PSS / PTS / PSS-TS (:mod:`.schemes`), PGC
-(:mod:`.pgc` with label propagation, Algorithm 1, temporal coarsening and
-the workload models), the byte counter that ranks PGC's candidates
-(:mod:`.plan_count`); their compiled kernels (numba) and the choice between
-them and the torch code are :mod:`pyg_dynscale.partition.compiled`.
+r"""Deprecated: the partitioning algorithms moved into stage folders (issue 39).
 
-A training process does not need this subpackage: the owner arrays, the
-plan and the metrics live one level up (docs/design.md, "Packages").
+``pyg_dynscale.partition.algorithms.<old>`` imports the moved module itself
+(not a copy: patching it patches what the package uses) for one release,
+with a :class:`DeprecationWarning` naming the new place:
+
+========================  ==========================================================
+old                        new (``pyg_dynscale.partition.``)
+========================  ==========================================================
+``dispatch``               ``schemes.dispatch``
+``schemes``                ``schemes.snapshot_sequence``
+``vertex_order``           ``schemes.vertex_order``
+``auto``                   ``schemes.auto``
+``pgc``                    ``pgc.pipeline``
+``pgc_options``            ``pgc.options``
+``label_propagation``      ``pgc.label_propagation``
+``coarsen``                ``pgc.coarsen``
+``assign``                 ``pgc.assign``
+``fm``                     ``pgc.fm``
+``round_balance``          ``pgc.rebalance``
+``workload``               ``costs.workload``
+``round_workload``         ``costs.rounds``
+``plan_count``             ``costs.plan_bytes``
+========================  ==========================================================
+
+The public names (``from pyg_dynscale.partition import partition_pgc, ...``)
+never moved.
 """
+import importlib
+import sys
+import warnings
+
+#: old submodule -> its module now
+MOVED = {
+    "dispatch": "schemes.dispatch", "schemes": "schemes.snapshot_sequence", "vertex_order": "schemes.vertex_order",
+    "auto": "schemes.auto", "pgc": "pgc.pipeline", "pgc_options": "pgc.options",
+    "label_propagation": "pgc.label_propagation", "coarsen": "pgc.coarsen", "assign": "pgc.assign", "fm": "pgc.fm",
+    "round_balance": "pgc.rebalance", "workload": "costs.workload", "round_workload": "costs.rounds",
+    "plan_count": "costs.plan_bytes",
+}
+
+warnings.warn("pyg_dynscale.partition.algorithms moved into pyg_dynscale.partition.{schemes, pgc, costs}: "
+              + ", ".join(f"{old} -> {new}" for old, new in MOVED.items())
+              + "; import from there (the old paths work for one release).", DeprecationWarning, stacklevel=2)
+
+_package = __name__.rsplit(".", 1)[0]
+for _old, _new in MOVED.items():
+    # registered before ``import ...algorithms.<old>`` looks for a file: the import finds the moved module here
+    sys.modules[f"{__name__}.{_old}"] = globals()[_old] = importlib.import_module(f"{_package}.{_new}")
+del _old, _new

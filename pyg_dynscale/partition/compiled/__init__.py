@@ -3,8 +3,8 @@ between them and their torch twins (:mod:`.backend`).
 
 :mod:`.jit` imports numba (the only import of it in ``partition/``) and holds
 the kernels' thread count; :mod:`.kernels` (label propagation, chunk
-assignment and refinement), :mod:`.csr_kernels` (CSR building and cuts) and
-:mod:`.scheme_kernels` (PSS / PTS loops) are the kernels. Code elsewhere in
+assignment and refinement), :mod:`.csr` (CSR building and cuts) and
+:mod:`.schemes` (PSS / PTS loops) are the kernels. Code elsewhere in
 ``partition/`` never tests for numba: it writes an operation's torch code
 and decorates it with :func:`.backend.twin` of the compiled version.
 """

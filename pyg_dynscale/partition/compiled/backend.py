@@ -1,6 +1,6 @@
 r"""numba or torch: the one choice of the partitioning algorithms' compiled kernels.
 
-Label propagation (:mod:`~pyg_dynscale.partition.algorithms.label_propagation`) has two interchangeable
+Label propagation (:mod:`~pyg_dynscale.partition.pgc.label_propagation`) has two interchangeable
 backends that compute **bit-identical** results:
 
 * ``"torch"``: the vectorized reference -- sorts and segment reductions on
@@ -10,7 +10,7 @@ backends that compute **bit-identical** results:
   accumulated in a scratch array indexed by label (a "sparse accumulator",
   :math:`O(\deg v)` per node instead of a sort of all active entries), and on
   big graphs a round's active nodes are split over threads. CSR graphs are
-  built by counting sorts (:mod:`.csr_kernels`, multi-threaded). Faster per
+  built by counting sorts (:mod:`.csr`, multi-threaded). Faster per
   call than the torch backend once compiled (docs/pgc.md, "First use").
 
 ``"auto"`` (the default) picks, per partitioning call (:func:`backend_for`),
@@ -21,7 +21,7 @@ and ``"torch"`` otherwise or when numba does not import: compiling the
 kernels the first time costs about a minute on two cores, which a small
 graph never earns back (docs/pgc.md, "First use"). Choose with
 :func:`use_backend` (a context manager), the ``backend=`` argument of
-:func:`~pyg_dynscale.partition.algorithms.pgc.partition_pgc`, or the environment
+:func:`~pyg_dynscale.partition.pgc.pipeline.partition_pgc`, or the environment
 variable ``PYG_DYNSCALE_LP_BACKEND``.
 
 Bit-identity holds because both backends evaluate the same nodes in the same
@@ -29,7 +29,7 @@ order, sum each node's edge weights in CSR order in float64, break ties the
 same way (largest internal label), and share the cap acceptance, the hashed
 half masks (:func:`.kernels.half_mask`) and the dirty bookkeeping; parallel kernels
 concatenate per-block results in a fixed order, so the thread count does not
-change results either (tested in ``tests/partition/test_kernels.py``).
+change results either (tested in ``tests/partition/compiled/test_kernels.py``).
 This module is the only place that reads the choice: an operation with a
 compiled twin is written once in torch / numpy and decorated with
 :func:`twin` of its compiled version, which runs while ``"numba"`` is in
@@ -85,9 +85,9 @@ def dispatchers() -> list:
         return []
     from numba.core.registry import CPUDispatcher
 
-    from . import csr_kernels, kernels, scheme_kernels
+    from . import csr, kernels, schemes
 
-    mods = (kernels, csr_kernels, scheme_kernels)
+    mods = (kernels, csr, schemes)
     return [v for m in mods for v in vars(m).values() if isinstance(v, CPUDispatcher)]
 
 
@@ -148,7 +148,7 @@ def twin(compiled: Callable) -> Callable[[Callable], Callable]:
     the torch code otherwise, or when ``compiled`` returns
     ``NotImplemented`` (inputs it does not take: tensors off the CPU, a case
     it does not cover). Both compute bit-identical results
-    (``tests/partition/test_kernels.py``, ``test_fingerprints.py``); this is the
+    (``tests/partition/compiled/test_kernels.py``, ``test_fingerprints.py``); this is the
     only reader of the choice besides this module's own context managers."""
     def wrap(reference: Callable) -> Callable:
         @functools.wraps(reference)

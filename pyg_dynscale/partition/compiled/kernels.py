@@ -1,8 +1,8 @@
 r"""Compiled kernels of label propagation, chunk assignment and refinement (numba).
 
 The torch twins of these kernels live with their callers
-(:mod:`~pyg_dynscale.partition.algorithms.label_propagation`,
-:mod:`~pyg_dynscale.partition.algorithms.assign`, ...); :mod:`.backend` chooses
+(:mod:`~pyg_dynscale.partition.pgc.label_propagation`,
+:mod:`~pyg_dynscale.partition.pgc.assign`, ...); :mod:`.backend` chooses
 which one runs (its docstring says how and why).
 """
 from __future__ import annotations
@@ -71,7 +71,7 @@ EMPTY_INT = np.zeros(0, np.int64)
 EMPTY_FLOAT = np.zeros(0, np.float64)
 
 if HAVE_NUMBA:
-    from . import csr_kernels, scheme_kernels
+    from . import csr, schemes
 
     _jit = _numba.njit(cache=True, nogil=True)
 
@@ -79,15 +79,15 @@ if HAVE_NUMBA:
         """Undirected CSR from edges given once: entries ``(src, dst)`` then
         ``(dst, src)`` (self loops dropped), rows sorted by neighbour, equal
         pairs merged -- as :meth:`.label_propagation.CSRGraph.from_edges`
-        (:func:`.csr_kernels.edges_to_csr`, multi-threaded)."""
-        return csr_kernels.edges_to_csr(int(n), EMPTY_INT, src, dst, weight, 0.0, True, EMPTY_INT, EMPTY_INT, EMPTY_FLOAT,
-                                        0.0, threads(), *csr_kernels.placement_types(int(n), 0.0, weight))
+        (:func:`.csr.edges_to_csr`, multi-threaded)."""
+        return csr.edges_to_csr(int(n), EMPTY_INT, src, dst, weight, 0.0, True, EMPTY_INT, EMPTY_INT, EMPTY_FLOAT,
+                                        0.0, threads(), *csr.placement_types(int(n), 0.0, weight))
 
     def contract_csr(ptr: np.ndarray, dst: np.ndarray, weight: np.ndarray, labels: np.ndarray,
                      num_labels: int, symmetric: bool = False) -> tuple[np.ndarray, ...]:
-        """CSR of the label-level graph (:func:`.csr_kernels.contract_csr`;
+        """CSR of the label-level graph (:func:`.csr.contract_csr`;
         ``symmetric``: the input stores both directions of every edge)."""
-        return csr_kernels.contract_csr(ptr, dst, weight, labels, int(num_labels), threads(), bool(symmetric))
+        return csr.contract_csr(ptr, dst, weight, labels, int(num_labels), threads(), bool(symmetric))
 
     #: budget units: a label's room is clamped to this many units
     BUDGET_LIMIT = float(2 ** 62)
@@ -282,7 +282,7 @@ if HAVE_NUMBA:
         """:func:`.schemes._lpt` when every item is placed exactly (at most
         ``LPT_EXACT_ITEMS``) in one call: the order of decreasing cost
         (:func:`stable_argsort` of ``-cost``, as torch's stable descending
-        sort) and the LPT loop (:func:`.scheme_kernels.lpt_greedy`). Returns
+        sort) and the LPT loop (:func:`.schemes.lpt_greedy`). Returns
         the bin of every item, or an empty array when a cost is NaN (the
         caller's path handles it)."""
         S = cost.shape[0]
@@ -295,7 +295,7 @@ if HAVE_NUMBA:
         sorted_cost = np.empty(S, np.float64)
         for j in range(S):
             sorted_cost[j] = cost[idx[j]]
-        bins, _ = scheme_kernels.lpt_greedy(sorted_cost, R)
+        bins, _ = schemes.lpt_greedy(sorted_cost, R)
         out = np.empty(S, np.int64)
         for j in range(S):
             out[idx[j]] = bins[j]
@@ -451,7 +451,7 @@ if HAVE_NUMBA:
         """:func:`_label_weight_rows` over ``nb`` blocks of rows in parallel:
         each row is summed by one thread in entry order, so the table does not
         depend on the thread count."""
-        bounds = csr_kernels.row_blocks(ptr, nb)
+        bounds = csr.row_blocks(ptr, nb)
         for t in _numba.prange(nb):
             _label_weight_rows(ptr, dst, weight, labels, conn, bounds[t], bounds[t + 1])
 
@@ -956,4 +956,4 @@ if HAVE_NUMBA:
 
     #: whether every weight survives a float32 round trip (no temporaries,
     #: unlike ``(w.float().double() == w).all()``)
-    exact_in_float32 = csr_kernels.exact_in_float32
+    exact_in_float32 = csr.exact_in_float32

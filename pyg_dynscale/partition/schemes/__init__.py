@@ -1,0 +1,1 @@
+r"""The partition schemes: PSS / PTS / PSS-TS, the locality order, ``scheme="auto"`` and the entry by name."""
