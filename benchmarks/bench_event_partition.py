@@ -1,6 +1,6 @@
 """Communication balance of the node-memory partitions of an event stream
 (Sven TPDS §5.4): range (DGL), interval (Sven HPDC) and Re-FlexBiCut
-(``pyg_dynscale.partition.events``) on the requests of one pre-sampled
+(``pyg_dynscale.ctdg.memory_partition``) on the requests of one pre-sampled
 training epoch (``pyg_dynscale.ctdg.presample.trainer_requests``, the
 ``(M, 1, 1)`` schedule, batch 200 per trainer, 10 neighbours).
 
@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks._shared import DATASETS  # noqa: E402
 from pyg_dynscale.ctdg import load_event_list, split_ranges, synthetic_events  # noqa: E402
 from pyg_dynscale.ctdg.presample import trainer_requests  # noqa: E402
-from pyg_dynscale.partition.events import (  # noqa: E402
+from pyg_dynscale.ctdg.memory_partition import (  # noqa: E402
     METHODS, balance_lower_bound, communication_matrix, partition_vertices, rank_costs, residual_matrix,
 )
 

@@ -5,7 +5,7 @@ Loads ``PATH`` as ``train-events`` does (JODIE CSV or temporal edge list),
 pre-samples one training epoch of the :math:`(M, 1, 1)` schedule
 (:func:`~pyg_dynscale.ctdg.presample.trainer_requests`: ``--batch-size``,
 ``--num-neighbors``, ``M`` = ``--parts``), partitions the vertices with
-``--method`` (:func:`~pyg_dynscale.partition.events.partition_vertices`) and
+``--method`` (:func:`~pyg_dynscale.ctdg.memory_partition.partition_vertices`) and
 prints the vertices per part, the communication matrix :math:`C`, the residual
 matrix :math:`R` (Sven Eq. 2), the per-rank costs, the balance cost (with
 range's and interval's for comparison) and the time taken. ``--out FILE``
@@ -89,7 +89,7 @@ def partition_events_report(args: argparse.Namespace) -> dict[str, Any]:
 
     from ..ctdg.events import split_ranges
     from ..ctdg.presample import trainer_requests
-    from ..partition.events import (
+    from ..ctdg.memory_partition import (
         balance_cost, communication_matrix, default_interval, partition_vertices, rank_costs, residual_matrix,
     )
     from .train_events import load_events

@@ -22,7 +22,7 @@ bit, and refuses one written by another run naming the option; with
 
 ``--memory-placement partitioned|sven`` partitions the node memory by owner
 (DepComm / Sven's redundancy-free exchange) with ``--partition``: a method of
-:func:`~pyg_dynscale.partition.events.partition_vertices` or an owner tensor
+:func:`~pyg_dynscale.ctdg.memory_partition.partition_vertices` or an owner tensor
 saved by ``pyg-dynscale partition-events --out FILE`` (checked here: integer,
 one entry per node, one part per process); ``--gradient-sync delayed`` is
 Sven's asynchronous all-reduce (not exact), ``--micro-batches N|auto`` its

@@ -22,7 +22,8 @@ checkpointed stream state (:mod:`.stream_checkpoint`) --, the static memory and
 its pre-training, the memory service (:mod:`.service`) and the neighbour
 prefetcher (:mod:`.prefetch`); Sven's partitioned memory
 (``memory_placement="partitioned" | "sven"``, :mod:`.memory_placement`, the
-trainer's side in :mod:`.partitioned_fetch`), its owner-local id map
+trainer's side in :mod:`.partitioned_fetch`), who owns each vertex
+(:mod:`.memory_partition`: range, interval, Re-FlexBiCut), its owner-local id map
 (:mod:`.owner_map`), the micro-batch pipeline (:mod:`.microbatch`) and the
 delayed gradient all-reduce (:mod:`.parallel`).
 """

@@ -67,6 +67,7 @@ from torch import Tensor
 from ..errors import ModelInputError, UnsupportedOptionError
 from ..training.traffic import ByteLedger
 from .host import host_copy, host_to_device
+from .memory_partition import METHODS as _METHODS, partition_vertices  # the owner methods `partition=` names
 from .owner_map import OwnerMap
 from .store import write_rows
 
@@ -75,7 +76,6 @@ __all__ = ["PLACEMENTS", "AggregatePlan", "Channel", "DispatchPlan", "ExchangeCo
 
 #: the ``memory_placement`` values of :class:`~pyg_dynscale.ctdg.MemoryTrainer`
 PLACEMENTS = ("replicated", "partitioned", "sven")
-_METHODS = ("range", "interval", "flexbicut")
 #: the kinds of bytes the exchanges hand to ``all_to_all_single``
 _SENT = ("dispatch", "requests", "aggregation", "counts")
 
@@ -97,16 +97,10 @@ def check_owner(owner: object, num_nodes: int, num_parts: int) -> Tensor:
 
 def resolve_partition(partition, num_nodes: int, num_parts: int, requests: Optional[Tensor] = None) -> Tensor:
     """The owner tensor of ``partition``: a tensor (checked) or a method name of
-    :func:`pyg_dynscale.partition.events.partition_vertices`."""
+    :func:`pyg_dynscale.ctdg.memory_partition.partition_vertices`."""
     if isinstance(partition, str):
         if partition not in _METHODS:
             raise ModelInputError("partition", f"is {partition!r}.", f"use one of {list(_METHODS)} or an owner tensor.")
-        try:
-            from ..partition.events import partition_vertices
-        except ImportError as exc:  # the partitioner's module is not there
-            raise UnsupportedOptionError("partition", f"is {partition!r}, which needs "
-                                         "pyg_dynscale.partition.events (not importable here).",
-                                         "give a [num_nodes] int64 owner tensor.") from exc
         owner = partition_vertices(partition, num_nodes, num_parts, requests=requests)
         return check_owner(owner.to(torch.long), num_nodes, num_parts)
     return check_owner(partition, num_nodes, num_parts)

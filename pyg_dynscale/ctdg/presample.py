@@ -1,6 +1,6 @@
 r"""Sven's pre-sampling (TPDS §4): what each trainer asks of each vertex's
 node memory over one epoch, the input of the communication-balanced
-partitions of :mod:`pyg_dynscale.partition.events`.
+partitions of :mod:`pyg_dynscale.ctdg.memory_partition`.
 
 :func:`trainer_requests` walks the training events as the
 :math:`(M, 1, 1)` schedule of :class:`~pyg_dynscale.ctdg.schedule.EventSchedule`

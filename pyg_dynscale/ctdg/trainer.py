@@ -189,7 +189,7 @@ class MemoryTrainer(BaseTrainer):
             (:meth:`state_dict`). :meth:`traffic` has the bytes.
         partition: the owner of every vertex for a partitioned placement:
             ``"range"``, ``"interval"``, ``"flexbicut"``
-            (:func:`~pyg_dynscale.partition.events.partition_vertices`;
+            (:func:`~pyg_dynscale.ctdg.memory_partition.partition_vertices`;
             flexbicut balances the requests of
             :func:`~pyg_dynscale.ctdg.presample.trainer_requests`) or a
             ``[num_nodes]`` int64 tensor of ranks; ``None`` (the default):

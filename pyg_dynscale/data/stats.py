@@ -20,7 +20,19 @@ def coefficient_of_variation(values: Tensor) -> float:
 
 
 def empirical_cdf(values: Tensor) -> tuple[Tensor, Tensor]:
-    r"""Empirical CDF: sorted distinct values and :math:`P(X \le v)` at each."""
+    r"""Empirical CDF of ``values`` (any shape, flattened: :math:`n` samples),
+    at each distinct value :math:`v_1 < \dots < v_k`:
+
+    .. math::
+
+        F(v_j) = \frac{|\{i : x_i \le v_j\}|}{n},
+
+    so :math:`F(v_k) = 1` exactly.
+
+    Returns:
+        ``(values [k], cdf [k])``, both float64; two empty tensors for an
+        empty input.
+    """
     v = values.to(torch.float64).flatten()
     if v.numel() == 0:
         return v, v
@@ -83,9 +95,17 @@ class SignalStatistics:
         return coefficient_of_variation(self.sequence_lengths)
 
     def edges_cdf(self) -> tuple[Tensor, Tensor]:
+        """Empirical CDF of the edges per snapshot (:func:`empirical_cdf`):
+        ``(edge counts [k], fraction of the T snapshots with at most that many
+        edges [k])``, float64."""
         return empirical_cdf(self.edges_per_snapshot)
 
     def sequence_length_cdf(self) -> tuple[Tensor, Tensor]:
+        r"""Empirical CDF of the sequence lengths (DGC §2.2.1, temporal
+        non-uniformity; :func:`empirical_cdf`): ``(lengths [k], fraction of the
+        S sequences with at most that many appearances [k])``, float64. A
+        sequence is a vertex that appears in at least one snapshot (lengths
+        :math:`1 \dots T`); a vertex absent from every snapshot has none."""
         return empirical_cdf(self.sequence_lengths)
 
     def to_dict(self) -> dict[str, Any]:

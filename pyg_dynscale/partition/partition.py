@@ -70,10 +70,6 @@ class Partition:
         return self.owner.numel()
 
     @property
-    def structure_owner(self) -> Tensor:
-        return self.owner
-
-    @property
     def temporal_owner(self) -> Tensor:
         """``time_owner`` if set, else ``owner``."""
         return self.owner if self.time_owner is None else self.time_owner

@@ -13,7 +13,7 @@ import torch
 from pyg_dynscale.cli import main
 from pyg_dynscale.ctdg import load_jodie_csv, split_ranges
 from pyg_dynscale.ctdg.presample import trainer_requests
-from pyg_dynscale.partition.events import balance_cost, communication_matrix, partition_vertices, residual_matrix
+from pyg_dynscale.ctdg.memory_partition import balance_cost, communication_matrix, partition_vertices, residual_matrix
 from tests.helpers.event_csv import write_events_csv
 
 

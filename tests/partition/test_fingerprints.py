@@ -5,9 +5,9 @@ being restructured -- stages moved, twin kernels removed -- and its partitions m
 Cases (:data:`CASES`): PSS / PTS / PSS-TS (plain, balanced, PTS with locality), PGC with its main option
 combinations (multi-start, DGC's single start, without FM, temporal coarsening, DySAT's weights, effort="fast",
 the "vertices" workload, balance="rounds", the torch label-propagation backend, a bare weight pair, another seed
-and cap), ``scheme="auto"``, and the event-stream partitioners of :mod:`pyg_dynscale.partition.events` (range,
+and cap), ``scheme="auto"``, and the event-stream partitioners of :mod:`pyg_dynscale.ctdg.memory_partition` (range,
 interval, Re-FlexBiCut) on requests made here from the events (:func:`event_requests`), so that only
-``partition/`` code decides their hashes.
+the partitioners' code decides their hashes (not ctdg's pre-sampling).
 
 The stand-ins (tests/fixtures/datasets, always present: a clone alone checks something) and the real files of
 ../shared/datasets (skipped where absent) have separate entries. Each entry also stores the input signal's
@@ -119,7 +119,7 @@ EVENT_CASES: dict[str, Callable] = {
 
 
 def _vertices(method: str, n: int, requests: torch.Tensor, **opts: Any) -> torch.Tensor:
-    from pyg_dynscale.partition.events import partition_vertices
+    from pyg_dynscale.ctdg.memory_partition import partition_vertices
 
     return partition_vertices(method, n, EVENT_PARTS, requests, **opts)
 

@@ -1,4 +1,4 @@
-"""Vertex partitions of an event stream's node memory (``pyg_dynscale.partition.events``): range / interval
+"""Vertex partitions of an event stream's node memory (``pyg_dynscale.ctdg.memory_partition``): range / interval
 layouts, the communication matrix against a double loop, Re-FlexBiCut never above interval (and strictly below it
 on skewed requests), bounded by a brute-force optimum on tiny graphs, and the typed errors."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from pyg_dynscale.errors import PartitionError
-from pyg_dynscale.partition.events import (
+from pyg_dynscale.ctdg.memory_partition import (
     balance_cost, balance_lower_bound, communication_matrix, default_interval, partition_vertices, rank_costs, residual_matrix,
 )
 
