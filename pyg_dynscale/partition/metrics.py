@@ -8,19 +8,21 @@ For a partition, a dependency pattern and a node cost :math:`c_v` (default
 * cut spatial edges (structure owners differ) and cut temporal edges (time
   owners differ);
 * :math:`\lambda = \max_r L_r / \min_r L_r` with :math:`L_r = \sum_{o(v)=r} c_v`
-  (``inf`` if a rank is empty). For PSS-TS, the structure and time encoders
-  are balanced separately; :math:`\lambda` is the worse of the two;
+  (:func:`load_imbalance`: ``inf`` if a rank has no load). For PSS-TS, the
+  structure and time encoders are balanced separately; :math:`\lambda` is the worse of the two;
 * per-rank vertex-time nodes and aggregated edges, and partitioning time.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 
+import numpy as np
 import torch
 from torch import Tensor
 
+from ..errors import PartitionError
 from .partition import Partition
 from .pattern import DependencyPattern
 from .plan import CommunicationPlan
@@ -30,12 +32,27 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..data.signal import DynamicGraphSignal
 
 
-def load_imbalance(load: Tensor) -> float:
-    r""":math:`\max_r L_r / \min_r L_r`; ``inf`` when a rank has no load."""
-    lo, hi = float(load.min()), float(load.max())
-    if lo <= 0:
-        return math.inf if hi > 0 else 1.0
-    return hi / lo
+def load_imbalance(loads: Union[Tensor, np.ndarray, Sequence[float]]) -> float:
+    r"""The workload divergence :math:`\lambda = \max_r L_r / \min_r L_r`
+    (DGC §2.2.2) of per-rank loads ``[R]``: the one definition every balancer,
+    metric and report uses.
+
+    Returns ``inf`` when the least loaded rank has no load (all zeros included:
+    :math:`0/0` is no balance either). Raises :class:`~pyg_dynscale.errors.PartitionError`
+    for no ranks, a negative load or NaN (a load is a sum of costs :math:`\ge 0`;
+    anything else is a caller's bug, not an imbalance).
+
+    Args:
+        loads: ``[R]`` tensor, array or sequence (any real dtype; compared in float64).
+    """
+    t = torch.as_tensor(loads, dtype=torch.float64)
+    if t.numel() == 0:
+        raise PartitionError("loads", "is empty: lambda needs at least one rank.", "pass one load per rank.")
+    lo, hi = (float(v) for v in torch.aminmax(t))
+    if math.isnan(lo) or math.isnan(hi) or lo < 0:
+        raise PartitionError("loads", f"must be >= 0 and not NaN, got min {lo}, max {hi}.",
+                             "pass per-rank sums of non-negative costs.")
+    return math.inf if lo == 0 else hi / lo
 
 
 @dataclass

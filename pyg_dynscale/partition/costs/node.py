@@ -26,14 +26,18 @@ def default_node_cost(signal: "DynamicGraphSignal") -> Tensor:
 
 
 def resolve_node_cost(signal: "DynamicGraphSignal", workload: Any = None) -> Tensor:
-    """``workload`` as a ``[N]`` float64 tensor: ``None`` -> :func:`default_node_cost`;
-    a tensor -> checked; an object with ``node_cost(signal)`` -> called."""
+    """``workload`` as a checked ``[N]`` float64 tensor: ``None`` ->
+    :func:`default_node_cost` (equal to ``LinearWorkload(1, 1)``'s, without
+    loading the algorithms); anything else -> the ``node_costs`` of
+    :func:`~pyg_dynscale.partition.costs.workload.resolve_workload`'s model
+    (a tensor, a model, a saved model's path, ``"vertices"``, ...)."""
     N = signal.num_vertex_time_nodes
     if workload is None:
         return default_node_cost(signal)
-    if hasattr(workload, "node_cost") and not isinstance(workload, Tensor):
-        workload = workload.node_cost(signal)
-    w = torch.as_tensor(workload)
+    # the one resolver; imported here so that the metrics load without the algorithms when no workload is given
+    from .workload import resolve_workload
+
+    w = torch.as_tensor(resolve_workload(workload).node_costs(signal))
     if w.dim() != 1 or w.numel() != N:
         raise PartitionError("workload", f"must be a [{N}] cost per vertex-time node, got shape {list(w.shape)}.",
                              "Pass one non-negative cost per vertex-time node (gid order).")

@@ -42,6 +42,13 @@ counts and the per-rank profiles are few (tens per model), too few to train
 a ``5 -> 256 -> 256 -> 256 -> 1`` network without over-fitting.
 :data:`DEFAULT_CONSTANTS` were fitted that way on the 2-core CPU machine of
 docs/distributed.md (relative units; only ratios matter to the balancer).
+
+The counts are :func:`.epoch_cost.epoch_counts`, the same that ``scheme="auto"``
+prices with its own constants (:class:`~.auto.CostModel`, seconds): one count
+of the critical path, two sets of constants. This model prices the rounds of
+recurrent scans only (its constants were fitted to T-GCN and MPNN-LSTM): a
+pattern without a recurrent block has no round features here, while ``auto``
+also charges its attention / window time encoder's rows as one round.
 """
 from __future__ import annotations
 
@@ -51,7 +58,8 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 import torch
 from torch import Tensor
 
-from ..plan import segment_depth
+from ..metrics import load_imbalance
+from .epoch import epoch_counts
 from .workload import WorkloadModelError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -63,18 +71,6 @@ __all__ = ["RoundFeatures", "RoundPrediction", "RoundWorkload", "round_features"
 #: feature names: structure encoder per rank, then per round and rank
 STRUCTURE_FEATURES = ("rows", "edges", "halo")
 ROUND_FEATURES = ("time_rows", "steps", "calls")
-
-
-def _recurrent_blocks(pattern: Any) -> int:
-    blocks = getattr(pattern, "blocks", None)
-    if blocks is None:  # a (spatial, temporal) pair or None: one recurrent block
-        return 1
-    return sum(1 for b in blocks if getattr(b, "time_kind", "recurrent") == "recurrent")
-
-
-def _has_spatial(pattern: Any) -> bool:
-    blocks = getattr(pattern, "blocks", None)
-    return True if blocks is None else any(len(getattr(b, "spatial_widths", (1,))) > 0 for b in blocks)
 
 
 @dataclass
@@ -124,21 +120,16 @@ class RoundPrediction:
 
     @property
     def divergence(self) -> float:
-        r""":math:`\lambda = \max_r t_r / \min_r t_r` (``inf`` if a rank has none)."""
-        lo = float(self.per_rank.min())
-        return float("inf") if lo <= 0 else float(self.per_rank.max()) / lo
-
-
-def _owners(part: Any) -> tuple[Tensor, Tensor, int]:
-    if isinstance(part, Tensor):
-        owner = part.to(torch.long)
-        return owner, owner, int(owner.max()) + 1 if owner.numel() else 1
-    return part.owner.to(torch.long), part.temporal_owner.to(torch.long), int(part.num_parts)
+        r""":math:`\lambda = \max_r t_r / \min_r t_r` (:func:`~pyg_dynscale.partition.metrics.load_imbalance`)."""
+        return load_imbalance(self.per_rank)
 
 
 def round_features(signal: "DynamicGraphSignal", part: Any, pattern: Any = None,
                    num_parts: Optional[int] = None) -> RoundFeatures:
-    r"""The operation counts of :class:`RoundWorkload` for a partition.
+    r"""The operation counts of :class:`RoundWorkload` for a partition:
+    :func:`.epoch_cost.epoch_counts` as ``structure [R, 3]`` and, with a
+    recurrent block, ``rounds [D, R, 3]`` (rows, longest piece, a call; times
+    the recurrent blocks).
 
     Args:
         signal: the dynamic graph (:math:`N` vertex-time nodes).
@@ -149,46 +140,12 @@ def round_features(signal: "DynamicGraphSignal", part: Any, pattern: Any = None,
             whether there are spatial aggregations); ``None``: one recurrent block.
         num_parts: :math:`R` when ``part`` is a tensor (default ``owner.max() + 1``).
     """
-    owner, town, R = _owners(part)
-    if num_parts is not None:
-        R = int(num_parts)
-    sg = signal.supergraph()
-    if owner.numel() != sg.num_nodes:
-        raise WorkloadModelError(f"owner has {owner.numel()} entries but the signal has {sg.num_nodes} vertex-time nodes.")
-    src, dst = sg.spatial_edge_index
-    V = torch.bincount(owner, minlength=R)
-    if _has_spatial(pattern):
-        od = owner[dst]
-        E = torch.bincount(od, minlength=R)
-        cross = owner[src] != od
-        # distinct (rank, source) pairs: a halo row is loaded once per rank (fused structure encoder)
-        key = torch.unique(od[cross] * sg.num_nodes + src[cross])
-        H = torch.bincount(key // sg.num_nodes, minlength=R)
-    else:
-        E = H = torch.zeros(R, dtype=torch.long)
-    structure = torch.stack([V, E, H], 1).to(torch.float64)
-
-    b = _recurrent_blocks(pattern)
-    so, sp = sg.sequence_order, sg.sequence_ptr
-    if b == 0 or so.numel() == 0:
-        return RoundFeatures(structure, torch.zeros(0, R, 3, dtype=torch.float64))
-    depth = segment_depth(so, sp, town)
-    D = int(depth.max()) + 1
-    # pieces: maximal runs of one time owner along a sequence (sequence order)
-    o = town[so]
-    new = torch.zeros(so.numel(), dtype=torch.bool)
-    new[sp[:-1]] = True
-    new[1:] |= o[1:] != o[:-1]
-    pid = torch.cumsum(new.long(), 0) - 1
-    plen = torch.bincount(pid)
-    p_owner, p_depth = o[new], depth[so][new]
-    cell = p_depth * R + p_owner
-    rows = torch.zeros(D * R, dtype=torch.float64).index_add_(0, cell, plen.to(torch.float64))
-    steps = torch.zeros(D * R, dtype=torch.float64).scatter_reduce_(0, cell, plen.to(torch.float64), reduce="amax")
-    calls = (rows > 0).to(torch.float64)
-    rounds = torch.stack([rows, steps, calls], 1).view(D, R, 3) * b
-    return RoundFeatures(structure, rounds)
-
+    c = epoch_counts(signal, part, pattern, num_parts)
+    structure = torch.stack([c.owned, c.edges, c.halo], 1)
+    if c.recurrent == 0 or signal.supergraph().num_nodes == 0:  # the rounds of recurrent scans only (module doc)
+        return RoundFeatures(structure, torch.zeros(0, structure.shape[0], 3, dtype=torch.float64))
+    calls = (c.time_rows > 0).to(torch.float64)
+    return RoundFeatures(structure, torch.stack([c.time_rows, c.longest, calls], 2) * c.recurrent)
 
 #: fitted (:meth:`RoundWorkload.fit`) on 96 per-rank compute times of this
 #: runtime (T-GCN and MPNN-LSTM-DGC, hidden 16, on CollegeMsg and bitcoin-otc,

@@ -33,6 +33,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional, Sequence
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -80,13 +81,6 @@ def in_degree(signal: "DynamicGraphSignal") -> Tensor:
     return torch.bincount(sg.spatial_edge_index[1], minlength=sg.num_nodes).to(torch.float64)
 
 
-def divergence(loads: Tensor) -> float:
-    r""":math:`\lambda = \max_m L_m / \min_m L_m` (DGC §2.2.2); ``inf`` if a load is 0."""
-    loads = torch.as_tensor(loads, dtype=torch.float64)
-    lo = float(loads.min())
-    return float("inf") if lo <= 0 else float(loads.max()) / lo
-
-
 def mape(pred: Tensor, target: Tensor) -> float:
     r"""DGC Eq. 8: :math:`\frac1n\sum_a |\hat y_a - y_a| / y_a`."""
     pred = torch.as_tensor(pred, dtype=torch.float64)
@@ -96,20 +90,18 @@ def mape(pred: Tensor, target: Tensor) -> float:
 
 # ------------------------------------------------------------------- baseline
 class WorkloadModel:
-    """Interface: an additive per-node cost and a per-chunk cost."""
+    """Interface: an additive per-node cost (:meth:`node_costs`, the one
+    method every balancer calls, through :func:`resolve_workload`) and a
+    per-chunk cost (:meth:`chunk_costs`, PGC's Algorithm 1)."""
 
     def node_costs(self, signal: "DynamicGraphSignal") -> Tensor:  # pragma: no cover - interface
         raise NotImplementedError
-
-    def node_cost(self, signal: "DynamicGraphSignal") -> Tensor:
-        """Alias of :meth:`node_costs` (the name the PSS/PTS balancers call)."""
-        return self.node_costs(signal)
 
     def chunk_costs(self, signal: "DynamicGraphSignal", chunk: Tensor, num_chunks: Optional[int] = None) -> Tensor:
         """``[C]`` default: the segment sum of :meth:`node_costs`."""
         chunk = chunk.to(torch.long)
         C = int(chunk.max()) + 1 if num_chunks is None else int(num_chunks)
-        return torch.zeros(C, dtype=torch.float64).index_add_(0, chunk, self.node_costs(signal))
+        return torch.zeros(C, dtype=torch.float64).index_add_(0, chunk, self.node_costs(signal).to(torch.float64))
 
 
 @dataclass
@@ -528,17 +520,50 @@ class MLPWorkload(WorkloadModel):
                    layers=blob["layers"], meta=dict(blob["meta"]))
 
 
-def resolve_workload(workload: Optional[WorkloadModel | str]) -> WorkloadModel:
-    """``None`` / ``"linear"``: :class:`LinearWorkload` ``(1, 1)``; ``"vertices"``:
-    vertex counting; a path: :meth:`MLPWorkload.load`; a model: itself."""
-    if workload is None or workload == "linear":
+@dataclass
+class FixedWorkload(WorkloadModel):
+    """Given costs: ``costs [N]`` per vertex-time node (gid order), whatever the signal."""
+
+    costs: Tensor
+
+    def node_costs(self, signal: "DynamicGraphSignal") -> Tensor:
+        return self.costs
+
+
+@dataclass
+class _NodeCostObject(WorkloadModel):
+    """An object that is not a :class:`WorkloadModel` but has ``node_costs``,
+    or ``node_cost`` (what the PSS / PTS balancers accepted before ``node_costs``
+    was the one method; docs/partitioning.md still promises it): its per-node
+    costs, chunk costs their segment sums."""
+
+    obj: object
+    method: str = "node_costs"
+
+    def node_costs(self, signal: "DynamicGraphSignal") -> Tensor:
+        return getattr(self.obj, self.method)(signal)
+
+
+def resolve_workload(workload: object = None) -> WorkloadModel:
+    """The one resolver of a ``workload=`` argument (PSS / PTS / PSS-TS
+    balancers, PGC, the metrics): ``None`` / ``"linear"``: :class:`LinearWorkload`
+    ``(1, 1)``; ``"vertices"``: vertex counting; another string: a saved
+    :meth:`MLPWorkload.load` path; a ``[N]`` tensor or array: :class:`FixedWorkload`;
+    an object with ``node_costs`` and ``chunk_costs`` (a :class:`WorkloadModel`):
+    itself; an object with ``node_costs`` or ``node_cost`` only: wrapped (chunk
+    costs are then segment sums)."""
+    if workload is None or (isinstance(workload, str) and workload == "linear"):
         return LinearWorkload()
-    if workload == "vertices":
-        return LinearWorkload(1.0, 0.0)
     if isinstance(workload, str):
-        return MLPWorkload.load(workload)
-    if not hasattr(workload, "node_costs") or not hasattr(workload, "chunk_costs"):
-        raise WorkloadModelError(
-            f"workload must be None, 'linear', 'vertices', a saved MLPWorkload path or a WorkloadModel, not {type(workload).__name__}."
-        )
-    return workload
+        return LinearWorkload(1.0, 0.0) if workload == "vertices" else MLPWorkload.load(workload)
+    if isinstance(workload, (Tensor, np.ndarray)):
+        return FixedWorkload(torch.as_tensor(workload))
+    if hasattr(workload, "node_costs") and hasattr(workload, "chunk_costs"):
+        return workload  # type: ignore[return-value]
+    for method in ("node_costs", "node_cost"):
+        if callable(getattr(workload, method, None)):
+            return _NodeCostObject(workload, method)
+    raise WorkloadModelError(
+        f"workload must be None, 'linear', 'vertices', a saved MLPWorkload path, a [N] cost tensor or a "
+        f"WorkloadModel, not {type(workload).__name__}."
+    )

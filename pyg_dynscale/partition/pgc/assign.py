@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..compiled import backend, kernels
+from ..metrics import load_imbalance as divergence  # noqa: F401 - lambda under DGC's name (PGC, its tests, bench_workload)
 
 
 def _affinity_compiled(graph: "ChunkGraph", owner: np.ndarray, num_parts: int) -> np.ndarray:
@@ -153,14 +154,6 @@ def _greedy_assign(graph: ChunkGraph, cost: np.ndarray, order: np.ndarray, num_p
 def rank_loads(owner: np.ndarray, cost: np.ndarray, num_parts: int) -> np.ndarray:
     """``[P]`` summed chunk cost per rank."""
     return np.bincount(owner, weights=np.asarray(cost, dtype=np.float64), minlength=num_parts)
-
-
-def divergence(loads: np.ndarray) -> float:
-    r"""Workload divergence :math:`\lambda = \max_m L_m / \min_m L_m` (DGC §2.2.2);
-    ``inf`` when a rank has no load."""
-    loads = np.asarray(loads, dtype=np.float64)
-    lo = loads.min()
-    return float("inf") if lo <= 0 else float(loads.max() / lo)
 
 
 def refine_chunks(

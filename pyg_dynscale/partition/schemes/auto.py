@@ -32,6 +32,12 @@ predicts an epoch from the candidate's own communication plan:
 * **collectives**: the exchanges an epoch issues (forward and backward; on the
   black-box path, per snapshot and state component), at latency :math:`\ell` each.
 
+The counts of the compute term (owned rows, aggregated edges, halo rows per
+rank; time-encoder rows and the longest piece per round and rank) are
+:func:`.epoch_cost.epoch_counts`, the same the round-aware workload model of
+PGC's round balance prices (:mod:`.round_workload`, its own fitted constants):
+one count, two sets of constants.
+
 The constants (:class:`CostModel`) default to measured values for the device
 type (``"cpu"``: loopback gloo on 2-4 processes; ``"cuda"``: NCCL within a
 machine) and can be given. The result is the chosen candidate's partition,
@@ -54,6 +60,7 @@ from ..halo_plan import HaloDepth, StatePlan
 from ..partition import Partition
 from ..pattern import BlockPattern, DependencyPattern
 from ..plan import CommunicationPlan
+from ..costs.epoch import epoch_counts
 from ..pgc.pipeline import partition_pgc
 from .snapshot_sequence import partition_pss, partition_pss_ts, partition_pts
 
@@ -167,32 +174,19 @@ def _sent_per_rank(exchanges: Sequence[Any], R: int) -> Tensor:
 def _decomposed_cost(signal: "DynamicGraphSignal", part: Partition, pattern: DependencyPattern,
                      cost: CostModel) -> tuple:
     """``(compute_s, bytes per rank, collectives, rounds, total bytes, critical steps)`` on the decomposed path."""
-    sg = signal.supergraph()
     R = part.num_parts
     plan = CommunicationPlan.build(signal, part, pattern)
-    own, town = part.owner, part.temporal_owner
-    d = sg.spatial_edge_index[1]
-    nodes = torch.bincount(own, minlength=R).to(torch.float64)
-    edges = torch.bincount(own[d], minlength=R).to(torch.float64)
+    # the counts the round-aware model prices too (epoch_cost): one count, two sets of constants
+    c = epoch_counts(signal, part, pattern)
     # a rank's structure encoder also transforms the halo rows it receives (its structure set is owned + halo)
-    halo = torch.zeros(R, dtype=torch.float64)
-    for e in plan:
-        if e.kind == "spatial" and e.num_rows:
-            c = e.counts().to(torch.float64)
-            halo = torch.maximum(halo, c.sum(0) - c.diagonal())
     spatial = sum(sum(b.spatial_widths) for b in pattern.blocks)
-    structure = (nodes + halo + edges) * max(spatial, 1)  # [R]
+    structure = (c.owned + c.halo + c.edges) * max(spatial, 1)  # [R]
     time_w = sum(b.time_width for b in pattern.blocks)
-    rounds = plan.temporal_rounds() if any(b.time_kind == "recurrent" for b in pattern.blocks) else 1
-    n_recurrent = sum(b.time_kind == "recurrent" for b in pattern.blocks)
-    critical = _critical_steps(sg, town, R) if n_recurrent else 0
-    if rounds > 1:  # a chain in pieces: the pieces at depth k wait for depth k-1 on other ranks
-        depth = plan.depth
-        per = torch.zeros(rounds, R, dtype=torch.float64).index_put_((depth, town), torch.ones(depth.numel(),
-                                                                        dtype=torch.float64), accumulate=True)
-        time_s = float(per.max(1).values.sum()) * time_w
-    else:
-        time_s = float(torch.bincount(town, minlength=R).max()) * time_w
+    n_recurrent = c.recurrent
+    rounds = c.num_rounds  # plan.temporal_rounds() with a recurrent block, else 1
+    critical = c.critical_steps()
+    # a chain in pieces: the pieces at depth k wait for depth k-1 on other ranks
+    time_s = float(c.time_rows.max(1).values.sum()) * time_w
     compute = (float(structure.max()) + time_s) * cost.unit_s + n_recurrent * critical * cost.step_s
     collectives = 0
     for e in plan:
@@ -203,30 +197,6 @@ def _decomposed_cost(signal: "DynamicGraphSignal", part: Partition, pattern: Dep
     collectives = 2 * collectives + 1  # forward and backward, and the gradient sum
     total = plan.bytes_by_kind()["total"]
     return compute, _sent_per_rank(list(plan), R), collectives, rounds, total, critical
-
-
-def _critical_steps(sg: Any, town: Tensor, R: int) -> int:
-    """Dependent steps of a recurrent scan: in each round, the longest piece
-    (run of consecutive appearances of a vertex with one time owner) on the
-    slowest rank, summed over the rounds (:func:`~pyg_dynscale.partition.plan.segment_depth`)."""
-    from ..plan import segment_depth
-
-    order, ptr = sg.sequence_order, sg.sequence_ptr
-    N = order.numel()
-    if N == 0:
-        return 0
-    depth = segment_depth(order, ptr, town)[order]
-    owner = town[order]
-    first = torch.zeros(N, dtype=torch.bool)
-    first[ptr[:-1]] = True
-    starts = first.clone()
-    starts[1:] |= owner[1:] != owner[:-1]
-    length = torch.bincount(torch.cumsum(starts.long(), 0) - 1)
-    rnd, rank = depth[starts], owner[starts]
-    longest = torch.zeros((int(rnd.max()) + 1) * R, dtype=torch.long)
-    longest.scatter_reduce_(0, rnd * R + rank, length, "amax")
-    longest = longest.view(-1, R)
-    return int(longest.max(1).values.sum())
 
 
 def _blackbox_cost(signal: "DynamicGraphSignal", part: Partition, spec: BlackBoxSpec, cost: CostModel) -> tuple:

@@ -355,8 +355,10 @@ def partition_pss(signal: "DynamicGraphSignal", num_parts: int, *, balanced: boo
         num_parts: :math:`R`, at most the number of non-empty snapshots.
         balanced: ``False`` -- equal snapshot counts (DGC's PSS baseline);
             ``True`` -- contiguous ranges minimizing the largest range workload.
-        workload: ``[N]`` cost per vertex-time node, or an object with
-            ``node_cost(signal)``; default :func:`default_node_cost`.
+        workload: ``[N]`` cost per vertex-time node, a workload model
+            (``node_costs(signal)``) or anything else
+            :func:`~pyg_dynscale.partition.costs.workload.resolve_workload`
+            takes; default :func:`default_node_cost`.
     """
     _signal_info(signal)
     t0 = time.perf_counter()

@@ -9,6 +9,8 @@ import torch
 
 from pyg_dynscale import DynamicGraphSignal
 from pyg_dynscale.errors import SignalFormatError
+from pyg_dynscale.partition.schemes.snapshot_sequence import partition_pss
+from pyg_dynscale.partition.costs.node import resolve_node_cost
 from pyg_dynscale.partition.pgc.pipeline import partition_pgc
 from pyg_dynscale.partition.costs.workload import (
     LinearWorkload,
@@ -16,7 +18,6 @@ from pyg_dynscale.partition.costs.workload import (
     TimingSet,
     WorkloadModelError,
     chunk_statistics,
-    divergence,
     mape,
     profile,
     resolve_workload,
@@ -109,7 +110,7 @@ def test_chunk_statistics_and_linear_costs_add_up() -> None:
     assert st[:, 2].sum() == int((chunk[te[0]] == chunk[te[1]]).sum())
     lin = LinearWorkload(2.0, 3.0)
     assert torch.allclose(lin.chunk_costs(s, chunk, 5), 2.0 * st[:, 0] + 3.0 * st[:, 1])
-    assert torch.allclose(lin.node_cost(s), lin.node_costs(s))
+    assert torch.equal(resolve_node_cost(s, lin), lin.node_costs(s))  # the balancers' view: node_costs
 
 
 def test_mlp_workload_drives_pgc() -> None:
@@ -122,9 +123,7 @@ def test_mlp_workload_drives_pgc() -> None:
     assert lin.alpha >= 0 and lin.beta >= 0 and lin.alpha + lin.beta > 0
 
 
-def test_divergence_and_mape() -> None:
-    assert divergence(torch.tensor([2.0, 4.0, 3.0])) == 2.0
-    assert divergence(torch.tensor([0.0, 1.0])) == math.inf
+def test_mape() -> None:
     assert mape(torch.tensor([1.1, 1.8]), torch.tensor([1.0, 2.0])) == pytest.approx(0.1)
 
 
@@ -141,3 +140,37 @@ def test_errors() -> None:
     s = small_signal()
     with pytest.raises(WorkloadModelError, match="entries"):
         chunk_statistics(s, torch.zeros(3, dtype=torch.long))
+
+
+def test_one_workload_interface_through_one_resolver() -> None:
+    """``node_costs`` is the one method: a user's WorkloadModel subclass that
+    overrides it (docs/pgc.md) drives the PSS balancer, the metrics' view and
+    PGC alike; the forms docs/partitioning.md promises the balancers (a ``[N]``
+    tensor, an object with ``node_cost``) resolve to the same costs."""
+    s = small_signal(1)
+    N = s.num_vertex_time_nodes
+    heavy = torch.ones(N, dtype=torch.float64)
+    heavy[: N // 4] = 50.0
+
+    class Heavy(LinearWorkload):
+        def node_costs(self, signal):  # type: ignore[override]
+            return heavy
+
+    class Legacy:
+        def node_cost(self, signal):
+            return heavy
+
+    assert not hasattr(Heavy(), "node_cost")  # no alias left to override by mistake
+    for w in (Heavy(), Legacy(), heavy, heavy.numpy()):
+        assert torch.equal(resolve_workload(w).node_costs(s), heavy)
+        assert torch.equal(resolve_node_cost(s, w), heavy)
+    by_model = partition_pss(s, 3, balanced=True, workload=Heavy())
+    assert torch.equal(by_model.owner, partition_pss(s, 3, balanced=True, workload=heavy).owner)
+    assert not torch.equal(by_model.owner, partition_pss(s, 3, balanced=True).owner)  # the override is what ran
+    # PGC reads the same method through the same resolver: its chunk costs are the override's sums
+    chunk = torch.arange(N) % 4
+    assert torch.equal(resolve_workload(Heavy()).chunk_costs(s, chunk, 4),
+                       torch.zeros(4, dtype=torch.float64).index_add_(0, chunk, heavy))
+    # None is the default cost, without loading the algorithms, and equal to LinearWorkload(1, 1)'s
+    assert torch.equal(resolve_node_cost(s, None), resolve_workload(None).node_costs(s))
+    assert torch.equal(resolve_node_cost(s, "vertices"), torch.ones(N, dtype=torch.float64))
