@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from pyg_dynscale.errors import PartitionError
-from pyg_dynscale.partition.algorithms import assign
+from pyg_dynscale.partition.pgc import assign
 from pyg_dynscale.partition.costs.rounds import RoundPrediction
 from pyg_dynscale.partition.metrics import load_imbalance
 

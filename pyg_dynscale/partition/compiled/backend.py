@@ -5,7 +5,7 @@ backends that compute **bit-identical** results:
 
 * ``"torch"``: the vectorized reference -- sorts and segment reductions on
   edge arrays, one Python iteration per round. Runs wherever torch runs.
-* ``"numba"``: the same semantics compiled. :func:`.kernels.lp_rounds` runs every
+* ``"numba"``: the same semantics compiled. :func:`.lp.lp_rounds` runs every
   round of a label propagation in one call; a node's Eq. 2 scores are
   accumulated in a scratch array indexed by label (a "sparse accumulator",
   :math:`O(\deg v)` per node instead of a sort of all active entries), and on
@@ -27,7 +27,7 @@ variable ``PYG_DYNSCALE_LP_BACKEND``.
 Bit-identity holds because both backends evaluate the same nodes in the same
 order, sum each node's edge weights in CSR order in float64, break ties the
 same way (largest internal label), and share the cap acceptance, the hashed
-half masks (:func:`.kernels.half_mask`) and the dirty bookkeeping; parallel kernels
+half masks (:func:`.lp.half_mask`) and the dirty bookkeeping; parallel kernels
 concatenate per-block results in a fixed order, so the thread count does not
 change results either (tested in ``tests/partition/compiled/test_kernels.py``).
 This module is the only place that reads the choice: an operation with a
@@ -85,9 +85,9 @@ def dispatchers() -> list:
         return []
     from numba.core.registry import CPUDispatcher
 
-    from . import csr, kernels, schemes
+    from . import assign, csr, lp, schemes
 
-    mods = (kernels, csr, schemes)
+    mods = (lp, assign, csr, schemes)
     return [v for m in mods for v in vars(m).values() if isinstance(v, CPUDispatcher)]
 
 

@@ -14,6 +14,7 @@ from .jit import numba
 import numpy as np
 
 from .csr import weighted_degree
+from .lp import stable_argsort
 
 _jit = numba.njit(cache=True, nogil=True)
 
@@ -196,3 +197,28 @@ def pss_balanced(node_ptr, cost, R):  # pragma: no cover
             snap_rank[nonempty[i]] = r
             loads[r] += ps[i]
     return snap_rank, nonempty, bounds, loads
+
+
+@_jit
+def lpt_exact(cost, R):  # pragma: no cover
+    """:func:`.schemes._lpt` when every item is placed exactly (at most
+    ``LPT_EXACT_ITEMS``) in one call: the order of decreasing cost
+    (:func:`.lp.stable_argsort` of ``-cost``, as torch's stable descending
+    sort) and the LPT loop (:func:`lpt_greedy`). Returns
+    the bin of every item, or an empty array when a cost is NaN (the
+    caller's path handles it)."""
+    S = cost.shape[0]
+    neg = np.empty(S, np.float64)
+    for s in range(S):
+        if np.isnan(cost[s]):
+            return np.zeros(0, np.int64)
+        neg[s] = -cost[s]
+    idx = stable_argsort(neg)
+    sorted_cost = np.empty(S, np.float64)
+    for j in range(S):
+        sorted_cost[j] = cost[idx[j]]
+    bins, _ = lpt_greedy(sorted_cost, R)
+    out = np.empty(S, np.int64)
+    for j in range(S):
+        out[idx[j]] = bins[j]
+    return out

@@ -38,7 +38,7 @@ from ..metrics import load_imbalance as divergence  # noqa: F401 - lambda under 
 
 def _affinity_compiled(graph: "ChunkGraph", owner: np.ndarray, num_parts: int) -> np.ndarray:
     """:meth:`ChunkGraph.affinity`: the same sums in one compiled pass."""
-    return kernels.chunk_affinity(np.ascontiguousarray(graph.ptr, dtype=np.int64),
+    return kernels.assign.chunk_affinity(np.ascontiguousarray(graph.ptr, dtype=np.int64),
                                   np.ascontiguousarray(graph.nbr, dtype=np.int64),
                                   np.ascontiguousarray(graph.w, dtype=np.float64),
                                   np.ascontiguousarray(owner, dtype=np.int64), int(num_parts))
@@ -122,7 +122,7 @@ def assign_chunks(
 def _greedy_assign_compiled(graph: ChunkGraph, cost: np.ndarray, order: np.ndarray, num_parts: int, gbar: float,
                             limit: float, eps: float) -> np.ndarray:
     """:func:`_greedy_assign`: the same loop compiled (identical result, tests/partition/compiled/test_kernels.py)."""
-    return kernels.assign_chunks(np.ascontiguousarray(graph.ptr, dtype=np.int64),
+    return kernels.assign.assign_chunks(np.ascontiguousarray(graph.ptr, dtype=np.int64),
                                  np.ascontiguousarray(graph.nbr, dtype=np.int64),
                                  np.ascontiguousarray(graph.w, dtype=np.float64), cost, order, num_parts,
                                  gbar, limit, eps)
@@ -201,7 +201,7 @@ def refine_chunks(
 def _refine_compiled(graph: ChunkGraph, cost: np.ndarray, owner: np.ndarray, A: np.ndarray, loads: np.ndarray,
                      num_parts: int, hi_lim: float, lo_lim: float, max_moves: int, swaps: int) -> np.ndarray:
     """:func:`_refine`: the same phases compiled (identical result, tests/partition/compiled/test_kernels.py)."""
-    kernels.refine_chunks(np.ascontiguousarray(graph.ptr, dtype=np.int64), np.ascontiguousarray(graph.nbr, dtype=np.int64),
+    kernels.assign.refine_chunks(np.ascontiguousarray(graph.ptr, dtype=np.int64), np.ascontiguousarray(graph.nbr, dtype=np.int64),
                           np.ascontiguousarray(graph.w, dtype=np.float64), cost, owner, A, loads, num_parts,
                           hi_lim, lo_lim, max_moves, swaps)
     return owner

@@ -236,7 +236,7 @@ def _supergraph_csr_compiled(supergraph: "Supergraph", spatial_weight: float, te
     # a constant temporal weight travels as c2 (w2 empty); placement_types checks it like an array
     w2, c2 = _kernel_weights(temporal_weight)
     w2_check = w2 if w2.shape[0] else np.array([c2])
-    integral = ws == round(ws) and bool(kernels.is_integral(w2_check))
+    integral = ws == round(ws) and bool(kernels.lp.is_integral(w2_check))
     nonneg = ws >= 0 and min_weight(temporal_weight) >= 0
     if ws > 0 and integral and se.shape[1] > 0 and _maybe_symmetric(supergraph):
         ptr, d, w = csr.edges_to_csr(n, node_map, s1, d1, none, 2.0 * ws, False, s2, d2, w2, c2,

@@ -4,7 +4,7 @@ The kernel behind chunk generation (:func:`~pyg_dynscale.partition.pgc.pipeline.
 and behind its boundary refinement (labels = ranks). The torch reference does
 everything with sorts and segment reductions on edge arrays, with one Python
 iteration per round; the numba backend runs all rounds in one compiled call
-(:func:`~pyg_dynscale.partition.compiled.kernels.lp_rounds`) with bit-identical results.
+(:func:`~pyg_dynscale.partition.compiled.kernels.lp.lp_rounds`) with bit-identical results.
 
 Algorithm (one round :math:`r`):
 
@@ -82,7 +82,7 @@ class LabelPropagationResult:
             round (their weight to the new label minus to the old one).
         dense (bool): whether the compiled driver kept a dense
             ``[n, L]`` label-weight table (few labels, integral weights; see
-            :func:`~pyg_dynscale.partition.compiled.kernels.lp_rounds`). Results are the same either way.
+            :func:`~pyg_dynscale.partition.compiled.kernels.lp.lp_rounds`). Results are the same either way.
     """
 
     labels: Tensor
@@ -110,7 +110,7 @@ def _on_host(x: Tensor) -> bool:
 
 
 def _is_integral_compiled(w: Tensor) -> bool:
-    return bool(kernels.is_integral(as_numpy(w))) if _on_host(w) else NotImplemented
+    return bool(kernels.lp.is_integral(as_numpy(w))) if _on_host(w) else NotImplemented
 
 
 @backend.twin(_is_integral_compiled)
@@ -123,7 +123,7 @@ def _from_edges_compiled(cls: type, num_nodes: int, src: Tensor, dst: Tensor, we
     if not _on_host(src):
         return NotImplemented
     n = int(num_nodes)
-    ptr, d, w = kernels.csr_from_edges(n, as_numpy(src, torch.long), as_numpy(dst, torch.long), as_numpy(weight, torch.float64))
+    ptr, d, w = kernels.lp.csr_from_edges(n, as_numpy(src, torch.long), as_numpy(dst, torch.long), as_numpy(weight, torch.float64))
     return cls.from_csr(n, torch.from_numpy(ptr), torch.from_numpy(d), torch.from_numpy(w))
 
 
@@ -144,7 +144,7 @@ def _contract_compiled(graph: "CSRGraph", labels: Tensor, num_labels: int) -> "C
     if not _on_host(graph.ptr):
         return NotImplemented
     C = int(num_labels)
-    ptr, d, wsum = (torch.from_numpy(a) for a in kernels.contract_csr(
+    ptr, d, wsum = (torch.from_numpy(a) for a in kernels.lp.contract_csr(
         as_numpy(graph.ptr, torch.long), as_numpy(graph.dst, torch.long), as_numpy(graph.weight), as_numpy(labels, torch.long), C,
         graph.symmetric))
     return graph._contracted(C, ptr, d, wsum)
@@ -288,7 +288,7 @@ class CSRGraph:
 
 
 def _exact_in_float32_compiled(w: Tensor) -> bool:
-    return bool(kernels.exact_in_float32(as_numpy(w))) if _on_host(w) else NotImplemented
+    return bool(kernels.csr.exact_in_float32(as_numpy(w))) if _on_host(w) else NotImplemented
 
 
 @backend.twin(_exact_in_float32_compiled)
@@ -434,28 +434,28 @@ def _label_propagation_compiled(graph: CSRGraph, nw: Tensor, label_pri: Tensor, 
                                 boundary_only: bool, tie_moves: bool, gain_tol: float,
                                 min_rounds: int) -> LabelPropagationResult:
     """:func:`label_propagation` on the numba backend: set-up, rounds and the
-    mapping back in one compiled call (:func:`~pyg_dynscale.partition.compiled.kernels.lp_run`); same values
+    mapping back in one compiled call (:func:`~pyg_dynscale.partition.compiled.kernels.lp.lp_run`); same values
     as the torch steps. Host tensors only."""
     if graph.ptr.device.type != "cpu":
         return NotImplemented
     n = int(graph.num_nodes)
     dst_np = as_numpy(graph.dst, torch.long)
-    dense = (L <= kernels.DENSE_MAX_LABELS and n * L <= kernels.DENSE_MAX_FILL * int(dst_np.shape[0])
+    dense = (L <= kernels.lp.DENSE_MAX_LABELS and n * L <= kernels.lp.DENSE_MAX_FILL * int(dst_np.shape[0])
              and graph.integral())
     total_w = graph.total_weight() if (gain_tol > 0 or dense) else 0.0
     # dense label weights are exact while every sum is an integer below 2^53
     dense = dense and 2.0 * total_w < 2.0 ** 53
     scale = budget_scale(float(nw.sum())) if (cap is not None or floor is not None) else 1.0
-    job = kernels.LabelPropagationJob(
+    job = kernels.lp.LabelPropagationJob(
         ptr=as_numpy(graph.ptr, torch.long), dst=dst_np, weight=as_numpy(graph.weight), node_weight=as_numpy(nw),
         label_pri=as_numpy(label_pri, torch.long), node_pri=as_numpy(node_pri, torch.long),
-        key=as_numpy(priority, torch.float64) if priority is not None else kernels.EMPTY_FLOAT,
-        init=as_numpy(init, torch.long) if init is not None else kernels.EMPTY_INT, num_labels=L,
+        key=as_numpy(priority, torch.float64) if priority is not None else kernels.lp.EMPTY_FLOAT,
+        init=as_numpy(init, torch.long) if init is not None else kernels.lp.EMPTY_INT, num_labels=L,
         cap=None if cap is None else float(cap), floor=None if floor is None else float(floor), scale=scale,
         max_rounds=int(max_rounds), min_rounds=int(min_rounds), tol=float(tol), gain_tol=float(gain_tol),
         total_weight=total_w if gain_tol > 0 else 0.0, boundary_only=bool(boundary_only), tie_moves=bool(tie_moves),
         seed=int(seed), dense=dense, threads=backend.threads())
-    labels, r, converged, moved_hist, gain_hist = kernels.lp_run(job)
+    labels, r, converged, moved_hist, gain_hist = kernels.lp.lp_run(job)
     if progress:
         for i, (m, g_) in enumerate(zip(moved_hist, gain_hist)):
             print(f"[label_propagation] round {i}: moved={m} gain={g_:.4g}")
@@ -507,7 +507,7 @@ def half_bits(seed: int, pair: int, n: int) -> Tensor:
     r"""``[n]`` bool: the half of the nodes evaluated in the even round of
     pair ``pair`` (its complement in the odd round). A counter-based hash of
     ``(seed, pair, node)`` (32-bit mixing, every product below :math:`2^{63}`)
-    so the compiled driver (:func:`~pyg_dynscale.partition.compiled.kernels.half_mask`) draws the same bits
+    so the compiled driver (:func:`~pyg_dynscale.partition.compiled.kernels.lp.half_mask`) draws the same bits
     without sharing a random-number generator."""
     s = (int(seed) & 0xFFFFFFFF) * 0x27D4EB2F + int(pair) * 0x165667B1
     x = (torch.arange(n, dtype=torch.long) + s) & 0xFFFFFFFF
@@ -524,7 +524,7 @@ def _rounds_torch(graph: CSRGraph, labels: Tensor, nw: Tensor, node_pri: Tensor,
                   min_rounds: int, tie_moves: bool, unique_labels: bool, seed: int,
                   progress: bool, scale: float = 1.0) -> tuple[int, bool, list[int], list[float]]:
     """The rounds of :func:`label_propagation`, vectorized (the reference the
-    compiled :func:`~pyg_dynscale.partition.compiled.kernels.lp_rounds` matches bit for bit); ``labels`` and
+    compiled :func:`~pyg_dynscale.partition.compiled.kernels.lp.lp_rounds` matches bit for bit); ``labels`` and
     ``dirty`` are updated in place. Returns ``(rounds, converged, moved, gains)``."""
     ptr, dst, weight = graph.ptr, graph.dst, graph.weight
     dev = ptr.device
@@ -588,7 +588,7 @@ def _round_candidates(ptr: Tensor, dst: Tensor, weight: Tensor, labels: Tensor, 
                       tie_moves: bool) -> tuple[Tensor, Tensor, Tensor]:
     """Steps 2-3 of the module doc, vectorized: ``(node, to, gain)`` of the
     active nodes that want to move (``act`` order). The numba backend's
-    :func:`~pyg_dynscale.partition.compiled.kernels.round_candidates` computes the same."""
+    :func:`~pyg_dynscale.partition.compiled.kernels.lp.round_candidates` computes the same."""
     dev = ptr.device
     A = act.numel()
     seg_loc, seg_lab, score = _label_scores(ptr, dst, weight, labels, act, L, unique_labels)
@@ -695,7 +695,7 @@ def _compact_labels_compiled(labels: Tensor) -> tuple[Tensor, int]:
     lo, hi = int(labels.min()), int(labels.max())
     if lo < 0 or hi >= 4 * n + 1024:
         return NotImplemented
-    inv, C = kernels.compact(as_numpy(labels, torch.long), hi + 1)
+    inv, C = kernels.lp.compact(as_numpy(labels, torch.long), hi + 1)
     return torch.from_numpy(inv), int(C)
 
 

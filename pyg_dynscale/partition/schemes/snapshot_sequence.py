@@ -109,7 +109,7 @@ def _lpt_compiled(cost: Tensor, R: int) -> Tensor:
     S = cost.numel()
     if S > LPT_EXACT_ITEMS:
         return NotImplemented
-    bins = kernels.lpt_exact(cost.to(torch.float64).numpy(), int(R))
+    bins = kernels.schemes.lpt_exact(cost.to(torch.float64).numpy(), int(R))
     return torch.from_numpy(bins) if bins.shape[0] == S else NotImplemented
 
 
@@ -119,7 +119,7 @@ def _descending_order_compiled(cost: Tensor) -> Tensor:
     cost_np = cost.to(torch.float64).numpy()
     if np.isnan(cost_np).any():
         return NotImplemented
-    return torch.from_numpy(kernels.stable_argsort(-cost_np))
+    return torch.from_numpy(kernels.lp.stable_argsort(-cost_np))
 
 
 @backend.twin(_descending_order_compiled)

@@ -51,15 +51,15 @@ def test_twin_falls_back_when_the_compiled_version_declines() -> None:
 
 
 def _kernel_modules() -> tuple:
-    from pyg_dynscale.partition.compiled import csr, kernels, schemes
+    from pyg_dynscale.partition.compiled import assign, csr, lp, schemes
 
-    return kernels, csr, schemes
+    return lp, assign, csr, schemes
 
 
 @pytest.mark.skipif(not backend.HAVE_NUMBA, reason="numba backend not installed")
 def test_the_torch_backend_reaches_no_compiled_kernel_and_numba_does(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every compiled kernel the partitioning code can call (the modules of
-    backend.dispatchers(): kernels, csr, schemes) replaced by a
+    backend.dispatchers(): lp, assign, csr, schemes) replaced by a
     recorder: a partition under the torch backend records none, and the same
     partition under numba records calls and gives the same owners."""
     from numba.core.registry import CPUDispatcher

@@ -196,7 +196,7 @@ def test_dense_label_table_matches_row_scan(monkeypatch: pytest.MonkeyPatch, n: 
               max_rounds=30, tie_moves=True)
     with use_backend("numba"):
         dense = label_propagation(g, **kw)
-        monkeypatch.setattr(kernels, "DENSE_MAX_LABELS", 0)
+        monkeypatch.setattr(kernels.lp, "DENSE_MAX_LABELS", 0)
         rows = label_propagation(g, **kw)
     assert dense.dense and not rows.dense and sum(dense.moved) > 50
     assert torch.equal(dense.labels, rows.labels)
@@ -500,7 +500,7 @@ def test_stable_argsort_is_torch_stable_sort() -> None:
                      torch.randn(n, generator=g, dtype=torch.float64) * 1e300):
             if n > 3:
                 keys[:3] = torch.tensor([-0.0, 0.0, -0.0])
-            assert torch.equal(torch.from_numpy(kernels.stable_argsort(keys.numpy())), torch.sort(keys, stable=True).indices)
+            assert torch.equal(torch.from_numpy(kernels.lp.stable_argsort(keys.numpy())), torch.sort(keys, stable=True).indices)
 
 
 def test_compact_labels_identical() -> None:
@@ -526,7 +526,7 @@ def test_half_masks_identical_and_balanced() -> None:
     for seed, pair in ((0, 0), (7, 3), (2**40 + 5, 11)):
         ref = half_bits(seed, pair, 5000)
         out = np.zeros(5000, np.bool_)
-        kernels.half_mask(seed, pair, 5000, out)
+        kernels.lp.half_mask(seed, pair, 5000, out)
         assert np.array_equal(ref.numpy(), out) and 0.45 < float(ref.double().mean()) < 0.55
     assert not torch.equal(half_bits(0, 0, 5000), half_bits(0, 1, 5000))  # fresh halves every pair of rounds
 
@@ -559,7 +559,7 @@ def test_results_do_not_depend_on_thread_count() -> None:
         with backend.use_threads(th) as used:
             assert used == th
             g = CSRGraph.from_edges(n, src, dst, w)
-            assert g.dst.numel() > kernels.PARALLEL_MIN_ENTRIES
+            assert g.dst.numel() > kernels.lp.PARALLEL_MIN_ENTRIES
             lp = label_propagation(g, node_weight=torch.ones(n, dtype=torch.float64), cap=40.0, seed=3,
                                    max_rounds=8, tie_moves=True, priority=g.weighted_degree())
             runs.append((g, lp, g.contract(lp.labels, n)))
@@ -595,8 +595,8 @@ def test_contraction_of_small_whole_weights_skips_the_scans(monkeypatch: pytest.
             raise AssertionError("scanned the contracted weights")
 
         with monkeypatch.context() as mp:
-            mp.setattr(kernels, "exact_in_float32", no_scan)
-            mp.setattr(kernels, "is_integral", no_scan)
+            mp.setattr(kernels.csr, "exact_in_float32", no_scan)
+            mp.setattr(kernels.lp, "is_integral", no_scan)
             mp.setattr("pyg_dynscale.partition.pgc.label_propagation._exact_in_float32", no_scan)
             got = marked.contract(labels, 40)
             assert got._integral is True and got.integral() and got.weight.dtype == torch.float32
