@@ -40,6 +40,8 @@ from ..costs.workload import LinearWorkload, WorkloadModel
 
 __all__ = ["PGCOptions", "EFFORT", "STARTS", "START_MARGIN"]
 
+#: ``effort="auto"`` picks "fast" above this many level-0 CSR entries
+FAST_ABOVE = 8_000_000
 #: round budgets of the ``effort`` settings. "fast" is for big graphs without
 #: much structure, where every round is a pass over tens of millions of
 #: entries and mostly churns (docs/pgc.md, "Speed and quality")

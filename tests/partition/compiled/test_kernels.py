@@ -431,7 +431,7 @@ def test_start_cut_by_units_equals_the_supergraph_cut(start: str, model: str) ->
     (snapshots: temporal edges; vertices: spatial edges) equals the cut of
     its expanded owner over all supergraph edges, on both backends."""
     from pyg_dynscale.partition.pgc.coarsen import supergraph_cut, temporal_edge_weights
-    from pyg_dynscale.partition.pgc.pipeline import _Start
+    from pyg_dynscale.partition.pgc.starts import _Start
     from pyg_dynscale.partition.costs.workload import LinearWorkload
 
     s = random_signal(9, T=10, V=70)

@@ -21,7 +21,9 @@ from pyg_dynscale.partition.pgc.label_propagation import (
     label_propagation,
     undirected_entries,
 )
+from pyg_dynscale.partition.pgc import chunks as chunks_mod
 from pyg_dynscale.partition.pgc import pipeline as pgc_mod
+from pyg_dynscale.partition.pgc import starts as starts_mod
 from pyg_dynscale.partition.pgc.pipeline import edge_weights, partition_pgc, weighted_supergraph
 from tests.helpers.partition_inputs import community_signal, random_signal
 from tests.helpers.partition_reference import contract
@@ -352,10 +354,10 @@ def test_coarsest_level_that_barely_shrank_is_not_refined() -> None:
     m = p.meta
     chunks = m["level_chunks"]
     assert len(chunks) >= 2 and m["num_levels"] == len(chunks)
-    stopped = (chunks[-2] - chunks[-1]) / chunks[-2] < pgc_mod.STOP_SHRINK
+    stopped = (chunks[-2] - chunks[-1]) / chunks[-2] < chunks_mod.STOP_SHRINK
     assert stopped  # this graph stops by the shrink test (not by max_levels)
     assert len(m["refine_rounds"]) == m["num_levels"] - 1  # all but the coarsest
-    levels = pgc_mod.generate_chunks(*_level0(s), seed=0)[2]
+    levels = chunks_mod.generate_chunks(*_level0(s), seed=0)[2]
     assert [lvl.near_chunks for lvl in levels] == [False] * (len(levels) - 1) + [True]
 
 
@@ -686,12 +688,12 @@ def test_start_margin_prunes_starts_far_above_the_lp_cut() -> None:
     assert set(raw_bytes) == {"pss", "pts"}
     for st in ("pss", "pts"):
         assert raw_bytes[st] == plan_bytes(s.supergraph(), partition(s, st, 4, balanced=True).owner, 4, pat)
-        far = raw_bytes[st] > pgc_mod.START_BYTES_MARGIN * lp_bytes
+        far = raw_bytes[st] > starts_mod.START_BYTES_MARGIN * lp_bytes
         assert loose.meta["candidates"][st] == (None if far else full.meta["candidates"][st])
-    assert any(raw_bytes[st] > pgc_mod.START_BYTES_MARGIN * lp_bytes for st in raw_bytes)  # the test bites
+    assert any(raw_bytes[st] > starts_mod.START_BYTES_MARGIN * lp_bytes for st in raw_bytes)  # the test bites
     # ... and with the bytes test out of the way both are refined, as start_margin=None does
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(pgc_mod, "START_BYTES_MARGIN", math.inf)
+        mp.setattr(starts_mod, "START_BYTES_MARGIN", math.inf)
         loose = partition_pgc(s, 4, pat, seed=0, start_margin=loose_margin)
     assert loose.meta["candidates"] == full.meta["candidates"] and torch.equal(loose.owner, full.owner)
     for bad in (0, -1.0, float("inf"), "1.1"):
@@ -751,7 +753,7 @@ def test_pss_start_splits_snapshots_when_ranges_miss_the_tolerance() -> None:
     contiguous runs of nodes in gid order: each within one node's cost of
     the mean, the unrefined cut counted over both edge kinds."""
     from pyg_dynscale.partition.pgc.coarsen import supergraph_cut, temporal_edge_weights
-    from pyg_dynscale.partition.pgc.pipeline import _Start
+    from pyg_dynscale.partition.pgc.starts import _Start
 
     s = static_ring_signal(V=12, T=62)
     sg = s.supergraph()
@@ -808,7 +810,7 @@ def test_bad_node_costs_are_a_clear_error(bad: float) -> None:
 @pytest.mark.parametrize("costs", ["random", "zero"])
 def test_split_snapshot_owner_is_the_same_on_both_backends(costs: str) -> None:
     from pyg_dynscale.partition.compiled import backend as kernels
-    from pyg_dynscale.partition.pgc.pipeline import _split_snapshot_owner
+    from pyg_dynscale.partition.pgc.starts import _split_snapshot_owner
 
     rng = np.random.default_rng(1)
     w = torch.from_numpy(rng.random(997) * 3) if costs == "random" else torch.zeros(997, dtype=torch.float64)
