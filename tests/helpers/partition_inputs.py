@@ -68,7 +68,7 @@ def synthetic_timings(n: int = 200, seed: int = 0) -> TimingSet:
     return TimingSet(kinds, V, edges, F, H, K, t)
 
 
-# (tests/partition/costs/test_plan_count.py uses PRESETS[0], PRESETS[3] and PRESETS[-1] ("mixed") by index: keep them there)
+# (tests/partition/costs/test_plan_bytes.py uses PRESETS[0], PRESETS[3] and PRESETS[-1] ("mixed") by index: keep them there)
 PRESETS = [
     DependencyPattern.preset("tgcn", 3, 5),
     DependencyPattern.preset("tgcn", 3, 5, gcn_layers=2, num_blocks=2),

@@ -6,7 +6,7 @@ sequence at a time on the least loaded rank -- and cost milliseconds of
 Python on datasets with a few thousand sequences, which PGC's multi-start
 pays for every graph. The Python versions in :mod:`.schemes` are the
 reference (torch backend); these compute the same numbers with the same
-float arithmetic and tie-breaks (``tests/partition/schemes/test_schemes.py``).
+float arithmetic and tie-breaks (``tests/partition/schemes/test_snapshot_sequence.py``).
 """
 from __future__ import annotations
 
