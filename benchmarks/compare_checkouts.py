@@ -11,8 +11,9 @@ prints the ratio head / base of the medians:
   (email-Eu-core at 1-day snapshots, ~1.1M vertex-time nodes plus edges), each with the torch backend and with
   the numba backend on a warm cache (each side compiles its own kernels once, untimed, into its own
   ``NUMBA_CACHE_DIR``, so neither side reads the other's or the machine's cache);
-* **bench_pgc_scale --quick** (200k vertex-time nodes, 8 parts, ``backend="auto"`` on that warm cache): its wall
-  time and its user CPU time (``resource.getrusage(RUSAGE_CHILDREN)``).
+* **bench_pgc_scale --quick** (200k vertex-time nodes, 8 parts) with the numba backend on that warm cache
+  (``PYG_DYNSCALE_LP_BACKEND=numba``: its ``"auto"`` would depend on which kernels each side's cache holds): its
+  wall time and its user CPU time (``resource.getrusage(RUSAGE_CHILDREN)``).
 
 Each side runs in its own interpreters with ``PYTHONPATH`` and the working directory set to its tree, and each
 measurement asserts that ``pyg_dynscale`` resolved inside that tree (not to an installed copy). The base (and a
@@ -34,6 +35,7 @@ import math
 import os
 import resource
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -93,10 +95,13 @@ def remove(tree: Path) -> None:
     shutil.rmtree(tree, ignore_errors=True)
 
 
-def run_side(tree: Path, cache: Path, argv: list[str]) -> tuple[str, float, float]:
-    """``python argv`` in ``tree`` (its package first on the path); (stdout, wall s, user CPU s of the child)."""
+def run_side(tree: Path, cache: Path, argv: list[str], backend: Optional[str] = None) -> tuple[str, float, float]:
+    """``python argv`` in ``tree`` (its package first on the path; ``backend``: ``PYG_DYNSCALE_LP_BACKEND``);
+    (stdout, wall s, user CPU s of the child)."""
     env = dict(os.environ, PYTHONPATH=str(tree), NUMBA_CACHE_DIR=str(cache), PYTHONDONTWRITEBYTECODE="1")
     env.pop("PYG_DYNSCALE_LP_BACKEND", None)  # the rows choose their backend themselves
+    if backend is not None:
+        env["PYG_DYNSCALE_LP_BACKEND"] = backend
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, *argv], cwd=tree, env=env, capture_output=True, text=True)
@@ -114,9 +119,9 @@ def first_partition(tree: Path, cache: Path, path: Path, window: Optional[str], 
     return row
 
 
-def scale_run(tree: Path, cache: Path, args: list[str]) -> dict:
+def scale_run(tree: Path, cache: Path, args: list[str], backend: str) -> dict:
     script = tree / "benchmarks" / "bench_pgc_scale.py"
-    _, wall, user = run_side(tree, cache, ["-c", SCRIPT, str(script), str(tree), *args])
+    _, wall, user = run_side(tree, cache, ["-c", SCRIPT, str(script), str(tree), *args], backend)
     return {"wall_s": wall, "user_s": user}
 
 
@@ -134,7 +139,9 @@ def rows_of(args: argparse.Namespace, datasets: Path) -> list[tuple[str, str, Pa
         for backend in ("torch",) if args.quick else ("torch", "numba"):
             rows.append((f"first partition {name} [{backend}{' warm' if backend == 'numba' else ''}]",
                          "first", graph, window, backend))
-    rows.append((f"bench_pgc_scale {' '.join(scale_args(args))} wall", "scale", "", None, "auto"))
+    scale_backend = "torch" if args.quick else "numba"
+    rows.append((f"bench_pgc_scale {' '.join(scale_args(args))} [{scale_backend}] wall", "scale", "", None,
+                 scale_backend))
     return rows
 
 
@@ -154,16 +161,18 @@ def measure_round(sides: dict, caches: dict, rows: list, order: list[str], head_
                 path = head_tree / graph if isinstance(graph, str) else graph
                 got[(name, side)] = first_partition(tree, caches[side], path, window, backend)["partition_s"]
             else:
-                r = scale_run(tree, caches[side], scale)
+                r = scale_run(tree, caches[side], scale, backend)
                 got[(name, side)] = r["wall_s"]
                 got[(name.replace(" wall", " user CPU"), side)] = r["user_s"]
     return got
 
 
-def warm_up(sides: dict, caches: dict, head_tree: Path) -> None:
-    """Each side compiles its kernels into its own cache once (untimed): the numba rows measure a warm cache."""
+def warm_up(sides: dict, caches: dict, head_tree: Path, scale: list[str]) -> None:
+    """Each side compiles PGC's kernels into its own cache once (untimed), on the stand-in and in bench_pgc_scale:
+    the numba rows measure a warm cache."""
     for side, tree in sides.items():
         first_partition(tree, caches[side], head_tree / STAND_IN[0], None, "numba")
+        scale_run(tree, caches[side], scale, "numba")
 
 
 def table(medians: dict, names: list[str], repeats: int) -> str:
@@ -180,7 +189,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--head", default="worktree",
                     help="the revision after, or 'worktree' (default): this checkout as it is, uncommitted edits too")
     ap.add_argument("--repeats", type=int, default=3, help="rounds, alternating which side runs first (default 3)")
-    ap.add_argument("--datasets", default=os.environ.get("PYG_DYNSCALE_DATASETS", str(ROOT.parent / "shared" / "datasets")),
+    ap.add_argument("--datasets",
+                    default=os.environ.get("PYG_DYNSCALE_DATASETS", str(ROOT.parent / "shared" / "datasets")),
                     help="the shared datasets folder (default $PYG_DYNSCALE_DATASETS or ../shared/datasets)")
     ap.add_argument("--quick", action="store_true",
                     help="smoke: one round, the stand-in with the torch backend and bench_pgc_scale at 20k nodes "
@@ -188,6 +198,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--json", default=None, help="write the per-round values, medians and ratios here")
     args = ap.parse_args(argv)
     repeats = 1 if args.quick else max(1, args.repeats)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a kill still removes the worktrees (finally below)
     tmp = Path(tempfile.mkdtemp(prefix="compare_checkouts_"))
     made: list[Path] = []
     try:
@@ -206,8 +217,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"base {args.base} ({revs['base']}, {sides['base']})\n"
               f"head {args.head} ({revs['head']}{' + uncommitted edits' if dirty else ''}, {sides['head']})")
         rows = rows_of(args, Path(args.datasets))
-        if not args.quick:  # --quick's rows run torch (bench_pgc_scale's auto on a cold cache): no warm-up
-            warm_up(sides, caches, sides["head"])
+        if not args.quick:  # --quick's rows run torch: no warm-up
+            warm_up(sides, caches, sides["head"], scale_args(args))
         runs: list[dict] = []
         for r in range(repeats):
             order = ["base", "head"] if r % 2 == 0 else ["head", "base"]

@@ -15,8 +15,8 @@ import pytest
 
 from tests.helpers.bench_quick import ROOT, run_quick
 
-ROWS = ("first partition stand-in england_covid [torch]", "bench_pgc_scale --nodes 2e4 wall",
-        "bench_pgc_scale --nodes 2e4 user CPU")
+ROWS = ("first partition stand-in england_covid [torch]", "bench_pgc_scale --nodes 2e4 [torch] wall",
+        "bench_pgc_scale --nodes 2e4 [torch] user CPU")
 
 
 def _git(*args: str) -> subprocess.CompletedProcess:
