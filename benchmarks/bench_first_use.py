@@ -79,9 +79,12 @@ else:
     parts, pattern = 4, DependencyPattern.preset("tgcn", 4, 32, gcn_layers=2)
 sg = signal.supergraph()
 size = sg.num_nodes + sg.num_spatial_edges + sg.num_temporal_edges
-if mode == "warm-up":  # every kernel compiled into this cache: PGC and every scheme under numba
-    with backend.use_backend("numba"):
+if mode == "warm-up":  # every kernel compiled into this cache: PGC (with temporal coarsening: PyGT's one-layer
+    with backend.use_backend("numba"):  # T-GCN; round balance) and every scheme under numba
         partition_pgc(signal, parts, pattern)
+        partition_pgc(signal, parts, DependencyPattern.preset("tgcn", 4, 32))
+        partition_pgc(signal, parts, pattern, balance="rounds")
+        partition(signal, "auto", parts, pattern)
         for scheme in ("pss", "pts", "pss-ts"):
             for balanced in (False, True):
                 partition(signal, scheme, parts, pattern, balanced=balanced)
