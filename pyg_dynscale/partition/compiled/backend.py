@@ -24,6 +24,25 @@ graph never earns back (docs/pgc.md, "First use"). Choose with
 :func:`~pyg_dynscale.partition.pgc.pipeline.partition_pgc`, or the environment
 variable ``PYG_DYNSCALE_LP_BACKEND``.
 
+Why both twins stay, measured (issue 39, 2026-11-29, ``benchmarks/bench_first_use.py``;
+docs/pgc.md, "First use"; 2-core VM, one thread, fresh interpreters): numba
+is a core dependency (pyproject.toml), yet on a cold cache -- a fresh
+install, a new numba, or a machine that ran only PGC -- the torch twins are
+what ``"auto"`` runs on every graph the project benchmarks and tests but two:
+all of them are below the threshold (up to email-Eu-core at 1-day snapshots,
+1.1M nodes plus edges; first partition 1.7-2.9 s) except
+``bench_pgc_vs_metis``'s mathoverflow at 30 days (2.5M: 53 s, nearly all of it
+compiling; England COVID's with ``backend="numba"``: 51 s) and
+``bench_pgc_scale`` at full size (39M). A PGC run alone
+(England COVID, DGC's T-GCN) compiled 57 of the 63 kernels (not the PTS
+owner's two, the temporal segmentation's, three CSR helpers), so after it the
+cache does not count as warm and ``"auto"`` still runs torch on small graphs;
+once the schemes or the test suite have compiled the rest, it runs the
+compiled twins at every size (first partition 0.3-1.5 s, next calls 3-11x
+faster than torch's). FM's pass loop (:mod:`..algorithms.fm`) has no torch
+twin: with numba it is compiled whatever the backend (about 1.3 s of a cold
+cache's first partition).
+
 Bit-identity holds because both backends evaluate the same nodes in the same
 order, sum each node's edge weights in CSR order in float64, break ties the
 same way (largest internal label), and share the cap acceptance, the hashed
