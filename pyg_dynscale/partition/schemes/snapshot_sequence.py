@@ -66,12 +66,8 @@ def _linear_partition(cost: Tensor, R: int) -> Tensor:
     return torch.tensor(bounds, dtype=torch.long)
 
 
-def _bottleneck_bounds_compiled(pre: np.ndarray, R: int, lo: float, hi: float) -> list[int]:
-    """:func:`_bottleneck_bounds`: the same bisection compiled (identical bounds)."""
-    return kernels.schemes.linear_bounds(pre, R, lo, hi).tolist()
-
-
-@backend.twin(_bottleneck_bounds_compiled)
+# no compiled twin: under numba the balanced PSS runs whole in :func:`.compiled.schemes.pss_balanced`
+# (whose bisection is :func:`.compiled.schemes.linear_bounds`), so this loop runs only on the torch backend
 def _bottleneck_bounds(pre: np.ndarray, R: int, lo: float, hi: float) -> list[int]:
     """:func:`_linear_partition`'s bisection on the bottleneck in ``[lo, hi]``
     over the prefix sums ``pre [T+1]``: the bounds of at most ``R`` ranges."""
