@@ -327,7 +327,7 @@ def _rows_per_cut(block: BlockPattern, attention_rows: float) -> float:
 def edge_weights(pattern: Any) -> tuple[float, float]:
     r"""``(spatial, temporal)`` bytes that cutting one edge of each kind costs
     (temporal: one row per attention block, see
-    :func:`.coarsen.temporal_edge_weights` for the per-edge weights).
+    :func:`~pyg_dynscale.partition.pgc.coarsen.temporal_edge_weights` for the per-edge weights).
 
     ``pattern`` is a :class:`~pyg_dynscale.partition.pattern.DependencyPattern`
     (anything with ``spatial_edge_weight()`` and ``temporal_edge_weight()``), a

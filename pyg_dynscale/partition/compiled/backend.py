@@ -39,7 +39,7 @@ owner's two, the temporal segmentation's, three CSR helpers), so after it the
 cache does not count as warm and ``"auto"`` still runs torch on small graphs;
 once the schemes or the test suite have compiled the rest, it runs the
 compiled twins at every size (first partition 0.3-1.5 s, next calls 3-11x
-faster than torch's). FM's pass loop (:mod:`..pgc.fm`) has no torch
+faster than torch's). FM's pass loop (:mod:`~pyg_dynscale.partition.pgc.fm`) has no torch
 twin: with numba it is compiled whatever the backend (about 1.3 s of a cold
 cache's first partition).
 

@@ -360,7 +360,7 @@ def _sort_pairs(b, w, lo, hi):  # pragma: no cover
 
 @_pjit
 def contract_csr(ptr, dst, weight, labels, num_labels, nb, symmetric):  # pragma: no cover
-    """CSR of the label-level graph (:meth:`.label_propagation.CSRGraph.contract`):
+    """CSR of the label-level graph (:meth:`~pyg_dynscale.partition.pgc.label_propagation.CSRGraph.contract`):
     entries ``(label[v], label[u])`` of every entry ``v -> u`` with distinct
     labels, in entry order, rows sorted, equal pairs merged.
 
@@ -577,7 +577,7 @@ def maybe_symmetric(n, src, dst):  # pragma: no cover
 
 @_jit
 def segment_ids(order, ptr, node_w, segment_cap):  # pragma: no cover
-    r""":func:`.coarsen.segment_sequences` in one pass: walking the
+    r""":func:`~pyg_dynscale.partition.pgc.coarsen.segment_sequences` in one pass: walking the
     sequences (``order`` / ``ptr``), a new segment starts at every sequence
     start and wherever :math:`\lfloor e / \text{cap} \rfloor` changes, with
     :math:`e` the node's exclusive prefix cost inside its sequence, computed

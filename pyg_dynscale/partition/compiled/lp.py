@@ -29,7 +29,7 @@ class LabelPropagationJob(NamedTuple):
     ``key`` (``[L]`` float64 re-ranking key, or empty), ``init`` (``[n]``
     initial labels, or empty for Eq. 1's unique labels), ``num_labels``.
     Constraints: ``cap`` / ``floor`` (``None``: none) in units of ``scale``
-    (:func:`.label_propagation.budget_scale`). Stopping: ``max_rounds``,
+    (:func:`~pyg_dynscale.partition.pgc.label_propagation.budget_scale`). Stopping: ``max_rounds``,
     ``min_rounds``, ``tol`` (moved fraction), ``gain_tol`` relative to
     ``total_weight``. Moves: ``boundary_only`` start, ``tie_moves``, ``seed``
     of the half masks, ``dense`` per-label accumulators, ``threads``.
@@ -80,7 +80,7 @@ EMPTY_FLOAT = np.zeros(0, np.float64)
 def csr_from_edges(n: int, src: np.ndarray, dst: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, ...]:
     """Undirected CSR from edges given once: entries ``(src, dst)`` then
     ``(dst, src)`` (self loops dropped), rows sorted by neighbour, equal
-    pairs merged -- as :meth:`.label_propagation.CSRGraph.from_edges`
+    pairs merged -- as :meth:`~pyg_dynscale.partition.pgc.label_propagation.CSRGraph.from_edges`
     (:func:`.csr.edges_to_csr`, multi-threaded)."""
     return csr.edges_to_csr(int(n), EMPTY_INT, src, dst, weight, 0.0, True, EMPTY_INT, EMPTY_INT, EMPTY_FLOAT,
                                     0.0, threads(), *csr.placement_types(int(n), 0.0, weight))
@@ -108,7 +108,7 @@ DENSE_MAX_FILL = 4
 def round_candidates(ptr, dst, weight, labels, act, nw, size, cap, tie_moves, score, out_node, out_to,
                      out_gain):  # pragma: no cover
     r"""One label-propagation round's choice (steps 2-3 of
-    :mod:`.label_propagation`): for each active node :math:`v` (``act``
+    :mod:`~pyg_dynscale.partition.pgc.label_propagation`): for each active node :math:`v` (``act``
     ascending) the allowed label of largest Eq. 2 weight (ties: the larger
     internal label). Writes ``(node, to, gain)`` of the nodes that want to
     move (``gain > 0``, or a tie towards a larger label with
@@ -120,7 +120,7 @@ def round_candidates(ptr, dst, weight, labels, act, nw, size, cap, tie_moves, sc
     best allowed score, the largest label with it -- instead of a "first
     time seen?" test per entry, which mispredicts on mixed rows. The
     choice is two plain maxima, as the torch backend's two ``amax``
-    (:func:`.label_propagation._choose_float`): one pass comparing
+    (:func:`~pyg_dynscale.partition.pgc.label_propagation._choose_float`): one pass comparing
     (score, label) pairs compiles to a compare-and-select chain through
     every entry (docs/pgc.md, "Speed and quality"). A label met twice is evaluated
     twice with the same score (idempotent)."""
@@ -351,7 +351,7 @@ def _accept_heap(h, amount, rq, scale, acc, gain, tiebreak):  # pragma: no cover
 
 @_jit
 def _accept_by_budget(group, amount, room, gain, tiebreak, acc, scale, gcount):  # pragma: no cover
-    """As :func:`.label_propagation._accept_by_budget` (same ranks, same
+    """As :func:`~pyg_dynscale.partition.pgc.label_propagation._accept_by_budget` (same ranks, same
     integer budget units): ``acc[i] &= accepted`` for the ``k`` movers.
     Running totals are per group and exact, so the groups need no order
     among themselves: the movers are bucketed by group (a counting sort
@@ -388,7 +388,7 @@ def _accept_by_budget(group, amount, room, gain, tiebreak, acc, scale, gcount): 
 @_jit
 def _enforce_budget(group, m_w, size, bound, upper, incoming, room, gain, node_pri, m_node, acc,
                     scale, gcount):  # pragma: no cover
-    """Step 4 of :mod:`.label_propagation` for one side: the movers
+    """Step 4 of :mod:`~pyg_dynscale.partition.pgc.label_propagation` for one side: the movers
     (``m_w`` into labels ``group``) of every label they would take past
     ``bound`` -- above it when ``upper`` (cap), below it otherwise
     (floor) -- are accepted by budget (:func:`_accept_by_budget`; only
@@ -437,7 +437,7 @@ def label_weights_parallel(ptr, dst, weight, labels, conn, nb):  # pragma: no co
 def lp_rounds(ptr, dst, weight, labels, nw, node_pri, dirty, num_labels, cap, has_cap, floor, has_floor,
               max_rounds, tol, gain_tol, total_w, min_rounds, tie_moves, seed, moved_hist,
               gain_hist, blocks, scale, dense):  # pragma: no cover
-    r"""All rounds of :func:`.label_propagation.label_propagation` in one
+    r"""All rounds of :func:`~pyg_dynscale.partition.pgc.label_propagation.label_propagation` in one
     compiled call (steps 1-5 of its module doc, same stopping rules):
     ``labels`` (priority space) and ``dirty`` are updated in place; the
     moves and summed gains of every round go to ``moved_hist`` /
@@ -564,7 +564,7 @@ def _lp_run(ptr, dst, weight, label_pri, key, init, boundary_only, nw, node_pri,
 
 @_jit
 def priority_space(label_pri, key, init):  # pragma: no cover
-    r"""Steps of :func:`.label_propagation.label_propagation` before the
+    r"""Steps of :func:`~pyg_dynscale.partition.pgc.label_propagation.label_propagation` before the
     rounds, in one call: with a ``key`` (``[L]`` float64, or empty) the
     seeded random priorities ``label_pri`` are re-ranked by (key, random)
     -- a stable sort of the labels in random order by their key (the

@@ -112,7 +112,7 @@ def sequence_owner(order, seq_ptr, seq_rank):  # pragma: no cover
 @_jit
 def split_ranks(cost, P):  # pragma: no cover
     """``[N]`` rank of every node for the split PSS start of PGC's
-    multi-start (:func:`.pgc._split_snapshot_owner`, same arithmetic: a
+    multi-start (:func:`~pyg_dynscale.partition.pgc.starts._split_snapshot_owner`, same arithmetic: a
     sequential running sum, then ``floor(P (c - w / 2) / W)`` clipped to
     ``[0, P - 1]``; equal node counts when the total is not positive)."""
     n = cost.shape[0]

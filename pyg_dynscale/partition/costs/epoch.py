@@ -2,11 +2,11 @@ r"""The operation counts of one epoch's critical path, for every cost model.
 
 Two models price a partition's epoch on the decomposed runtime
 (:mod:`pyg_dynscale.distributed.decomposed_engine`): ``scheme="auto"``
-(:mod:`.auto`, constants :class:`~.auto.CostModel` in seconds per element,
+(:mod:`~pyg_dynscale.partition.schemes.auto`, constants :class:`~pyg_dynscale.partition.schemes.auto.CostModel` in seconds per element,
 per step, per collective) and the round-aware workload model
-(:mod:`.round_workload`, constants :class:`~.round_workload.RoundWorkload`
+(:mod:`~pyg_dynscale.partition.costs.rounds`, constants :class:`~pyg_dynscale.partition.costs.rounds.RoundWorkload`
 fitted to measured per-rank compute), which PGC's round balance
-(:mod:`.round_balance`) and the workload reports use. They count the same
+(:mod:`~pyg_dynscale.partition.pgc.rebalance`) and the workload reports use. They count the same
 operations -- here, once -- and differ only in their constants.
 
 For :math:`R` ranks, the structure owner :math:`o` and the time owner

@@ -1,6 +1,6 @@
 r"""Bytes of a communication plan, counted without building it.
 
-:meth:`.plan.CommunicationPlan.build` materializes every row (sorts and
+:meth:`~pyg_dynscale.partition.plan.CommunicationPlan.build` materializes every row (sorts and
 ``unique`` over edge arrays) so that a runtime can execute it. Partitioners
 that only *rank* candidate owner arrays (PGC's multi-start, step 7) need the
 total alone; :func:`plan_bytes` counts the same rows in one compiled pass

@@ -43,8 +43,8 @@ a ``5 -> 256 -> 256 -> 256 -> 1`` network without over-fitting.
 :data:`DEFAULT_CONSTANTS` were fitted that way on the 2-core CPU machine of
 docs/distributed.md (relative units; only ratios matter to the balancer).
 
-The counts are :func:`.epoch_cost.epoch_counts`, the same that ``scheme="auto"``
-prices with its own constants (:class:`~.auto.CostModel`, seconds): one count
+The counts are :func:`~pyg_dynscale.partition.costs.epoch.epoch_counts`, the same that ``scheme="auto"``
+prices with its own constants (:class:`~pyg_dynscale.partition.schemes.auto.CostModel`, seconds): one count
 of the critical path, two sets of constants. This model prices the rounds of
 recurrent scans only (its constants were fitted to T-GCN and MPNN-LSTM): a
 pattern without a recurrent block has no round features here, while ``auto``
@@ -127,7 +127,7 @@ class RoundPrediction:
 def round_features(signal: "DynamicGraphSignal", part: Any, pattern: Any = None,
                    num_parts: Optional[int] = None) -> RoundFeatures:
     r"""The operation counts of :class:`RoundWorkload` for a partition:
-    :func:`.epoch_cost.epoch_counts` as ``structure [R, 3]`` and, with a
+    :func:`~pyg_dynscale.partition.costs.epoch.epoch_counts` as ``structure [R, 3]`` and, with a
     recurrent block, ``rounds [D, R, 3]`` (rows, longest piece, a call; times
     the recurrent blocks).
 

@@ -104,7 +104,7 @@ def undirected_entries(src: Tensor, dst: Tensor, weight: Tensor) -> tuple[Tensor
     return torch.cat([src, dst]), torch.cat([dst, src]), torch.cat([weight, weight])
 
 
-# the compiled twins of CSRGraph's operations (:func:`.backend.twin`): host tensors only
+# the compiled twins of CSRGraph's operations (:func:`~pyg_dynscale.partition.compiled.backend.twin`): host tensors only
 def _on_host(x: Tensor) -> bool:
     return x.device.type == "cpu"
 

@@ -49,7 +49,7 @@ EFFORT = {
     "thorough": {"max_rounds": 8, "coarse_rounds": 15, "max_levels": 6, "refine_rounds": 30},
     "fast": {"max_rounds": 4, "coarse_rounds": 2, "max_levels": 3, "refine_rounds": 6},
 }
-#: starting assignments of the multi-start (:mod:`.pgc`, step 7)
+#: starting assignments of the multi-start (:mod:`.starts`, step 7)
 STARTS = ("lp", "pss", "pts")
 #: a non-LP start is refined only when its unrefined cut is at most this
 #: factor above the LP candidate's cut: winning starts already cut less than

@@ -1,19 +1,19 @@
 r"""Round-aware rebalancing: move work off the rank the runtime waits for.
 
 PGC's label propagation, Algorithm 1 and its refinement balance an
-*additive* node cost (:mod:`.workload`). What a rank of the decomposed
+*additive* node cost (:mod:`~pyg_dynscale.partition.costs.workload`). What a rank of the decomposed
 runtime pays also has a non-additive part: the recurrent rounds of the time
-encoder (:mod:`.round_workload`) -- a rank whose sequence pieces sit deep in
+encoder (:mod:`~pyg_dynscale.partition.costs.rounds`) -- a rank whose sequence pieces sit deep in
 their chains scans in many rounds, each as many steps as its longest piece.
 :func:`balance_rounds` takes a finished owner array and moves *blocks* --
 the vertex-time nodes that one rank owns in one snapshot -- from the rank
-with the largest predicted compute :math:`t_r` (:class:`.RoundWorkload`) to
+with the largest predicted compute :math:`t_r` (:class:`~pyg_dynscale.partition.costs.rounds.RoundWorkload`) to
 ranks below the mean, as long as
 
 * the largest :math:`t_r` decreases (the prediction is recomputed exactly for
   every candidate: the round terms are not additive), and
 * the plan bytes stay within ``max_bytes_ratio`` of the starting
-  partition's (computed exactly, :func:`.plan_count.plan_bytes`).
+  partition's (computed exactly, :func:`~pyg_dynscale.partition.costs.plan_bytes.plan_bytes`).
 
 Blocks follow the partition's grain: in a snapshot-range partition (PGC's
 refined PSS start) a block is a whole snapshot, so moving the first or last
@@ -100,11 +100,11 @@ def balance_rounds(
         num_parts (int): :math:`P`.
         pattern: the dependency pattern (edge byte weights, recurrent blocks).
         model (RoundWorkload, optional): the cost constants (default
-            :class:`RoundWorkload` ``()``: :data:`.round_workload.DEFAULT_CONSTANTS`).
+            :class:`RoundWorkload` ``()``: :data:`~pyg_dynscale.partition.costs.rounds.DEFAULT_CONSTANTS`).
         max_bytes_ratio (float): plan bytes may grow to this factor of the
             starting partition's (the issue's budget: 10%).
         max_epoch_ratio (float): the predicted critical path
-            (:attr:`.RoundPrediction.epoch`: ranks wait for each other in
+            (:attr:`~pyg_dynscale.partition.costs.rounds.RoundPrediction.epoch`: ranks wait for each other in
             every round) may grow to this factor of the start's; ``1``: a
             move that balances the ranks by adding rounds to the epoch is refused.
         target (float): stop once the predicted :math:`\lambda` of the per-rank

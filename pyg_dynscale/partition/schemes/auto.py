@@ -34,8 +34,8 @@ predicts an epoch from the candidate's own communication plan:
 
 The counts of the compute term (owned rows, aggregated edges, halo rows per
 rank; time-encoder rows and the longest piece per round and rank) are
-:func:`.epoch_cost.epoch_counts`, the same the round-aware workload model of
-PGC's round balance prices (:mod:`.round_workload`, its own fitted constants):
+:func:`~pyg_dynscale.partition.costs.epoch.epoch_counts`, the same the round-aware workload model of
+PGC's round balance prices (:mod:`~pyg_dynscale.partition.costs.rounds`, its own fitted constants):
 one count, two sets of constants.
 
 The constants (:class:`CostModel`) default to measured values for the device
@@ -176,7 +176,7 @@ def _decomposed_cost(signal: "DynamicGraphSignal", part: Partition, pattern: Dep
     """``(compute_s, bytes per rank, collectives, rounds, total bytes, critical steps)`` on the decomposed path."""
     R = part.num_parts
     plan = CommunicationPlan.build(signal, part, pattern)
-    # the counts the round-aware model prices too (epoch_cost): one count, two sets of constants
+    # the counts the round-aware model prices too (costs/epoch.py): one count, two sets of constants
     c = epoch_counts(signal, part, pattern)
     # a rank's structure encoder also transforms the halo rows it receives (its structure set is owned + halo)
     spatial = sum(sum(b.spatial_widths) for b in pattern.blocks)

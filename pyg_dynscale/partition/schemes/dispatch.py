@@ -23,7 +23,7 @@ def partition(signal: "DynamicGraphSignal", scheme: str, num_parts: int,
     ``pattern`` and ``seed`` are used by PGC (edge weights, tie-breaking) and
     ``auto`` (the model's plan); the other schemes are deterministic and
     ignore them. ``seed=None``: 0, or for PGC the seed of its ``options=``
-    (:class:`~.pgc_options.PGCOptions`). ``opts`` go to the scheme (``pgc``:
+    (:class:`~pyg_dynscale.partition.pgc.options.PGCOptions`). ``opts`` go to the scheme (``pgc``:
     ``options=`` and its keywords; ``auto``: ``blackbox=``, ``cost=``,
     ``candidates=``).
     """
