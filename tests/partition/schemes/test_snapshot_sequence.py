@@ -120,8 +120,7 @@ def test_compiled_lpt_and_linear_partition_match_python(ints: bool):
         assert torch.equal(res["numba"], res["torch"]), (T, R)
         pre = np.concatenate([np.zeros(1), np.cumsum(cost.numpy())])  # as _linear_partition makes them
         lo, hi = float(cost.max()), float(pre[-1])
-        with use_backend("torch"):
-            bounds = schemes_mod._bottleneck_bounds(pre, R, lo, hi)
+        bounds = schemes_mod._bottleneck_bounds(pre, R, lo, hi)  # no twin: the one implementation
         assert kernels.schemes.linear_bounds(pre, R, lo, hi).tolist() == bounds, (T, R)
 
 
